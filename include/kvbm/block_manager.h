@@ -1,0 +1,265 @@
+// kvbm/block_manager.h: the blocks of one tier.
+//
+// A BlockManager<T> owns a fixed number of blocks of tier T, all of
+// `block_size` tokens, and hands them out as type-state handles:
+//
+//     allocate_blocks(n)         -> std::vector<MutableBlock<T>>  (all or nothing)
+//     std::move(m).stage(h, bs)  -> CompleteBlock<T>
+//     register_block(std::move(c)) -> ImmutableBlock<T>   (now matchable)
+//     match_blocks(hashes)       -> leading run of ImmutableBlock<T>
+//
+// Dropping a MutableBlock or CompleteBlock returns it to the reset pool;
+// dropping the last ImmutableBlock moves it to the inactive pool, where it
+// stays matchable until an allocation evicts it (in the order of the eviction
+// backend). At every moment reset + inactive + in use == total
+// (pool_counts().balanced()).
+//
+// Thread-safety: every member may be called from several threads at once;
+// handles may be dropped on any thread and may outlive the manager.
+// Errors: misuse throws UsageError; an allocation the pool cannot satisfy
+// returns nullopt and changes nothing.
+
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+#include "kvbm/block_registry.h"
+#include "kvbm/blocks/complete_block.h"
+#include "kvbm/blocks/immutable_block.h"
+#include "kvbm/blocks/mutable_block.h"
+#include "kvbm/blocks/weak_block.h"
+#include "kvbm/detail/block_store.h"
+#include "kvbm/error.h"
+#include "kvbm/eviction/backend.h"
+#include "kvbm/metrics.h"
+#include "kvbm/tier.h"
+
+namespace kvbm {
+
+namespace detail {
+/// Builds a store from a validated configuration (out of line: it creates
+/// the eviction backend, the metrics series and logs the pool's creation).
+std::shared_ptr<BlockStore> make_block_store(std::uint32_t block_count, std::uint32_t block_size,
+                                             DuplicatePolicy duplicate_policy,
+                                             EvictionPolicy eviction,
+                                             const std::shared_ptr<BlockRegistry>& registry,
+                                             std::shared_ptr<prometheus::Registry> metrics,
+                                             std::string name);
+}  // namespace detail
+
+/// Largest block size (tokens per block) a pool accepts.
+inline constexpr std::uint32_t kMaxBlockSize = 1u << 16;
+/// Largest number of blocks in one pool.
+inline constexpr std::uint32_t kMaxBlockCount = (1u << 31);
+
+/// The blocks of one tier T: allocation, registration, matching.
+template <TierMarker T>
+class BlockManager {
+ public:
+  /// Builds a BlockManager<T>; every option is checked by build().
+  class Builder {
+   public:
+    /// Number of blocks in the pool (required, 1 .. kMaxBlockCount).
+    Builder& block_count(std::size_t n) {
+      block_count_ = n;
+      return *this;
+    }
+    /// Tokens per block (required, 1 .. kMaxBlockSize).
+    Builder& block_size(std::size_t n) {
+      block_size_ = n;
+      return *this;
+    }
+    /// Registry to share with other tiers (default: a private one without
+    /// frequency tracking).
+    Builder& registry(std::shared_ptr<BlockRegistry> r) {
+      registry_ = std::move(r);
+      return *this;
+    }
+    /// Eviction backend of the inactive pool (default LRU).
+    Builder& eviction(EvictionPolicy p) {
+      eviction_ = p;
+      return *this;
+    }
+    Builder& with_lru_backend() { return eviction(EvictionPolicy::kLru); }
+    Builder& with_multi_level_lru_backend() { return eviction(EvictionPolicy::kMultiLevelLru); }
+    Builder& with_lineage_backend() { return eviction(EvictionPolicy::kLineage); }
+    /// What registration does with a hash the tier already holds (default Allow).
+    Builder& duplicate_policy(DuplicatePolicy p) {
+      duplicate_policy_ = p;
+      return *this;
+    }
+    /// Prometheus registry the pool's series go into (default: a new one,
+    /// reachable through metrics_registry()).
+    Builder& metrics_registry(std::shared_ptr<prometheus::Registry> r) {
+      metrics_ = std::move(r);
+      return *this;
+    }
+    /// Value of the `pool` label and name in logs (default: tier_name<T>()).
+    Builder& pool_name(std::string name) {
+      name_ = std::move(name);
+      return *this;
+    }
+
+    /// Returns the manager. Throws UsageError naming the first invalid option.
+    [[nodiscard]] BlockManager build() {
+      KVBM_CHECK(block_count_ > 0, "BlockManager: block_count must be set to at least 1");
+      KVBM_CHECK(block_count_ <= kMaxBlockCount, "BlockManager: block_count ", block_count_,
+                 " exceeds the maximum of ", kMaxBlockCount);
+      KVBM_CHECK(block_size_ > 0, "BlockManager: block_size must be set to at least 1 token");
+      KVBM_CHECK(block_size_ <= kMaxBlockSize, "BlockManager: block_size ", block_size_,
+                 " exceeds the maximum of ", kMaxBlockSize, " tokens");
+      if (!registry_) registry_ = BlockRegistry::builder().build();
+      auto store = detail::make_block_store(
+          static_cast<std::uint32_t>(block_count_), static_cast<std::uint32_t>(block_size_),
+          duplicate_policy_, eviction_, registry_, std::move(metrics_),
+          name_.empty() ? std::string(tier_name<T>()) : std::move(name_));
+      registry_->attach(typeid(T), store);
+      return BlockManager(std::move(store), std::move(registry_));
+    }
+
+   private:
+    std::size_t block_count_ = 0;
+    std::size_t block_size_ = 0;
+    std::shared_ptr<BlockRegistry> registry_;
+    EvictionPolicy eviction_ = EvictionPolicy::kLru;
+    DuplicatePolicy duplicate_policy_ = DuplicatePolicy::kAllow;
+    std::shared_ptr<prometheus::Registry> metrics_;
+    std::string name_;
+  };
+
+  /// Returns a builder.
+  static Builder builder() { return {}; }
+
+  BlockManager(BlockManager&&) noexcept = default;
+  BlockManager& operator=(BlockManager&& other) noexcept {
+    if (this != &other) {
+      if (store_) store_->orphan();
+      store_ = std::move(other.store_);
+      registry_ = std::move(other.registry_);
+    }
+    return *this;
+  }
+  BlockManager(const BlockManager&) = delete;
+  BlockManager& operator=(const BlockManager&) = delete;
+  ~BlockManager() {
+    if (store_) store_->orphan();
+  }
+
+  /// Takes `count` blocks: first from the reset pool, then by evicting
+  /// inactive blocks. Returns nullopt, changing nothing, when fewer than
+  /// `count` blocks are available. Throws UsageError for count 0 or a count
+  /// larger than the pool.
+  [[nodiscard]] std::optional<std::vector<MutableBlock<T>>> allocate_blocks(std::size_t count) {
+    KVBM_CHECK(count > 0, "allocate_blocks(0): ask for at least one block");
+    KVBM_CHECK(count <= store_->total_blocks(), "allocate_blocks(", count, "): pool ",
+               store_->name(), " has only ", store_->total_blocks(),
+               " blocks; ask for at most that many");
+    std::vector<BlockId> ids;
+    if (!store_->allocate(static_cast<std::uint32_t>(count), ids)) return std::nullopt;
+    std::vector<MutableBlock<T>> blocks;
+    blocks.reserve(ids.size());
+    for (const BlockId id : ids) blocks.push_back(MutableBlock<T>(store_.get(), id));
+    return blocks;
+  }
+
+  /// Registers a staged block, making it matchable. Under DuplicatePolicy::kReject
+  /// a block whose hash is already registered is freed and the existing block
+  /// returned. Throws UsageError (leaving `block` with the caller) when the
+  /// block is empty or belongs to another manager.
+  ImmutableBlock<T> register_block(CompleteBlock<T>&& block) {
+    KVBM_CHECK(block.valid(), "register_block: the CompleteBlock was moved from");
+    KVBM_CHECK(block.store_ == store_.get(), "register_block: block ", block.id_,
+               " belongs to another manager (pool ", block.store_->name(),
+               "); register it with the manager that allocated it");
+    const BlockId id = block.id_;
+    const SequenceHash hash = block.hash_;
+    const auto outcome = store_->register_block(id, hash);
+    block.release_to_registry();
+    return ImmutableBlock<T>(store_.get(), outcome.id);
+  }
+
+  /// Registers every block; see register_block. All blocks are checked first,
+  /// so on a UsageError none is registered and all stay with the caller.
+  std::vector<ImmutableBlock<T>> register_blocks(std::vector<CompleteBlock<T>>&& blocks) {
+    for (const auto& b : blocks) {
+      KVBM_CHECK(b.valid(), "register_blocks: a CompleteBlock was moved from");
+      KVBM_CHECK(b.store_ == store_.get(), "register_blocks: block ", b.id_,
+                 " belongs to another manager (pool ", b.store_->name(), ")");
+    }
+    std::vector<ImmutableBlock<T>> out;
+    out.reserve(blocks.size());
+    for (auto& b : blocks) out.push_back(register_block(std::move(b)));
+    blocks.clear();
+    return out;
+  }
+
+  /// Prefix match: strong handles to the leading blocks whose hashes are
+  /// registered, stopping at the first miss. Inactive blocks are taken back
+  /// out of the inactive pool.
+  [[nodiscard]] std::vector<ImmutableBlock<T>> match_blocks(std::span<const SequenceHash> hashes) {
+    std::vector<BlockId> ids;
+    store_->match(hashes, ids);
+    return wrap(ids);
+  }
+
+  /// Every registered block among `hashes`, in request order, skipping misses.
+  [[nodiscard]] std::vector<ImmutableBlock<T>> scan_matches(std::span<const SequenceHash> hashes) {
+    std::vector<BlockId> ids;
+    store_->scan(hashes, ids);
+    return wrap(ids);
+  }
+
+  /// Evicts every inactive block (for a model reload); blocks in use are not
+  /// touched. Returns the number evicted.
+  std::size_t reset_inactive_pool() { return store_->evict_all_inactive(); }
+
+  /// Returns reset + evictable inactive blocks: what allocate_blocks can take.
+  [[nodiscard]] std::size_t available_blocks() const {
+    const auto c = store_->counts();
+    return c.reset + c.evictable;
+  }
+  /// Returns the number of blocks in the pool.
+  [[nodiscard]] std::size_t total_blocks() const noexcept { return store_->total_blocks(); }
+  /// Returns the tokens per block.
+  [[nodiscard]] std::uint32_t block_size() const noexcept { return store_->block_size(); }
+  /// Returns a consistent snapshot of the pool's accounting.
+  [[nodiscard]] PoolCounts pool_counts() const { return store_->counts(); }
+  /// Recounts every block's state; returns "" when consistent, else what is wrong.
+  [[nodiscard]] std::string audit() const { return store_->audit(); }
+  /// Returns the pool's name (the `pool` label).
+  [[nodiscard]] const std::string& pool_name() const noexcept { return store_->name(); }
+  /// Returns the registry shared with other tiers.
+  [[nodiscard]] const std::shared_ptr<BlockRegistry>& registry() const noexcept { return registry_; }
+  /// Returns the prometheus registry the pool's series live in.
+  [[nodiscard]] const std::shared_ptr<prometheus::Registry>& metrics_registry() const noexcept {
+    return store_->metrics().registry();
+  }
+  /// Returns the eviction policy of the inactive pool.
+  [[nodiscard]] EvictionPolicy eviction_policy() const noexcept { return store_->eviction_policy(); }
+  /// Returns the duplicate policy.
+  [[nodiscard]] DuplicatePolicy duplicate_policy() const noexcept {
+    return store_->duplicate_policy();
+  }
+
+ private:
+  BlockManager(std::shared_ptr<detail::BlockStore> store, std::shared_ptr<BlockRegistry> registry)
+      : store_(std::move(store)), registry_(std::move(registry)) {}
+
+  std::vector<ImmutableBlock<T>> wrap(const std::vector<BlockId>& ids) {
+    std::vector<ImmutableBlock<T>> out;
+    out.reserve(ids.size());
+    for (const BlockId id : ids) out.push_back(ImmutableBlock<T>(store_.get(), id));
+    return out;
+  }
+
+  std::shared_ptr<detail::BlockStore> store_;
+  std::shared_ptr<BlockRegistry> registry_;
+};
+
+}  // namespace kvbm

@@ -1,0 +1,194 @@
+// kvbm/detail/block_store.h: the per-tier store behind every block handle.
+//
+// Not part of the public API. A BlockStore owns one pool's block slots, the
+// reset pool (free blocks), the inactive pool (an eviction backend over
+// registered blocks nobody references) and the tier's registry table (sequence
+// hash -> registered block). One mutex guards all of it; the typed handles of
+// kvbm/blocks/ and BlockManager<T> are thin layers over this class.
+//
+// Accounting: every block is in exactly one of reset, inactive or in use, and
+// reset + inactive + in use == total at every moment the lock is free.
+//
+// Lifetime: the manager holds a shared_ptr to the store. Owning handles
+// (mutable, complete, immutable) hold a raw pointer, valid because a store
+// outlives its last in-use block: when the manager goes away while blocks are
+// still out, the store keeps itself alive until the last one comes back.
+// Weak handles hold a weak_ptr and degrade cleanly.
+//
+// Strong references: an immutable block's reference count may go up without
+// the lock only from a holder (copying a handle); it goes from 1 to 0 only
+// under the lock, so a block can never be revived behind the lock's back.
+
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvbm/eviction/backend.h"
+#include "kvbm/metrics.h"
+#include "kvbm/sequence_hash.h"
+
+namespace kvbm {
+
+class FrequencyTracker;
+
+/// What registration does when the tier already holds a block with the same
+/// sequence hash.
+enum class DuplicatePolicy : std::uint8_t {
+  kAllow,   ///< keep the new block as a duplicate; it lives until dropped
+  kReject,  ///< return the existing block and free the new one
+};
+
+/// A consistent snapshot of a pool's block accounting.
+struct PoolCounts {
+  std::size_t total = 0;
+  std::size_t reset = 0;       ///< free blocks
+  std::size_t inactive = 0;    ///< registered, unreferenced, matchable
+  std::size_t evictable = 0;   ///< of inactive: what allocation may evict now
+  std::size_t in_use = 0;      ///< held by handles (mutable, complete or immutable)
+  std::size_t mutable_out = 0; ///< of in_use: mutable or complete handles
+  std::size_t immutable_out = 0; ///< of in_use: registered blocks with strong handles
+
+  /// Returns true when reset + inactive + in use == total.
+  [[nodiscard]] bool balanced() const noexcept { return reset + inactive + in_use == total; }
+};
+
+namespace detail {
+
+/// Where a block is in its life. Mutable covers both MutableBlock and
+/// CompleteBlock (staging only changes the handle).
+enum class SlotState : std::uint8_t { kReset, kMutable, kActive, kInactive, kDuplicate };
+
+struct Slot {
+  SequenceHash hash;                 // valid in kActive, kInactive, kDuplicate
+  std::atomic<std::uint32_t> refs{0};  // strong ImmutableBlock handles
+  std::uint32_t generation = 0;      // bumped each time the block returns to reset
+  SlotState state = SlotState::kReset;
+};
+
+/// Result of registering a staged block.
+struct RegisterOutcome {
+  BlockId id;        ///< the block the caller now holds a strong reference to
+  bool deduplicated; ///< true when an existing block was returned (Reject)
+};
+
+class BlockStore : public std::enable_shared_from_this<BlockStore> {
+ public:
+  struct Options {
+    std::uint32_t block_count = 0;
+    std::uint32_t block_size = 0;
+    DuplicatePolicy duplicate_policy = DuplicatePolicy::kAllow;
+    std::unique_ptr<EvictionBackend> backend;
+    std::shared_ptr<FrequencyTracker> tracker;  // may be null
+    std::unique_ptr<PoolMetrics> metrics;
+    std::string name;
+  };
+
+  explicit BlockStore(Options options);
+  ~BlockStore();
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+
+  [[nodiscard]] std::uint32_t block_size() const noexcept { return block_size_; }
+  [[nodiscard]] std::size_t total_blocks() const noexcept { return slots_.size(); }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] DuplicatePolicy duplicate_policy() const noexcept { return duplicate_policy_; }
+  [[nodiscard]] EvictionPolicy eviction_policy() const noexcept { return backend_->policy(); }
+  [[nodiscard]] PoolMetrics& metrics() noexcept { return *metrics_; }
+
+  /// Takes n blocks (reset pool first, then evictions) or none. Appends their
+  /// ids to `out` and returns true, or returns false and changes nothing.
+  bool allocate(std::uint32_t n, std::vector<BlockId>& out);
+
+  /// Returns a mutable or complete block to the reset pool.
+  void release_mutable(BlockId id) noexcept;
+
+  /// Counts a staging (MutableBlock -> CompleteBlock) in the metrics.
+  void note_staged() noexcept { metrics_->add_staging(); }
+
+  /// Registers a staged block under `hash`. The caller's reference to `id`
+  /// is consumed; it holds one strong reference to the returned block.
+  RegisterOutcome register_block(BlockId id, const SequenceHash& hash);
+
+  /// Prefix match: strong references to the leading present blocks.
+  std::size_t match(std::span<const SequenceHash> hashes, std::vector<BlockId>& out);
+  /// Every present block, in request order, skipping misses.
+  std::size_t scan(std::span<const SequenceHash> hashes, std::vector<BlockId>& out);
+  /// Writes whether each hash is registered in this tier.
+  void presence(std::span<const SequenceHash> hashes, std::vector<bool>& out) const;
+
+  /// Adds a strong reference to a block the caller already holds one of.
+  void acquire(BlockId id) noexcept { slots_[id].refs.fetch_add(1, std::memory_order_relaxed); }
+  /// Drops a strong reference; the last one moves the block to the inactive
+  /// pool (or the reset pool for a duplicate).
+  void release_immutable(BlockId id) noexcept {
+    auto& refs = slots_[id].refs;
+    std::uint32_t n = refs.load(std::memory_order_relaxed);
+    while (n > 1) {
+      if (refs.compare_exchange_weak(n, n - 1, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+        return;
+      }
+    }
+    release_last_reference(id);
+  }
+  /// Current strong reference count of a block (diagnostics).
+  [[nodiscard]] std::uint32_t ref_count(BlockId id) const noexcept {
+    return slots_[id].refs.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] const SequenceHash& slot_hash(BlockId id) const noexcept { return slots_[id].hash; }
+  [[nodiscard]] std::uint32_t generation(BlockId id) const noexcept;
+
+  /// Weak upgrade: the same block if it still holds `hash` since
+  /// `generation`, else any registered block with `hash`, else nullopt.
+  std::optional<BlockId> upgrade(BlockId id, std::uint32_t generation, const SequenceHash& hash);
+
+  /// Evicts every evictable inactive block; returns how many.
+  std::size_t evict_all_inactive();
+
+  /// Consistent snapshot of the counts.
+  [[nodiscard]] PoolCounts counts() const;
+  /// Recounts every slot's state and checks it against the pool structures;
+  /// returns an empty string when consistent, else what is wrong.
+  [[nodiscard]] std::string audit() const;
+
+  /// Called by the manager's destructor: from now on the store lives only as
+  /// long as blocks are out, and weak upgrades fail.
+  void orphan() noexcept;
+
+ private:
+  void release_last_reference(BlockId id) noexcept;
+  // All below: lock held.
+  void return_to_reset_locked(BlockId id) noexcept;
+  BlockId evict_one_locked() noexcept;
+  void revive_locked(BlockId id) noexcept;
+  void publish_gauges_locked() noexcept;
+  void leave_in_use_locked(std::shared_ptr<BlockStore>& keepalive) noexcept;
+  void touch(std::span<const SequenceHash> hashes, std::size_t n) noexcept;
+
+  const std::uint32_t block_size_;
+  const DuplicatePolicy duplicate_policy_;
+  const std::string name_;
+  std::unique_ptr<PoolMetrics> metrics_;
+  std::shared_ptr<FrequencyTracker> tracker_;
+
+  mutable std::mutex mu_;
+  std::vector<Slot> slots_;                           // fixed size
+  std::vector<BlockId> reset_;                        // guarded by mu_: free stack
+  std::unique_ptr<EvictionBackend> backend_;          // guarded by mu_
+  std::unordered_map<std::uint64_t, BlockId> table_;  // guarded by mu_
+  std::size_t in_use_ = 0;                            // guarded by mu_
+  std::size_t mutable_out_ = 0;                       // guarded by mu_
+  bool orphaned_ = false;                             // guarded by mu_
+  std::shared_ptr<BlockStore> keepalive_;             // guarded by mu_
+};
+
+}  // namespace detail
+}  // namespace kvbm

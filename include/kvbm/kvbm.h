@@ -1,0 +1,20 @@
+// kvbm/kvbm.h: everything a scheduler needs, in one include.
+#pragma once
+
+#include "kvbm/block_manager.h"
+#include "kvbm/block_registry.h"
+#include "kvbm/blocks/complete_block.h"
+#include "kvbm/blocks/immutable_block.h"
+#include "kvbm/blocks/mutable_block.h"
+#include "kvbm/blocks/weak_block.h"
+#include "kvbm/error.h"
+#include "kvbm/eviction/backend.h"
+#include "kvbm/frequency_tracker.h"
+#include "kvbm/hashing.h"
+#include "kvbm/logging.h"
+#include "kvbm/metrics.h"
+#include "kvbm/partial_block.h"
+#include "kvbm/sequence_hash.h"
+#include "kvbm/tier.h"
+#include "kvbm/token_block.h"
+#include "kvbm/token_block_sequence.h"

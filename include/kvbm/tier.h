@@ -1,0 +1,47 @@
+// kvbm/tier.h: tier markers.
+//
+// A block handle is templated over an empty marker type naming the storage
+// tier it lives in, so a device block can never be handed to a host pool by
+// accident: `MutableBlock<G1>` and `MutableBlock<G2>` are unrelated types.
+// The library ships markers for the device (G1), pinned host (G2) and disk (G3)
+// tiers; any empty class type works too. A marker may declare
+// `static constexpr std::string_view kName` to name its pool in metrics and
+// logs; without it the pool is named "custom" unless the builder sets a name.
+
+#pragma once
+
+#include <concepts>
+#include <string_view>
+#include <type_traits>
+
+namespace kvbm {
+
+/// What a tier marker needs: an empty, trivially copyable class type.
+template <class T>
+concept TierMarker = std::is_class_v<T> && std::is_empty_v<T> && std::is_trivially_copyable_v<T> &&
+                     std::is_default_constructible_v<T>;
+
+/// Device memory tier (GPU HBM).
+struct G1 {
+  static constexpr std::string_view kName = "G1";
+};
+/// Pinned host memory tier.
+struct G2 {
+  static constexpr std::string_view kName = "G2";
+};
+/// Local disk tier.
+struct G3 {
+  static constexpr std::string_view kName = "G3";
+};
+
+/// Returns the default pool name of a tier marker: its kName, or "custom".
+template <TierMarker T>
+constexpr std::string_view tier_name() noexcept {
+  if constexpr (requires { { T::kName } -> std::convertible_to<std::string_view>; }) {
+    return T::kName;
+  } else {
+    return "custom";
+  }
+}
+
+}  // namespace kvbm
