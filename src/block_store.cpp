@@ -23,16 +23,25 @@ BlockStore::BlockStore(Options options)
   for (std::uint32_t i = 0; i < options.block_count; ++i) reset_[i] = options.block_count - 1 - i;
   table_.reserve(options.block_count);
   std::lock_guard lock(mu_);
-  publish_gauges_locked();
+  metrics_->set_reset_pool_size(reset_.size());
+  metrics_->set_inactive_pool_size(0);
+  metrics_->set_inflight_mutable(0);
+  metrics_->set_inflight_immutable(0);
+  published_ = {reset_.size(), 0, 0, 0};
 }
 
 BlockStore::~BlockStore() = default;
 
 void BlockStore::publish_gauges_locked() noexcept {
-  metrics_->set_reset_pool_size(reset_.size());
-  metrics_->set_inactive_pool_size(backend_->size());
-  metrics_->set_inflight_mutable(mutable_out_);
-  metrics_->set_inflight_immutable(in_use_ - mutable_out_);
+  // Gauge stores are sequentially consistent atomics: skip the unchanged ones.
+  const Published now{reset_.size(), backend_->size(), mutable_out_, in_use_ - mutable_out_};
+  if (now.reset != published_.reset) metrics_->set_reset_pool_size(now.reset);
+  if (now.inactive != published_.inactive) metrics_->set_inactive_pool_size(now.inactive);
+  if (now.mutable_out != published_.mutable_out) metrics_->set_inflight_mutable(now.mutable_out);
+  if (now.immutable_out != published_.immutable_out) {
+    metrics_->set_inflight_immutable(now.immutable_out);
+  }
+  published_ = now;
 }
 
 void BlockStore::touch(std::span<const SequenceHash> hashes, std::size_t n) noexcept {

@@ -188,6 +188,10 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   std::size_t mutable_out_ = 0;                       // guarded by mu_
   bool orphaned_ = false;                             // guarded by mu_
   std::shared_ptr<BlockStore> keepalive_;             // guarded by mu_
+  struct Published {
+    std::size_t reset, inactive, mutable_out, immutable_out;
+  };
+  Published published_{};                             // guarded by mu_: last gauge values set
 };
 
 }  // namespace detail

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies of kvbm on Debian/Ubuntu, only those missing.
+#
+#   bash scripts/deps.sh           install what is missing (apt-get; root, or sudo)
+#   bash scripts/deps.sh --check   only report; exit 1 if a required package is missing
+#
+# `apt-get update` runs only when something has to be installed. ninja-build is optional: if
+# it cannot be installed, CMake's Makefile generator is used instead. Set KVBM_SKIP_DEPS=1 to
+# skip this script entirely (e.g. on a machine provisioned some other way).
+set -euo pipefail
+
+readonly REQUIRED=(
+  cmake g++ make
+  libfmt-dev libspdlog-dev prometheus-cpp-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+readonly OPTIONAL=(ninja-build)
+
+log() { printf '[deps] %s\n' "$*"; }
+
+check_only=0
+case "${1:-}" in
+  --check) check_only=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
+
+if [[ "${KVBM_SKIP_DEPS:-0}" == 1 ]]; then
+  log "KVBM_SKIP_DEPS=1: not checking dependencies"
+  exit 0
+fi
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  log "not a Debian-like system (no dpkg-query/apt-get); install these yourself:"
+  log "  ${REQUIRED[*]} (optional: ${OPTIONAL[*]})"
+  log "continuing; CMake will report anything that is missing"
+  exit 0
+fi
+
+is_installed() {
+  [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" == installed ]]
+}
+
+missing=()
+for pkg in "${REQUIRED[@]}"; do
+  is_installed "$pkg" || missing+=("$pkg")
+done
+missing_optional=()
+for pkg in "${OPTIONAL[@]}"; do
+  is_installed "$pkg" || missing_optional+=("$pkg")
+done
+
+if ((${#missing[@]} == 0 && ${#missing_optional[@]} == 0)); then
+  log "all dependencies present"
+  exit 0
+fi
+if ((check_only)); then
+  ((${#missing[@]})) && log "missing: ${missing[*]}"
+  ((${#missing_optional[@]})) && log "missing (optional): ${missing_optional[*]}"
+  if ((${#missing[@]})); then exit 1; fi
+  exit 0
+fi
+
+# Run apt-get as root: directly, or through sudo.
+as_root=()
+if ((EUID != 0)); then
+  if command -v sudo >/dev/null 2>&1; then
+    as_root=(sudo -n)
+    if ! sudo -n true 2>/dev/null; then
+      as_root=(sudo)  # may prompt for a password on an interactive terminal
+    fi
+  else
+    log "not root and no sudo; please install: ${missing[*]} ${missing_optional[*]}"
+    if ((${#missing[@]})); then exit 1; fi
+    exit 0  # only optional packages are missing
+  fi
+fi
+apt() {
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get \
+    -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
+
+log "installing: ${missing[*]} ${missing_optional[*]}"
+apt update
+if ((${#missing[@]})); then
+  apt install --no-install-recommends "${missing[@]}"
+fi
+if ((${#missing_optional[@]})); then
+  apt install --no-install-recommends "${missing_optional[@]}" ||
+    log "optional packages not installed (${missing_optional[*]}); continuing without them"
+fi
+
+still_missing=()
+for pkg in "${missing[@]}"; do
+  is_installed "$pkg" || still_missing+=("$pkg")
+done
+if ((${#still_missing[@]})); then
+  log "failed to install: ${still_missing[*]}"
+  exit 1
+fi
+log "dependencies installed"

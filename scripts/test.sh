@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# Builds kvbm and runs every test; exits non-zero if anything fails.
+#
+#   bash scripts/test.sh
+#
+# Stages, in order (each one's output is shown as it runs; a summary comes last):
+#   deps      scripts/deps.sh installs missing packages (apt-get)
+#   release   preset `release`: configure, build everything, run ctest
+#   asan      preset `asan` (ASan + LSan + UBSan): the whole suite again
+#   tsan      preset `tsan` (ThreadSanitizer): the whole suite again; run under
+#             `setarch $(uname -m) -R` when the kernel's address-space randomisation stops
+#             TSan from starting ("unexpected memory mapping")
+#   package   scripts/package_test.sh: install, then build consumers with find_package()
+#             and add_subdirectory()
+#
+# Environment:
+#   KVBM_QUICK=1        only deps, release and package (no sanitizer builds)
+#   KVBM_STAGES="..."   run exactly these stages, e.g. KVBM_STAGES="release tsan"
+#   KVBM_FAIL_FAST=1    stop at the first failed stage
+#   KVBM_STRESS_SCALE   scale of the randomized stress tests in the sanitizer stages
+#                       (default 0.1; the release stage runs them at full size)
+#   KVBM_CTEST_ARGS     extra ctest arguments, word-split, e.g. "-L pools" or "-R Lru"
+#   KVBM_BUILD_ROOT, KVBM_JOBS, CMAKE_GENERATOR: see scripts/common.sh
+set -uo pipefail
+
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+KVBM_LOG_TAG="test"
+cd "$KVBM_ROOT" || exit 1
+
+if [[ -n "${KVBM_STAGES:-}" ]]; then
+  read -r -a stages <<<"$KVBM_STAGES"
+elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
+  stages=(release package)
+else
+  stages=(release asan tsan package)
+fi
+stress_scale="${KVBM_STRESS_SCALE:-0.1}"
+
+summary=()
+failed_stages=()
+detail=""
+
+record() {  # <stage> <PASS|FAIL|SKIP> <seconds> <detail>
+  summary+=("$(printf '%-8s %-4s %6ss  %s' "$1" "$2" "$3" "$4")")
+  if [[ "$2" == FAIL ]]; then failed_stages+=("$1"); fi
+}
+
+print_summary() {
+  local line
+  echo
+  echo "==================================== kvbm test summary ===================================="
+  for line in "${summary[@]}"; do echo "$line"; done
+  echo "==========================================================================================="
+  if ((${#failed_stages[@]})); then
+    echo "RESULT: FAIL (${failed_stages[*]})"
+  else
+    echo "RESULT: PASS (${#summary[@]} stages)"
+  fi
+}
+
+# Builds preset $1 (already configured) and runs its suite. Arguments after $1 are a command
+# prefix for ctest (env settings, setarch). Sets $detail.
+build_and_test() {
+  local preset="$1"
+  shift
+  local dir="$KVBM_BUILD_ROOT/$preset"
+  kvbm_log "$preset: build (-j$KVBM_JOBS)"
+  if ! kvbm_build_preset "$preset"; then
+    detail="build failed"
+    return 1
+  fi
+  kvbm_log "$preset: ctest"
+  local log="$dir/ctest.log"
+  # shellcheck disable=SC2086  # KVBM_CTEST_ARGS is meant to be word-split
+  "$@" ctest --test-dir "$dir" --output-on-failure --no-tests=error \
+    --parallel "$KVBM_JOBS" ${KVBM_CTEST_ARGS:-} 2>&1 | tee "$log"
+  local rc="${PIPESTATUS[0]}"
+  detail="$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)"
+  [[ -n "$detail" ]] || detail="ctest exited with $rc"
+  return "$rc"
+}
+
+configure() {  # <preset>
+  kvbm_log "$1: configure"
+  if ! kvbm_configure_preset "$1"; then
+    detail="configure failed"
+    return 1
+  fi
+}
+
+# Compiles a tiny threaded program with the sanitizer flags $2 using the compiler of build tree
+# $1 and prints the path of the binary.
+build_probe() {
+  local dir="$1" flags="$2" cxx
+  cxx="$(kvbm_cxx_of "$dir")"
+  local probe="$dir/kvbm_sanitizer_probe"
+  cat >"$probe.cpp" <<'EOF'
+#include <cstdlib>
+#include <thread>
+int main() {
+  int x = 0;
+  std::thread t([&] { x = 1; });
+  t.join();
+  void* p = std::malloc(16);
+  std::free(p);
+  return x - 1;
+}
+EOF
+  # shellcheck disable=SC2086  # $flags holds several flags
+  "$cxx" -std=c++20 -g $flags -pthread "$probe.cpp" -o "$probe" >&2 || return 1
+  printf '%s\n' "$probe"
+}
+
+stage_release() {
+  configure release && build_and_test release
+}
+
+stage_asan() {
+  configure asan || return 1
+  local dir="$KVBM_BUILD_ROOT/asan" probe out asan_options="$KVBM_ASAN_OPTIONS"
+  local note=""
+  if probe="$(build_probe "$dir" "-fsanitize=address,undefined")"; then
+    # LeakSanitizer stops the world with ptrace; some containers forbid that.
+    if ! out="$(ASAN_OPTIONS=detect_leaks=1 "$probe" 2>&1)" &&
+      grep -qE 'LeakSanitizer has encountered a fatal error|LeakSanitizer does not work' <<<"$out"; then
+      kvbm_err "asan: LeakSanitizer cannot run here (ptrace restricted?); leak checks disabled"
+      asan_options="${asan_options/detect_leaks=1/detect_leaks=0}"
+      note=" [leak checks off: LSan cannot run here]"
+    fi
+  else
+    kvbm_err "asan: cannot build an ASan+UBSan probe program (libasan/libubsan missing?)"
+    detail="sanitizer runtime unavailable"
+    return 1
+  fi
+  build_and_test asan env \
+    "ASAN_OPTIONS=$asan_options${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+    "UBSAN_OPTIONS=$KVBM_UBSAN_OPTIONS${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+    "KVBM_STRESS_SCALE=$stress_scale"
+  local rc=$?
+  detail+="$note"
+  return "$rc"
+}
+
+stage_tsan() {
+  configure tsan || return 1
+  local dir="$KVBM_BUILD_ROOT/tsan" probe out
+  local -a launcher=()
+  local note=""
+  if ! probe="$(build_probe "$dir" "-fsanitize=thread")"; then
+    kvbm_err "tsan: cannot build a TSan probe program (libtsan missing?)"
+    detail="sanitizer runtime unavailable"
+    return 1
+  fi
+  if ! out="$("$probe" 2>&1)"; then
+    # Newer kernels randomise mmap addresses more widely than older TSan runtimes expect;
+    # running with randomisation off (setarch -R, inherited by ctest's children) fixes it.
+    if setarch "$(uname -m)" -R "$probe" >/dev/null 2>&1; then
+      launcher=(setarch "$(uname -m)" -R)
+      note=" [run under setarch -R]"
+      kvbm_log "tsan: TSan needs address-space randomisation off here; using setarch -R"
+    else
+      kvbm_err "tsan: a TSan program cannot start on this machine, even under setarch -R:"
+      printf '%s\n' "$out" | head -n 5 >&2
+      kvbm_err "tsan: try 'sysctl vm.mmap_rnd_bits=28' (as root), or run with KVBM_STAGES without tsan"
+      detail="TSan cannot run on this machine"
+      return 1
+    fi
+  fi
+  build_and_test tsan "${launcher[@]}" env \
+    "TSAN_OPTIONS=$KVBM_TSAN_OPTIONS${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+    "KVBM_STRESS_SCALE=$stress_scale"
+  local rc=$?
+  detail+="$note"
+  return "$rc"
+}
+
+stage_package() {
+  if bash "$KVBM_ROOT/scripts/package_test.sh"; then
+    detail="find_package() and add_subdirectory() consumers build and run"
+  else
+    detail="see the package_test output above"
+    return 1
+  fi
+}
+
+if [[ "${CI:-}" == true ]]; then
+  kvbm_log "CI: $(uname -srm), $(nproc) CPUs, bash $BASH_VERSION"
+fi
+kvbm_log "stages: ${stages[*]} (build root $KVBM_BUILD_ROOT, -j$KVBM_JOBS)"
+
+start=$SECONDS
+if bash "$KVBM_ROOT/scripts/deps.sh"; then
+  record deps PASS $((SECONDS - start)) ""
+else
+  record deps FAIL $((SECONDS - start)) "could not install dependencies"
+  print_summary
+  exit 1
+fi
+kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null | head -n 1)"
+
+for stage in "${stages[@]}"; do
+  if ! declare -F "stage_$stage" >/dev/null; then
+    record "$stage" FAIL 0 "unknown stage (known: release asan tsan package)"
+    continue
+  fi
+  if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then
+    record "$stage" SKIP 0 "KVBM_FAIL_FAST=1 after an earlier failure"
+    continue
+  fi
+  kvbm_log "===== stage: $stage ====="
+  start=$SECONDS
+  detail=""
+  if "stage_$stage"; then
+    record "$stage" PASS $((SECONDS - start)) "$detail"
+  else
+    record "$stage" FAIL $((SECONDS - start)) "$detail"
+  fi
+done
+
+print_summary
+((${#failed_stages[@]} == 0))

@@ -1,0 +1,131 @@
+#include "kvbm/token_block_sequence.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+namespace kvbm {
+
+TokenBlockSequence::TokenBlockSequence(std::uint32_t block_size, SaltHash salt)
+    : block_size_(block_size), salt_(salt) {
+  KVBM_CHECK(block_size > 0, "TokenBlockSequence: block_size must be greater than 0");
+}
+
+std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
+  if (tokens.empty()) return 0;
+  const std::size_t old_tokens = tokens_.size();
+  const std::size_t old_blocks = num_blocks();
+  const std::size_t tail = old_tokens - hashed_tokens();
+  tokens_.resize(old_tokens + tokens.size());  // uninitialized; filled below
+  Token* const dst = tokens_.data() + old_tokens;
+  try {
+    // 1. Top up the tail block; hash it if that fills it.
+    std::size_t taken = 0;
+    if (tail != 0) {
+      taken = std::min<std::size_t>(block_size_ - tail, tokens.size());
+      std::copy_n(tokens.data(), taken, dst);
+      if (tail + taken == block_size_) {
+        hash_span({tokens_.data() + hashed_tokens(), block_size_}, nullptr, hashed_tokens());
+      }
+    }
+    // 2. Whole blocks: hashed straight from the input and copied in the same pass.
+    const std::span<const Token> rest = tokens.subspan(taken);
+    const std::size_t whole = rest.size() / block_size_ * block_size_;
+    if (whole != 0) hash_span(rest.first(whole), dst + taken, old_tokens + taken);
+    // 3. The new tail.
+    std::copy_n(rest.data() + whole, rest.size() - whole, dst + taken + whole);
+  } catch (...) {
+    tokens_.resize(old_tokens);
+    block_hashes_.resize(old_blocks);
+    sequence_hashes_.resize(old_blocks);
+    throw;
+  }
+  return num_blocks() - old_blocks;
+}
+
+std::size_t TokenBlockSequence::hash_new_blocks() {
+  const std::size_t first_block = num_blocks();
+  const std::size_t new_blocks = tokens_.size() / block_size_ - first_block;
+  if (new_blocks == 0) return 0;
+  const std::size_t begin = first_block * block_size_;
+  hash_span({tokens_.data() + begin, new_blocks * block_size_}, nullptr, begin);
+  return new_blocks;
+}
+
+void TokenBlockSequence::hash_span(std::span<const Token> src, Token* copy_to, std::size_t first_token) {
+  // Block keys that start inside these blocks, rebased to their first token.
+  std::vector<ExtraKey> keys;
+  if (!block_keys_.empty()) {
+    const std::size_t end = first_token + src.size();
+    auto by_offset = [](const ExtraKey& key, std::size_t offset) { return key.token_offset < offset; };
+    auto first = std::lower_bound(block_keys_.begin(), block_keys_.end(), first_token, by_offset);
+    auto last = std::lower_bound(first, block_keys_.end(), end, by_offset);
+    for (auto it = first; it != last; ++it) {
+      ExtraKey rebased = *it;
+      rebased.token_offset = static_cast<std::uint32_t>(it->token_offset - first_token);
+      keys.push_back(std::move(rebased));
+    }
+  }
+  if (copy_to != nullptr) {
+    detail::hash_blocks_and_copy(src, copy_to, block_size_, salt_, last_sequence_hash(), block_hashes_,
+                                 sequence_hashes_, keys);
+  } else {
+    hash_blocks(src, block_size_, salt_, last_sequence_hash(), block_hashes_, sequence_hashes_, keys);
+  }
+}
+
+std::size_t TokenBlockSequence::truncate(std::size_t new_token_count) {
+  KVBM_CHECK(new_token_count <= tokens_.size(), "TokenBlockSequence::truncate: cannot truncate to ",
+             new_token_count, " tokens, the sequence holds only ", tokens_.size(),
+             "; truncate rolls tokens back, use extend() or append() to add tokens");
+  if (new_token_count == tokens_.size()) return 0;
+  const std::size_t keep_blocks = new_token_count / block_size_;
+  const std::size_t kept = std::min(keep_blocks, num_blocks());
+  const std::size_t dropped = num_blocks() - kept;
+  tokens_.resize(new_token_count);
+  block_hashes_.resize(kept);
+  sequence_hashes_.resize(kept);
+  std::erase_if(block_keys_, [&](const ExtraKey& key) { return key.token_offset >= new_token_count; });
+  return dropped;
+}
+
+void TokenBlockSequence::clear() noexcept {
+  tokens_.clear();
+  block_hashes_.clear();
+  sequence_hashes_.clear();
+  block_keys_.clear();
+}
+
+void TokenBlockSequence::reserve(std::size_t token_count) {
+  tokens_.reserve(token_count);
+  block_hashes_.reserve(token_count / block_size_);
+  sequence_hashes_.reserve(token_count / block_size_);
+}
+
+void TokenBlockSequence::add_multimodal(std::size_t token_offset, std::uint64_t content_hash) {
+  KVBM_CHECK(token_offset <= std::numeric_limits<std::uint32_t>::max(),
+             "TokenBlockSequence::add_multimodal: token offset ", token_offset, " does not fit in 32 bits");
+  add_block_key(ExtraKey::multimodal(static_cast<std::uint32_t>(token_offset), content_hash));
+}
+
+void TokenBlockSequence::add_multimodal(std::size_t token_offset, std::string_view content_id) {
+  KVBM_CHECK(token_offset <= std::numeric_limits<std::uint32_t>::max(),
+             "TokenBlockSequence::add_multimodal: token offset ", token_offset, " does not fit in 32 bits");
+  add_block_key(ExtraKey::multimodal(static_cast<std::uint32_t>(token_offset), content_id));
+}
+
+void TokenBlockSequence::add_block_key(ExtraKey key) {
+  KVBM_CHECK(is_block_level(key.domain), "TokenBlockSequence::add_block_key: got a salt or extra key of the wrong kind: a ",
+             to_string(key.domain),
+             " key applies to the whole sequence; fold it into the SaltHash with SaltBuilder and pass that "
+             "to the constructor");
+  KVBM_CHECK(key.token_offset >= hashed_tokens(), "TokenBlockSequence: cannot attach a ", to_string(key.domain),
+             " key at token offset ", key.token_offset, ": the block holding it (block ",
+             key.token_offset / block_size_, ") is already complete and hashed; attach block keys before "
+             "extending the sequence past their block");
+  auto pos = std::upper_bound(block_keys_.begin(), block_keys_.end(), key.token_offset,
+                              [](std::uint32_t offset, const ExtraKey& k) { return offset < k.token_offset; });
+  block_keys_.insert(pos, std::move(key));
+}
+
+}  // namespace kvbm

@@ -1,0 +1,131 @@
+// tests/test_util.h: helpers shared by the core tests.
+//
+//   seq(i, chain)         the i-th SequenceHash of a lineage chain
+//   chain(n, chain)       the first n hashes of that chain
+//   root(v)               an independent position-0 hash
+//   expect_balanced(m)    audit() is empty and the pool counts add up
+//   metric_value(m, name) the value of `name{pool="<m's pool>"}`, or nullopt
+//   make_registered(...)  allocates, stages and registers blocks in one go
+
+#pragma once
+
+#include <gtest/gtest.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvbm/block_manager.h"
+#include "kvbm/sequence_hash.h"
+
+namespace kvbm::test {
+
+/// Returns the i-th hash of chain `chain_id`: value (chain_id << 32) | (i + 1),
+/// parented on the (i-1)-th hash of the same chain (position 0 has no parent).
+inline SequenceHash seq(std::uint32_t i, std::uint32_t chain_id = 0) {
+  const std::uint64_t base = std::uint64_t{chain_id} << 32;
+  const std::uint64_t value = base | (std::uint64_t{i} + 1);
+  if (i == 0) return SequenceHash(value, std::nullopt, 0);
+  return SequenceHash(value, value - 1, i);
+}
+
+/// Returns the first n hashes of chain `chain_id`.
+inline std::vector<SequenceHash> chain(std::uint32_t n, std::uint32_t chain_id = 0) {
+  std::vector<SequenceHash> out;
+  out.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) out.push_back(seq(i, chain_id));
+  return out;
+}
+
+/// Returns an independent first-block hash with value `v` (v must not collide
+/// with chain values used in the same test: chains use small low words).
+inline SequenceHash root(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
+
+/// Asserts the manager's accounting is consistent.
+template <class Manager>
+void expect_balanced(const Manager& m) {
+  EXPECT_EQ(m.audit(), "");
+  const PoolCounts c = m.pool_counts();
+  EXPECT_TRUE(c.balanced()) << "reset " << c.reset << " + inactive " << c.inactive << " + in use "
+                            << c.in_use << " != total " << c.total;
+  EXPECT_EQ(c.in_use, c.mutable_out + c.immutable_out);
+  EXPECT_LE(c.evictable, c.inactive);
+}
+
+/// Returns the value of series `name{pool="<pool>"}` in `registry`, or nullopt
+/// when no such series exists.
+inline std::optional<double> metric_value(prometheus::Registry& registry, std::string_view name,
+                                          std::string_view pool) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& metric : family.metric) {
+      bool match = false;
+      for (const auto& label : metric.label) {
+        if (label.name == "pool" && label.value == pool) match = true;
+      }
+      if (!match) continue;
+      switch (family.type) {
+        case prometheus::MetricType::Counter: return metric.counter.value;
+        case prometheus::MetricType::Gauge: return metric.gauge.value;
+        default: return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+/// Returns the value of series `name{pool="<m's pool>"}` in m's metrics registry.
+template <class Manager>
+std::optional<double> metric_value(const Manager& m, std::string_view name) {
+  return metric_value(*m.metrics_registry(), name, m.pool_name());
+}
+
+/// Allocates one block per hash, stages and registers it; returns the handles
+/// in hash order. Fails the test (and returns fewer) when allocation fails.
+template <TierMarker T>
+std::vector<ImmutableBlock<T>> make_registered(BlockManager<T>& m,
+                                               const std::vector<SequenceHash>& hashes) {
+  std::vector<ImmutableBlock<T>> out;
+  if (hashes.empty()) return out;
+  auto blocks = m.allocate_blocks(hashes.size());
+  EXPECT_TRUE(blocks.has_value()) << "allocate_blocks(" << hashes.size() << ") failed";
+  if (!blocks) return out;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    auto staged = std::move((*blocks)[i]).stage(hashes[i], m.block_size());
+    EXPECT_TRUE(staged.ok());
+    if (!staged.ok()) return out;
+    out.push_back(m.register_block(std::move(staged).value()));
+  }
+  return out;
+}
+
+/// Returns the staged block, failing the test if staging failed.
+template <TierMarker T>
+CompleteBlock<T> stage_ok(MutableBlock<T>&& block, const SequenceHash& hash) {
+  const std::uint32_t size = block.block_size();
+  auto staged = std::move(block).stage(hash, size);
+  if (!staged.ok()) {
+    ADD_FAILURE() << "stage failed: " << staged.error().reason;
+  }
+  return std::move(staged).value();
+}
+
+/// Registers one fresh block with `hash` and returns the handle.
+template <TierMarker T>
+ImmutableBlock<T> register_one(BlockManager<T>& m, const SequenceHash& hash) {
+  auto blocks = m.allocate_blocks(1);
+  if (!blocks) throw std::runtime_error("register_one: pool exhausted");
+  return m.register_block(stage_ok(std::move(blocks->front()), hash));
+}
+
+/// Returns presence of each hash in tier T through the manager's registry.
+template <TierMarker T>
+std::vector<bool> present(const BlockManager<T>& m, const std::vector<SequenceHash>& hashes) {
+  return m.registry()->template presence<T>(hashes);
+}
+
+}  // namespace kvbm::test
