@@ -227,8 +227,11 @@ std::size_t BlockStore::scan(std::span<const SequenceHash> hashes, std::vector<B
 }
 
 void BlockStore::presence(std::span<const SequenceHash> hashes, std::vector<bool>& out) const {
-  out.resize(hashes.size());
+  out.assign(hashes.size(), false);
   std::lock_guard lock(mu_);
+  // An orphaned pool (its manager is gone, blocks still out) holds nothing a
+  // caller could match or upgrade, so it answers like an absent tier.
+  if (orphaned_) return;
   for (std::size_t i = 0; i < hashes.size(); ++i) out[i] = table_.contains(hashes[i].value());
 }
 

@@ -256,7 +256,7 @@ void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32
   KVBM_CHECK(block_size > 0, "hash_blocks: block_size must be greater than 0");
   KVBM_CHECK(tokens.size() % block_size == 0, "hash_blocks: ", tokens.size(),
              " tokens is not a whole number of blocks of ", block_size, "; pass only full blocks");
-  check_block_keys(block_keys, tokens.size(), "hash_blocks");
+  if (!block_keys.empty()) check_block_keys(block_keys, tokens.size(), "hash_blocks");
   const std::size_t count = tokens.size() / block_size;
   if (count == 0) return;
   const std::uint64_t first_position = parent ? std::uint64_t{parent->position()} + 1 : 0;
@@ -267,7 +267,12 @@ void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32
 
   const std::size_t old_size = block_hashes.size();
   block_hashes.resize(old_size + count);
-  sequence_hashes.resize(old_size + count);
+  try {
+    sequence_hashes.resize(old_size + count);
+  } catch (...) {
+    block_hashes.resize(old_size);  // a failed call leaves both outputs as they were
+    throw;
+  }
   const Run run{tokens.data(), copy_to,   count, block_size, salt.value(), block_hashes.data() + old_size,
                 sequence_hashes.data() + old_size};
   if (copy_to != nullptr) {

@@ -1,6 +1,7 @@
 #include "kvbm/token_block_sequence.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -13,9 +14,15 @@ TokenBlockSequence::TokenBlockSequence(std::uint32_t block_size, SaltHash salt)
 
 std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
   if (tokens.empty()) return 0;
+  if (!tokens_.empty() && std::less_equal<const Token*>()(tokens_.data(), tokens.data()) &&
+      std::less<const Token*>()(tokens.data(), tokens_.data() + tokens_.size())) {
+    // The input is (part of) this sequence's own storage, which may move on resize.
+    const std::vector<Token> copy(tokens.begin(), tokens.end());
+    return extend(copy);
+  }
   const std::size_t old_tokens = tokens_.size();
   const std::size_t old_blocks = num_blocks();
-  const std::size_t tail = old_tokens - hashed_tokens();
+  const std::size_t tail = old_tokens - hashed_tokens_;
   tokens_.resize(old_tokens + tokens.size());  // uninitialized; filled below
   Token* const dst = tokens_.data() + old_tokens;
   try {
@@ -25,7 +32,7 @@ std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
       taken = std::min<std::size_t>(block_size_ - tail, tokens.size());
       std::copy_n(tokens.data(), taken, dst);
       if (tail + taken == block_size_) {
-        hash_span({tokens_.data() + hashed_tokens(), block_size_}, nullptr, hashed_tokens());
+        hash_span({tokens_.data() + hashed_tokens_, block_size_}, nullptr, hashed_tokens_);
       }
     }
     // 2. Whole blocks: hashed straight from the input and copied in the same pass.
@@ -38,18 +45,35 @@ std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
     tokens_.resize(old_tokens);
     block_hashes_.resize(old_blocks);
     sequence_hashes_.resize(old_blocks);
+    hashed_tokens_ = old_blocks * block_size_;
     throw;
   }
   return num_blocks() - old_blocks;
 }
 
-std::size_t TokenBlockSequence::hash_new_blocks() {
-  const std::size_t first_block = num_blocks();
-  const std::size_t new_blocks = tokens_.size() / block_size_ - first_block;
-  if (new_blocks == 0) return 0;
-  const std::size_t begin = first_block * block_size_;
-  hash_span({tokens_.data() + begin, new_blocks * block_size_}, nullptr, begin);
-  return new_blocks;
+std::size_t TokenBlockSequence::complete_tail_block() {
+  const std::span<const Token> block(tokens_.data() + hashed_tokens_, block_size_);
+  try {
+    if (block_keys_.empty()) {
+      // Decode completes one block at a time: skip the batch machinery.
+      const std::uint64_t hash = block_hash(block, salt_);
+      const SequenceHash seq = chain(last_sequence_hash(), hash);
+      block_hashes_.push_back(hash);
+      try {
+        sequence_hashes_.push_back(seq);
+      } catch (...) {
+        block_hashes_.pop_back();
+        throw;
+      }
+      hashed_tokens_ += block_size_;
+    } else {
+      hash_span(block, nullptr, hashed_tokens_);
+    }
+  } catch (...) {
+    tokens_.pop_back();  // append() changes nothing when it fails
+    throw;
+  }
+  return 1;
 }
 
 void TokenBlockSequence::hash_span(std::span<const Token> src, Token* copy_to, std::size_t first_token) {
@@ -72,6 +96,7 @@ void TokenBlockSequence::hash_span(std::span<const Token> src, Token* copy_to, s
   } else {
     hash_blocks(src, block_size_, salt_, last_sequence_hash(), block_hashes_, sequence_hashes_, keys);
   }
+  hashed_tokens_ = num_blocks() * block_size_;
 }
 
 std::size_t TokenBlockSequence::truncate(std::size_t new_token_count) {
@@ -85,6 +110,7 @@ std::size_t TokenBlockSequence::truncate(std::size_t new_token_count) {
   tokens_.resize(new_token_count);
   block_hashes_.resize(kept);
   sequence_hashes_.resize(kept);
+  hashed_tokens_ = kept * block_size_;
   std::erase_if(block_keys_, [&](const ExtraKey& key) { return key.token_offset >= new_token_count; });
   return dropped;
 }
@@ -94,6 +120,7 @@ void TokenBlockSequence::clear() noexcept {
   block_hashes_.clear();
   sequence_hashes_.clear();
   block_keys_.clear();
+  hashed_tokens_ = 0;
 }
 
 void TokenBlockSequence::reserve(std::size_t token_count) {
@@ -119,7 +146,7 @@ void TokenBlockSequence::add_block_key(ExtraKey key) {
              to_string(key.domain),
              " key applies to the whole sequence; fold it into the SaltHash with SaltBuilder and pass that "
              "to the constructor");
-  KVBM_CHECK(key.token_offset >= hashed_tokens(), "TokenBlockSequence: cannot attach a ", to_string(key.domain),
+  KVBM_CHECK(key.token_offset >= hashed_tokens_, "TokenBlockSequence: cannot attach a ", to_string(key.domain),
              " key at token offset ", key.token_offset, ": the block holding it (block ",
              key.token_offset / block_size_, ") is already complete and hashed; attach block keys before "
              "extending the sequence past their block");

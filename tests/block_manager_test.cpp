@@ -515,8 +515,7 @@ TEST(BlockManager, AvailableAndTotalBlocks) {
 // ---- Randomized invariants -----------------------------------------------
 
 TEST(BlockManager, RandomizedOperationsKeepTheInvariant) {
-  const auto seed = std::random_device{}();
-  std::cout << "seed: " << seed << '\n';
+  const auto seed = test::test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   for (const auto policy : {DuplicatePolicy::kAllow, DuplicatePolicy::kReject}) {
@@ -619,8 +618,7 @@ TEST(BlockManager, RandomizedOperationsKeepTheInvariant) {
 }
 
 TEST(BlockManager, ConcurrentWorkersKeepTheInvariant) {
-  const auto seed = std::random_device{}();
-  std::cout << "seed: " << seed << '\n';
+  const auto seed = test::test_seed();
   auto m = make_manager(32);
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;

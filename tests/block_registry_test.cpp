@@ -151,6 +151,11 @@ TEST(BlockRegistry, ManagerDestroyedWithBlocksOutHoldsNothing) {
   EXPECT_EQ(registry->presence<G2>(chain(2)), (std::vector<bool>{false, false}));
   EXPECT_TRUE(registry->pools_holding(seq(0)).empty());
   EXPECT_EQ(held->sequence_hash(), seq(0));
+  // A replacement pool of the same tier is not credited with the old pool's blocks.
+  auto replacement = make_manager<G2>(registry, 4, "G2b");
+  EXPECT_FALSE(registry->is_present<G2>(seq(0)));
+  EXPECT_TRUE(registry->pools_holding(seq(0)).empty());
+  EXPECT_TRUE(replacement.match_blocks(chain(1)).empty());
   held.reset();
   EXPECT_FALSE(registry->is_present<G2>(seq(0)));
 }

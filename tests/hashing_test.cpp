@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -267,25 +268,25 @@ TEST(HashingTest, HashBlocksEqualsBlockByBlock) {
   // (> 240 bytes, where a seeded hash uses a derived secret) bytes per block.
   const std::vector<Token> tokens = iota_tokens(600, 1000);
   for (const SaltHash salt : {kNoSalt, SaltBuilder().lora("l").build()}) {
-  for (std::uint32_t bs : {1U, 4U, 5U, 16U, 32U, 60U, 61U, 64U, 100U, 300U}) {
-    SCOPED_TRACE(testing::Message() << "block size " << bs << ", salt " << salt.value());
-    const std::span<const Token> whole(tokens.data(), tokens.size() / bs * bs);
-    std::vector<std::uint64_t> bh;
-    std::vector<SequenceHash> sh;
-    hash_blocks(whole, bs, salt, std::nullopt, bh, sh);
-    ASSERT_EQ(bh.size(), tokens.size() / bs);
-    ASSERT_EQ(sh.size(), tokens.size() / bs);
-    std::optional<SequenceHash> parent;
-    for (std::size_t i = 0; i < bh.size(); ++i) {
-      const std::span<const Token> block(tokens.data() + i * bs, bs);
-      EXPECT_EQ(bh[i], block_hash(block, salt));
-      EXPECT_EQ(bh[i], XXH3_64bits_withSeed(block.data(), block.size_bytes(), salt.value()));
-      const SequenceHash expected = chain(parent, bh[i]);
-      EXPECT_EQ(sh[i], expected);
-      EXPECT_EQ(sh[i].position(), i);
-      parent = expected;
+    for (std::uint32_t bs : {1U, 4U, 5U, 16U, 32U, 60U, 61U, 64U, 100U, 300U}) {
+      SCOPED_TRACE(testing::Message() << "block size " << bs << ", salt " << salt.value());
+      const std::span<const Token> whole(tokens.data(), tokens.size() / bs * bs);
+      std::vector<std::uint64_t> bh;
+      std::vector<SequenceHash> sh;
+      hash_blocks(whole, bs, salt, std::nullopt, bh, sh);
+      ASSERT_EQ(bh.size(), tokens.size() / bs);
+      ASSERT_EQ(sh.size(), tokens.size() / bs);
+      std::optional<SequenceHash> parent;
+      for (std::size_t i = 0; i < bh.size(); ++i) {
+        const std::span<const Token> block(tokens.data() + i * bs, bs);
+        EXPECT_EQ(bh[i], block_hash(block, salt));
+        EXPECT_EQ(bh[i], XXH3_64bits_withSeed(block.data(), block.size_bytes(), salt.value()));
+        const SequenceHash expected = chain(parent, bh[i]);
+        EXPECT_EQ(sh[i], expected);
+        EXPECT_EQ(sh[i].position(), i);
+        parent = expected;
+      }
     }
-  }
   }
 }
 
@@ -298,6 +299,24 @@ TEST(HashingTest, HashBlocksAppendsAndChainsToParent) {
   hash_blocks(std::span<const Token>(tokens).subspan(16), 8, kNoSalt, sh.back(), bh, sh);
   EXPECT_EQ(bh, whole_bh);
   EXPECT_EQ(sh, whole_sh);
+}
+
+TEST(HashingTest, HashBlocksAndCopyCopiesAndHashesLikeHashBlocks) {
+  const std::vector<Token> tokens = iota_tokens(2048 * 3, 7);
+  const SaltHash salt(0xABCDEF);
+  for (std::uint32_t bs : {16U, 24U, 64U, 2048U}) {
+    SCOPED_TRACE(bs);
+    const std::span<const Token> whole(tokens.data(), tokens.size() / bs * bs);
+    std::vector<std::uint64_t> bh, copied_bh;
+    std::vector<SequenceHash> sh, copied_sh;
+    hash_blocks(whole, bs, salt, std::nullopt, bh, sh);
+    std::vector<Token> copy(whole.size() + 1, 0xFFFFFFFF);
+    detail::hash_blocks_and_copy(whole, copy.data(), bs, salt, std::nullopt, copied_bh, copied_sh);
+    EXPECT_EQ(copied_bh, bh);
+    EXPECT_EQ(copied_sh, sh);
+    EXPECT_TRUE(std::ranges::equal(std::span<const Token>(copy).first(whole.size()), whole));
+    EXPECT_EQ(copy.back(), 0xFFFFFFFFU);  // nothing written past the end
+  }
 }
 
 TEST(HashingTest, HashBlocksRebasesKeysToTheirBlock) {

@@ -214,8 +214,8 @@ TEST_P(MetricsScenario, ExactValuesOfEverySeries) {
 
 INSTANTIATE_TEST_SUITE_P(BothPolicies, MetricsScenario,
                          ::testing::Values(DuplicatePolicy::kAllow, DuplicatePolicy::kReject),
-                         [](const auto& info) {
-                           return info.param == DuplicatePolicy::kAllow ? "Allow" : "Reject";
+                         [](const ::testing::TestParamInfo<DuplicatePolicy>& p) {
+                           return p.param == DuplicatePolicy::kAllow ? "Allow" : "Reject";
                          });
 
 TEST(Metrics, TwoManagersShareARegistryUnderDifferentPoolNames) {

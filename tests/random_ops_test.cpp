@@ -88,6 +88,8 @@ std::string config_name(const Config& c) {
          (c.duplicates == DuplicatePolicy::kAllow ? "_allow" : "_reject");
 }
 
+void PrintTo(const Config& c, std::ostream* os) { *os << config_name(c); }
+
 // ---------------------------------------------------------------------------
 // The universe of hashes: a few chained sequences sharing prefixes, so that
 // matches hit, registrations collide (duplicates) and lineage has parents.

@@ -6,6 +6,7 @@
 //   expect_balanced(m)    audit() is empty and the pool counts add up
 //   metric_value(m, name) the value of `name{pool="<m's pool>"}`, or nullopt
 //   make_registered(...)  allocates, stages and registers blocks in one go
+//   test_seed()           a random seed (or $KVBM_TEST_SEED), printed for replay
 
 #pragma once
 
@@ -14,7 +15,10 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <iostream>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +48,19 @@ inline std::vector<SequenceHash> chain(std::uint32_t n, std::uint32_t chain_id =
 /// Returns an independent first-block hash with value `v` (v must not collide
 /// with chain values used in the same test: chains use small low words).
 inline SequenceHash root(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
+
+/// Returns the seed for a randomized test: $KVBM_TEST_SEED when set, else a
+/// fresh random one. Prints it so a failure can be replayed.
+inline std::uint32_t test_seed() {
+  std::uint32_t seed = 0;
+  if (const char* env = std::getenv("KVBM_TEST_SEED"); env != nullptr && *env != '\0') {
+    seed = static_cast<std::uint32_t>(std::strtoul(env, nullptr, 10));
+  } else {
+    seed = std::random_device{}();
+  }
+  std::cout << "seed: " << seed << " (replay with KVBM_TEST_SEED=" << seed << ")\n";
+  return seed;
+}
 
 /// Asserts the manager's accounting is consistent.
 template <class Manager>

@@ -87,6 +87,15 @@ TEST(TokenBlockSequenceTest, ExtendReturnsExactlyTheBlocksCompleted) {
   EXPECT_TRUE(s.tail_tokens().empty());
 }
 
+TEST(TokenBlockSequenceTest, ExtendWithItsOwnTokens) {
+  const std::vector<Token> t = iota_tokens(10, 1);
+  TokenBlockSequence s = fresh(t, 4);
+  s.extend(s.tokens());  // the source may move when the storage grows
+  std::vector<Token> twice = t;
+  twice.insert(twice.end(), t.begin(), t.end());
+  expect_same(s, fresh(twice, 4));
+}
+
 TEST(TokenBlockSequenceTest, HashesMatchTheFreeFunctions) {
   const SaltHash salt = SaltBuilder().cache_salt("t").build();
   const std::vector<Token> t = iota_tokens(37, 500);
@@ -125,23 +134,32 @@ TEST(TokenBlockSequenceTest, AppendCompletesABlockExactlyAtEachBoundary) {
 }
 
 TEST(TokenBlockSequenceTest, IncrementalAppendsEqualOneExtend) {
+  // Block sizes cover the batch loop's fixed sizes (16, 32, 64), other sizes,
+  // blocks over 240 bytes (seeded XXH3 with a reused secret) and blocks over
+  // 2 KiB (copied in pieces); append hashes block by block with block_hash().
   std::mt19937_64 rng(test_seed());
-  for (std::uint32_t bs : {1U, 3U, 16U, 64U}) {
+  const SaltHash salt = SaltBuilder().cache_salt("tenant").build();
+  for (std::uint32_t bs : {1U, 3U, 16U, 32U, 64U, 100U, 1024U}) {
     SCOPED_TRACE(bs);
-    std::vector<Token> t(300);
+    std::vector<Token> t(bs == 1024 ? 5000 : 700);
     for (Token& x : t) x = static_cast<Token>(rng());
-    const TokenBlockSequence whole = fresh(t, bs);
-    TokenBlockSequence by_token(bs);
+    const TokenBlockSequence whole = fresh(t, bs, salt);
+    TokenBlockSequence by_token(bs, salt);
     for (Token x : t) by_token.append(x);
     expect_same(whole, by_token);
+    std::optional<SequenceHash> parent;
+    for (std::size_t i = 0; i < whole.num_blocks(); ++i) {
+      parent = chain(parent, block_hash(std::span<const Token>(t).subspan(i * bs, bs), salt));
+      ASSERT_EQ(whole.sequence_hashes()[i], *parent) << i;
+    }
     // Random chunks mixed with appends.
-    TokenBlockSequence mixed(bs);
+    TokenBlockSequence mixed(bs, salt);
     std::size_t pos = 0;
     while (pos < t.size()) {
       if (rng() % 3 == 0) {
         mixed.append(t[pos++]);
       } else {
-        const std::size_t n = std::min<std::size_t>(t.size() - pos, rng() % 50);
+        const std::size_t n = std::min<std::size_t>(t.size() - pos, rng() % (3 * bs + 50));
         mixed.extend(std::span<const Token>(t).subspan(pos, n));
         pos += n;
       }

@@ -69,14 +69,15 @@ class TokenBlockSequence {
   /// Creates an empty sequence. Precondition: block_size > 0.
   explicit TokenBlockSequence(std::uint32_t block_size, SaltHash salt = kNoSalt);
 
-  /// Appends prompt tokens; returns how many blocks became complete (and were hashed).
+  /// Appends prompt tokens; returns how many blocks became complete (and were
+  /// hashed). `tokens` may be a view of this sequence's own tokens.
   std::size_t extend(std::span<const Token> tokens);
 
   /// Appends one decoded token; returns 1 if it completed a block, else 0.
   std::size_t append(Token token) {
     tokens_.push_back(token);
-    if (tokens_.size() - hashed_tokens() < block_size_) return 0;
-    return hash_new_blocks();
+    if (tokens_.size() - hashed_tokens_ < block_size_) return 0;
+    return complete_tail_block();
   }
 
   /// Keeps the first `new_token_count` tokens; returns how many complete
@@ -114,7 +115,7 @@ class TokenBlockSequence {
   [[nodiscard]] std::span<const Token> tokens() const noexcept { return tokens_; }
   /// Returns the tokens of the tail (not yet full) block; empty at a block boundary.
   [[nodiscard]] std::span<const Token> tail_tokens() const noexcept {
-    return std::span<const Token>(tokens_).subspan(hashed_tokens());
+    return std::span<const Token>(tokens_).subspan(hashed_tokens_);
   }
   /// Returns the tokens of complete block `index`. Precondition: index < num_blocks().
   [[nodiscard]] std::span<const Token> block_tokens(std::size_t index) const {
@@ -146,9 +147,8 @@ class TokenBlockSequence {
   [[nodiscard]] std::span<const ExtraKey> block_keys() const noexcept { return block_keys_; }
 
  private:
-  [[nodiscard]] std::size_t hashed_tokens() const noexcept { return sequence_hashes_.size() * block_size_; }
-  // Hashes every block that is full but not yet hashed; returns how many.
-  std::size_t hash_new_blocks();
+  // Hashes the tail block, which the last append() filled; returns 1.
+  std::size_t complete_tail_block();
   // Hashes the whole blocks `src`, which start at token `first_token` of the
   // sequence, chaining them to the last hash; copies them to `copy_to` when
   // not null (else they are already stored there).
@@ -164,6 +164,7 @@ class TokenBlockSequence {
   std::vector<std::uint64_t> block_hashes_;     // one per complete block
   std::vector<SequenceHash> sequence_hashes_;   // one per complete block
   std::vector<ExtraKey> block_keys_;            // sorted by token_offset (absolute)
+  std::size_t hashed_tokens_ = 0;               // num_blocks() * block_size_
 };
 
 }  // namespace kvbm

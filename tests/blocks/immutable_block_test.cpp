@@ -205,6 +205,40 @@ TEST(ImmutableBlock, DroppedAfterManagerIsDestroyed) {
   EXPECT_FALSE(weak.upgrade().has_value());
 }
 
+TEST(ImmutableBlock, ConcurrentDropsAfterManagerIsDestroyed) {
+  std::vector<ImmutableBlock<G1>> copies;
+  {
+    auto m = make_manager(2);
+    auto a = register_one(m, seq(0));
+    auto b = register_one(m, seq(1));
+    for (int i = 0; i < 8; ++i) copies.push_back(i % 2 == 0 ? a : b);
+  }
+  std::vector<std::thread> threads;
+  for (auto& c : copies) {
+    threads.emplace_back([block = std::move(c)]() mutable {
+      ImmutableBlock<G1> copy = block;
+      auto gone = std::move(block);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // The last drop freed the orphaned pool; ASan reports a leak or a use after free.
+}
+
+TEST(ImmutableBlock, ManagerDestroyedWhileAnotherThreadDropsTheLastBlock) {
+  for (int i = 0; i < 100; ++i) {
+    auto m = std::make_unique<BlockManager<G1>>(make_manager(2));
+    auto a = register_one(*m, seq(0));
+    auto mut = m->allocate_blocks(1);
+    ASSERT_TRUE(mut);
+    std::thread t([block = std::move(a), blocks = std::move(*mut)]() mutable {
+      auto gone = std::move(block);
+      blocks.clear();
+    });
+    m.reset();
+    t.join();
+  }
+}
+
 TEST(ImmutableBlock, DroppedBeforeManagerIsDestroyed) {
   auto m = std::make_unique<BlockManager<G1>>(make_manager(2));
   {
