@@ -58,19 +58,30 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
   PoolCounterDelta delta;
   {
     std::lock_guard lock(mu_);
-    if (static_cast<std::size_t>(n) > reset_.size() + backend_->evictable()) return false;
+    if (static_cast<std::size_t>(n) > reset_.size() + backend_->size()) return false;
     const std::size_t from_reset = std::min<std::size_t>(n, reset_.size());
+    const std::size_t to_evict = n - from_reset;
+    const std::size_t first_evicted = out.size();
     out.reserve(out.size() + n);
-    for (std::size_t i = 0; i < from_reset; ++i) {
-      const BlockId id = reset_.back();
-      reset_.pop_back();
-      slots_[id].state = SlotState::kMutable;
-      out.push_back(id);
+    // Evict first: a backend that protects blocks (lineage) may free fewer
+    // than it holds; then the evictions are undone and nothing has changed.
+    for (std::size_t i = 0; i < to_evict; ++i) {
+      const auto victim = evict_one_locked();
+      if (!victim) {
+        undo_evictions_locked(std::span(out).subspan(first_evicted));
+        out.resize(first_evicted);
+        return false;
+      }
+      out.push_back(*victim);
     }
-    for (std::size_t i = from_reset; i < n; ++i) {
-      const BlockId id = evict_one_locked();
-      slots_[id].state = SlotState::kMutable;
-      out.push_back(id);
+    for (std::size_t i = 0; i < from_reset; ++i) {
+      out.push_back(reset_.back());
+      reset_.pop_back();
+    }
+    for (std::size_t i = first_evicted; i < out.size(); ++i) {
+      Slot& s = slots_[out[i]];
+      s.state = SlotState::kMutable;
+      if (i < first_evicted + to_evict) s.generation++;  // weak handles to it now fail
     }
     in_use_ += n;
     mutable_out_ += n;
@@ -78,22 +89,31 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
     publish_gauges_locked();
     delta.allocations = n;
     delta.allocations_from_reset = from_reset;
-    delta.evictions = n - from_reset;
+    delta.evictions = to_evict;
   }
   metrics_->add(delta);
   return true;
 }
 
-BlockId BlockStore::evict_one_locked() noexcept {
+std::optional<BlockId> BlockStore::evict_one_locked() noexcept {
   const auto victim = backend_->pop_victim();
-  // Callers checked evictable() first.
-  const BlockId id = *victim;
-  Slot& s = slots_[id];
+  if (!victim) return std::nullopt;
+  Slot& s = slots_[*victim];
   table_.erase(s.hash.value());
   backend_->on_unregistered(s.hash);
-  s.generation++;
   s.state = SlotState::kReset;
-  return id;
+  return victim;
+}
+
+void BlockStore::undo_evictions_locked(std::span<const BlockId> evicted) noexcept {
+  // Restore in reverse order: parents before the children that pinned them.
+  for (auto it = evicted.rbegin(); it != evicted.rend(); ++it) {
+    Slot& s = slots_[*it];
+    table_.emplace(s.hash.value(), *it);
+    backend_->on_registered(s.hash);
+    s.state = SlotState::kInactive;
+    backend_->insert(*it, s.hash);
+  }
 }
 
 void BlockStore::return_to_reset_locked(BlockId id) noexcept {
@@ -262,9 +282,9 @@ std::size_t BlockStore::evict_all_inactive() {
   PoolCounterDelta delta;
   {
     std::lock_guard lock(mu_);
-    while (backend_->evictable() > 0) {
-      const BlockId id = evict_one_locked();
-      reset_.push_back(id);
+    while (const auto id = evict_one_locked()) {
+      slots_[*id].generation++;
+      reset_.push_back(*id);
       ++delta.evictions;
     }
     publish_gauges_locked();

@@ -12,7 +12,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-
 #if defined(__GNUC__)
 #define KVBM_HOT_INLINE [[gnu::always_inline]] inline
 #define KVBM_FLATTEN [[gnu::flatten]]
@@ -116,7 +115,6 @@ void check_block_keys(std::span<const ExtraKey> keys, std::size_t token_count, c
                " follows one at ", keys[i - 1].token_offset, ")");
   }
 }
-
 
 // Copies `count` tokens between non-overlapping buffers. Large copies go in
 // pieces of at most 2 KiB: glibc switches to `rep movsb` above that, which

@@ -6,6 +6,22 @@
 #include <utility>
 
 namespace kvbm {
+namespace {
+
+// Copies tokens in pieces of at most 2 KiB; see copy_tokens in hashing.cpp
+// for why (slow `rep movsb` on 4 KiB-aliased buffers).
+void copy_in_pieces(const Token* src, std::size_t count, Token* dst) noexcept {
+  constexpr std::size_t kPiece = 2048 / sizeof(Token);
+  while (count > kPiece) {
+    std::copy_n(src, kPiece, dst);
+    src += kPiece;
+    dst += kPiece;
+    count -= kPiece;
+  }
+  std::copy_n(src, count, dst);
+}
+
+}  // namespace
 
 TokenBlockSequence::TokenBlockSequence(std::uint32_t block_size, SaltHash salt)
     : block_size_(block_size), salt_(salt) {
@@ -30,7 +46,7 @@ std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
     std::size_t taken = 0;
     if (tail != 0) {
       taken = std::min<std::size_t>(block_size_ - tail, tokens.size());
-      std::copy_n(tokens.data(), taken, dst);
+      copy_in_pieces(tokens.data(), taken, dst);
       if (tail + taken == block_size_) {
         hash_span({tokens_.data() + hashed_tokens_, block_size_}, nullptr, hashed_tokens_);
       }
@@ -40,7 +56,7 @@ std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
     const std::size_t whole = rest.size() / block_size_ * block_size_;
     if (whole != 0) hash_span(rest.first(whole), dst + taken, old_tokens + taken);
     // 3. The new tail.
-    std::copy_n(rest.data() + whole, rest.size() - whole, dst + taken + whole);
+    copy_in_pieces(rest.data() + whole, rest.size() - whole, dst + taken + whole);
   } catch (...) {
     tokens_.resize(old_tokens);
     block_hashes_.resize(old_blocks);

@@ -219,7 +219,10 @@ class BlockManager {
   /// touched. Returns the number evicted.
   std::size_t reset_inactive_pool() { return store_->evict_all_inactive(); }
 
-  /// Returns reset + evictable inactive blocks: what allocate_blocks can take.
+  /// Returns reset + evictable inactive blocks: what allocate_blocks can take
+  /// at least. Under the lineage backend, evicting a leaf can make its parent
+  /// evictable, so an allocation may succeed beyond this figure; it never
+  /// takes a block that an in-use block descends from.
   [[nodiscard]] std::size_t available_blocks() const {
     const auto c = store_->counts();
     return c.reset + c.evictable;

@@ -7,7 +7,9 @@
 // sequence_hashes() is the list a prefix-cache lookup needs. The last, not yet
 // full block is the tail: its tokens are kept but not hashed.
 //
-//   extend(prompt)     hashes every block the prompt fills, in one call;
+//   extend(prompt)     hashes every block the prompt fills in one out-of-line
+//                      call, reading whole blocks straight from the input
+//                      and copying them into the sequence in the same pass;
 //   append(token)      decode: one token, hashing the block it completes;
 //   truncate(n)        rolls back rejected speculative tokens: blocks past the
 //                      cut are dropped, a block cut in two becomes the tail.
@@ -18,18 +20,19 @@
 // chain every later sequence hash. Keys are kept sorted by offset; a key whose
 // offset is at or past a truncation cut is dropped with the tokens.
 //
-// Lifetime: spans and views returned by accessors are valid until the next
-// non-const call or destruction. Thread-safety: none inside; one thread may
+// Errors: misuse throws UsageError; a call that throws leaves the sequence as
+// it was. Lifetime: spans and views returned by accessors are valid until the
+// next non-const call or destruction. Thread-safety: none inside; one thread may
 // modify a sequence at a time, const calls may run concurrently with each other.
 
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <span>
 #include <memory>
 #include <new>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>

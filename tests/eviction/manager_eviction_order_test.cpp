@@ -299,5 +299,45 @@ TEST(ManagerEvictionOrder, LineageResetInactivePoolUnwindsWholeChains) {
   expect_balanced(m);
 }
 
+TEST(ManagerEvictionOrder, LineageAllocationEvictsAWholeChainLeafFirst) {
+  // Only C is evictable at first, but evicting it frees B, then A: an
+  // allocation of three blocks succeeds.
+  auto m = make_lineage(3);
+  const Hashes a = chain(3);
+  { auto blocks = register_all(m, a); }
+  EXPECT_EQ(m.pool_counts().evictable, 1U);
+  auto taken = m.allocate_blocks(3);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(m.registry()->presence<G3>(a), (std::vector<bool>(3, false)));
+  EXPECT_EQ(test::metric_value(m, "kvbm_evictions_total"), std::optional<double>(3.0));
+  expect_balanced(m);
+}
+
+TEST(ManagerEvictionOrder, LineageAllocationThatCannotBeMetChangesNothing) {
+  // A <- B <- C with C held: A and B are inactive but pinned by C. X is a
+  // free leaf. Asking for three blocks may evict X but not A or B: it fails,
+  // and X is still cached afterwards.
+  auto m = make_lineage(4);
+  const Hashes a = chain(3, 0);
+  const SequenceHash x = seq(0, 1);
+  auto blocks = register_all(m, Hashes{a[0], a[1], a[2], x});
+  release_in_order(blocks, {0, 1, 3});
+  const PoolCounts before = m.pool_counts();
+  EXPECT_EQ(before.inactive, 3U);
+  EXPECT_FALSE(m.allocate_blocks(2).has_value());
+  const PoolCounts after = m.pool_counts();
+  EXPECT_EQ(after.inactive, before.inactive);
+  EXPECT_EQ(after.evictable, before.evictable);
+  EXPECT_EQ(m.registry()->presence<G3>(Hashes{a[0], a[1], x}), (std::vector<bool>(3, true)));
+  EXPECT_EQ(test::metric_value(m, "kvbm_evictions_total"), std::optional<double>(0.0));
+  expect_balanced(m);
+  // X alone can still be taken.
+  auto one = m.allocate_blocks(1);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_FALSE(m.registry()->is_present<G3>(x));
+  expect_balanced(m);
+}
+
+
 }  // namespace
 }  // namespace kvbm

@@ -51,7 +51,7 @@ struct PoolCounts {
   std::size_t total = 0;
   std::size_t reset = 0;       ///< free blocks
   std::size_t inactive = 0;    ///< registered, unreferenced, matchable
-  std::size_t evictable = 0;   ///< of inactive: what allocation may evict now
+  std::size_t evictable = 0;   ///< of inactive: evictable without first evicting others
   std::size_t in_use = 0;      ///< held by handles (mutable, complete or immutable)
   std::size_t mutable_out = 0; ///< of in_use: mutable or complete handles
   std::size_t immutable_out = 0; ///< of in_use: registered blocks with strong handles
@@ -121,7 +121,8 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   std::size_t match(std::span<const SequenceHash> hashes, std::vector<BlockId>& out);
   /// Every present block, in request order, skipping misses.
   std::size_t scan(std::span<const SequenceHash> hashes, std::vector<BlockId>& out);
-  /// Writes whether each hash is registered in this tier.
+  /// Writes whether each hash is registered in this tier (all false once
+  /// the manager is gone).
   void presence(std::span<const SequenceHash> hashes, std::vector<bool>& out) const;
 
   /// Adds a strong reference to a block the caller already holds one of.
@@ -167,7 +168,8 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   void release_last_reference(BlockId id) noexcept;
   // All below: lock held.
   void return_to_reset_locked(BlockId id) noexcept;
-  BlockId evict_one_locked() noexcept;
+  std::optional<BlockId> evict_one_locked() noexcept;
+  void undo_evictions_locked(std::span<const BlockId> evicted) noexcept;
   void revive_locked(BlockId id) noexcept;
   void publish_gauges_locked() noexcept;
   void leave_in_use_locked(std::shared_ptr<BlockStore>& keepalive) noexcept;
