@@ -7,8 +7,8 @@
 //     block-level extra keys (multimodal content), their tagged encodings are
 //     appended to the token bytes;
 //   * the sequence hash (kvbm::SequenceHash): for the first block its value is
-//     the block hash; for block i > 0 it is XXH3-64 of the block hash (8
-//     little-endian bytes) seeded with the parent's value, so equal values mean
+//     the block hash; for block i > 0 it is XXH3-64 (seed 0) of the 16 bytes
+//     [parent's value, LE][block hash, LE], so equal values mean
 //     equal tokens, equal salt and equal extra keys over the whole prefix.
 //
 // Extra keys live in tagged domains. Each key is encoded as
