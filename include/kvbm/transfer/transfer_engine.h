@@ -1,0 +1,116 @@
+// kvbm/transfer/transfer_engine.h: the one interface every copy path implements.
+//
+// A transfer engine moves whole blocks along one path (host -> host, device ->
+// host, host -> disk, disk -> device, ...). It is built for a source and a
+// destination (their layouts and storage) and takes batches of (source block,
+// destination block) pairs. submit() returns at once; the copy runs on the
+// engine's own threads or streams, never the caller's, and the returned
+// TransferCompletion is signalled exactly once with the outcome: which pairs
+// failed (by index in the batch) and why. A pair that failed must not be used:
+// its destination holds undefined bytes. The source is never modified.
+//
+// Thread-safety: submit() may be called from several threads; completions
+// may be waited on from any thread. Destroying an engine waits for the
+// batches it accepted.
+
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvbm/eviction/backend.h"  // BlockId
+
+namespace kvbm {
+
+/// Copy source block `src` to destination block `dst`.
+struct TransferPair {
+  BlockId src = 0;
+  BlockId dst = 0;
+  friend bool operator==(const TransferPair&, const TransferPair&) = default;
+};
+
+/// What happened to a batch.
+struct TransferOutcome {
+  std::vector<std::size_t> failed;  ///< indices (into the batch) of pairs whose copy failed, ascending
+  std::string error;                ///< the first failure, in words; empty when none
+  [[nodiscard]] bool ok() const noexcept { return failed.empty(); }
+};
+
+/// A one-shot signal carrying a batch's outcome.
+class TransferCompletion {
+ public:
+  /// Records the outcome and wakes waiters; runs the callbacks (outside the
+  /// lock). Only the first call has an effect.
+  void complete(TransferOutcome outcome) noexcept {
+    std::vector<std::function<void(const TransferOutcome&)>> callbacks;
+    {
+      std::lock_guard lock(mu_);
+      if (done_) return;
+      outcome_ = std::move(outcome);
+      done_ = true;
+      callbacks.swap(callbacks_);
+    }
+    cv_.notify_all();
+    for (auto& cb : callbacks) cb(outcome_);
+  }
+  /// Returns true once the outcome is known.
+  [[nodiscard]] bool done() const {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+  /// Blocks until done; returns the outcome.
+  const TransferOutcome& wait() const {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return outcome_;
+  }
+  /// Blocks until done or the timeout; returns whether it is done.
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return done_; });
+  }
+  /// Runs `cb` with the outcome when done (at once, on this thread, if it
+  /// already is; else on the thread that completes). `cb` must not throw.
+  void on_complete(std::function<void(const TransferOutcome&)> cb) {
+    {
+      std::lock_guard lock(mu_);
+      if (!done_) {
+        callbacks_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb(outcome_);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;                                            // guarded by mu_
+  TransferOutcome outcome_;                                      // written once, under mu_
+  std::vector<std::function<void(const TransferOutcome&)>> callbacks_;  // guarded by mu_
+};
+
+/// Moves blocks along one path.
+class TransferEngine {
+ public:
+  virtual ~TransferEngine() = default;
+  /// Returns the path's name, e.g. "host_to_disk"; used in metrics and logs.
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  /// Starts copying every pair; returns the batch's completion. Throws
+  /// UsageError (before starting anything) when a block id is out of range
+  /// or the batch is empty.
+  [[nodiscard]] virtual std::shared_ptr<TransferCompletion> submit(
+      std::span<const TransferPair> pairs) = 0;
+};
+
+}  // namespace kvbm
