@@ -1,5 +1,6 @@
 #include "kvbm/detail/block_store.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "kvbm/error.h"
@@ -78,10 +79,14 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
       out.push_back(reset_.back());
       reset_.pop_back();
     }
+    // Hand out the free blocks first, then the evicted ones (the order the
+    // pools were drawn from, as documented).
+    std::rotate(out.begin() + static_cast<std::ptrdiff_t>(first_evicted),
+                out.begin() + static_cast<std::ptrdiff_t>(first_evicted + to_evict), out.end());
     for (std::size_t i = first_evicted; i < out.size(); ++i) {
       Slot& s = slots_[out[i]];
       s.state = SlotState::kMutable;
-      if (i < first_evicted + to_evict) s.generation++;  // weak handles to it now fail
+      if (i >= first_evicted + from_reset) s.generation++;  // weak handles to it now fail
     }
     in_use_ += n;
     mutable_out_ += n;
@@ -106,13 +111,18 @@ std::optional<BlockId> BlockStore::evict_one_locked() noexcept {
 }
 
 void BlockStore::undo_evictions_locked(std::span<const BlockId> evicted) noexcept {
-  // Restore in reverse order: parents before the children that pinned them.
-  for (auto it = evicted.rbegin(); it != evicted.rend(); ++it) {
-    Slot& s = slots_[*it];
-    table_.emplace(s.hash.value(), *it);
+  // Restore in eviction order. A failed allocation evicted every evictable
+  // block, least recent first, each chain's parents right after their last
+  // child; re-inserting in that order puts the leaves back at the back of the
+  // list in their old order, and a parent is inserted after its re-registered
+  // child, so it is parked again. (Reverse order would reverse the leaves'
+  // LRU order: the failed allocation would have changed something.)
+  for (const BlockId id : evicted) {
+    Slot& s = slots_[id];
+    table_.emplace(s.hash.value(), id);
     backend_->on_registered(s.hash);
     s.state = SlotState::kInactive;
-    backend_->insert(*it, s.hash);
+    backend_->insert(id, s.hash);
   }
 }
 

@@ -48,19 +48,31 @@ struct TransferOutcome {
 /// A one-shot signal carrying a batch's outcome.
 class TransferCompletion {
  public:
-  /// Records the outcome and wakes waiters; runs the callbacks (outside the
-  /// lock). Only the first call has an effect.
+  /// Records the outcome, runs the callbacks (outside the lock, on this
+  /// thread), then wakes waiters: when wait() returns, every callback
+  /// registered before it has run, so a waiter may release what the callbacks
+  /// use. Only the first call has an effect. A callback must not wait() on
+  /// the completion that runs it (it is handed the outcome).
   void complete(TransferOutcome outcome) noexcept {
     std::vector<std::function<void(const TransferOutcome&)>> callbacks;
     {
       std::lock_guard lock(mu_);
-      if (done_) return;
+      if (completing_) return;
+      completing_ = true;
       outcome_ = std::move(outcome);
-      done_ = true;
+      callbacks.swap(callbacks_);
+    }
+    for (;;) {
+      for (auto& cb : callbacks) cb(outcome_);
+      callbacks.clear();
+      std::lock_guard lock(mu_);
+      if (callbacks_.empty()) {  // none registered while the others ran
+        done_ = true;
+        break;
+      }
       callbacks.swap(callbacks_);
     }
     cv_.notify_all();
-    for (auto& cb : callbacks) cb(outcome_);
   }
   /// Returns true once the outcome is known.
   [[nodiscard]] bool done() const {
@@ -95,8 +107,9 @@ class TransferCompletion {
  private:
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool done_ = false;                                            // guarded by mu_
-  TransferOutcome outcome_;                                      // written once, under mu_
+  bool completing_ = false;  // guarded by mu_; set by the first complete()
+  bool done_ = false;        // guarded by mu_; set once the callbacks have run
+  TransferOutcome outcome_;  // written once, under mu_, before completing_ is set
   std::vector<std::function<void(const TransferOutcome&)>> callbacks_;  // guarded by mu_
 };
 

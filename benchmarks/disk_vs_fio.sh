@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# benchmarks/disk_vs_fio.sh: the disk engine beside fio on the same disk, with
+# the same block size, file size and queue depth, and the ratio of the two.
+#
+#   benchmarks/disk_vs_fio.sh [BUILD_DIR]        (default: build-disk, then build/release)
+#
+# What runs:
+#   ours  disk_bench BM_DiskWriteEngine_Write and BM_DiskReadEngine_Read at
+#         queue depth QD: whole 2 MiB blocks (32 layers x K,V x 16 x 8 x 128 x
+#         2 bytes, 64 page-aligned regions of 32 KiB each), random slot order,
+#         O_DIRECT, median of REPS repetitions.
+#   fio   --direct=1 --ioengine=psync --numjobs=QD (QD synchronous I/Os in
+#         flight, as the engine's queue_depth), --bs = one slot (the block plus
+#         its 4 KiB tail: the size of each engine I/O), --size = the pool file
+#         (BLOCKS slots), randwrite then randread, time based.
+#   With KVBM_FIO_LIBAIO=1 also fio --ioengine=libaio --iodepth=QD --numjobs=1.
+#
+# The ratio counts our payload bytes (2 MiB per I/O) against fio's I/O bytes
+# (2 MiB + 4 KiB per I/O), so it understates us by 0.2%.
+#
+# Environment:
+#   KVBM_BENCH_DISK_DIR     directory on the disk to test (default /var/tmp); tmpfs is refused
+#   KVBM_BENCH_DISK_BLOCKS  blocks in the pool file (default 256: 513 MiB)
+#   KVBM_BENCH_QD           queue depth (default 4)
+#   KVBM_BENCH_REPS         repetitions of our benchmark (default 5)
+#   KVBM_FIO_RUNTIME        seconds per fio job (default 10)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-}
+if [[ -z $build ]]; then
+  for b in "$root/build-disk" "$root/build/release"; do
+    if [[ -x $b/benchmarks/disk_bench ]]; then build=$b; break; fi
+  done
+fi
+bench=${build:-$root/build-disk}/benchmarks/disk_bench
+dir=${KVBM_BENCH_DISK_DIR:-/var/tmp}
+blocks=${KVBM_BENCH_DISK_BLOCKS:-256}
+qd=${KVBM_BENCH_QD:-4}
+reps=${KVBM_BENCH_REPS:-5}
+runtime=${KVBM_FIO_RUNTIME:-10}
+
+if [[ ! -x $bench ]]; then
+  echo "disk_vs_fio: $bench not found; build it first:" >&2
+  echo "  cmake -S . -B build-disk -DCMAKE_BUILD_TYPE=Release && cmake --build build-disk --target disk_bench" >&2
+  exit 2
+fi
+fstype=$(stat -f -c %T "$dir")
+if [[ $fstype == tmpfs ]]; then
+  echo "disk_vs_fio: $dir is tmpfs; point KVBM_BENCH_DISK_DIR at a directory on a real disk" >&2
+  exit 2
+fi
+if ! command -v fio > /dev/null; then
+  echo "disk_vs_fio: installing fio (apt-get install -y fio)"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get install -y fio || { "${sudo_cmd[@]}" apt-get update && "${sudo_cmd[@]}" apt-get install -y fio; }
+fi
+
+block=$((32 * 2 * 16 * 8 * 128 * 2))       # 2 MiB
+slot=$(( (block + 64 + 4095) / 4096 * 4096 )) # data + 64-byte footer, rounded up to 4 KiB
+size=$((blocks * slot))
+work=$(mktemp -d "$dir/kvbm-fio-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+echo "== disk: $dir ($fstype)"
+df -h "$dir" | tail -1
+echo "== block $block bytes, slot/bs $slot bytes, file $size bytes ($blocks slots), queue depth $qd"
+echo "== fio $(fio --version)"
+
+echo "== ours: $bench"
+KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks "$bench" \
+  --benchmark_filter="^BM_Disk(WriteEngine_Write|ReadEngine_Read)/qd:$qd/" \
+  --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$work/ours.json" --benchmark_out_format=json
+
+fio_run() {  # name rw ioengine numjobs iodepth
+  fio --name="$1" --filename="$work/fio.dat" --size="$size" --bs="$slot" --rw="$2" --direct=1 \
+    --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting --time_based --runtime="$runtime" \
+    --fallocate=native --randrepeat=0 --output-format=json > "$work/$1.json"
+}
+echo "== fio psync, numjobs=$qd"
+fio_run write-psync randwrite psync "$qd" 1
+fio_run read-psync randread psync "$qd" 1
+if [[ ${KVBM_FIO_LIBAIO:-0} == 1 ]]; then
+  echo "== fio libaio, iodepth=$qd"
+  fio_run write-libaio randwrite libaio 1 "$qd"
+  fio_run read-libaio randread libaio 1 "$qd"
+fi
+
+python3 - "$work" "$qd" "$block" "$slot" <<'EOF'
+import json, os, sys
+work, qd, block, slot = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ours = {}
+for b in json.load(open(os.path.join(work, "ours.json")))["benchmarks"]:
+    if b.get("aggregate_name") == "median":
+        ours["write" if "Write" in b["name"] else "read"] = b["bytes_per_second"]
+def fio(name, rw):
+    path = os.path.join(work, name + ".json")
+    if not os.path.exists(path):
+        return None
+    return json.load(open(path))["jobs"][0][rw]["bw_bytes"]
+print()
+print(f"{'':6} {'kvbm MB/s':>10} {'fio psync MB/s':>15} {'ratio':>6}   {'fio libaio MB/s':>15} {'ratio':>6}")
+for rw in ("write", "read"):
+    o, p, a = ours.get(rw), fio(rw + "-psync", rw), fio(rw + "-libaio", rw)
+    line = f"{rw:6} {o / 1e6:10.0f} {p / 1e6:15.0f} {o / p:6.2f}"
+    if a:
+        line += f"   {a / 1e6:15.0f} {o / a:6.2f}"
+    print(line)
+print(f"(queue depth {qd}; ours counts {block}-byte blocks, fio {slot}-byte I/Os)")
+EOF

@@ -1,0 +1,154 @@
+// kvbm/disk/disk_engine.h: transfer engines between host memory and a disk pool.
+//
+// DiskWriteEngine copies blocks of a host layout into slots of a DiskStorage
+// (host -> disk, "host_to_disk"); DiskReadEngine copies slots back into a host
+// layout (disk -> host, "disk_to_host"). Both implement TransferEngine: submit()
+// validates the batch, queues it and returns at once; the I/O runs on the
+// engine's own worker threads, never the caller's, and never blocks submit().
+//
+// Each worker thread owns one staging buffer of slot_bytes(), aligned for
+// O_DIRECT, and takes one pair at a time (pairs of all queued batches in FIFO
+// order). A write checksums the block's regions (XXH3-64) and writes them
+// with the slot's padding and footer in one pwritev straight from host memory
+// when DiskStorage::can_write_from() allows it (always with buffered I/O;
+// with O_DIRECT when every region is 4 KiB aligned, as page-aligned pinned
+// buffers with 32 KiB regions are); otherwise it gathers the regions into the
+// staging buffer, seals it and writes it with one pwrite. A read preads the
+// slot into the staging buffer, verifies footer and checksum, and only then
+// scatters it into the host block's regions: a failed read leaves the
+// destination block untouched.
+//
+// Queue depth and workers: at most `queue_depth` preads/pwrites are in flight
+// at once (a semaphore around the syscall). The default has twice as many
+// workers as that, so that while queue_depth workers wait on the disk the
+// others gather and checksum their next blocks: the CPU work overlaps the I/O
+// and the disk always has queue_depth requests, as fio's psync jobs would.
+// With workers == queue_depth every worker alternates CPU work and I/O, and
+// the disk idles while it computes.
+//
+// Failure is per pair: EINTR is retried and a short transfer continued
+// (inside kvbm::io::pread_full / pwrite_full); any other error (EIO, ENOSPC,
+// a short transfer that cannot continue, a bad footer or checksum) marks that
+// pair, and only that pair, failed in the batch's TransferOutcome (indices
+// ascending; `error` describes the lowest failed index). The source is never
+// written. Failed pairs are counted in stats() and, when options.registry is
+// set, in kvbm_transfer_failed_blocks_total{path=name}, and logged once per
+// batch.
+//
+// Lifetime: the engine holds a reference to the DiskStorage and the host
+// layout's memory; both must outlive it. Destroying the engine waits for every
+// batch it accepted.
+// Thread-safety: submit() and stats() may be called from any thread. Pairs in
+// flight at the same time must not name the same destination block (submit()
+// refuses duplicates within one batch); concurrent batches that write and read
+// the same slot see either version or a checksum failure, never torn data.
+
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvbm/disk/disk_storage.h"
+#include "kvbm/storage/layout.h"
+#include "kvbm/transfer/transfer_engine.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvbm {
+
+/// How a disk engine runs.
+struct DiskEngineOptions {
+  /// Most whole-slot preads/pwrites in flight at once. Must be in [1, 256].
+  std::size_t queue_depth = 4;
+  /// Worker threads (each with one staging buffer of slot_bytes()); 0 means
+  /// 2 x queue_depth. Must be 0 or in [queue_depth, 512].
+  std::size_t workers = 0;
+  /// The path's name: name() and the `path` label of the metrics. Empty:
+  /// "host_to_disk" or "disk_to_host".
+  std::string name{};
+  /// Where to publish kvbm_transfer_{blocks,bytes,failed_blocks}_total{path=name}
+  /// (kvbm/transfer/transfer_metrics.h); none when null.
+  std::shared_ptr<prometheus::Registry> registry{};
+};
+
+/// Counters of a disk engine since it was built. Each field is read
+/// atomically; the set is not one snapshot.
+struct DiskEngineStats {
+  std::uint64_t batches = 0;       ///< batches completed
+  std::uint64_t blocks = 0;        ///< pairs copied successfully
+  std::uint64_t failed_blocks = 0; ///< pairs that failed (I/O error or checksum mismatch)
+  std::uint64_t bytes = 0;         ///< block bytes copied by successful pairs
+  std::uint64_t unstaged_writes = 0;  ///< successful writes made straight from host memory (no staging copy)
+};
+
+namespace detail {
+class DiskEngineCore;
+}  // namespace detail
+
+/// Writes blocks of a host layout into slots of a disk pool.
+class DiskWriteEngine final : public TransferEngine {
+ public:
+  /// Starts the worker threads. Throws UsageError when the layout's config
+  /// differs from the storage's, an option is out of range, or the registry
+  /// already holds series for the name.
+  /// Precondition: host_src's addresses are host memory readable by this
+  /// process.
+  DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOptions options = {});
+  /// Waits for every accepted batch, then stops the workers.
+  ~DiskWriteEngine() override;
+  DiskWriteEngine(const DiskWriteEngine&) = delete;
+  DiskWriteEngine& operator=(const DiskWriteEngine&) = delete;
+
+  /// Returns options.name, by default "host_to_disk".
+  [[nodiscard]] std::string_view name() const noexcept override;
+  /// Queues pairs (src: host block, dst: disk block). Throws UsageError when
+  /// the batch is empty, an id is out of range or a disk block repeats.
+  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override;
+  /// Returns the engine's counters.
+  [[nodiscard]] DiskEngineStats stats() const noexcept;
+  /// Returns the number of worker threads.
+  [[nodiscard]] std::size_t workers() const noexcept;
+  /// Returns the most I/Os in flight at once.
+  [[nodiscard]] std::size_t queue_depth() const noexcept;
+
+ private:
+  std::unique_ptr<detail::DiskEngineCore> core_;
+};
+
+/// Reads blocks from slots of a disk pool into a host layout.
+class DiskReadEngine final : public TransferEngine {
+ public:
+  /// Starts the worker threads. Throws UsageError when the layout's config
+  /// differs from the storage's, an option is out of range, or the registry
+  /// already holds series for the name.
+  /// Precondition: host_dst's addresses are host memory writable by this
+  /// process.
+  DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOptions options = {});
+  /// Waits for every accepted batch, then stops the workers.
+  ~DiskReadEngine() override;
+  DiskReadEngine(const DiskReadEngine&) = delete;
+  DiskReadEngine& operator=(const DiskReadEngine&) = delete;
+
+  /// Returns options.name, by default "disk_to_host".
+  [[nodiscard]] std::string_view name() const noexcept override;
+  /// Queues pairs (src: disk block, dst: host block). Throws UsageError when
+  /// the batch is empty, an id is out of range or a host block repeats.
+  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override;
+  /// Returns the engine's counters.
+  [[nodiscard]] DiskEngineStats stats() const noexcept;
+  /// Returns the number of worker threads.
+  [[nodiscard]] std::size_t workers() const noexcept;
+  /// Returns the most I/Os in flight at once.
+  [[nodiscard]] std::size_t queue_depth() const noexcept;
+
+ private:
+  std::unique_ptr<detail::DiskEngineCore> core_;
+};
+
+}  // namespace kvbm

@@ -1,0 +1,324 @@
+#include "kvbm/disk/disk_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <semaphore>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kvbm/error.h"
+#include "kvbm/logging.h"
+#include "kvbm/transfer/transfer_metrics.h"
+
+namespace kvbm {
+namespace detail {
+
+/// The worker pool and queue shared by both disk engines.
+class DiskEngineCore {
+ public:
+  enum class Direction : std::uint8_t { kWrite, kRead };
+
+  DiskEngineCore(Direction direction, Layout host, DiskStorage& disk, const DiskEngineOptions& options)
+      : direction_(direction),
+        host_(std::move(host)),
+        disk_(disk),
+        name_(!options.name.empty() ? options.name
+                                    : direction == Direction::kWrite ? "host_to_disk" : "disk_to_host"),
+        queue_depth_(options.queue_depth),
+        io_slots_(static_cast<std::ptrdiff_t>(std::min<std::size_t>(options.queue_depth, 256))) {
+    KVBM_CHECK(host_.config() == disk_.config(), name(),
+               " engine: the host layout's LayoutConfig differs from the disk pool's; a block must have "
+               "the same shape on both sides");
+    KVBM_CHECK(options.queue_depth >= 1 && options.queue_depth <= 256, name(),
+               " engine: DiskEngineOptions::queue_depth is ", options.queue_depth, "; use 1 to 256");
+    const std::size_t workers = options.workers == 0 ? 2 * options.queue_depth : options.workers;
+    KVBM_CHECK(workers >= options.queue_depth && workers <= 512, name(), " engine: DiskEngineOptions::workers is ",
+               options.workers, "; use 0 (2 x queue_depth) or ", options.queue_depth,
+               " (queue_depth) to 512: fewer workers than queue_depth could never fill the queue");
+    if (options.registry) metrics_ = std::make_unique<TransferMetrics>(options.registry, name_);
+    staging_.reserve(workers);
+    for (std::size_t i = 0; i < workers; ++i) {
+      void* p = std::aligned_alloc(DiskStorage::kAlignment, disk_.slot_bytes());
+      if (p == nullptr) throw std::bad_alloc();
+      std::memset(p, 0, disk_.slot_bytes());  // fault the pages in now, not on the first transfer
+      staging_.emplace_back(static_cast<std::byte*>(p));
+    }
+    threads_.reserve(workers);
+    try {
+      for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker_main(i); });
+    } catch (...) {
+      stop_and_join();
+      throw;
+    }
+  }
+
+  ~DiskEngineCore() { stop_and_join(); }
+  DiskEngineCore(const DiskEngineCore&) = delete;
+  DiskEngineCore& operator=(const DiskEngineCore&) = delete;
+
+  [[nodiscard]] std::string_view name() const noexcept { return name_; }
+
+  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) {
+    KVBM_CHECK(!pairs.empty(), name(), ": submit() got an empty batch; pass at least one pair");
+    const std::size_t src_blocks = direction_ == Direction::kWrite ? host_.num_blocks() : disk_.num_blocks();
+    const std::size_t dst_blocks = direction_ == Direction::kWrite ? disk_.num_blocks() : host_.num_blocks();
+    std::vector<BlockId> dsts;
+    dsts.reserve(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      KVBM_CHECK(pairs[i].src < src_blocks, name(), ": pair ", i, " names source block ", pairs[i].src,
+                 ", out of range (", src_blocks, " blocks)");
+      KVBM_CHECK(pairs[i].dst < dst_blocks, name(), ": pair ", i, " names destination block ", pairs[i].dst,
+                 ", out of range (", dst_blocks, " blocks)");
+      dsts.push_back(pairs[i].dst);
+    }
+    std::sort(dsts.begin(), dsts.end());
+    const auto dup = std::adjacent_find(dsts.begin(), dsts.end());
+    KVBM_CHECK(dup == dsts.end(), name(), ": destination block ", dup == dsts.end() ? 0 : *dup,
+               " appears twice in one batch; each destination may be written once per batch");
+
+    auto batch = std::make_shared<Batch>();
+    batch->pairs.assign(pairs.begin(), pairs.end());
+    batch->failed.assign(pairs.size(), 0);
+    batch->errors.resize(pairs.size());
+    batch->remaining.store(pairs.size(), std::memory_order_relaxed);
+    batch->completion = std::make_shared<TransferCompletion>();
+    auto completion = batch->completion;
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(batch));
+    }
+    cv_.notify_all();
+    return completion;
+  }
+
+  [[nodiscard]] DiskEngineStats stats() const noexcept {
+    return {batches_.load(std::memory_order_relaxed), blocks_.load(std::memory_order_relaxed),
+            failed_blocks_.load(std::memory_order_relaxed), bytes_.load(std::memory_order_relaxed),
+            unstaged_writes_.load(std::memory_order_relaxed)};
+  }
+
+  [[nodiscard]] std::size_t workers() const noexcept { return threads_.size(); }
+  [[nodiscard]] std::size_t queue_depth() const noexcept { return queue_depth_; }
+
+ private:
+  struct Batch {
+    std::vector<TransferPair> pairs;
+    std::vector<char> failed;         // element i written only by the worker that runs pair i
+    std::vector<std::string> errors;  // likewise
+    std::size_t next = 0;             // guarded by DiskEngineCore::mu_
+    std::atomic<std::size_t> remaining{0};
+    std::shared_ptr<TransferCompletion> completion;
+  };
+
+  /// Holds one of the queue_depth I/O slots for a scope.
+  class IoSlot {
+   public:
+    explicit IoSlot(std::counting_semaphore<256>& s) noexcept : s_(s) { s_.acquire(); }
+    ~IoSlot() { s_.release(); }
+    IoSlot(const IoSlot&) = delete;
+    IoSlot& operator=(const IoSlot&) = delete;
+
+   private:
+    std::counting_semaphore<256>& s_;
+  };
+
+  struct FreeAligned {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+
+  void stop_and_join() noexcept {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  void worker_main(std::size_t index) noexcept {
+    const std::span<std::byte> staging(staging_[index].get(), disk_.slot_bytes());
+    std::vector<Region> regions;
+    regions.reserve(disk_.config().regions_per_block());
+    for (;;) {
+      std::shared_ptr<Batch> batch;
+      std::size_t i = 0;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and every accepted batch has been taken
+        batch = queue_.front();
+        i = batch->next++;
+        if (batch->next == batch->pairs.size()) queue_.pop_front();
+      }
+      run_pair(*batch, i, staging, regions);
+      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*batch);
+    }
+  }
+
+  void run_pair(Batch& batch, std::size_t i, std::span<std::byte> staging, std::vector<Region>& regions) noexcept {
+    const TransferPair pair = batch.pairs[i];
+    try {
+      const BlockId host_block = direction_ == Direction::kWrite ? pair.src : pair.dst;
+      regions.clear();
+      if (host_.kind() == LayoutKind::kFullyContiguous) {
+        regions.push_back(host_.block_region(host_block));
+      } else {
+        host_.append_regions(host_block, regions);
+      }
+      io::IoStatus status;
+      if (direction_ == Direction::kWrite && disk_.can_write_from(regions)) {
+        // Straight from host memory: checksum the regions where they lie and
+        // pwritev them with the sealed tail (the kernel copies or DMAs once).
+        const auto tail = staging.first(disk_.tail_bytes());
+        disk_.seal_tail(pair.dst, DiskStorage::checksum(regions), tail);
+        {
+          IoSlot slot(io_slots_);
+          status = disk_.pwrite_slot_from(pair.dst, regions, tail);
+        }
+        if (status) unstaged_writes_.fetch_add(1, std::memory_order_relaxed);
+      } else if (direction_ == Direction::kWrite) {
+        // Unaligned for O_DIRECT: gather into the aligned staging buffer.
+        std::byte* out = staging.data();
+        for (const Region& r : regions) {
+          std::memcpy(out, reinterpret_cast<const void*>(r.addr), r.size);
+          out += r.size;
+        }
+        disk_.seal_slot(pair.dst, staging);
+        {
+          IoSlot slot(io_slots_);
+          status = disk_.pwrite_slot(pair.dst, staging);
+        }
+      } else {
+        {
+          IoSlot slot(io_slots_);
+          status = disk_.pread_slot(pair.src, staging);
+        }
+        if (status) status = disk_.verify_slot(pair.src, staging);
+        if (status) {
+          const std::byte* in = staging.data();
+          for (const Region& r : regions) {
+            std::memcpy(reinterpret_cast<void*>(r.addr), in, r.size);
+            in += r.size;
+          }
+        }
+      }
+      if (status) return;
+      batch.failed[i] = 1;
+      batch.errors[i] = status.message();
+    } catch (const std::exception& e) {
+      batch.failed[i] = 1;
+      try {
+        batch.errors[i] = std::string("internal error: ") + e.what();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the flag above already records the failure
+      }
+    } catch (...) {
+      batch.failed[i] = 1;
+    }
+  }
+
+  void finish(Batch& batch) noexcept {
+    TransferOutcome outcome;
+    std::uint64_t ok = 0;
+    try {
+      for (std::size_t i = 0; i < batch.pairs.size(); ++i) {
+        if (batch.failed[i] == 0) {
+          ++ok;
+          continue;
+        }
+        if (outcome.failed.empty()) {
+          const TransferPair& p = batch.pairs[i];
+          outcome.error = std::string(name()) + ": pair " + std::to_string(i) + " (block " + std::to_string(p.src) +
+                          " -> " + std::to_string(p.dst) + "): " +
+                          (batch.errors[i].empty() ? std::string("failed") : batch.errors[i]);
+        }
+        outcome.failed.push_back(i);
+      }
+    } catch (...) {
+      // Out of memory while describing the failure: report every pair failed
+      // rather than risk calling a failed pair good.
+      outcome.failed.clear();
+      outcome.error.clear();
+      ok = 0;
+      try {
+        for (std::size_t i = 0; i < batch.pairs.size(); ++i) outcome.failed.push_back(i);
+        outcome.error = "out of memory while reporting the batch's outcome";
+      } catch (...) {  // NOLINT(bugprone-empty-catch)
+      }
+    }
+    const std::uint64_t failed = batch.pairs.size() - ok;
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    blocks_.fetch_add(ok, std::memory_order_relaxed);
+    failed_blocks_.fetch_add(failed, std::memory_order_relaxed);
+    bytes_.fetch_add(ok * disk_.block_bytes(), std::memory_order_relaxed);
+    if (metrics_) metrics_->add(ok, ok * disk_.block_bytes(), failed);
+    if (failed != 0) {
+      try {
+        logger()->warn("{}: {} of {} pairs failed; first: {}", name(), failed, batch.pairs.size(), outcome.error);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a worker never throws
+      }
+    }
+    batch.completion->complete(std::move(outcome));
+  }
+
+  const Direction direction_;
+  const Layout host_;
+  DiskStorage& disk_;
+  const std::string name_;
+  std::unique_ptr<TransferMetrics> metrics_;  // null: no registry
+  const std::size_t queue_depth_;
+  std::counting_semaphore<256> io_slots_;  // queue_depth_ I/Os in flight at most
+  std::vector<std::unique_ptr<std::byte, FreeAligned>> staging_;  // one per worker
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Batch>> queue_;  // guarded by mu_
+  bool stopping_ = false;                     // guarded by mu_
+  std::vector<std::thread> threads_;
+
+  std::atomic<std::uint64_t> batches_{0};
+  std::atomic<std::uint64_t> blocks_{0};
+  std::atomic<std::uint64_t> failed_blocks_{0};
+  std::atomic<std::uint64_t> bytes_{0};
+  std::atomic<std::uint64_t> unstaged_writes_{0};
+};
+
+}  // namespace detail
+
+DiskWriteEngine::DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOptions options)
+    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kWrite, std::move(host_src),
+                                                     dst, options)) {}
+DiskWriteEngine::~DiskWriteEngine() = default;
+std::string_view DiskWriteEngine::name() const noexcept { return core_->name(); }
+std::shared_ptr<TransferCompletion> DiskWriteEngine::submit(std::span<const TransferPair> pairs) {
+  return core_->submit(pairs);
+}
+DiskEngineStats DiskWriteEngine::stats() const noexcept { return core_->stats(); }
+std::size_t DiskWriteEngine::workers() const noexcept { return core_->workers(); }
+std::size_t DiskWriteEngine::queue_depth() const noexcept { return core_->queue_depth(); }
+
+DiskReadEngine::DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOptions options)
+    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kRead, std::move(host_dst),
+                                                     src, options)) {}
+DiskReadEngine::~DiskReadEngine() = default;
+std::string_view DiskReadEngine::name() const noexcept { return core_->name(); }
+std::shared_ptr<TransferCompletion> DiskReadEngine::submit(std::span<const TransferPair> pairs) {
+  return core_->submit(pairs);
+}
+DiskEngineStats DiskReadEngine::stats() const noexcept { return core_->stats(); }
+std::size_t DiskReadEngine::workers() const noexcept { return core_->workers(); }
+std::size_t DiskReadEngine::queue_depth() const noexcept { return core_->queue_depth(); }
+
+}  // namespace kvbm
