@@ -14,11 +14,13 @@ BlockStore::BlockStore(Options options)
       name_(std::move(options.name)),
       metrics_(std::move(options.metrics)),
       tracker_(std::move(options.tracker)),
+      listeners_(std::move(options.listeners)),
       slots_(options.block_count),
       backend_(std::move(options.backend)) {
   KVBM_CHECK(options.block_count > 0, "a block pool needs at least one block");
   KVBM_CHECK(backend_ != nullptr, "a block pool needs an eviction backend");
   KVBM_CHECK(metrics_ != nullptr, "a block pool needs its metrics");
+  for (const auto& l : listeners_) KVBM_CHECK(l != nullptr, "a pool listener is null");
   // Free stack popped from the back: block 0 is handed out first.
   reset_.resize(options.block_count);
   for (std::uint32_t i = 0; i < options.block_count; ++i) reset_[i] = options.block_count - 1 - i;
@@ -57,6 +59,7 @@ std::uint32_t BlockStore::generation(BlockId id) const noexcept {
 
 bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
   PoolCounterDelta delta;
+  std::vector<EvictedBlock> evicted;  // filled only when a listener wants them
   {
     std::lock_guard lock(mu_);
     if (static_cast<std::size_t>(n) > reset_.size() + backend_->size()) return false;
@@ -88,6 +91,16 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
       s.state = SlotState::kMutable;
       if (i >= first_evicted + from_reset) s.generation++;  // weak handles to it now fail
     }
+    if (to_evict > 0 && !listeners_.empty()) {
+      evicted.reserve(to_evict);
+      std::vector<SequenceHash> hashes;
+      hashes.reserve(to_evict);
+      for (std::size_t i = first_evicted + from_reset; i < out.size(); ++i) {
+        evicted.push_back({out[i], slots_[out[i]].hash});
+        hashes.push_back(slots_[out[i]].hash);
+      }
+      for (const auto& l : listeners_) l->on_removed(hashes);
+    }
     in_use_ += n;
     mutable_out_ += n;
     if (orphaned_ && !keepalive_) keepalive_ = shared_from_this();
@@ -97,6 +110,9 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
     delta.evictions = to_evict;
   }
   metrics_->add(delta);
+  if (!evicted.empty()) {
+    for (const auto& l : listeners_) l->on_evicting(evicted);
+  }
   return true;
 }
 
@@ -170,6 +186,7 @@ RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash)
     const auto [it, inserted] = table_.try_emplace(hash.value(), id);
     if (inserted) {
       backend_->on_registered(hash);
+      for (const auto& l : listeners_) l->on_stored(std::span(&hash, 1));
       s.hash = hash;
       s.state = SlotState::kActive;
       s.refs.store(1, std::memory_order_relaxed);
@@ -292,10 +309,15 @@ std::size_t BlockStore::evict_all_inactive() {
   PoolCounterDelta delta;
   {
     std::lock_guard lock(mu_);
+    std::vector<SequenceHash> removed;
     while (const auto id = evict_one_locked()) {
       slots_[*id].generation++;
       reset_.push_back(*id);
       ++delta.evictions;
+      if (!listeners_.empty()) removed.push_back(slots_[*id].hash);
+    }
+    if (!removed.empty()) {
+      for (const auto& l : listeners_) l->on_removed(removed);
     }
     publish_gauges_locked();
   }

@@ -38,6 +38,7 @@
 #include "kvbm/error.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/metrics.h"
+#include "kvbm/pool_listener.h"
 #include "kvbm/tier.h"
 
 namespace kvbm {
@@ -50,7 +51,8 @@ std::shared_ptr<BlockStore> make_block_store(std::uint32_t block_count, std::uin
                                              EvictionPolicy eviction,
                                              const std::shared_ptr<BlockRegistry>& registry,
                                              std::shared_ptr<prometheus::Registry> metrics,
-                                             std::string name);
+                                             std::string name,
+                                             std::vector<std::shared_ptr<PoolListener>> listeners);
 }  // namespace detail
 
 /// Largest block size (tokens per block) a pool accepts.
@@ -106,6 +108,14 @@ class BlockManager {
       return *this;
     }
 
+    /// Adds a listener that sees the pool's stored, removed and evicted
+    /// blocks (kvbm/pool_listener.h); may be called several times.
+    Builder& listener(std::shared_ptr<PoolListener> l) {
+      KVBM_CHECK(l != nullptr, "BlockManager: listener(nullptr); pass a PoolListener");
+      listeners_.push_back(std::move(l));
+      return *this;
+    }
+
     /// Returns the manager. Throws UsageError naming the first invalid option.
     [[nodiscard]] BlockManager build() {
       KVBM_CHECK(block_count_ > 0, "BlockManager: block_count must be set to at least 1");
@@ -118,7 +128,7 @@ class BlockManager {
       auto store = detail::make_block_store(
           static_cast<std::uint32_t>(block_count_), static_cast<std::uint32_t>(block_size_),
           duplicate_policy_, eviction_, registry_, std::move(metrics_),
-          name_.empty() ? std::string(tier_name<T>()) : std::move(name_));
+          name_.empty() ? std::string(tier_name<T>()) : std::move(name_), std::move(listeners_));
       registry_->attach(typeid(T), store);
       return BlockManager(std::move(store), std::move(registry_));
     }
@@ -131,6 +141,7 @@ class BlockManager {
     DuplicatePolicy duplicate_policy_ = DuplicatePolicy::kAllow;
     std::shared_ptr<prometheus::Registry> metrics_;
     std::string name_;
+    std::vector<std::shared_ptr<PoolListener>> listeners_;
   };
 
   /// Returns a builder.

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kvbm/eviction/backend.h"
+#include "kvbm/pool_listener.h"
 #include "kvbm/metrics.h"
 #include "kvbm/sequence_hash.h"
 
@@ -89,6 +90,7 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
     std::shared_ptr<FrequencyTracker> tracker;  // may be null
     std::unique_ptr<PoolMetrics> metrics;
     std::string name;
+    std::vector<std::shared_ptr<PoolListener>> listeners;  // see kvbm/pool_listener.h
   };
 
   explicit BlockStore(Options options);
@@ -180,6 +182,7 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   const std::string name_;
   std::unique_ptr<PoolMetrics> metrics_;
   std::shared_ptr<FrequencyTracker> tracker_;
+  const std::vector<std::shared_ptr<PoolListener>> listeners_;  // fixed at construction
 
   mutable std::mutex mu_;
   std::vector<Slot> slots_;                           // fixed size

@@ -1,0 +1,342 @@
+// kvbm/offload/pipeline.h: moves registered blocks from tier Src to tier Dst.
+//
+// An OffloadPipeline<Src, Dst> (e.g. <G1, G2>) chains the four stages of the
+// offload spec with cancellable queues between them:
+//
+//   enqueue -> [queue] -> PolicyEvaluator -> PreconditionAwaiter -> [queue]
+//           -> Batcher -> [queue] -> TransferExecutor -> engine -> Dst registry
+//                  CancelSweeper sweeps every queue and the batcher
+//
+//   auto pipeline = OffloadPipeline<G1, G2>::builder()
+//                       .source(g1).destination(g2).engine(engine)
+//                       .policy(std::make_shared<PresencePolicy<G2>>(g2.registry()))
+//                       .config(config)  // PipelineConfig, defaults of the spec
+//                       .build();
+//   TransferHandle h = pipeline->enqueue(blocks, forward_pass_done_event);
+//   h.wait();  // or h.cancel(), h.status(), h.report()
+//
+// enqueue() downgrades the blocks at once: until the executor seals the
+// container (P3) the pipeline holds only WeakBlocks, so queued blocks never
+// prevent eviction, and a block evicted while queued is dropped, not copied.
+// The policies P1 to P6 hold; see the stage headers for the details.
+//
+// Threads: one for the policy stage (a slow policy delays only that stage),
+// one dispatcher for the batcher and the executor, the sweeper's, plus the
+// engine's completion callbacks (which register copies in Dst). Preconditions
+// are awaited without a thread.
+//
+// Shutdown: shutdown() (also run by the destructor) stops accepting work,
+// cancels every container that has not passed the commitment point, waits
+// for the committed ones to complete and joins the threads: afterwards no
+// block of either tier is held by the pipeline. A policy call in progress
+// is waited for.
+//
+// Lifetime: both managers and the engine must outlive the pipeline.
+// Thread-safety: enqueue(), stats() and shutdown() may be called from any thread.
+
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kvbm/block_manager.h"
+#include "kvbm/error.h"
+#include "kvbm/offload/batcher.h"
+#include "kvbm/offload/cancel_sweeper.h"
+#include "kvbm/offload/cancellable_queue.h"
+#include "kvbm/offload/clock.h"
+#include "kvbm/offload/config.h"
+#include "kvbm/offload/container.h"
+#include "kvbm/offload/offload_metrics.h"
+#include "kvbm/offload/policy.h"
+#include "kvbm/offload/policy_evaluator.h"
+#include "kvbm/offload/precondition_awaiter.h"
+#include "kvbm/offload/transfer_executor.h"
+#include "kvbm/transfer/transfer_engine.h"
+
+namespace kvbm {
+
+/// A snapshot of where the containers of a pipeline are.
+struct PipelineStats {
+  std::size_t queued = 0;              ///< containers waiting for the policy stage
+  std::size_t waiting = 0;             ///< containers waiting for their precondition
+  std::size_t to_batch = 0;            ///< containers between the awaiter and the batcher
+  std::size_t batcher_containers = 0;  ///< containers in the pending batch
+  std::size_t batcher_blocks = 0;      ///< blocks in the pending batch
+  std::size_t ready_batches = 0;       ///< batches waiting for a transfer slot
+  std::size_t in_flight = 0;           ///< batches in the engine
+};
+
+/// The offload pipeline from tier Src to tier Dst; see the file comment.
+template <TierMarker Src, TierMarker Dst>
+class OffloadPipeline {
+ public:
+  /// Builds an OffloadPipeline; every option is checked by build().
+  class Builder {
+   public:
+    /// The tier blocks come from (required).
+    Builder& source(BlockManager<Src>& m) {
+      src_ = &m;
+      return *this;
+    }
+    /// The tier copies go to (required).
+    Builder& destination(BlockManager<Dst>& m) {
+      dst_ = &m;
+      return *this;
+    }
+    /// The engine that copies Src blocks to Dst blocks (required).
+    Builder& engine(std::shared_ptr<TransferEngine> e) {
+      engine_ = std::move(e);
+      return *this;
+    }
+    /// Adds a policy; all must pass a block (none: everything passes).
+    Builder& policy(std::shared_ptr<OffloadPolicy> p) {
+      policies_.push_back(std::move(p));
+      return *this;
+    }
+    /// The pipeline's options (default: the spec's defaults).
+    Builder& config(const PipelineConfig& c) {
+      config_ = c;
+      return *this;
+    }
+    /// The clock every interval and timeout is measured on (default steady).
+    Builder& clock(std::shared_ptr<Clock> c) {
+      clock_ = std::move(c);
+      return *this;
+    }
+    /// Where the metrics go (default: the source manager's registry).
+    Builder& metrics_registry(std::shared_ptr<prometheus::Registry> r) {
+      metrics_ = std::move(r);
+      return *this;
+    }
+    /// The `pipeline` label (default "<Src>_to_<Dst>", e.g. "G1_to_G2").
+    Builder& name(std::string n) {
+      name_ = std::move(n);
+      return *this;
+    }
+
+    /// Returns the running pipeline. Throws UsageError naming the first
+    /// invalid option.
+    [[nodiscard]] std::unique_ptr<OffloadPipeline> build() {
+      KVBM_CHECK(src_ != nullptr, "OffloadPipeline: source(manager) must be set");
+      KVBM_CHECK(dst_ != nullptr, "OffloadPipeline: destination(manager) must be set");
+      KVBM_CHECK(engine_ != nullptr, "OffloadPipeline: engine(...) must be set");
+      KVBM_CHECK(src_->block_size() == dst_->block_size(), "OffloadPipeline: the source pool ",
+                 src_->pool_name(), " holds blocks of ", src_->block_size(),
+                 " tokens but the destination pool ", dst_->pool_name(), " holds ",
+                 dst_->block_size(), "; both must use the same block size");
+      for (const auto& p : policies_) KVBM_CHECK(p != nullptr, "OffloadPipeline: a policy is null");
+      config_.validate();
+      if (!clock_) clock_ = Clock::steady();
+      if (!metrics_) metrics_ = src_->metrics_registry();
+      if (name_.empty()) {
+        name_ = std::string(tier_name<Src>()) + "_to_" + std::string(tier_name<Dst>());
+      }
+      return std::unique_ptr<OffloadPipeline>(new OffloadPipeline(*this));
+    }
+
+   private:
+    friend class OffloadPipeline;
+    BlockManager<Src>* src_ = nullptr;
+    BlockManager<Dst>* dst_ = nullptr;
+    std::shared_ptr<TransferEngine> engine_;
+    std::vector<std::shared_ptr<OffloadPolicy>> policies_;
+    PipelineConfig config_;
+    std::shared_ptr<Clock> clock_;
+    std::shared_ptr<prometheus::Registry> metrics_;
+    std::string name_;
+  };
+
+  /// Returns a builder.
+  static Builder builder() { return {}; }
+
+  OffloadPipeline(const OffloadPipeline&) = delete;
+  OffloadPipeline& operator=(const OffloadPipeline&) = delete;
+  /// Runs shutdown().
+  ~OffloadPipeline() { shutdown(); }
+
+  /// Enqueues `blocks` (registered blocks of the source manager) as one
+  /// container, to be copied once `precondition` (if any) is met. The blocks
+  /// are downgraded: the pipeline holds none of them until the commitment
+  /// point. An empty list gives a handle that is already kDone; after
+  /// shutdown() the handle is kCancelled.
+  TransferHandle enqueue(const std::vector<ImmutableBlock<Src>>& blocks,
+                         std::shared_ptr<Precondition> precondition = nullptr) {
+    auto [c, h] = OffloadContainer<Src>::make(blocks, std::move(precondition), metrics_);
+    push(std::move(c));
+    return h;
+  }
+  /// Enqueues weak references; see the other overload.
+  TransferHandle enqueue(std::vector<WeakBlock<Src>> blocks,
+                         std::shared_ptr<Precondition> precondition = nullptr) {
+    auto [c, h] = OffloadContainer<Src>::make(std::move(blocks), std::move(precondition), metrics_);
+    push(std::move(c));
+    return h;
+  }
+
+  /// Stops accepting work, cancels what has not passed the commitment
+  /// point, waits for what has, joins the threads. Idempotent.
+  void shutdown() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    policy_queue_.close();
+    for (auto& c : policy_queue_.drain()) c.cancel();
+    if (policy_thread_.joinable()) policy_thread_.join();  // after a policy call in progress
+    awaiter_.close();  // cancels the waiting containers; no sink runs after this
+    batch_queue_.close();
+    transfer_queue_.close();
+    sweeper_.stop();
+    if (dispatch_thread_.joinable()) dispatch_thread_.join();
+    subscription_.reset();
+    for (auto& c : policy_queue_.drain()) c.cancel();
+    for (auto& c : batch_queue_.drain()) c.cancel();
+    for (auto& c : batcher_.take_all()) c.cancel();
+    for (auto& b : transfer_queue_.drain()) {
+      for (auto& c : b.containers) c.cancel();
+    }
+    executor_.wait_idle();
+  }
+
+  /// Returns where the containers are (a consistent snapshot as far as the
+  /// batcher and the executor are concerned).
+  [[nodiscard]] PipelineStats stats() const {
+    PipelineStats s;
+    s.queued = policy_queue_.size();
+    s.waiting = awaiter_.waiting();
+    std::lock_guard lock(mu_);
+    s.to_batch = batch_queue_.size();
+    s.batcher_containers = batcher_.pending_containers();
+    s.batcher_blocks = batcher_.pending_blocks();
+    s.ready_batches = transfer_queue_.size();
+    s.in_flight = executor_.in_flight();
+    return s;
+  }
+
+  [[nodiscard]] const PipelineConfig& config() const noexcept { return config_; }
+  [[nodiscard]] const std::string& name() const noexcept { return metrics_->pipeline(); }
+  /// Returns the pipeline's metrics.
+  [[nodiscard]] const OffloadMetrics& metrics() const noexcept { return *metrics_; }
+  /// Returns the policies in evaluation order (AllOf members flattened).
+  [[nodiscard]] const std::vector<std::shared_ptr<OffloadPolicy>>& policies() const noexcept {
+    return evaluator_.policies();
+  }
+  /// Returns the cancel sweeper (its pass counts, for diagnostics and tests).
+  [[nodiscard]] const CancelSweeper& sweeper() const noexcept { return sweeper_; }
+  /// Returns the largest number of batches that were in the engine at once.
+  [[nodiscard]] std::size_t peak_in_flight() const noexcept { return executor_.peak_in_flight(); }
+
+ private:
+  explicit OffloadPipeline(Builder& b)
+      : config_(b.config_),
+        clock_(std::move(b.clock_)),
+        metrics_(std::make_shared<OffloadMetrics>(std::move(b.metrics_), b.name_)),
+        policy_queue_(),
+        evaluator_(b.policies_, config_.policy_timeout, clock_, metrics_),
+        awaiter_([this](OffloadContainer<Src>&& c) {
+          if (!batch_queue_.push(std::move(c))) c.cancel();  // closed: shutting down
+        }),
+        batch_queue_([this] { wake(); }),
+        batcher_(config_.batch_config, clock_),
+        transfer_queue_(),
+        executor_(
+            *b.dst_, std::move(b.engine_), config_.max_concurrent_transfers,
+            config_.batch_config.max_batch_size, [this] { wake(); }, metrics_),
+        sweeper_(clock_, config_.sweep_interval) {
+    sweeper_.add_target([this] { return policy_queue_.sweep(); });
+    sweeper_.add_target([this] { return batch_queue_.sweep(); });
+    sweeper_.add_target([this] {
+      std::lock_guard lock(mu_);
+      return batcher_.sweep() + transfer_queue_.sweep();
+    });
+    subscription_ = clock_->subscribe(mu_, cv_);
+    policy_thread_ = std::thread([this] { run_policy(); });
+    dispatch_thread_ = std::thread([this] { run_dispatch(); });
+    sweeper_.start();
+  }
+
+  void push(OffloadContainer<Src>&& c) {
+    metrics_->add_enqueued(c.blocks.size());
+    if (c.blocks.empty()) {
+      c.state->finish();
+      return;
+    }
+    if (!policy_queue_.push(std::move(c))) c.cancel();  // shut down
+  }
+
+  void wake() {
+    { std::lock_guard lock(mu_); }
+    cv_.notify_all();
+  }
+
+  // The policy stage: evaluate, then hand to the awaiter.
+  void run_policy() {
+    while (auto c = policy_queue_.pop()) {
+      if (c->sweep()) continue;
+      if (!evaluator_.evaluate(*c)) {
+        c->state->finish();  // every block filtered
+        continue;
+      }
+      awaiter_.submit(std::move(*c));
+    }
+  }
+
+  // The batcher and the executor.
+  void run_dispatch() {
+    std::vector<OffloadBatch<Src>> ready;
+    std::unique_lock lock(mu_);
+    while (!stopped_) {
+      while (auto c = batch_queue_.try_pop()) batcher_.add(std::move(*c), ready);
+      batcher_.poll(ready);
+      for (auto& b : ready) {
+        if (!transfer_queue_.push(std::move(b))) {
+          for (auto& c : b.containers) c.cancel();
+        }
+      }
+      ready.clear();
+      bool launched = false;
+      while (!stopped_ && executor_.can_launch()) {
+        auto b = transfer_queue_.try_pop();
+        if (!b) break;
+        lock.unlock();  // completions may run here, on this thread, and wake() takes mu_
+        executor_.launch(std::move(*b));
+        lock.lock();
+        launched = true;
+      }
+      if (launched) continue;  // look at the queues again before sleeping
+      clock_->wait_until(lock, cv_, batcher_.deadline().value_or(Clock::time_point::max()));
+    }
+  }
+
+  const PipelineConfig config_;
+  const std::shared_ptr<Clock> clock_;
+  const std::shared_ptr<OffloadMetrics> metrics_;
+
+  mutable std::mutex mu_;  // the dispatcher's: batcher_, stopped_
+  std::condition_variable cv_;
+  bool stopped_ = false;  // guarded by mu_
+
+  CancellableQueue<OffloadContainer<Src>> policy_queue_;
+  PolicyEvaluator<Src> evaluator_;
+  PreconditionAwaiter<Src> awaiter_;
+  CancellableQueue<OffloadContainer<Src>> batch_queue_;
+  Batcher<Src> batcher_;  // guarded by mu_
+  CancellableQueue<OffloadBatch<Src>> transfer_queue_;
+  TransferExecutor<Src, Dst> executor_;
+  CancelSweeper sweeper_;
+  Clock::Subscription subscription_;
+  std::thread policy_thread_;
+  std::thread dispatch_thread_;
+};
+
+}  // namespace kvbm

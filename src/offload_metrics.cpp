@@ -1,0 +1,151 @@
+#include "kvbm/offload/offload_metrics.h"
+
+#include <array>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+
+#include "kvbm/error.h"
+
+namespace kvbm {
+namespace {
+
+constexpr std::array kOutcomes = {BlockOutcome::kTransferred, BlockOutcome::kAlreadyPresent,
+                                  BlockOutcome::kFiltered,    BlockOutcome::kEvicted,
+                                  BlockOutcome::kNoSpace,     BlockOutcome::kCopyFailed};
+
+}  // namespace
+
+struct OffloadMetrics::Series {
+  std::shared_ptr<prometheus::Registry> registry;
+  std::string pipeline;
+
+  using Family = prometheus::Family<prometheus::Counter>;
+  Family* enqueued_family = nullptr;
+  Family* blocks_family = nullptr;
+  Family* cancelled_family = nullptr;
+  Family* batches_family = nullptr;
+  Family* passed_family = nullptr;
+  Family* filtered_family = nullptr;
+  Family* timeouts_family = nullptr;
+
+  prometheus::Counter* enqueued = nullptr;
+  std::array<prometheus::Counter*, kOutcomes.size()> blocks{};
+  prometheus::Counter* cancelled = nullptr;
+  prometheus::Counter* batches = nullptr;
+
+  struct Policy {
+    std::string name;
+    prometheus::Counter* passed;
+    prometheus::Counter* filtered;
+    prometheus::Counter* timeouts;
+  };
+  std::mutex mu;                // guards policies' growth
+  std::deque<Policy> policies;  // stable addresses; guarded by mu for insertion
+
+  Family& family(const std::string& name, const std::string& help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(*registry);
+  }
+
+  void remove_all() noexcept {
+    if (enqueued != nullptr) enqueued_family->Remove(enqueued);
+    for (auto* c : blocks) {
+      if (c != nullptr) blocks_family->Remove(c);
+    }
+    if (cancelled != nullptr) cancelled_family->Remove(cancelled);
+    if (batches != nullptr) batches_family->Remove(batches);
+    for (auto& p : policies) {
+      passed_family->Remove(p.passed);
+      filtered_family->Remove(p.filtered);
+      timeouts_family->Remove(p.timeouts);
+    }
+  }
+};
+
+OffloadMetrics::OffloadMetrics(std::shared_ptr<prometheus::Registry> registry,
+                               std::string_view pipeline)
+    : s_(std::make_unique<Series>()) {
+  KVBM_CHECK(registry != nullptr, "OffloadMetrics needs a prometheus registry");
+  auto& s = *s_;
+  s.registry = std::move(registry);
+  s.pipeline = std::string(pipeline);
+  s.enqueued_family =
+      &s.family("kvbm_offload_enqueued_blocks_total", "Blocks handed to the offload pipeline");
+  KVBM_CHECK(!s.enqueued_family->Has({{"pipeline", s.pipeline}}),
+             "metrics registry already holds an offload pipeline named \"", s.pipeline,
+             "\": give each pipeline that shares a registry its own name");
+  s.blocks_family =
+      &s.family("kvbm_offload_blocks_total", "Blocks that left the offload pipeline, by outcome");
+  s.cancelled_family = &s.family("kvbm_offload_cancelled_containers_total",
+                                 "Offload containers cancelled before the commitment point");
+  s.batches_family =
+      &s.family("kvbm_offload_batches_total", "Offload batches handed to the transfer engine");
+  s.passed_family =
+      &s.family("kvbm_offload_policy_passed_blocks_total", "Blocks an offload policy let through");
+  s.filtered_family = &s.family("kvbm_offload_policy_filtered_blocks_total",
+                                "Blocks an offload policy filtered (timeouts included)");
+  s.timeouts_family = &s.family("kvbm_offload_policy_timeouts_total",
+                                "Offload policy calls that exceeded policy_timeout");
+  try {
+    s.enqueued = &s.enqueued_family->Add({{"pipeline", s.pipeline}});
+    for (std::size_t i = 0; i < kOutcomes.size(); ++i) {
+      s.blocks[i] = &s.blocks_family->Add(
+          {{"pipeline", s.pipeline}, {"outcome", std::string(to_string(kOutcomes[i]))}});
+    }
+    s.cancelled = &s.cancelled_family->Add({{"pipeline", s.pipeline}});
+    s.batches = &s.batches_family->Add({{"pipeline", s.pipeline}});
+  } catch (...) {
+    s.remove_all();
+    throw;
+  }
+}
+
+OffloadMetrics::~OffloadMetrics() { s_->remove_all(); }
+
+std::size_t OffloadMetrics::register_policy(std::string_view policy) {
+  auto& s = *s_;
+  std::lock_guard lock(s.mu);
+  for (std::size_t i = 0; i < s.policies.size(); ++i) {
+    if (s.policies[i].name == policy) return i;
+  }
+  const prometheus::Labels labels{{"pipeline", s.pipeline}, {"policy", std::string(policy)}};
+  s.policies.push_back(Series::Policy{std::string(policy), &s.passed_family->Add(labels),
+                                      &s.filtered_family->Add(labels),
+                                      &s.timeouts_family->Add(labels)});
+  return s.policies.size() - 1;
+}
+
+void OffloadMetrics::add_policy(std::size_t index, std::uint64_t passed, std::uint64_t filtered,
+                                bool timed_out) noexcept {
+  Series::Policy* p = nullptr;
+  {
+    std::lock_guard lock(s_->mu);
+    if (index >= s_->policies.size()) return;
+    p = &s_->policies[index];
+  }
+  if (passed != 0) p->passed->Increment(static_cast<double>(passed));
+  if (filtered != 0) p->filtered->Increment(static_cast<double>(filtered));
+  if (timed_out) p->timeouts->Increment();
+}
+
+void OffloadMetrics::add_blocks(BlockOutcome o, std::uint64_t n) noexcept {
+  const auto i = static_cast<std::size_t>(o);
+  if (n != 0 && i < s_->blocks.size()) s_->blocks[i]->Increment(static_cast<double>(n));
+}
+
+void OffloadMetrics::add_enqueued(std::uint64_t blocks) noexcept {
+  if (blocks != 0) s_->enqueued->Increment(static_cast<double>(blocks));
+}
+void OffloadMetrics::add_cancelled() noexcept { s_->cancelled->Increment(); }
+void OffloadMetrics::add_batch() noexcept { s_->batches->Increment(); }
+
+const std::shared_ptr<prometheus::Registry>& OffloadMetrics::registry() const noexcept {
+  return s_->registry;
+}
+const std::string& OffloadMetrics::pipeline() const noexcept { return s_->pipeline; }
+
+}  // namespace kvbm

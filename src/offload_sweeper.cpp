@@ -1,0 +1,82 @@
+#include "kvbm/error.h"
+#include "kvbm/offload/cancel_sweeper.h"
+
+namespace kvbm {
+
+CancelSweeper::CancelSweeper(std::shared_ptr<Clock> clock, std::chrono::nanoseconds interval)
+    : clock_(std::move(clock)), interval_(interval) {
+  KVBM_CHECK(clock_ != nullptr, "CancelSweeper: the clock is null");
+  KVBM_CHECK(interval_.count() > 0, "CancelSweeper: sweep_interval must be positive (got ",
+             interval_.count(), " ns)");
+}
+
+CancelSweeper::~CancelSweeper() { stop(); }
+
+void CancelSweeper::add_target(std::function<std::size_t()> sweep) {
+  KVBM_CHECK(!thread_.joinable(), "CancelSweeper::add_target after start()");
+  KVBM_CHECK(sweep != nullptr, "CancelSweeper::add_target: empty target");
+  targets_.push_back(std::move(sweep));
+}
+
+std::size_t CancelSweeper::sweep_once() {
+  std::size_t n = 0;
+  {
+    std::lock_guard one(sweep_mu_);
+    for (const auto& t : targets_) n += t();
+  }
+  {
+    std::lock_guard lock(mu_);
+    ++passes_;
+    swept_ += n;
+  }
+  passes_cv_.notify_all();
+  return n;
+}
+
+void CancelSweeper::start() {
+  KVBM_CHECK(!thread_.joinable(), "CancelSweeper::start called twice");
+  subscription_ = clock_->subscribe(mu_, cv_);
+  const Clock::time_point first = clock_->now() + interval_;  // not when the thread gets going
+  thread_ = std::thread([this, first] { run(first); });
+}
+
+void CancelSweeper::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  subscription_.reset();
+}
+
+void CancelSweeper::run(Clock::time_point next) {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    if (clock_->now() >= next) {
+      lock.unlock();
+      sweep_once();
+      lock.lock();
+      next = clock_->now() + interval_;
+      continue;
+    }
+    clock_->wait_until(lock, cv_, next);
+  }
+}
+
+std::uint64_t CancelSweeper::passes() const {
+  std::lock_guard lock(mu_);
+  return passes_;
+}
+
+std::uint64_t CancelSweeper::swept() const {
+  std::lock_guard lock(mu_);
+  return swept_;
+}
+
+bool CancelSweeper::wait_passes(std::uint64_t n, std::chrono::nanoseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return passes_cv_.wait_for(lock, timeout, [&] { return passes_ >= n; });
+}
+
+}  // namespace kvbm
