@@ -13,6 +13,7 @@ readonly REQUIRED=(
   cmake g++ make
   libfmt-dev libspdlog-dev prometheus-cpp-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcurl4-openssl-dev
 )
 readonly OPTIONAL=(ninja-build)
 
