@@ -122,6 +122,13 @@ class OffloadPipeline {
       return *this;
     }
 
+    /// Called with the copies each batch registered in Dst, before the
+    /// batch's handles end (see TransferExecutor::RegisteredCallback).
+    Builder& on_registered(typename TransferExecutor<Src, Dst>::RegisteredCallback cb) {
+      on_registered_ = std::move(cb);
+      return *this;
+    }
+
     /// Returns the running pipeline. Throws UsageError naming the first
     /// invalid option.
     [[nodiscard]] std::unique_ptr<OffloadPipeline> build() {
@@ -152,6 +159,7 @@ class OffloadPipeline {
     std::shared_ptr<Clock> clock_;
     std::shared_ptr<prometheus::Registry> metrics_;
     std::string name_;
+    typename TransferExecutor<Src, Dst>::RegisteredCallback on_registered_;
   };
 
   /// Returns a builder.
@@ -251,7 +259,8 @@ class OffloadPipeline {
         transfer_queue_(),
         executor_(
             *b.dst_, std::move(b.engine_), config_.max_concurrent_transfers,
-            config_.batch_config.max_batch_size, [this] { wake(); }, metrics_),
+            config_.batch_config.max_batch_size, [this] { wake(); }, metrics_,
+            std::move(b.on_registered_)),
         sweeper_(clock_, config_.sweep_interval) {
     sweeper_.add_target([this] { return policy_queue_.sweep(); });
     sweeper_.add_target([this] { return batch_queue_.sweep(); });

@@ -19,6 +19,7 @@
 //      the destination under its sequence hash (the destination's duplicate
 //      policy dedups); a block whose copy failed is never registered
 //      (kCopyFailed; its destination block goes back to the reset pool);
+//      hand the registered copies to `on_registered` (if set);
 //      release every source and destination block, then end the handles
 //      (kDone, or kFailed when a block did not fit or failed to copy)
 //
@@ -59,11 +60,18 @@ namespace kvbm {
 template <TierMarker Src, TierMarker Dst>
 class TransferExecutor {
  public:
+  /// Receives the copies a batch registered in the destination, before the
+  /// batch's handles end (on the engine's completion thread; must not throw
+  /// and must not wait on the pipeline). The write-through chain G1 -> G2 ->
+  /// G3 enqueues them in the next pipeline here.
+  using RegisteredCallback = std::function<void(std::vector<ImmutableBlock<Dst>>&&)>;
+
   /// Throws UsageError when the engine is null or a limit is 0.
   TransferExecutor(BlockManager<Dst>& dst, std::shared_ptr<TransferEngine> engine,
                    std::size_t max_concurrent_transfers, std::size_t max_submit,
                    std::function<void()> on_slot_free = {},
-                   std::shared_ptr<OffloadMetrics> metrics = nullptr)
+                   std::shared_ptr<OffloadMetrics> metrics = nullptr,
+                   RegisteredCallback on_registered = {})
       : core_(std::make_shared<Core>()),
         engine_(std::move(engine)),
         max_concurrent_(max_concurrent_transfers),
@@ -75,6 +83,7 @@ class TransferExecutor {
     KVBM_CHECK(max_submit_ >= 1, "TransferExecutor: max_batch_size must be at least 1");
     core_->dst = &dst;
     core_->on_slot_free = std::move(on_slot_free);
+    core_->on_registered = std::move(on_registered);
   }
   ~TransferExecutor() { wait_idle(); }
   TransferExecutor(const TransferExecutor&) = delete;
@@ -156,6 +165,7 @@ class TransferExecutor {
     std::vector<SequenceHash> hashes;      // per pair
     std::vector<ImmutableBlock<Src>> src;  // per pair
     std::vector<MutableBlock<Dst>> dst;    // per pair
+    std::vector<ImmutableBlock<Dst>> registered;  // for on_registered
     std::vector<std::uint32_t> owner;      // per pair
     std::vector<BlockOutcome> outcome;     // per pair, once known
     std::vector<Dup> dups;
@@ -167,6 +177,7 @@ class TransferExecutor {
   struct Core {
     BlockManager<Dst>* dst = nullptr;
     std::function<void()> on_slot_free;
+    RegisteredCallback on_registered;
     std::atomic<std::size_t> in_flight{0};
     std::atomic<std::size_t> peak{0};
     std::mutex mu;
@@ -187,14 +198,18 @@ class TransferExecutor {
             f.outcome[i] = BlockOutcome::kCopyFailed;
             continue;
           }
-          // Registered, then dropped: the copy stays matchable in the inactive pool.
-          (void)core.dst->register_block(std::move(staged).value());
+          // Registered, then dropped (after on_registered, if set): the copy
+          // stays matchable in the inactive pool.
+          auto registered = core.dst->register_block(std::move(staged).value());
+          if (core.on_registered) f.registered.push_back(std::move(registered));
         } catch (...) {
           f.outcome[i] = BlockOutcome::kCopyFailed;
         }
       }
+      if (core.on_registered && !f.registered.empty()) core.on_registered(std::move(f.registered));
       // Release every block before any handle ends, so that nothing is pinned
       // once a waiter returns.
+      f.registered.clear();
       f.src.clear();
       f.dst.clear();
       for (std::size_t i = 0; i < f.outcome.size(); ++i) {

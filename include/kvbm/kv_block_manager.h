@@ -1,0 +1,254 @@
+// kvbm/kv_block_manager.h: the public facade over the three tiers.
+//
+// One KvBlockManagerConfig builds everything a scheduler needs:
+//
+//   G1 device pool   BlockManager<G1>, device memory (or host memory standing
+//                    in for it when no GPU is usable; a log line says so)
+//   G2 host pool     BlockManager<G2>, pinned host memory        (optional)
+//   G3 disk pool     BlockManager<G3>, one preallocated file      (optional, needs G2)
+//   engines          G1<->G2 (CUDA, or host copies when G1 is emulated),
+//                    G2->G3 and G3->G1 (disk reads through a pinned bounce buffer)
+//   offload          G1->G2 and G2->G3, each in the mode of its tier boundary:
+//                      kWriteThrough  a block is offloaded when it is registered
+//                                     (G1: register_blocks(); G2: when its
+//                                     copy from G1 lands), through an
+//                                     OffloadPipeline with its policies
+//                      kOnEviction    a block is copied down when the pool
+//                                     evicts it, before the allocation that
+//                                     evicted it returns (that allocation
+//                                     waits for the copy)
+//                      kNone          nothing moves down
+//   onboarding       onboard(hashes): the longest prefix present in any tier,
+//                    brought into fresh G1 blocks and registered there
+//
+//   auto kvbm = KvBlockManager::build(config);          // throws UsageError
+//   auto blocks = kvbm->device().allocate_blocks(n);    // compute into them
+//   auto registered = kvbm->register_blocks(std::move(complete), fwd_done);
+//   OnboardHandle h = kvbm->onboard(request_hashes);    // overlap with compute
+//   h.wait(); auto prefix = h.take_blocks();            // G1 blocks, in order
+//
+// Block addresses: device_layout(), host_layout() say where each block's bytes
+// are (the engine writes into G1 blocks at those addresses).
+//
+// Metadata only: with move_bytes = false no memory is allocated and copies
+// complete at once; the pools, pipelines and onboarding behave the same.
+// Used for simulation (the trace replay) and for tests of the logic.
+//
+// Shutdown: shutdown() (also run by the destructor) stops the offload
+// pipelines (cancelling what has not started copying, waiting for what has),
+// waits for onboarding copies in flight, and leaves every pool balanced.
+// Handles the caller still holds stay valid (they may outlive the manager).
+//
+// Thread-safety: every member may be called from several threads.
+
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvbm/block_manager.h"
+#include "kvbm/disk/disk_storage.h"
+#include "kvbm/eviction/backend.h"
+#include "kvbm/offload/config.h"
+#include "kvbm/offload/precondition.h"
+#include "kvbm/offload/transfer_handle.h"
+#include "kvbm/pool_listener.h"
+#include "kvbm/storage/layout.h"
+#include "kvbm/tier.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvbm {
+
+/// When blocks move down a tier boundary.
+enum class OffloadMode : std::uint8_t {
+  kNone,          ///< never
+  kWriteThrough,  ///< on registration, through the offload pipeline
+  kOnEviction,    ///< when the upper pool evicts the block
+};
+/// Returns "none", "write_through" or "on_eviction".
+[[nodiscard]] std::string_view to_string(OffloadMode m) noexcept;
+/// Parses the names of to_string(); throws UsageError listing them otherwise.
+[[nodiscard]] OffloadMode parse_offload_mode(std::string_view name);
+
+/// The size and eviction of one tier. Give `blocks` or `bytes` (bytes are
+/// rounded down to whole blocks); both 0 means the tier is absent.
+struct TierConfig {
+  std::size_t blocks = 0;
+  std::size_t bytes = 0;
+  EvictionPolicy eviction = EvictionPolicy::kLru;
+};
+
+/// Which blocks a write-through pipeline moves.
+struct OffloadPolicyConfig {
+  bool skip_present = true;        ///< skip blocks the destination already holds
+  std::uint32_t min_frequency = 0; ///< offload only blocks seen at least this often (0: all)
+};
+
+/// Everything KvBlockManager::build needs; see the file comment.
+struct KvBlockManagerConfig {
+  /// Model dimensions of one block; layout.page_size is the block size in tokens.
+  LayoutConfig layout;
+  /// How G1 memory is laid out (engines allocate per-layer tensors: separated).
+  LayoutKind device_layout = LayoutKind::kLayerSeparated;
+  TierConfig device;  ///< G1 (required)
+  TierConfig host;    ///< G2 (optional)
+  TierConfig disk;    ///< G3 (optional; needs G2 and disk_directory)
+  /// Existing directory for the G3 file (created 0600, removed at shutdown).
+  std::filesystem::path disk_directory;
+  DirectIo disk_direct_io = DirectIo::kPreferred;
+  OffloadMode device_to_host = OffloadMode::kWriteThrough;
+  OffloadMode host_to_disk = OffloadMode::kWriteThrough;
+  OffloadPolicyConfig device_to_host_policy;
+  OffloadPolicyConfig host_to_disk_policy;
+  PipelineConfig pipeline;  ///< both write-through pipelines
+  DuplicatePolicy duplicate_policy = DuplicatePolicy::kReject;
+  /// false: metadata only (no memory, copies complete at once).
+  bool move_bytes = true;
+  /// Pinned staging blocks for G3 -> G1 reads (1 ..).
+  std::size_t bounce_blocks = 32;
+  /// Host copy threads (0: the engine's default).
+  std::size_t copy_threads = 0;
+  /// Disk engine workers and queue depth (0: the engine's defaults).
+  std::size_t disk_workers = 0;
+  std::size_t disk_queue_depth = 0;
+  /// CUDA device for G1.
+  int cuda_device = 0;
+  /// Where every series goes (default: a new registry).
+  std::shared_ptr<prometheus::Registry> metrics_registry;
+  /// Extra listeners per pool (e.g. a KV event publisher).
+  std::vector<std::shared_ptr<PoolListener>> device_listeners;
+  std::vector<std::shared_ptr<PoolListener>> host_listeners;
+  std::vector<std::shared_ptr<PoolListener>> disk_listeners;
+};
+
+/// Where an onboarded prefix came from.
+struct OnboardCounts {
+  std::size_t device = 0;  ///< already in G1
+  std::size_t host = 0;    ///< copied from G2
+  std::size_t disk = 0;    ///< copied from G3
+  std::size_t failed = 0;  ///< copies that failed (the prefix ends before the first)
+  std::size_t no_space = 0;///< blocks found below G1 that did not fit in G1
+  [[nodiscard]] std::size_t total() const noexcept { return device + host + disk; }
+};
+
+namespace detail {
+class OnboardState;
+}
+
+/// The caller's handle on one onboarding; see KvBlockManager::onboard.
+///
+/// Status: kTransferring while copies run, then kDone (every found block
+/// arrived), kFailed (a copy failed: the prefix ends before it) or
+/// kCancelled. cancel() returns only once every block of the onboarding has
+/// been released (copies already started are waited for, then discarded).
+///
+/// The handle is move-only and owns the result: dropping it without
+/// take_blocks() releases the prefix's blocks (an onboarding still copying
+/// is abandoned without waiting; its blocks are released when the copies end).
+class OnboardHandle {
+ public:
+  OnboardHandle() = default;
+  explicit OnboardHandle(std::shared_ptr<detail::OnboardState> s) : s_(std::move(s)) {}
+  OnboardHandle(OnboardHandle&&) noexcept = default;
+  OnboardHandle& operator=(OnboardHandle&& other) noexcept {
+    if (this != &other) {
+      abandon();
+      s_ = std::move(other.s_);
+    }
+    return *this;
+  }
+  OnboardHandle(const OnboardHandle&) = delete;
+  OnboardHandle& operator=(const OnboardHandle&) = delete;
+  ~OnboardHandle() { abandon(); }
+  [[nodiscard]] bool valid() const noexcept { return s_ != nullptr; }
+  [[nodiscard]] TransferStatus status() const;
+  /// Blocks until terminal; returns the status.
+  TransferStatus wait() const;
+  /// Blocks until terminal or the timeout; returns true when terminal.
+  bool wait_for(std::chrono::nanoseconds timeout) const;
+  /// Discards the onboarding; see the class comment. Returns true when it
+  /// was cancelled, false when it had already finished (the blocks stay
+  /// available through take_blocks()).
+  bool cancel();
+  /// Waits, then returns the G1 blocks of the prefix, in order (once; later
+  /// calls return nothing). Empty after cancel().
+  [[nodiscard]] std::vector<ImmutableBlock<G1>> take_blocks();
+  /// Waits, then returns where the prefix came from.
+  [[nodiscard]] OnboardCounts counts() const;
+  /// Waits, then returns the first copy error, if any.
+  [[nodiscard]] std::string error() const;
+
+ private:
+  void abandon() noexcept;
+  std::shared_ptr<detail::OnboardState> s_;
+};
+
+class KvBlockManagerImpl;
+
+/// The facade; see the file comment.
+class KvBlockManager {
+ public:
+  /// Builds every tier, engine and pipeline. Throws UsageError naming the
+  /// first invalid option, as "KvBlockManagerConfig.<option>: ...".
+  [[nodiscard]] static std::unique_ptr<KvBlockManager> build(KvBlockManagerConfig config);
+  ~KvBlockManager();
+  KvBlockManager(const KvBlockManager&) = delete;
+  KvBlockManager& operator=(const KvBlockManager&) = delete;
+
+  [[nodiscard]] BlockManager<G1>& device() noexcept;
+  /// The G2 pool, or nullptr when the config has none.
+  [[nodiscard]] BlockManager<G2>* host() noexcept;
+  /// The G3 pool, or nullptr when the config has none.
+  [[nodiscard]] BlockManager<G3>* disk() noexcept;
+  [[nodiscard]] const KvBlockManagerConfig& config() const noexcept;
+  /// Tokens per block (layout.page_size).
+  [[nodiscard]] std::uint32_t block_size() const noexcept;
+  [[nodiscard]] std::size_t block_bytes() const noexcept;
+  /// True when G1 is host memory standing in for a GPU.
+  [[nodiscard]] bool device_emulated() const noexcept;
+  /// Where G1 / G2 blocks live (meaningful only with move_bytes).
+  [[nodiscard]] const Layout& device_layout() const noexcept;
+  [[nodiscard]] const Layout& host_layout() const;
+  [[nodiscard]] const std::shared_ptr<prometheus::Registry>& metrics_registry() const noexcept;
+
+  /// Registers computed G1 blocks and, in write-through mode, enqueues them
+  /// for offload to G2 once `forward_pass_done` (if any) is met.
+  std::vector<ImmutableBlock<G1>> register_blocks(
+      std::vector<CompleteBlock<G1>>&& blocks,
+      std::shared_ptr<Precondition> forward_pass_done = nullptr);
+  /// Enqueues registered G1 blocks for offload to G2, whatever the mode.
+  /// Returns an empty handle when there is no G2.
+  TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
+                         std::shared_ptr<Precondition> forward_pass_done = nullptr);
+
+  /// Finds the longest prefix of `hashes` present in G1, G2 or G3 (each
+  /// block in any tier), allocates G1 blocks for the part below G1, starts
+  /// copying it up and returns at once. When G1 cannot hold the whole part,
+  /// the prefix is cut where it can. The G1 hits are held by the handle.
+  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
+
+  /// Waits until both offload pipelines are idle (everything enqueued so
+  /// far has finished); for tests, tools and orderly shutdown.
+  void drain();
+  /// See the file comment. Idempotent.
+  void shutdown();
+
+  /// Returns "" when every pool's counts balance, else what is wrong.
+  [[nodiscard]] std::string audit() const;
+
+ private:
+  explicit KvBlockManager(std::unique_ptr<KvBlockManagerImpl> impl);
+  std::unique_ptr<KvBlockManagerImpl> impl_;
+};
+
+}  // namespace kvbm

@@ -1,0 +1,953 @@
+// KvBlockManager: builds and wires the tiers, engines, pipelines and onboarding.
+
+#include "kvbm/kv_block_manager.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "kvbm/disk/disk_engine.h"
+#include "kvbm/error.h"
+#include "kvbm/frequency_tracker.h"
+#include "kvbm/logging.h"
+#include "kvbm/offload/offload_metrics.h"
+#include "kvbm/offload/pipeline.h"
+#include "kvbm/offload/policy.h"
+#include "kvbm/storage/storage.h"
+#include "kvbm/transfer/bounce_engine.h"
+#include "kvbm/transfer/cuda_engine.h"
+#include "kvbm/transfer/host_engine.h"
+
+namespace kvbm {
+
+std::string_view to_string(OffloadMode m) noexcept {
+  switch (m) {
+    case OffloadMode::kNone: return "none";
+    case OffloadMode::kWriteThrough: return "write_through";
+    case OffloadMode::kOnEviction: return "on_eviction";
+  }
+  return "unknown";
+}
+
+OffloadMode parse_offload_mode(std::string_view name) {
+  for (const auto m : {OffloadMode::kNone, OffloadMode::kWriteThrough, OffloadMode::kOnEviction}) {
+    if (to_string(m) == name) return m;
+  }
+  KVBM_CHECK(false, "unknown offload mode '", name, "'; use none, write_through or on_eviction");
+  return OffloadMode::kNone;
+}
+
+namespace {
+
+// Completes every batch at once without touching memory (metadata only).
+class NullEngine final : public TransferEngine {
+ public:
+  NullEngine(std::string name, std::size_t src_blocks, std::size_t dst_blocks)
+      : name_(std::move(name)), src_blocks_(src_blocks), dst_blocks_(dst_blocks) {}
+  [[nodiscard]] std::string_view name() const noexcept override { return name_; }
+  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
+      std::span<const TransferPair> pairs) override {
+    KVBM_CHECK(!pairs.empty(), name_, ": an empty batch");
+    for (const auto& p : pairs) {
+      KVBM_CHECK(p.src < src_blocks_ && p.dst < dst_blocks_, name_, ": block id out of range");
+    }
+    auto c = std::make_shared<TransferCompletion>();
+    c->complete({});
+    return c;
+  }
+
+ private:
+  std::string name_;
+  std::size_t src_blocks_, dst_blocks_;
+};
+
+[[noreturn]] void config_error(std::string_view option, const std::string& what) {
+  throw UsageError("KvBlockManagerConfig." + std::string(option) + ": " + what);
+}
+
+// Resolves a tier's block count from blocks or bytes.
+std::size_t tier_blocks(const TierConfig& t, std::string_view name, std::size_t block_bytes,
+                        bool required) {
+  if (t.blocks != 0 && t.bytes != 0) {
+    config_error(name, "set blocks or bytes, not both (blocks " + std::to_string(t.blocks) +
+                           ", bytes " + std::to_string(t.bytes) + ")");
+  }
+  std::size_t n = t.blocks;
+  if (t.bytes != 0) {
+    n = t.bytes / block_bytes;
+    if (n == 0) {
+      config_error(std::string(name) + ".bytes",
+                   std::to_string(t.bytes) + " bytes hold no block of " +
+                       std::to_string(block_bytes) + " bytes; give at least one block's worth");
+    }
+  }
+  if (required && n == 0) config_error(std::string(name) + ".blocks", "must be at least 1");
+  if (n > kMaxBlockCount) {
+    config_error(std::string(name) + ".blocks",
+                 std::to_string(n) + " exceeds the maximum of " + std::to_string(kMaxBlockCount));
+  }
+  return n;
+}
+
+// The per-(layer, outer) bases of a layer-separated layout over one allocation.
+Layout make_layout(const LayoutConfig& lc, LayoutKind kind, std::size_t blocks,
+                   std::uintptr_t base) {
+  if (kind == LayoutKind::kFullyContiguous) return Layout::fully_contiguous(lc, blocks, base);
+  std::vector<std::uintptr_t> bases(lc.regions_per_block());
+  const std::size_t per_base = blocks * lc.region_bytes();
+  for (std::size_t i = 0; i < bases.size(); ++i) bases[i] = base + i * per_base;
+  return Layout::layer_separated(lc, blocks, std::move(bases));
+}
+
+}  // namespace
+
+// Copies the blocks an upper pool evicts into the pool below, synchronously
+// (the on-eviction mode). Disabled at shutdown.
+template <TierMarker Src, TierMarker Dst>
+class EvictionOffloader final : public PoolListener {
+ public:
+  void bind(BlockManager<Dst>* dst, std::shared_ptr<TransferEngine> engine,
+            std::shared_ptr<OffloadMetrics> metrics) {
+    dst_ = dst;
+    engine_ = std::move(engine);
+    metrics_ = std::move(metrics);
+    enabled_.store(true, std::memory_order_release);
+  }
+  void disable() noexcept {
+    std::lock_guard lock(mu_);  // waits for a copy in progress
+    enabled_.store(false, std::memory_order_release);
+    engine_.reset();
+    dst_ = nullptr;
+  }
+
+  void on_evicting(std::span<const EvictedBlock> blocks) noexcept override {
+    if (!enabled_.load(std::memory_order_acquire)) return;
+    std::lock_guard lock(mu_);
+    if (!enabled_.load(std::memory_order_relaxed)) return;
+    try {
+      copy(blocks);
+    } catch (const std::exception& e) {
+      logger()->error("on-eviction offload {}_to_{} failed: {}", tier_name<Src>(),
+                      tier_name<Dst>(), e.what());
+      metrics_->add_blocks(BlockOutcome::kCopyFailed, blocks.size());
+    }
+  }
+
+ private:
+  void copy(std::span<const EvictedBlock> blocks) {
+    metrics_->add_enqueued(blocks.size());
+    std::vector<SequenceHash> hashes;
+    hashes.reserve(blocks.size());
+    for (const auto& b : blocks) hashes.push_back(b.hash);
+    const std::vector<bool> present = dst_->registry()->template presence<Dst>(hashes);
+    std::vector<std::size_t> todo;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (!present[i]) todo.push_back(i);
+    }
+    metrics_->add_blocks(BlockOutcome::kAlreadyPresent, blocks.size() - todo.size());
+    if (todo.empty()) return;
+    std::size_t got = std::min(todo.size(), dst_->total_blocks());
+    std::optional<std::vector<MutableBlock<Dst>>> dst;
+    while (got > 0) {
+      dst = dst_->allocate_blocks(got);
+      if (dst) break;
+      const std::size_t avail = dst_->available_blocks();
+      got = avail < got ? avail : got - 1;
+    }
+    if (!dst) {
+      metrics_->add_blocks(BlockOutcome::kNoSpace, todo.size());
+      return;
+    }
+    metrics_->add_blocks(BlockOutcome::kNoSpace, todo.size() - got);
+    std::vector<TransferPair> pairs(got);
+    for (std::size_t i = 0; i < got; ++i) pairs[i] = {blocks[todo[i]].id, (*dst)[i].block_id()};
+    metrics_->add_batch();
+    const TransferOutcome outcome = engine_->submit(pairs)->wait();
+    std::vector<bool> failed(got, false);
+    for (const auto k : outcome.failed) failed[k] = true;
+    std::size_t copied = 0;
+    for (std::size_t i = 0; i < got; ++i) {
+      if (failed[i]) continue;
+      auto staged = std::move((*dst)[i]).stage(blocks[todo[i]].hash, dst_->block_size());
+      if (!staged.ok()) continue;
+      (void)dst_->register_block(std::move(staged).value());
+      ++copied;
+    }
+    metrics_->add_blocks(BlockOutcome::kTransferred, copied);
+    metrics_->add_blocks(BlockOutcome::kCopyFailed, got - copied);
+    if (!outcome.ok()) {
+      logger()->warn("on-eviction offload {}_to_{}: {} of {} copies failed: {}", tier_name<Src>(),
+                     tier_name<Dst>(), got - copied, got, outcome.error);
+    }
+  }
+
+  std::mutex mu_;  // one on-eviction copy at a time per boundary
+  std::atomic<bool> enabled_{false};
+  BlockManager<Dst>* dst_ = nullptr;
+  std::shared_ptr<TransferEngine> engine_;
+  std::shared_ptr<OffloadMetrics> metrics_;
+};
+
+namespace detail {
+
+// One onboarding: the G1 hits, the sources below G1 and their G1 targets.
+class OnboardState {
+ public:
+  struct Counters {
+    prometheus::Counter* from_device = nullptr;
+    prometheus::Counter* from_host = nullptr;
+    prometheus::Counter* from_disk = nullptr;
+    prometheus::Counter* failed = nullptr;
+    prometheus::Counter* cancelled = nullptr;
+  };
+
+  std::vector<ImmutableBlock<G1>> hits;
+  std::vector<SequenceHash> below_hashes;        // after the hits, in order
+  std::vector<std::uint8_t> below_tier;          // 2 or 3, per below position
+  std::vector<ImmutableBlock<G2>> host_src;      // in order of their positions
+  std::vector<ImmutableBlock<G3>> disk_src;
+  std::vector<MutableBlock<G1>> targets;         // per below position
+  BlockManager<G1>* g1 = nullptr;
+  Counters counters;
+
+  void start_pending(std::size_t n) { pending_ = n; }
+
+  // Records one engine batch's outcome; `positions` maps batch index to below position.
+  void on_batch(const TransferOutcome& o, const std::vector<std::size_t>& positions) noexcept {
+    bool last = false;
+    {
+      std::lock_guard lock(mu_);
+      if (failed_.size() < below_hashes.size()) failed_.resize(below_hashes.size(), false);
+      for (const auto k : o.failed) {
+        if (k < positions.size()) failed_[positions[k]] = true;
+      }
+      if (!o.ok() && error_.empty()) error_ = o.error.empty() ? "copy failed" : o.error;
+      last = --pending_ == 0;
+    }
+    if (last) finish();
+  }
+
+  // Ends the onboarding (when every copy is back, or at once when none ran).
+  void finish() noexcept {
+    std::unique_lock lock(mu_);
+    failed_.resize(below_hashes.size(), false);
+    if (cancel_requested_) {
+      lock.unlock();
+      release_all();
+      lock.lock();
+      status_ = TransferStatus::kCancelled;
+      if (counters.cancelled) counters.cancelled->Increment();
+      cv_.notify_all();
+      return;
+    }
+    const bool any_failed = std::find(failed_.begin(), failed_.end(), true) != failed_.end();
+    lock.unlock();
+    std::vector<ImmutableBlock<G1>> out = std::move(hits);
+    hits.clear();
+    bool prefix = true;
+    OnboardCounts c;
+    c.device = out.size();
+    c.no_space = no_space_;
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      if (failed_[i]) {
+        prefix = false;
+        ++c.failed;
+        continue;  // the target goes back to the reset pool
+      }
+      try {
+        auto staged = std::move(targets[i]).stage(below_hashes[i], g1->block_size());
+        if (!staged.ok()) {
+          prefix = false;
+          ++c.failed;
+          continue;
+        }
+        auto registered = g1->register_block(std::move(staged).value());
+        if (prefix) {
+          out.push_back(std::move(registered));
+          (below_tier[i] == 2 ? c.host : c.disk)++;
+        }
+      } catch (...) {
+        prefix = false;
+        ++c.failed;
+      }
+    }
+    targets.clear();
+    host_src.clear();
+    disk_src.clear();
+    if (counters.from_device) {
+      counters.from_device->Increment(static_cast<double>(c.device));
+      counters.from_host->Increment(static_cast<double>(c.host));
+      counters.from_disk->Increment(static_cast<double>(c.disk));
+      counters.failed->Increment(static_cast<double>(c.failed));
+    }
+    lock.lock();
+    if (cancel_requested_) {  // cancelled while the copies were registered
+      lock.unlock();
+      out.clear();
+      lock.lock();
+      status_ = TransferStatus::kCancelled;
+      if (counters.cancelled) counters.cancelled->Increment();
+      cv_.notify_all();
+      return;
+    }
+    counts_ = c;
+    blocks_ = std::move(out);
+    status_ = any_failed ? TransferStatus::kFailed : TransferStatus::kDone;
+    cv_.notify_all();
+  }
+
+  void set_no_space(std::size_t n) { no_space_ = n; }
+
+  TransferStatus status() const {
+    std::lock_guard lock(mu_);
+    return status_;
+  }
+  TransferStatus wait() const {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return is_terminal(status_); });
+    return status_;
+  }
+  bool wait_for(std::chrono::nanoseconds t) const {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, t, [&] { return is_terminal(status_); });
+  }
+  bool cancel() {
+    {
+      std::lock_guard lock(mu_);
+      if (is_terminal(status_)) return status_ == TransferStatus::kCancelled;
+      cancel_requested_ = true;
+    }
+    return wait() == TransferStatus::kCancelled;
+  }
+  // The last handle is gone: release the result now, or when the copies end.
+  void abandon() noexcept {
+    std::vector<ImmutableBlock<G1>> drop;
+    {
+      std::lock_guard lock(mu_);
+      if (!is_terminal(status_)) {
+        cancel_requested_ = true;
+        return;
+      }
+      drop = std::move(blocks_);
+      blocks_.clear();
+    }
+  }
+  std::vector<ImmutableBlock<G1>> take_blocks() {
+    wait();
+    std::lock_guard lock(mu_);
+    return std::move(blocks_);
+  }
+  OnboardCounts counts() const {
+    wait();
+    std::lock_guard lock(mu_);
+    return counts_;
+  }
+  std::string error() const {
+    wait();
+    std::lock_guard lock(mu_);
+    return error_;
+  }
+
+ private:
+  void release_all() noexcept {
+    hits.clear();
+    targets.clear();
+    host_src.clear();
+    disk_src.clear();
+  }
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  TransferStatus status_ = TransferStatus::kTransferring;  // guarded by mu_
+  bool cancel_requested_ = false;                         // guarded by mu_
+  std::size_t pending_ = 0;                               // guarded by mu_
+  std::vector<bool> failed_;                              // guarded by mu_ until finish
+  std::string error_;                                     // guarded by mu_
+  std::size_t no_space_ = 0;
+  OnboardCounts counts_;                                  // guarded by mu_
+  std::vector<ImmutableBlock<G1>> blocks_;                // guarded by mu_
+};
+
+}  // namespace detail
+
+void OnboardHandle::abandon() noexcept {
+  if (s_) std::exchange(s_, nullptr)->abandon();
+}
+TransferStatus OnboardHandle::status() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::status on an empty handle");
+  return s_->status();
+}
+TransferStatus OnboardHandle::wait() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::wait on an empty handle");
+  return s_->wait();
+}
+bool OnboardHandle::wait_for(std::chrono::nanoseconds timeout) const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::wait_for on an empty handle");
+  return s_->wait_for(timeout);
+}
+bool OnboardHandle::cancel() {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::cancel on an empty handle");
+  return s_->cancel();
+}
+std::vector<ImmutableBlock<G1>> OnboardHandle::take_blocks() {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::take_blocks on an empty handle");
+  return s_->take_blocks();
+}
+OnboardCounts OnboardHandle::counts() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::counts on an empty handle");
+  return s_->counts();
+}
+std::string OnboardHandle::error() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::error on an empty handle");
+  return s_->error();
+}
+
+class KvBlockManagerImpl {
+ public:
+  explicit KvBlockManagerImpl(KvBlockManagerConfig c) : config_(std::move(c)) {}
+  ~KvBlockManagerImpl() { shutdown(); }
+
+  void build() {
+    auto& c = config_;
+    try {
+      c.layout.validate();
+    } catch (const UsageError& e) {
+      config_error("layout", e.what());
+    }
+    const std::size_t bb = c.layout.block_bytes();
+    g1_blocks_ = tier_blocks(c.device, "device", bb, true);
+    g2_blocks_ = tier_blocks(c.host, "host", bb, false);
+    g3_blocks_ = tier_blocks(c.disk, "disk", bb, false);
+    if (g3_blocks_ > 0 && g2_blocks_ == 0) {
+      config_error("disk", "a disk tier needs a host tier (G3 is written from and read through G2); "
+                           "set host.blocks or host.bytes");
+    }
+    if (g3_blocks_ > 0 && c.move_bytes && c.disk_directory.empty()) {
+      config_error("disk_directory", "the disk tier needs an existing directory for its file");
+    }
+    if (g2_blocks_ == 0 && c.device_to_host != OffloadMode::kNone) c.device_to_host = OffloadMode::kNone;
+    if (g3_blocks_ == 0 && c.host_to_disk != OffloadMode::kNone) c.host_to_disk = OffloadMode::kNone;
+    if (c.bounce_blocks == 0) config_error("bounce_blocks", "must be at least 1");
+    if (c.device_to_host_policy.min_frequency > FrequencyTracker::kMaxCount) {
+      config_error("device_to_host_policy.min_frequency",
+                   "at most " + std::to_string(FrequencyTracker::kMaxCount) +
+                       " (the tracker's counters saturate there)");
+    }
+    if (c.host_to_disk_policy.min_frequency > FrequencyTracker::kMaxCount) {
+      config_error("host_to_disk_policy.min_frequency",
+                   "at most " + std::to_string(FrequencyTracker::kMaxCount) +
+                       " (the tracker's counters saturate there)");
+    }
+    if (c.disk_queue_depth > 256) config_error("disk_queue_depth", "at most 256");
+    try {
+      c.pipeline.validate();
+    } catch (const UsageError& e) {
+      config_error("pipeline", e.what());
+    }
+    for (const auto& l : c.device_listeners) {
+      if (!l) config_error("device_listeners", "a listener is null");
+    }
+    for (const auto& l : c.host_listeners) {
+      if (!l) config_error("host_listeners", "a listener is null");
+    }
+    for (const auto& l : c.disk_listeners) {
+      if (!l) config_error("disk_listeners", "a listener is null");
+    }
+    if (!c.metrics_registry) c.metrics_registry = std::make_shared<prometheus::Registry>();
+
+    tracker_ = std::make_shared<FrequencyTracker>(
+        std::max<std::size_t>(1024, g1_blocks_ + g2_blocks_ + g3_blocks_));
+    registry_ = BlockRegistry::builder().frequency_tracker(tracker_).build();
+
+    build_storage();
+    build_managers();
+    build_engines();
+    build_offload();
+    build_onboard_metrics();
+    logger()->info(
+        "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "
+        "G1->G2 {}, G2->G3 {}{}",
+        g1_blocks_, device_emulated_ ? " (emulated in host memory)" : "", g2_blocks_, g3_blocks_,
+        c.layout.page_size, bb, to_string(c.device_to_host), to_string(c.host_to_disk),
+        c.move_bytes ? "" : " (metadata only)");
+  }
+
+  void build_storage() {
+    auto& c = config_;
+    if (!c.move_bytes) {
+      device_emulated_ = !cuda_device_available();
+      g1_layout_.emplace(make_layout(c.layout, c.device_layout, g1_blocks_, 0x1000));
+      if (g2_blocks_) {
+        g2_layout_.emplace(make_layout(c.layout, LayoutKind::kFullyContiguous, g2_blocks_, 0x1000));
+      }
+      return;
+    }
+    const std::size_t bb = c.layout.block_bytes();
+    g1_storage_ = make_device_storage(g1_blocks_ * bb, c.cuda_device);
+    device_emulated_ = g1_storage_->emulated();
+    g1_layout_.emplace(make_layout(c.layout, c.device_layout, g1_blocks_, g1_storage_->base()));
+    if (g2_blocks_) {
+      g2_storage_ = make_pinned_storage(g2_blocks_ * bb);
+      g2_layout_.emplace(
+          make_layout(c.layout, LayoutKind::kFullyContiguous, g2_blocks_, g2_storage_->base()));
+    }
+    if (g3_blocks_) {
+      DiskStorageOptions o;
+      o.directory = c.disk_directory;
+      o.config = c.layout;
+      o.num_blocks = g3_blocks_;
+      o.direct_io = c.disk_direct_io;
+      auto r = [&] {
+        try {
+          return DiskStorage::create(o);
+        } catch (const UsageError& e) {
+          config_error("disk_directory", e.what());
+        }
+      }();
+      if (!r.ok()) {
+        config_error("disk_directory", "cannot create the disk pool in '" +
+                                           c.disk_directory.string() + "': " + r.error().message);
+      }
+      g3_storage_ = std::move(r).value();
+      bounce_storage_ = make_pinned_storage(c.bounce_blocks * bb);
+      bounce_layout_.emplace(
+          Layout::fully_contiguous(c.layout, c.bounce_blocks, bounce_storage_->base()));
+    }
+  }
+
+  void build_managers() {
+    auto& c = config_;
+    {
+      auto b = BlockManager<G1>::builder();
+      b.block_count(g1_blocks_).block_size(c.layout.page_size).registry(registry_)
+          .eviction(c.device.eviction).duplicate_policy(c.duplicate_policy)
+          .metrics_registry(c.metrics_registry);
+      for (const auto& l : c.device_listeners) b.listener(l);
+      if (c.device_to_host == OffloadMode::kOnEviction) {
+        g1_evict_ = std::make_shared<EvictionOffloader<G1, G2>>();
+        b.listener(g1_evict_);
+      }
+      g1_.emplace(b.build());
+    }
+    if (g2_blocks_) {
+      auto b = BlockManager<G2>::builder();
+      b.block_count(g2_blocks_).block_size(c.layout.page_size).registry(registry_)
+          .eviction(c.host.eviction).duplicate_policy(c.duplicate_policy)
+          .metrics_registry(c.metrics_registry);
+      for (const auto& l : c.host_listeners) b.listener(l);
+      if (c.host_to_disk == OffloadMode::kOnEviction) {
+        g2_evict_ = std::make_shared<EvictionOffloader<G2, G3>>();
+        b.listener(g2_evict_);
+      }
+      g2_.emplace(b.build());
+    }
+    if (g3_blocks_) {
+      auto b = BlockManager<G3>::builder();
+      b.block_count(g3_blocks_).block_size(c.layout.page_size).registry(registry_)
+          .eviction(c.disk.eviction).duplicate_policy(c.duplicate_policy)
+          .metrics_registry(c.metrics_registry);
+      for (const auto& l : c.disk_listeners) b.listener(l);
+      g3_.emplace(b.build());
+    }
+  }
+
+  std::shared_ptr<TransferEngine> device_host_engine(const Layout& src, const Layout& dst,
+                                                     CudaDirection dir, const std::string& name) {
+    if (!device_emulated_) {
+      CudaEngineOptions o;
+      o.device = config_.cuda_device;
+      o.name = name;
+      o.registry = config_.metrics_registry;
+      return std::make_shared<CudaTransferEngine>(src, dst, dir, o);
+    }
+    HostEngineOptions o;
+    o.threads = config_.copy_threads;
+    o.name = name;
+    o.registry = config_.metrics_registry;
+    return std::make_shared<HostTransferEngine>(src, dst, o);
+  }
+
+  void build_engines() {
+    auto& c = config_;
+    if (!c.move_bytes) {
+      if (g2_blocks_) {
+        e12_ = std::make_shared<NullEngine>("G1_to_G2", g1_blocks_, g2_blocks_);
+        e21_ = std::make_shared<NullEngine>("G2_to_G1", g2_blocks_, g1_blocks_);
+      }
+      if (g3_blocks_) {
+        e23_ = std::make_shared<NullEngine>("G2_to_G3", g2_blocks_, g3_blocks_);
+        e31_ = std::make_shared<NullEngine>("G3_to_G1", g3_blocks_, g1_blocks_);
+      }
+      return;
+    }
+    if (g2_blocks_) {
+      e12_ = device_host_engine(*g1_layout_, *g2_layout_, CudaDirection::kDeviceToHost, "G1_to_G2");
+      e21_ = device_host_engine(*g2_layout_, *g1_layout_, CudaDirection::kHostToDevice, "G2_to_G1");
+    }
+    if (g3_blocks_) {
+      DiskEngineOptions w;
+      if (c.disk_queue_depth) w.queue_depth = c.disk_queue_depth;
+      w.workers = c.disk_workers;
+      w.name = "G2_to_G3";
+      w.registry = c.metrics_registry;
+      e23_ = std::make_shared<DiskWriteEngine>(*g2_layout_, *g3_storage_, w);
+      DiskEngineOptions r = w;
+      r.name = "G3_to_G1";
+      e3b_ = std::make_unique<DiskReadEngine>(*g3_storage_, *bounce_layout_, r);
+      if (!device_emulated_) {
+        CudaEngineOptions o;
+        o.device = c.cuda_device;
+        o.name = "bounce_to_G1";
+        eb1_ = std::make_unique<CudaTransferEngine>(*bounce_layout_, *g1_layout_,
+                                                    CudaDirection::kHostToDevice, o);
+      } else {
+        HostEngineOptions o;
+        o.threads = 1;
+        o.name = "bounce_to_G1";
+        eb1_ = std::make_unique<HostTransferEngine>(*bounce_layout_, *g1_layout_, o);
+      }
+      BounceEngineOptions bo;
+      bo.bounce_blocks = c.bounce_blocks;
+      bo.src_blocks = g3_blocks_;
+      bo.dst_blocks = g1_blocks_;
+      bo.name = "G3_to_G1";
+      e31_ = std::make_shared<BounceTransferEngine>(*e3b_, *eb1_, bo);
+    }
+  }
+
+  std::vector<std::shared_ptr<OffloadPolicy>> policies(const OffloadPolicyConfig& p) {
+    std::vector<std::shared_ptr<OffloadPolicy>> out;
+    if (p.min_frequency > 0) out.push_back(std::make_shared<FrequencyPolicy>(tracker_, p.min_frequency));
+    return out;
+  }
+
+  void build_offload() {
+    auto& c = config_;
+    // Build bottom-up: G1->G2 hands its copies to G2->G3.
+    if (c.host_to_disk == OffloadMode::kWriteThrough) {
+      auto b = OffloadPipeline<G2, G3>::builder();
+      b.source(*g2_).destination(*g3_).engine(e23_).config(c.pipeline)
+          .metrics_registry(c.metrics_registry);
+      if (c.host_to_disk_policy.skip_present) b.policy(std::make_shared<PresencePolicy<G3>>(registry_));
+      for (auto& p : policies(c.host_to_disk_policy)) b.policy(std::move(p));
+      p23_ = b.build();
+    } else if (c.host_to_disk == OffloadMode::kOnEviction) {
+      g2_evict_->bind(&*g3_, e23_,
+                      std::make_shared<OffloadMetrics>(c.metrics_registry, "G2_to_G3_on_eviction"));
+    }
+    if (c.device_to_host == OffloadMode::kWriteThrough) {
+      auto b = OffloadPipeline<G1, G2>::builder();
+      b.source(*g1_).destination(*g2_).engine(e12_).config(c.pipeline)
+          .metrics_registry(c.metrics_registry);
+      if (c.device_to_host_policy.skip_present) b.policy(std::make_shared<PresencePolicy<G2>>(registry_));
+      for (auto& p : policies(c.device_to_host_policy)) b.policy(std::move(p));
+      if (p23_) {
+        b.on_registered([this](std::vector<ImmutableBlock<G2>>&& blocks) {
+          auto h = p23_->enqueue(blocks);
+          track(h, handles23_);
+        });
+      }
+      p12_ = b.build();
+    } else if (c.device_to_host == OffloadMode::kOnEviction) {
+      g1_evict_->bind(&*g2_, e12_,
+                      std::make_shared<OffloadMetrics>(c.metrics_registry, "G1_to_G2_on_eviction"));
+    }
+  }
+
+  void build_onboard_metrics() {
+    auto& fam = prometheus::BuildCounter()
+                    .Name("kvbm_onboard_blocks_total")
+                    .Help("Blocks handed back by onboarding, by the tier they came from "
+                          "(outcome=failed: copies that failed)")
+                    .Register(*config_.metrics_registry);
+    counters_.from_device = &fam.Add({{"tier", "G1"}, {"outcome", "hit"}});
+    counters_.from_host = &fam.Add({{"tier", "G2"}, {"outcome", "onboarded"}});
+    counters_.from_disk = &fam.Add({{"tier", "G3"}, {"outcome", "onboarded"}});
+    counters_.failed = &fam.Add({{"tier", "below_G1"}, {"outcome", "failed"}});
+    auto& req = prometheus::BuildCounter()
+                    .Name("kvbm_onboard_cancelled_total")
+                    .Help("Onboardings cancelled by their caller")
+                    .Register(*config_.metrics_registry);
+    counters_.cancelled = &req.Add({});
+  }
+
+  void track(const TransferHandle& h, std::vector<TransferHandle>& v) {
+    if (!h.valid()) return;
+    std::lock_guard lock(handles_mu_);
+    if (v.size() >= 256) {
+      std::erase_if(v, [](const TransferHandle& x) { return is_terminal(x.status()); });
+    }
+    v.push_back(h);
+  }
+
+  std::vector<ImmutableBlock<G1>> register_blocks(std::vector<CompleteBlock<G1>>&& blocks,
+                                                  std::shared_ptr<Precondition> pre) {
+    auto out = g1_->register_blocks(std::move(blocks));
+    if (p12_ && !out.empty()) track(p12_->enqueue(out, std::move(pre)), handles12_);
+    return out;
+  }
+
+  TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
+                         std::shared_ptr<Precondition> pre) {
+    if (!g2_) return {};
+    if (!p12_) {
+      // Not write-through: build a pipeline on first use.
+      std::lock_guard lock(explicit_mu_);
+      if (!explicit12_) {
+        auto b = OffloadPipeline<G1, G2>::builder();
+        b.source(*g1_).destination(*g2_).engine(e12_).config(config_.pipeline)
+            .metrics_registry(config_.metrics_registry).name("G1_to_G2_explicit");
+        if (config_.device_to_host_policy.skip_present) {
+          b.policy(std::make_shared<PresencePolicy<G2>>(registry_));
+        }
+        explicit12_ = b.build();
+      }
+      auto h = explicit12_->enqueue(blocks, std::move(pre));
+      track(h, handles12_);
+      return h;
+    }
+    auto h = p12_->enqueue(blocks, std::move(pre));
+    track(h, handles12_);
+    return h;
+  }
+
+  OnboardHandle onboard(std::span<const SequenceHash> hashes) {
+    auto s = std::make_shared<detail::OnboardState>();
+    s->g1 = &*g1_;
+    s->counters = counters_;
+    s->hits = g1_->match_blocks(hashes);
+    std::size_t i = s->hits.size();
+    const std::size_t n = hashes.size();
+    // The rest of the prefix: runs from G2 and G3, G2 first, until neither has the next block.
+    bool progressed = true;
+    while (i < n && progressed && g2_) {
+      progressed = false;
+      auto a = g2_->match_blocks(hashes.subspan(i));
+      if (!a.empty()) {
+        for (auto& b : a) {
+          s->below_hashes.push_back(hashes[i++]);
+          s->below_tier.push_back(2);
+          s->host_src.push_back(std::move(b));
+        }
+        progressed = true;
+      }
+      if (i < n && g3_) {
+        auto d = g3_->match_blocks(hashes.subspan(i));
+        if (!d.empty()) {
+          for (auto& b : d) {
+            s->below_hashes.push_back(hashes[i++]);
+            s->below_tier.push_back(3);
+            s->disk_src.push_back(std::move(b));
+          }
+          progressed = true;
+        }
+      }
+    }
+    const std::size_t below = s->below_hashes.size();
+    if (below == 0) {
+      s->finish();
+      return OnboardHandle(std::move(s));
+    }
+    // G1 targets: all, else as many as fit (the prefix is cut there).
+    std::size_t got = std::min(below, g1_->total_blocks());
+    std::optional<std::vector<MutableBlock<G1>>> targets;
+    while (got > 0) {
+      targets = g1_->allocate_blocks(got);
+      if (targets) break;
+      const std::size_t avail = g1_->available_blocks();
+      got = avail < got ? avail : got - 1;
+    }
+    if (targets) s->targets = std::move(*targets);
+    got = s->targets.size();
+    if (got < below) {
+      s->set_no_space(below - got);
+      std::size_t keep2 = 0, keep3 = 0;
+      for (std::size_t k = 0; k < got; ++k) (s->below_tier[k] == 2 ? keep2 : keep3)++;
+      s->host_src.erase(s->host_src.begin() + static_cast<std::ptrdiff_t>(keep2), s->host_src.end());
+      s->disk_src.erase(s->disk_src.begin() + static_cast<std::ptrdiff_t>(keep3), s->disk_src.end());
+      s->below_hashes.resize(got);
+      s->below_tier.resize(got);
+    }
+    if (got == 0) {
+      s->finish();
+      return OnboardHandle(std::move(s));
+    }
+    // One batch per source tier.
+    std::vector<TransferPair> p2, p3;
+    auto pos2 = std::make_shared<std::vector<std::size_t>>();
+    auto pos3 = std::make_shared<std::vector<std::size_t>>();
+    std::size_t k2 = 0, k3 = 0;
+    for (std::size_t k = 0; k < got; ++k) {
+      if (s->below_tier[k] == 2) {
+        p2.push_back({s->host_src[k2++].block_id(), s->targets[k].block_id()});
+        pos2->push_back(k);
+      } else {
+        p3.push_back({s->disk_src[k3++].block_id(), s->targets[k].block_id()});
+        pos3->push_back(k);
+      }
+    }
+    s->start_pending((p2.empty() ? 0 : 1) + (p3.empty() ? 0 : 1));
+    auto run = [&](TransferEngine& e, const std::vector<TransferPair>& pairs,
+                   std::shared_ptr<std::vector<std::size_t>> pos) {
+      std::shared_ptr<TransferCompletion> comp;
+      try {
+        comp = e.submit(pairs);
+      } catch (const std::exception& ex) {
+        TransferOutcome o;
+        for (std::size_t k = 0; k < pairs.size(); ++k) o.failed.push_back(k);
+        o.error = std::string("transfer engine refused the batch: ") + ex.what();
+        s->on_batch(o, *pos);
+        return;
+      }
+      comp->on_complete([s, pos](const TransferOutcome& o) { s->on_batch(o, *pos); });
+    };
+    // start_pending() counted both batches before either may complete.
+    if (!p2.empty()) run(*e21_, p2, pos2);
+    if (!p3.empty()) run(*e31_, p3, pos3);
+    {
+      std::lock_guard lock(inflight_mu_);
+      onboard_states_.push_back(s);
+      std::erase_if(onboard_states_, [](const std::weak_ptr<detail::OnboardState>& w) {
+        auto p = w.lock();
+        return !p || is_terminal(p->status());
+      });
+    }
+    return OnboardHandle(std::move(s));
+  }
+
+  void wait_onboards() {
+    std::vector<std::weak_ptr<detail::OnboardState>> states;
+    {
+      std::lock_guard lock(inflight_mu_);
+      states = onboard_states_;
+    }
+    for (auto& w : states) {
+      if (auto p = w.lock()) p->wait();
+    }
+  }
+
+  void drain() {
+    for (auto* v : {&handles12_, &handles23_}) {
+      for (;;) {
+        std::vector<TransferHandle> hs;
+        {
+          std::lock_guard lock(handles_mu_);
+          hs.swap(*v);
+        }
+        if (hs.empty()) break;
+        for (auto& h : hs) h.wait();
+      }
+    }
+    wait_onboards();
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard lock(shutdown_mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    if (explicit12_) explicit12_->shutdown();
+    if (p12_) p12_->shutdown();  // its last copies may still enqueue into p23_
+    if (p23_) p23_->shutdown();
+    wait_onboards();
+    if (g1_evict_) g1_evict_->disable();
+    if (g2_evict_) g2_evict_->disable();
+    logger()->debug("kvbm: shut down");
+  }
+
+  std::string audit() const {
+    std::string out;
+    auto add = [&](std::string_view tier, std::string a) {
+      if (!a.empty()) out += std::string(tier) + ": " + a + "\n";
+    };
+    add("G1", g1_->audit());
+    if (g2_) add("G2", g2_->audit());
+    if (g3_) add("G3", g3_->audit());
+    return out;
+  }
+
+  KvBlockManagerConfig config_;
+  std::size_t g1_blocks_ = 0, g2_blocks_ = 0, g3_blocks_ = 0;
+  bool device_emulated_ = false;
+  std::shared_ptr<FrequencyTracker> tracker_;
+  std::shared_ptr<BlockRegistry> registry_;
+  // Memory first: everything below refers to it and is destroyed before it.
+  std::unique_ptr<Storage> g1_storage_, g2_storage_, bounce_storage_;
+  std::unique_ptr<DiskStorage> g3_storage_;
+  std::optional<Layout> g1_layout_, g2_layout_, bounce_layout_;
+  std::optional<BlockManager<G1>> g1_;
+  std::optional<BlockManager<G2>> g2_;
+  std::optional<BlockManager<G3>> g3_;
+  std::shared_ptr<EvictionOffloader<G1, G2>> g1_evict_;
+  std::shared_ptr<EvictionOffloader<G2, G3>> g2_evict_;
+  std::shared_ptr<TransferEngine> e12_, e21_, e23_;
+  std::unique_ptr<TransferEngine> e3b_, eb1_;
+  std::shared_ptr<TransferEngine> e31_;  // uses e3b_ and eb1_: destroyed before them
+  detail::OnboardState::Counters counters_;
+  std::mutex handles_mu_;
+  std::vector<TransferHandle> handles12_, handles23_;  // guarded by handles_mu_
+  std::mutex inflight_mu_;
+  std::vector<std::weak_ptr<detail::OnboardState>> onboard_states_;  // guarded by inflight_mu_
+  std::mutex explicit_mu_;
+  std::mutex shutdown_mu_;
+  bool stopped_ = false;
+  // Pipelines last: destroyed first, while the managers and engines exist.
+  std::unique_ptr<OffloadPipeline<G2, G3>> p23_;
+  std::unique_ptr<OffloadPipeline<G1, G2>> p12_;
+  std::unique_ptr<OffloadPipeline<G1, G2>> explicit12_;
+};
+
+std::unique_ptr<KvBlockManager> KvBlockManager::build(KvBlockManagerConfig config) {
+  auto impl = std::make_unique<KvBlockManagerImpl>(std::move(config));
+  impl->build();
+  return std::unique_ptr<KvBlockManager>(new KvBlockManager(std::move(impl)));
+}
+
+KvBlockManager::KvBlockManager(std::unique_ptr<KvBlockManagerImpl> impl) : impl_(std::move(impl)) {}
+KvBlockManager::~KvBlockManager() {
+  if (impl_) impl_->shutdown();
+}
+
+BlockManager<G1>& KvBlockManager::device() noexcept { return *impl_->g1_; }
+BlockManager<G2>* KvBlockManager::host() noexcept { return impl_->g2_ ? &*impl_->g2_ : nullptr; }
+BlockManager<G3>* KvBlockManager::disk() noexcept { return impl_->g3_ ? &*impl_->g3_ : nullptr; }
+const KvBlockManagerConfig& KvBlockManager::config() const noexcept { return impl_->config_; }
+std::uint32_t KvBlockManager::block_size() const noexcept { return impl_->config_.layout.page_size; }
+std::size_t KvBlockManager::block_bytes() const noexcept {
+  return impl_->config_.layout.block_bytes();
+}
+bool KvBlockManager::device_emulated() const noexcept { return impl_->device_emulated_; }
+const Layout& KvBlockManager::device_layout() const noexcept { return *impl_->g1_layout_; }
+const Layout& KvBlockManager::host_layout() const {
+  KVBM_CHECK(impl_->g2_.has_value(), "host_layout: this KvBlockManager has no host tier");
+  return *impl_->g2_layout_;
+}
+const std::shared_ptr<prometheus::Registry>& KvBlockManager::metrics_registry() const noexcept {
+  return impl_->config_.metrics_registry;
+}
+std::vector<ImmutableBlock<G1>> KvBlockManager::register_blocks(
+    std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> forward_pass_done) {
+  return impl_->register_blocks(std::move(blocks), std::move(forward_pass_done));
+}
+TransferHandle KvBlockManager::offload(const std::vector<ImmutableBlock<G1>>& blocks,
+                                       std::shared_ptr<Precondition> forward_pass_done) {
+  return impl_->offload(blocks, std::move(forward_pass_done));
+}
+OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
+  return impl_->onboard(hashes);
+}
+void KvBlockManager::drain() { impl_->drain(); }
+void KvBlockManager::shutdown() { impl_->shutdown(); }
+std::string KvBlockManager::audit() const { return impl_->audit(); }
+
+}  // namespace kvbm
