@@ -8,6 +8,7 @@
 #include "kvbm/offload/clock.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/container.h"
+#include "kvbm/offload/cuda_event.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/pipeline.h"
 #include "kvbm/offload/policy.h"
