@@ -20,6 +20,9 @@ PAIRS = {
     "BM_BlockManager_MatchInactive_Threads": ("BM_Baseline_UnorderedMapLookup_Threads", "cost"),
     "BM_HashBlocks_Batch": ("BM_Xxh3_RawBlocks", "speed"),
     "BM_TokenBlockSequence_Extend": ("BM_Xxh3_RawBlocks", "speed"),
+    "BM_Pipeline_HostEngine": ("BM_Engine_HostEngine_Alone", "speed"),
+    "BM_Onboard_FromHost": ("BM_Engine_HostToDevice_Raw", "speed"),
+    "BM_Onboard_FromDisk": ("BM_Engine_DiskRead_Raw", "speed"),
 }
 
 
