@@ -234,10 +234,10 @@ std::size_t BlockStore::match(std::span<const SequenceHash> hashes, std::vector<
   std::size_t found = 0;
   {
     std::lock_guard lock(mu_);
-    out.reserve(out.size() + hashes.size());
     for (const auto& h : hashes) {
       const auto it = table_.find(h.value());
       if (it == table_.end()) break;
+      if (found == 0) out.reserve(out.size() + hashes.size());  // a miss allocates nothing
       revive_locked(it->second);
       out.push_back(it->second);
       ++found;
