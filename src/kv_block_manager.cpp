@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -115,17 +116,20 @@ Layout make_layout(const LayoutConfig& lc, LayoutKind kind, std::size_t blocks,
 template <TierMarker Src, TierMarker Dst>
 class EvictionOffloader final : public PoolListener {
  public:
+  using Registered = std::function<void(std::vector<ImmutableBlock<Dst>>&&)>;
   void bind(BlockManager<Dst>* dst, std::shared_ptr<TransferEngine> engine,
-            std::shared_ptr<OffloadMetrics> metrics) {
+            std::shared_ptr<OffloadMetrics> metrics, Registered on_registered = {}) {
     dst_ = dst;
     engine_ = std::move(engine);
     metrics_ = std::move(metrics);
+    on_registered_ = std::move(on_registered);
     enabled_.store(true, std::memory_order_release);
   }
   void disable() noexcept {
     std::lock_guard lock(mu_);  // waits for a copy in progress
     enabled_.store(false, std::memory_order_release);
     engine_.reset();
+    on_registered_ = nullptr;
     dst_ = nullptr;
   }
 
@@ -175,13 +179,16 @@ class EvictionOffloader final : public PoolListener {
     std::vector<bool> failed(got, false);
     for (const auto k : outcome.failed) failed[k] = true;
     std::size_t copied = 0;
+    std::vector<ImmutableBlock<Dst>> registered;
     for (std::size_t i = 0; i < got; ++i) {
       if (failed[i]) continue;
       auto staged = std::move((*dst)[i]).stage(blocks[todo[i]].hash, dst_->block_size());
       if (!staged.ok()) continue;
-      (void)dst_->register_block(std::move(staged).value());
+      auto r = dst_->register_block(std::move(staged).value());
+      if (on_registered_) registered.push_back(std::move(r));
       ++copied;
     }
+    if (on_registered_ && !registered.empty()) on_registered_(std::move(registered));
     metrics_->add_blocks(BlockOutcome::kTransferred, copied);
     metrics_->add_blocks(BlockOutcome::kCopyFailed, got - copied);
     if (!outcome.ok()) {
@@ -195,6 +202,7 @@ class EvictionOffloader final : public PoolListener {
   BlockManager<Dst>* dst_ = nullptr;
   std::shared_ptr<TransferEngine> engine_;
   std::shared_ptr<OffloadMetrics> metrics_;
+  Registered on_registered_;  // e.g. the next tier's write-through pipeline
 };
 
 namespace detail {
@@ -652,14 +660,20 @@ class KvBlockManagerImpl {
       for (auto& p : policies(c.device_to_host_policy)) b.policy(std::move(p));
       if (p23_) {
         b.on_registered([this](std::vector<ImmutableBlock<G2>>&& blocks) {
-          auto h = p23_->enqueue(blocks);
-          track(h, handles23_);
+          track(p23_->enqueue(blocks), handles23_);
         });
       }
       p12_ = b.build();
     } else if (c.device_to_host == OffloadMode::kOnEviction) {
+      EvictionOffloader<G1, G2>::Registered next;
+      if (p23_) {
+        next = [this](std::vector<ImmutableBlock<G2>>&& blocks) {
+          track(p23_->enqueue(blocks), handles23_);
+        };
+      }
       g1_evict_->bind(&*g2_, e12_,
-                      std::make_shared<OffloadMetrics>(c.metrics_registry, "G1_to_G2_on_eviction"));
+                      std::make_shared<OffloadMetrics>(c.metrics_registry, "G1_to_G2_on_eviction"),
+                      std::move(next));
     }
   }
 

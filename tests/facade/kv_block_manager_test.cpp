@@ -400,6 +400,25 @@ TEST(KvBlockManagerTest, OnEvictionCopiesOnlyWhatLeavesTheUpperTier) {
   expect_clean(*kv);
 }
 
+// On-eviction above, write-through below: what the eviction copies into G2
+// goes on to G3 through the G2 -> G3 pipeline.
+TEST(KvBlockManagerTest, OnEvictionIntoG2ThenWriteThroughToG3) {
+  TempDir dir;
+  auto c = config(4, 8, 16, dir.path());
+  c.move_bytes = false;
+  c.device_to_host = OffloadMode::kOnEviction;
+  c.host_to_disk = OffloadMode::kWriteThrough;
+  auto kv = KvBlockManager::build(c);
+  const auto a = chain(4, 21);
+  compute(*kv, a);
+  compute(*kv, chain(4, 22));  // evicts a into G2
+  kv->drain();
+  EXPECT_EQ(test::present(*kv->host(), a), std::vector<bool>(4, true));
+  EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, true));
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
 TEST(KvBlockManagerTest, NoneModeMovesNothingButExplicitOffloadDoes) {
   auto c = config(8, 8, 0);
   c.move_bytes = false;
