@@ -12,6 +12,7 @@ set -euo pipefail
 readonly REQUIRED=(
   cmake g++ make
   libfmt-dev libspdlog-dev prometheus-cpp-dev libxxhash-dev
+  libmsgpack-cxx-dev libzmq3-dev cppzmq-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcurl4-openssl-dev
 )

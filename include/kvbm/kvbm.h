@@ -8,6 +8,7 @@
 #include "kvbm/blocks/mutable_block.h"
 #include "kvbm/blocks/weak_block.h"
 #include "kvbm/error.h"
+#include "kvbm/events/kv_events.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/hashing.h"

@@ -1,0 +1,84 @@
+// kvbm/events/kv_event.h: KV cache events and their wire encoding.
+//
+// A router that places requests by prefix reuse needs to know which blocks
+// each worker holds. kvbm tells it with three events, per tier ("medium"):
+//
+//   BlockStored       blocks registered under new sequence hashes
+//   BlockRemoved      registered blocks that left the pool
+//   AllBlocksCleared  the worker dropped everything it held
+//
+// Events travel in batches (KvEventBatch) encoded as msgpack in the layout
+// vLLM's KV event publisher uses, so a router that reads vLLM's events reads
+// these. Two layouts exist because vLLM changed its own:
+//
+//   WireLayout::kArray  every struct a positional array, an event's class name
+//                       first: ["BlockStored", hashes, parent, tokens,
+//                       block_size, lora_id, medium, lora_name]
+//   WireLayout::kMap    the batch stays an array; each event is a map whose
+//                       "type" key names its class, then one key per field
+//
+// docs/events.md has the byte-level description and the subscriber's side.
+//
+// Thread-safety: plain value types and a pure function.
+
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kvbm::events {
+
+/// Medium names as vLLM spells them.
+inline constexpr const char* kMediumGpu = "GPU";
+inline constexpr const char* kMediumCpu = "CPU";
+inline constexpr const char* kMediumDisk = "DISK";
+
+/// Blocks registered under new hashes; block_hashes form one parent chain.
+struct BlockStored {
+  std::vector<std::uint64_t> block_hashes;         ///< each block's sequence hash, in chain order
+  std::optional<std::uint64_t> parent_block_hash;  ///< parent of the first block; nil for a root
+  std::vector<std::uint32_t> token_ids;            ///< the blocks' tokens; empty when unknown
+  std::uint32_t block_size = 0;                    ///< tokens per block
+  std::optional<std::int64_t> lora_id;             ///< LoRA adapter id; nil for the base model
+  std::string medium;                              ///< "GPU", "CPU", "DISK", ...
+  friend bool operator==(const BlockStored&, const BlockStored&) = default;
+};
+
+/// Registered blocks that left the pool.
+struct BlockRemoved {
+  std::vector<std::uint64_t> block_hashes;
+  std::string medium;
+  friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
+};
+
+/// Everything the worker held is gone. The wire form carries no medium (vLLM's
+/// has none); `medium` is kept for in-process sinks only.
+struct AllBlocksCleared {
+  std::string medium;
+  friend bool operator==(const AllBlocksCleared&, const AllBlocksCleared&) = default;
+};
+
+/// One KV cache event.
+using KvEvent = std::variant<BlockStored, BlockRemoved, AllBlocksCleared>;
+
+/// Events published together under one sequence number.
+struct KvEventBatch {
+  double ts = 0.0;                                 ///< seconds since the Unix epoch
+  std::vector<KvEvent> events;                     ///< in the order the pools changed
+  std::optional<std::int32_t> data_parallel_rank;  ///< the worker's DP rank; nil when unset
+};
+
+/// Which msgpack layout of vLLM's events to write; see the file comment.
+enum class WireLayout {
+  kArray,  ///< positional arrays throughout (vLLM's original layout)
+  kMap,    ///< tagged maps for events inside an array batch (vLLM's later layout)
+};
+
+/// Returns `batch` encoded as msgpack in `layout`.
+[[nodiscard]] std::vector<std::uint8_t> encode_kv_event_batch(const KvEventBatch& batch,
+                                                              WireLayout layout);
+
+}  // namespace kvbm::events

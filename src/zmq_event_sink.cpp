@@ -1,0 +1,201 @@
+// src/zmq_event_sink.cpp: the ZeroMQ PUB sink of KV events (kvbm/events/event_sink.h).
+//
+// Without KVBM_HAVE_ZMQ only the stubs at the end are compiled: the
+// constructor throws UsageError naming the build option.
+
+#include "kvbm/config.h"
+#include "kvbm/error.h"
+#include "kvbm/events/event_sink.h"
+
+#if KVBM_HAVE_ZMQ
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include "kvbm/logging.h"
+
+namespace kvbm::events {
+namespace {
+
+std::array<std::uint8_t, 8> big_endian(std::uint64_t v) {
+  std::array<std::uint8_t, 8> out{};
+  for (int i = 7; i >= 0; --i) {
+    out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v & 0xffU);
+    v >>= 8;
+  }
+  return out;
+}
+
+std::uint64_t from_big_endian(const zmq::message_t& m) {
+  std::uint64_t v = 0;
+  const auto* p = static_cast<const std::uint8_t*>(m.data());
+  for (std::size_t i = 0; i < m.size() && i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+// vLLM's rule: bind what names a wildcard or a local transport, connect the rest.
+bool binds(const std::string& endpoint) {
+  return endpoint.find('*') != std::string::npos || endpoint.find("::") != std::string::npos ||
+         endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://");
+}
+
+}  // namespace
+
+struct ZmqEventSink::Impl {
+  explicit Impl(ZmqEventSinkOptions o)
+      : options(std::move(o)), pub(context, zmq::socket_type::pub) {
+    pub.set(zmq::sockopt::sndhwm, options.send_hwm);
+    pub.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
+    try {
+      if (binds(options.endpoint)) {
+        pub.bind(options.endpoint);
+      } else {
+        pub.connect(options.endpoint);
+      }
+    } catch (const zmq::error_t& e) {
+      KVBM_CHECK(false, "ZmqEventSink: cannot open '", options.endpoint, "': ", e.what());
+    }
+    bound_endpoint = pub.get(zmq::sockopt::last_endpoint);
+    if (options.replay_endpoint) {
+      KVBM_CHECK(options.replay_buffer_batches > 0,
+                 "ZmqEventSink: replay_buffer_batches must be positive with a replay endpoint");
+      replay.emplace(context, zmq::socket_type::router);
+      replay->set(zmq::sockopt::linger, 0);
+      try {
+        replay->bind(*options.replay_endpoint);
+      } catch (const zmq::error_t& e) {
+        KVBM_CHECK(false, "ZmqEventSink: cannot bind replay endpoint '", *options.replay_endpoint,
+                   "': ", e.what());
+      }
+      bound_replay_endpoint = replay->get(zmq::sockopt::last_endpoint);
+      replay_thread = std::thread([this] { serve_replay(); });
+    }
+  }
+
+  ~Impl() {
+    stop.store(true, std::memory_order_relaxed);
+    if (replay_thread.joinable()) replay_thread.join();
+  }
+
+  void publish(std::uint64_t sequence, std::span<const std::uint8_t> payload) {
+    const auto seq = big_endian(sequence);
+    pub.send(zmq::buffer(options.topic), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(seq), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
+    if (replay) {
+      std::lock_guard lock(buffer_mu);
+      buffer.emplace_back(sequence, std::vector<std::uint8_t>(payload.begin(), payload.end()));
+      while (buffer.size() > options.replay_buffer_batches) buffer.pop_front();
+    }
+  }
+
+  // A request is [identity, "", start sequence as 8 bytes big endian]; the
+  // answer is one [identity, "", sequence, payload] per kept batch from there,
+  // then [identity, "", -1 as 8 bytes, ""]. Runs on its own thread, which alone
+  // touches the ROUTER socket.
+  void serve_replay() noexcept {
+    while (!stop.load(std::memory_order_relaxed)) {
+      try {
+        std::array<zmq::pollitem_t, 1> items{{{replay->handle(), 0, ZMQ_POLLIN, 0}}};
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
+        if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+        std::vector<zmq::message_t> frames;
+        do {
+          frames.emplace_back();
+          (void)replay->recv(frames.back(), zmq::recv_flags::none);
+        } while (frames.back().more());
+        if (frames.size() != 3) {
+          logger()->warn("KV events: ignoring a replay request of {} frames (expected 3)",
+                         frames.size());
+          continue;
+        }
+        const std::uint64_t start = from_big_endian(frames[2]);
+        std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> due;
+        {
+          std::lock_guard lock(buffer_mu);
+          for (const auto& entry : buffer) {
+            if (entry.first >= start) due.push_back(entry);
+          }
+        }
+        const std::string identity = frames[0].to_string();
+        for (const auto& [seq, payload] : due) {
+          const auto seq_bytes = big_endian(seq);
+          replay->send(zmq::buffer(identity), zmq::send_flags::sndmore);
+          replay->send(zmq::message_t(), zmq::send_flags::sndmore);
+          replay->send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
+          replay->send(zmq::buffer(payload), zmq::send_flags::none);
+        }
+        const auto end = big_endian(~std::uint64_t{0});
+        replay->send(zmq::buffer(identity), zmq::send_flags::sndmore);
+        replay->send(zmq::message_t(), zmq::send_flags::sndmore);
+        replay->send(zmq::buffer(end), zmq::send_flags::sndmore);
+        replay->send(zmq::message_t(), zmq::send_flags::none);
+      } catch (const std::exception& e) {
+        logger()->warn("KV events: replay request failed: {}", e.what());
+      }
+    }
+  }
+
+  const ZmqEventSinkOptions options;
+  zmq::context_t context;
+  zmq::socket_t pub;
+  std::optional<zmq::socket_t> replay;
+  // Read once at construction: a socket must not be queried while another
+  // thread sends on it.
+  std::string bound_endpoint;
+  std::string bound_replay_endpoint;
+  std::thread replay_thread;
+  std::atomic<bool> stop{false};
+  std::mutex buffer_mu;
+  std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> buffer;  // guarded by buffer_mu
+};
+
+ZmqEventSink::ZmqEventSink(ZmqEventSinkOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+ZmqEventSink::~ZmqEventSink() = default;
+
+std::string ZmqEventSink::endpoint() const { return impl_->pub.get(zmq::sockopt::last_endpoint); }
+
+std::string ZmqEventSink::replay_endpoint() const { return impl_->bound_replay_endpoint; }
+
+void ZmqEventSink::publish(std::uint64_t sequence, const KvEventBatch& /*batch*/,
+                           std::span<const std::uint8_t> payload) {
+  impl_->publish(sequence, payload);
+}
+
+}  // namespace kvbm::events
+
+#else  // !KVBM_HAVE_ZMQ
+
+namespace kvbm::events {
+
+struct ZmqEventSink::Impl {};
+
+ZmqEventSink::ZmqEventSink(ZmqEventSinkOptions /*options*/) {
+  KVBM_CHECK(false,
+             "ZmqEventSink: this kvbm was built without ZeroMQ (KVBM_HAVE_ZMQ is 0); "
+             "install libzmq3-dev and cppzmq-dev and configure with "
+             "-DKVBM_ENABLE_EVENTS_ZMQ=ON, or use a CallbackEventSink");
+}
+
+ZmqEventSink::~ZmqEventSink() = default;
+
+std::string ZmqEventSink::endpoint() const { return {}; }
+
+std::string ZmqEventSink::replay_endpoint() const { return {}; }
+
+void ZmqEventSink::publish(std::uint64_t /*sequence*/, const KvEventBatch& /*batch*/,
+                           std::span<const std::uint8_t> /*payload*/) {}
+
+}  // namespace kvbm::events
+
+#endif  // KVBM_HAVE_ZMQ

@@ -1,0 +1,758 @@
+// tests/events/kv_events_test.cpp: the KV event publisher, its msgpack layout
+// and the ZeroMQ sink.
+//
+// Payloads are checked two ways that do not go through kvbm's encoder: bytes
+// written out by hand from the msgpack specification for small batches, and
+// msgpack-cxx's decoder for the rest. The ZeroMQ tests subscribe with a real
+// SUB socket (cppzmq) and skip when kvbm was built without ZeroMQ.
+
+#include "kvbm/events/kv_events.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <msgpack.hpp>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kvbm/block_manager.h"
+#include "kvbm/config.h"
+#include "test_util.h"
+
+#if KVBM_HAVE_ZMQ
+#include <zmq.hpp>
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define KVBM_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KVBM_TEST_TSAN 1
+#endif
+#endif
+
+#if defined(KVBM_TEST_TSAN) && KVBM_HAVE_ZMQ
+// libzmq is not built with TSan: its I/O thread hands received bytes to the
+// receiving thread through atomics TSan cannot see, so every read of a
+// received message looks like a race with the recv() that filled it. Ignore
+// what libzmq's own calls do (a scheduler linking kvbm under TSan needs the
+// same suppression).
+extern "C" const char* __tsan_default_suppressions();
+extern "C" const char* __tsan_default_suppressions() { return "called_from_lib:libzmq.so\n"; }
+#endif
+
+namespace kvbm::events {
+namespace {
+
+using test::chain;
+using test::root;
+using test::seq;
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// What a CallbackEventSink saw: every batch, its sequence number and payload.
+struct Captured {
+  std::uint64_t sequence = 0;
+  KvEventBatch batch;
+  std::vector<std::uint8_t> payload;
+};
+
+/// A callback sink that records batches and lets a test wait for a count.
+class Recorder {
+ public:
+  std::shared_ptr<CallbackEventSink> sink() {
+    return std::make_shared<CallbackEventSink>(
+        [this](std::uint64_t s, const KvEventBatch& b, std::span<const std::uint8_t> p) {
+          {
+            std::lock_guard lock(mu_);
+            if (throw_next_) {
+              throw_next_ = false;
+              throw std::runtime_error("sink refused the batch");
+            }
+            seen_.push_back({s, b, {p.begin(), p.end()}});
+          }
+          cv_.notify_all();
+        });
+  }
+  /// Waits (at most 10 s) until `n` batches were seen; returns whether they were.
+  bool wait_for(std::size_t n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return seen_.size() >= n; });
+  }
+  std::vector<Captured> seen() {
+    std::lock_guard lock(mu_);
+    return seen_;
+  }
+  void throw_next() {
+    std::lock_guard lock(mu_);
+    throw_next_ = true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Captured> seen_;
+  bool throw_next_ = false;
+};
+
+KvEventPublisherOptions manual(std::size_t max_batch_size = 1024) {
+  KvEventPublisherOptions o;
+  o.background_flush = false;
+  o.max_batch_size = max_batch_size;
+  o.clock = [] { return 1700000000.5; };
+  return o;
+}
+
+/// Returns every event of every captured batch, in order.
+std::vector<KvEvent> all_events(const std::vector<Captured>& seen) {
+  std::vector<KvEvent> out;
+  for (const auto& c : seen) out.insert(out.end(), c.batch.events.begin(), c.batch.events.end());
+  return out;
+}
+
+BlockStored stored(std::vector<std::uint64_t> hashes, std::optional<std::uint64_t> parent,
+                   std::string medium = "GPU", std::uint32_t block_size = 16) {
+  return BlockStored{std::move(hashes), parent, {}, block_size, std::nullopt, std::move(medium)};
+}
+
+// msgpack-cxx accessors that fail the test on a type mismatch.
+const msgpack::object* as_array(const msgpack::object& o, std::size_t size) {
+  EXPECT_EQ(o.type, msgpack::type::ARRAY);
+  if (o.type != msgpack::type::ARRAY) return nullptr;
+  EXPECT_EQ(o.via.array.size, size);
+  if (o.via.array.size != size) return nullptr;
+  return o.via.array.ptr;
+}
+std::string as_str(const msgpack::object& o) {
+  EXPECT_EQ(o.type, msgpack::type::STR);
+  return o.type == msgpack::type::STR ? std::string(o.via.str.ptr, o.via.str.size) : std::string();
+}
+std::uint64_t as_u64(const msgpack::object& o) {
+  EXPECT_EQ(o.type, msgpack::type::POSITIVE_INTEGER);
+  return o.type == msgpack::type::POSITIVE_INTEGER ? o.via.u64 : 0;
+}
+std::vector<std::uint64_t> as_u64s(const msgpack::object& o) {
+  std::vector<std::uint64_t> out;
+  EXPECT_EQ(o.type, msgpack::type::ARRAY);
+  if (o.type != msgpack::type::ARRAY) return out;
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) out.push_back(as_u64(o.via.array.ptr[i]));
+  return out;
+}
+bool is_nil(const msgpack::object& o) { return o.type == msgpack::type::NIL; }
+
+/// Looks `key` up in a msgpack map; fails the test when absent.
+const msgpack::object& field(const msgpack::object& map, const std::string& key) {
+  static const msgpack::object kNil;
+  EXPECT_EQ(map.type, msgpack::type::MAP);
+  if (map.type != msgpack::type::MAP) return kNil;
+  for (std::uint32_t i = 0; i < map.via.map.size; ++i) {
+    const auto& kv = map.via.map.ptr[i];
+    if (kv.key.type == msgpack::type::STR && as_str(kv.key) == key) return kv.val;
+  }
+  ADD_FAILURE() << "no key '" << key << "'";
+  return kNil;
+}
+
+msgpack::object_handle decode(const std::vector<std::uint8_t>& bytes) {
+  return msgpack::unpack(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+std::vector<std::uint8_t> bytes_of(std::initializer_list<int> prefix,
+                                   const std::string& text = {}) {
+  std::vector<std::uint8_t> out;
+  for (int b : prefix) out.push_back(static_cast<std::uint8_t>(b));
+  out.insert(out.end(), text.begin(), text.end());
+  return out;
+}
+void append(std::vector<std::uint8_t>& out, std::initializer_list<int> more,
+            const std::string& text = {}) {
+  const auto b = bytes_of(more, text);
+  out.insert(out.end(), b.begin(), b.end());
+}
+
+// ---------------------------------------------------------------------------
+// The wire layout, byte for byte (msgpack spec: 0x9N fixarray, 0xaN fixstr,
+// 0x8N fixmap, 0xcb float64, 0xcf uint64, 0xc0 nil, 0x00-0x7f fixint).
+
+TEST(KvEventEncoding, AllBlocksClearedArrayBytes) {
+  KvEventBatch batch{1.5, {AllBlocksCleared{"GPU"}}, 0};
+  std::vector<std::uint8_t> want =
+      bytes_of({0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x91, 0x91, 0xb0}, "AllBlocksCleared");
+  append(want, {0x00});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kArray), want);
+}
+
+TEST(KvEventEncoding, BlockRemovedArrayBytes) {
+  KvEventBatch batch{2.0, {BlockRemoved{{1, 0xffffffffffffffffULL}, "CPU"}}, std::nullopt};
+  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac}, "BlockRemoved");
+  append(want, {0x92, 0x01, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xa3}, "CPU");
+  append(want, {0xc0});  // data_parallel_rank nil
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kArray), want);
+}
+
+TEST(KvEventEncoding, BlockStoredArrayBytes) {
+  // [ts, [["BlockStored", [7, 8], 6, [], 16, nil, "DISK", nil]], 3]
+  KvEventBatch batch{2.0, {stored({7, 8}, 6, "DISK")}, 3};
+  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x98, 0xab}, "BlockStored");
+  append(want, {0x92, 0x07, 0x08, 0x06, 0x90, 0x10, 0xc0, 0xa4}, "DISK");
+  append(want, {0xc0, 0x03});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kArray), want);
+}
+
+TEST(KvEventEncoding, BlockRemovedMapBytes) {
+  KvEventBatch batch{2.0, {BlockRemoved{{1}, "GPU"}}, 0};
+  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x83, 0xa4}, "type");
+  append(want, {0xac}, "BlockRemoved");
+  append(want, {0xac}, "block_hashes");
+  append(want, {0x91, 0x01, 0xa6}, "medium");
+  append(want, {0xa3}, "GPU");
+  append(want, {0x00});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kMap), want);
+}
+
+TEST(KvEventEncoding, BlockStoredArrayDecodesFieldByField) {
+  BlockStored e = stored({0x8000000000000001ULL, 42}, std::nullopt, "GPU", 32);
+  e.token_ids = {1, 300, 70000};
+  e.lora_id = 5;
+  KvEventBatch batch{1234.25, {e}, 1};
+  auto handle = decode(encode_kv_event_batch(batch, WireLayout::kArray));
+  const auto* top = as_array(handle.get(), 3);
+  ASSERT_NE(top, nullptr);
+  EXPECT_EQ(top[0].type, msgpack::type::FLOAT64);
+  EXPECT_DOUBLE_EQ(top[0].via.f64, 1234.25);
+  EXPECT_EQ(as_u64(top[2]), 1U);
+  const auto* events = as_array(top[1], 1);
+  ASSERT_NE(events, nullptr);
+  const auto* f = as_array(events[0], 8);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(as_str(f[0]), "BlockStored");
+  EXPECT_EQ(as_u64s(f[1]), (std::vector<std::uint64_t>{0x8000000000000001ULL, 42}));
+  EXPECT_TRUE(is_nil(f[2]));
+  EXPECT_EQ(as_u64s(f[3]), (std::vector<std::uint64_t>{1, 300, 70000}));
+  EXPECT_EQ(as_u64(f[4]), 32U);
+  EXPECT_EQ(as_u64(f[5]), 5U);
+  EXPECT_EQ(as_str(f[6]), "GPU");
+  EXPECT_TRUE(is_nil(f[7]));  // lora_name
+}
+
+TEST(KvEventEncoding, MapLayoutNamesEveryRequiredField) {
+  KvEventBatch batch{1.0, {stored({9}, 8, "CPU", 64), AllBlocksCleared{}}, 0};
+  auto handle = decode(encode_kv_event_batch(batch, WireLayout::kMap));
+  const auto* top = as_array(handle.get(), 3);
+  ASSERT_NE(top, nullptr);
+  const auto* events = as_array(top[1], 2);
+  ASSERT_NE(events, nullptr);
+  const auto& s = events[0];
+  ASSERT_EQ(s.type, msgpack::type::MAP);
+  EXPECT_EQ(as_str(s.via.map.ptr[0].key), "type");  // the tag comes first
+  EXPECT_EQ(as_str(field(s, "type")), "BlockStored");
+  EXPECT_EQ(as_u64s(field(s, "block_hashes")), std::vector<std::uint64_t>{9});
+  EXPECT_EQ(as_u64(field(s, "parent_block_hash")), 8U);
+  EXPECT_EQ(as_u64s(field(s, "token_ids")), std::vector<std::uint64_t>{});
+  EXPECT_EQ(as_u64(field(s, "block_size")), 64U);
+  EXPECT_TRUE(is_nil(field(s, "lora_id")));
+  EXPECT_EQ(as_str(field(s, "medium")), "CPU");
+  EXPECT_TRUE(is_nil(field(s, "lora_name")));
+  ASSERT_EQ(events[1].type, msgpack::type::MAP);
+  EXPECT_EQ(events[1].via.map.size, 1U);
+  EXPECT_EQ(as_str(field(events[1], "type")), "AllBlocksCleared");
+}
+
+// ---------------------------------------------------------------------------
+// Collecting, coalescing, batching, flushing
+
+TEST(KvEventPublisher, NothingIsPublishedBeforeFlush) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  EXPECT_EQ(pub.flush(), 0U);  // nothing waiting: no empty batch
+  auto gpu = pub.listener("GPU", 16);
+  gpu->on_stored(std::vector{seq(0)});
+  EXPECT_EQ(pub.pending_events(), 1U);
+  EXPECT_TRUE(rec.seen().empty());
+  EXPECT_EQ(pub.flush(), 1U);
+  EXPECT_EQ(pub.pending_events(), 0U);
+  ASSERT_EQ(rec.seen().size(), 1U);
+  EXPECT_EQ(rec.seen()[0].sequence, 0U);
+  EXPECT_DOUBLE_EQ(rec.seen()[0].batch.ts, 1700000000.5);
+  EXPECT_EQ(rec.seen()[0].batch.data_parallel_rank, 0);
+  EXPECT_EQ(rec.seen()[0].payload, encode_kv_event_batch(rec.seen()[0].batch, WireLayout::kArray));
+  EXPECT_EQ(pub.flush(), 0U);
+}
+
+TEST(KvEventPublisher, ChainedStoresCoalesceIntoOneEvent) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  auto gpu = pub.listener("GPU", 16);
+  for (const auto& h : chain(4)) gpu->on_stored(std::span(&h, 1));  // one per registration
+  pub.flush();
+  const auto events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 1U);
+  const auto& s = std::get<BlockStored>(events[0]);
+  EXPECT_EQ(s.block_hashes, (std::vector<std::uint64_t>{seq(0).value(), seq(1).value(),
+                                                        seq(2).value(), seq(3).value()}));
+  EXPECT_EQ(s.parent_block_hash, std::nullopt);
+  EXPECT_TRUE(s.token_ids.empty());
+  EXPECT_EQ(s.block_size, 16U);
+  EXPECT_EQ(s.lora_id, std::nullopt);
+  EXPECT_EQ(s.medium, "GPU");
+}
+
+TEST(KvEventPublisher, StoresOutsideTheChainStartANewEvent) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  auto gpu = pub.listener("GPU", 16);
+  auto cpu = pub.listener("CPU", 16);
+  gpu->on_stored(std::vector{seq(0), seq(1)});
+  gpu->on_stored(std::vector{seq(2, 7)});  // another chain: its parent is not seq(1)
+  gpu->on_stored(std::vector{seq(3, 7)});  // continues chain 7
+  cpu->on_stored(std::vector{seq(4, 7)});  // continues chain 7, but on another medium
+  gpu->on_stored(std::vector{root(99)});   // a root never joins an event
+  pub.flush();
+  const auto events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 4U);
+  EXPECT_EQ(std::get<BlockStored>(events[0]),
+            stored({seq(0).value(), seq(1).value()}, std::nullopt));
+  EXPECT_EQ(std::get<BlockStored>(events[1]),
+            stored({seq(2, 7).value(), seq(3, 7).value()}, seq(1, 7).value()));
+  EXPECT_EQ(std::get<BlockStored>(events[2]),
+            stored({seq(4, 7).value()}, seq(3, 7).value(), "CPU"));
+  EXPECT_EQ(std::get<BlockStored>(events[3]), stored({99}, std::nullopt));
+}
+
+TEST(KvEventPublisher, OrderIsKeptAcrossKindsAndMediums) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  auto gpu = pub.listener("GPU", 16);
+  auto cpu = pub.listener("CPU", 16);
+  gpu->on_stored(std::vector{seq(0)});
+  gpu->on_removed(std::vector{seq(0)});
+  gpu->on_removed(std::vector{root(50), root(51)});  // coalesces with the removal before
+  cpu->on_removed(std::vector{root(52)});            // another medium: its own event
+  gpu->on_stored(std::vector{seq(1)});               // parent seq(0), but a removal came between
+  pub.clear_all("GPU");
+  gpu->on_removed(std::vector{seq(1)});
+  pub.flush();
+  const auto events = all_events(rec.seen());
+  const std::vector<KvEvent> want = {
+      stored({seq(0).value()}, std::nullopt),
+      BlockRemoved{{seq(0).value(), 50, 51}, "GPU"},
+      BlockRemoved{{52}, "CPU"},
+      stored({seq(1).value()}, seq(0).value()),
+      AllBlocksCleared{"GPU"},
+      BlockRemoved{{seq(1).value()}, "GPU"},
+  };
+  EXPECT_EQ(events, want);
+}
+
+TEST(KvEventPublisher, BatchesHoldAtMostMaxBatchSizeBlocks) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual(3));
+  auto gpu = pub.listener("GPU", 16);
+  for (std::uint64_t v = 1; v <= 7; ++v) gpu->on_stored(std::vector{root(v)});  // 7 events
+  for (const auto& h : chain(5, 3)) gpu->on_stored(std::span(&h, 1));  // coalesced as 3 + 2
+  // Events: seven roots, chain 0-2 (full at three blocks), chain 3-4. Batches
+  // never split an event: [1 2 3] [4 5 6] [7] [chain 0-2] [chain 3-4].
+  EXPECT_EQ(pub.flush(), 5U);
+  const auto seen = rec.seen();
+  ASSERT_EQ(seen.size(), 5U);
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].sequence, i);
+    std::size_t blocks = 0;
+    for (const auto& e : seen[i].batch.events)
+      blocks += std::get<BlockStored>(e).block_hashes.size();
+    EXPECT_LE(blocks, 3U);
+    sizes.push_back(blocks);
+  }
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{3, 3, 1, 3, 2}));
+  // The chain was cut at three blocks; the rest names its parent.
+  const auto& tail = std::get<BlockStored>(seen[4].batch.events.back());
+  EXPECT_EQ(tail.block_hashes, (std::vector<std::uint64_t>{seq(3, 3).value(), seq(4, 3).value()}));
+  EXPECT_EQ(tail.parent_block_hash, seq(2, 3).value());
+}
+
+TEST(KvEventPublisher, SequenceNumbersContinueAcrossFlushesAndFailures) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  pub.clear_all("GPU");
+  pub.flush();
+  rec.throw_next();
+  pub.clear_all("GPU");
+  EXPECT_EQ(pub.flush(), 1U);  // handed to the sink, which threw
+  pub.clear_all("GPU");
+  pub.flush();
+  const auto seen = rec.seen();
+  ASSERT_EQ(seen.size(), 2U);
+  EXPECT_EQ(seen[0].sequence, 0U);
+  EXPECT_EQ(seen[1].sequence, 2U);  // 1 was lost: the subscriber sees the gap
+  const auto stats = pub.stats();
+  EXPECT_EQ(stats.batches_published, 2U);
+  EXPECT_EQ(stats.events_published, 2U);
+  EXPECT_EQ(stats.failed_batches, 1U);
+}
+
+TEST(KvEventPublisher, RecordTakesEventsWithTokens) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  BlockStored a = stored({1}, std::nullopt, "GPU", 2);
+  a.token_ids = {10, 11};
+  BlockStored b = stored({2}, 1, "GPU", 2);
+  b.token_ids = {12, 13};
+  pub.record(a);
+  pub.record(b);
+  pub.flush();
+  const auto events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(std::get<BlockStored>(events[0]).token_ids,
+            (std::vector<std::uint32_t>{10, 11, 12, 13}));
+  EXPECT_THROW(pub.record(BlockRemoved{{}, "GPU"}), UsageError);
+  EXPECT_THROW(pub.record(stored({1}, std::nullopt, "")), UsageError);
+}
+
+TEST(KvEventPublisher, PendingBeyondTheCapIsDroppedAndCounted) {
+  Recorder rec;
+  KvEventPublisherOptions o = manual(2);
+  o.max_pending_blocks = 3;
+  KvEventPublisher pub(rec.sink(), o);
+  auto gpu = pub.listener("GPU", 16);
+  gpu->on_removed(std::vector{root(1), root(2), root(3)});
+  gpu->on_removed(std::vector{root(4)});
+  EXPECT_EQ(pub.stats().dropped_blocks, 1U);
+  pub.flush();
+  EXPECT_EQ(all_events(rec.seen()).size(), 1U);
+}
+
+TEST(KvEventPublisher, RejectsBadConfiguration) {
+  Recorder rec;
+  EXPECT_THROW(KvEventPublisher(nullptr), UsageError);
+  EXPECT_THROW(KvEventPublisher(rec.sink(), manual(0)), UsageError);
+  KvEventPublisherOptions o;
+  o.flush_interval = std::chrono::milliseconds(0);
+  EXPECT_THROW(KvEventPublisher(rec.sink(), o), UsageError);
+  KvEventPublisher pub(rec.sink(), manual());
+  EXPECT_THROW((void)pub.listener("", 16), UsageError);
+  EXPECT_THROW((void)pub.listener("GPU", 0), UsageError);
+}
+
+TEST(KvEventPublisher, BackgroundFlusherPublishesOnTheInterval) {
+  Recorder rec;
+  KvEventPublisherOptions o;
+  o.flush_interval = std::chrono::milliseconds(5);
+  KvEventPublisher pub(rec.sink(), o);
+  pub.clear_all("GPU");
+  ASSERT_TRUE(rec.wait_for(1));
+  EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(rec.seen()[0].batch.events[0]));
+}
+
+TEST(KvEventPublisher, BackgroundFlusherWakesAtMaxBatchSize) {
+  Recorder rec;
+  KvEventPublisherOptions o;
+  o.flush_interval = std::chrono::hours(1);  // only a full batch can wake it in time
+  o.max_batch_size = 4;
+  KvEventPublisher pub(rec.sink(), o);
+  auto gpu = pub.listener("GPU", 16);
+  gpu->on_removed(std::vector{root(1), root(2), root(3)});
+  gpu->on_removed(std::vector{root(4)});
+  ASSERT_TRUE(rec.wait_for(1));
+  EXPECT_EQ(std::get<BlockRemoved>(rec.seen()[0].batch.events[0]).block_hashes.size(), 4U);
+}
+
+TEST(KvEventPublisher, DestructorFlushesAndListenersOutliveIt) {
+  Recorder rec;
+  std::shared_ptr<PoolListener> gpu;
+  {
+    KvEventPublisher pub(rec.sink());  // background flusher with a 100 ms interval
+    gpu = pub.listener("GPU", 16);
+    gpu->on_stored(std::vector{seq(0)});
+  }
+  ASSERT_EQ(all_events(rec.seen()).size(), 1U);
+  gpu->on_stored(std::vector{seq(1)});  // the publisher is gone: dropped quietly
+  EXPECT_EQ(rec.seen().size(), 1U);
+}
+
+TEST(KvEventPublisher, ConcurrentPoolsAndFlushesLoseNothing) {
+  Recorder rec;
+  KvEventPublisherOptions o;
+  o.flush_interval = std::chrono::milliseconds(1);
+  o.max_batch_size = 64;
+  constexpr std::uint64_t kPerThread = 2000;
+  {
+    KvEventPublisher pub(rec.sink(), o);
+    std::vector<std::thread> threads;
+    for (std::uint64_t t = 0; t < 3; ++t) {
+      threads.emplace_back([&pub, t] {
+        auto l = pub.listener("GPU", 16);
+        for (std::uint64_t i = 0; i < kPerThread; ++i) {
+          const SequenceHash h = root((t << 32) | (i + 1));
+          l->on_removed(std::span(&h, 1));
+          if (i % 500 == 0) pub.flush();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  const auto seen = rec.seen();
+  std::vector<std::uint64_t> next(3, 1);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].sequence, i);
+    for (const auto& e : seen[i].batch.events) {
+      for (std::uint64_t v : std::get<BlockRemoved>(e).block_hashes) {
+        const std::uint64_t t = v >> 32;
+        ASSERT_LT(t, 3U);
+        EXPECT_EQ(v & 0xffffffffULL, next[t]) << "thread " << t << " out of order";
+        ++next[t];
+      }
+    }
+  }
+  EXPECT_EQ(next, std::vector<std::uint64_t>(3, kPerThread + 1));
+}
+
+// ---------------------------------------------------------------------------
+// Attached to a real pool
+
+TEST(KvEventPublisher, BlockManagerReportsStoredAndRemoved) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  auto pool = BlockManager<G2>::builder()
+                  .block_count(4)
+                  .block_size(16)
+                  .with_lru_backend()
+                  .listener(pub.listener("CPU", 16))
+                  .build();
+  {
+    auto held = test::make_registered(pool, chain(3));
+    ASSERT_EQ(held.size(), 3U);
+  }  // released: inactive, still registered
+  pub.flush();
+  auto events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(std::get<BlockStored>(events[0]),
+            stored({seq(0).value(), seq(1).value(), seq(2).value()}, std::nullopt, "CPU"));
+
+  // One free block left: allocating two evicts one registered block.
+  auto fresh = pool.allocate_blocks(2);
+  ASSERT_TRUE(fresh.has_value());
+  pub.flush();
+  events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 2U);
+  const auto evicted = std::get<BlockRemoved>(events[1]);
+  ASSERT_EQ(evicted.block_hashes.size(), 1U);
+  EXPECT_EQ(evicted.medium, "CPU");
+  fresh.reset();
+
+  // The two still registered go with reset_inactive_pool().
+  EXPECT_EQ(pool.reset_inactive_pool(), 2U);
+  pub.flush();
+  events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 3U);
+  auto removed = std::get<BlockRemoved>(events[2]).block_hashes;
+  removed.push_back(evicted.block_hashes[0]);
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::uint64_t>{seq(0).value(), seq(1).value(), seq(2).value()}));
+  test::expect_balanced(pool);
+}
+
+// ---------------------------------------------------------------------------
+// ZeroMQ
+
+#if KVBM_HAVE_ZMQ
+
+/// A SUB socket connected to `endpoint`, subscribed to `topic`.
+struct Subscriber {
+  Subscriber(zmq::context_t& ctx, const std::string& endpoint, const std::string& topic)
+      : socket(ctx, zmq::socket_type::sub) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::subscribe, topic);
+    socket.connect(endpoint);
+  }
+  /// Receives one multipart message within `timeout`; empty when none came.
+  std::vector<zmq::message_t> receive(std::chrono::milliseconds timeout) {
+    std::vector<zmq::message_t> frames;
+    std::array<zmq::pollitem_t, 1> items{{{socket.handle(), 0, ZMQ_POLLIN, 0}}};
+    if (zmq::poll(items.data(), items.size(), timeout) == 0) return frames;
+    do {
+      frames.emplace_back();
+      EXPECT_TRUE(socket.recv(frames.back(), zmq::recv_flags::none));
+    } while (frames.back().more());
+    return frames;
+  }
+  zmq::socket_t socket;
+};
+
+std::uint64_t big_endian_u64(const zmq::message_t& m) {
+  EXPECT_EQ(m.size(), 8U);
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < m.size(); ++i)
+    v = (v << 8) | static_cast<const std::uint8_t*>(m.data())[i];
+  return v;
+}
+
+std::vector<std::uint8_t> bytes(const zmq::message_t& m) {
+  const auto* p = static_cast<const std::uint8_t*>(m.data());
+  return {p, p + m.size()};
+}
+
+/// True when the payload's events are all AllBlocksCleared (the probes).
+bool is_probe(const std::vector<std::uint8_t>& payload) {
+  auto h = decode(payload);
+  const auto& events = h.get().via.array.ptr[1];
+  for (std::uint32_t i = 0; i < events.via.array.size; ++i) {
+    if (as_str(events.via.array.ptr[i].via.array.ptr[0]) != "AllBlocksCleared") return false;
+  }
+  return true;
+}
+
+/// Defeats the slow-joiner race: a PUB socket drops what it sends before the
+/// subscription has arrived, so publish probe batches until one comes through
+/// (at most 10 s). Returns the number of probes published.
+std::uint64_t join(KvEventPublisher& pub, Subscriber& sub) {
+  for (std::uint64_t probes = 1; probes <= 1000; ++probes) {
+    pub.clear_all("GPU");
+    pub.flush();
+    if (!sub.receive(std::chrono::milliseconds(10)).empty()) return probes;
+  }
+  ADD_FAILURE() << "the subscriber never received a probe";
+  return 0;
+}
+
+TEST(ZmqEventSink, SubscriberReceivesAndDecodesBatches) {
+  ZmqEventSinkOptions so;
+  so.endpoint = "tcp://127.0.0.1:*";
+  so.topic = "kv-events";
+  auto sink = std::make_shared<ZmqEventSink>(so);
+  const std::string endpoint = sink->endpoint();
+  ASSERT_TRUE(endpoint.starts_with("tcp://127.0.0.1:")) << endpoint;
+
+  KvEventPublisherOptions o = manual();
+  o.data_parallel_rank = 2;
+  KvEventPublisher pub(sink, o);
+  zmq::context_t ctx;
+  Subscriber sub(ctx, endpoint, "kv-events");
+  const std::uint64_t probes = join(pub, sub);
+  ASSERT_GT(probes, 0U);
+
+  auto gpu = pub.listener("GPU", 16);
+  auto disk = pub.listener("DISK", 16);
+  for (const auto& h : chain(3)) gpu->on_stored(std::span(&h, 1));
+  disk->on_stored(std::vector{seq(3)});
+  gpu->on_removed(std::vector{seq(2)});
+  ASSERT_EQ(pub.flush(), 1U);
+
+  // Skip any probe still in flight; the next message is the batch.
+  std::vector<zmq::message_t> frames;
+  for (;;) {
+    frames = sub.receive(std::chrono::seconds(10));
+    ASSERT_EQ(frames.size(), 3U) << "no message within 10 s";
+    if (!is_probe(bytes(frames[2]))) break;
+  }
+  EXPECT_EQ(frames[0].to_string(), "kv-events");
+  EXPECT_EQ(big_endian_u64(frames[1]), probes);  // probes took 0 .. probes-1
+
+  auto h = decode(bytes(frames[2]));
+  const auto* top = as_array(h.get(), 3);
+  ASSERT_NE(top, nullptr);
+  EXPECT_EQ(top[0].type, msgpack::type::FLOAT64);
+  EXPECT_EQ(as_u64(top[2]), 2U);
+  const auto* events = as_array(top[1], 3);
+  ASSERT_NE(events, nullptr);
+
+  const auto* s = as_array(events[0], 8);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(as_str(s[0]), "BlockStored");
+  EXPECT_EQ(as_u64s(s[1]),
+            (std::vector<std::uint64_t>{seq(0).value(), seq(1).value(), seq(2).value()}));
+  EXPECT_TRUE(is_nil(s[2]));
+  EXPECT_EQ(as_u64s(s[3]), std::vector<std::uint64_t>{});
+  EXPECT_EQ(as_u64(s[4]), 16U);
+  EXPECT_TRUE(is_nil(s[5]));
+  EXPECT_EQ(as_str(s[6]), "GPU");
+
+  const auto* d = as_array(events[1], 8);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(as_u64s(d[1]), std::vector<std::uint64_t>{seq(3).value()});
+  EXPECT_EQ(as_u64(d[2]), seq(2).value());  // the parent
+  EXPECT_EQ(as_str(d[6]), "DISK");
+
+  const auto* r = as_array(events[2], 3);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(as_str(r[0]), "BlockRemoved");
+  EXPECT_EQ(as_u64s(r[1]), std::vector<std::uint64_t>{seq(2).value()});
+  EXPECT_EQ(as_str(r[2]), "GPU");
+
+  // The next batch carries the next sequence number.
+  pub.clear_all("GPU");
+  pub.flush();
+  frames = sub.receive(std::chrono::seconds(10));
+  ASSERT_EQ(frames.size(), 3U);
+  EXPECT_EQ(big_endian_u64(frames[1]), probes + 1);
+}
+
+TEST(ZmqEventSink, ReplayResendsKeptBatches) {
+  ZmqEventSinkOptions so;
+  so.endpoint = "tcp://127.0.0.1:*";
+  so.replay_endpoint = "tcp://127.0.0.1:*";
+  so.replay_buffer_batches = 3;
+  auto sink = std::make_shared<ZmqEventSink>(so);
+  ASSERT_FALSE(sink->replay_endpoint().empty());
+  KvEventPublisher pub(sink, manual());
+  for (std::uint64_t v = 1; v <= 5; ++v) {  // five batches, sequence 0..4; 2..4 are kept
+    pub.listener("GPU", 16)->on_removed(std::vector{root(v)});
+    pub.flush();
+  }
+  zmq::context_t ctx;
+  // A DEALER, not a REQ: the answer is several messages, and a REQ socket takes
+  // only the first reply to a request. The empty first frame is the envelope
+  // delimiter a REQ socket would have added.
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(sink->replay_endpoint());
+  const std::array<std::uint8_t, 8> start{0, 0, 0, 0, 0, 0, 0, 3};  // from 3 on
+  dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(start), zmq::send_flags::none);
+  std::vector<std::uint64_t> sequences;
+  std::vector<std::uint64_t> hashes;
+  bool ended = false;
+  for (int i = 0; i < 10 && !ended; ++i) {
+    std::array<zmq::pollitem_t, 1> items{{{dealer.handle(), 0, ZMQ_POLLIN, 0}}};
+    ASSERT_EQ(zmq::poll(items.data(), items.size(), std::chrono::seconds(10)), 1);
+    std::vector<zmq::message_t> frames;
+    do {
+      frames.emplace_back();
+      ASSERT_TRUE(dealer.recv(frames.back(), zmq::recv_flags::none));
+    } while (frames.back().more());
+    ASSERT_EQ(frames.size(), 3U);  // "", sequence, payload
+    EXPECT_EQ(frames[0].size(), 0U);
+    if (frames[2].size() == 0) {  // the end marker: sequence -1, empty payload
+      EXPECT_EQ(big_endian_u64(frames[1]), ~std::uint64_t{0});
+      ended = true;
+      continue;
+    }
+    sequences.push_back(big_endian_u64(frames[1]));
+    auto h = decode(bytes(frames[2]));
+    hashes.push_back(as_u64s(h.get().via.array.ptr[1].via.array.ptr[0].via.array.ptr[1])[0]);
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(sequences, (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_EQ(hashes, (std::vector<std::uint64_t>{4, 5}));
+}
+
+#else
+
+TEST(ZmqEventSink, NotBuilt) {
+  EXPECT_THROW(ZmqEventSink(ZmqEventSinkOptions{}), UsageError);
+  GTEST_SKIP() << "kvbm was built without ZeroMQ (KVBM_HAVE_ZMQ=0); the subscriber tests need it";
+}
+
+#endif  // KVBM_HAVE_ZMQ
+
+}  // namespace
+}  // namespace kvbm::events
