@@ -838,6 +838,26 @@ class KvBlockManagerImpl {
     return OnboardHandle(std::move(s));
   }
 
+  OnboardCounts probe(std::span<const SequenceHash> hashes) const {
+    OnboardCounts c;
+    const auto in1 = registry_->presence<G1>(hashes);
+    const auto in2 = g2_ ? registry_->presence<G2>(hashes) : std::vector<bool>(hashes.size(), false);
+    const auto in3 = g3_ ? registry_->presence<G3>(hashes) : std::vector<bool>(hashes.size(), false);
+    std::size_t i = 0;
+    while (i < hashes.size() && in1[i]) ++i;
+    c.device = i;
+    for (; i < hashes.size(); ++i) {
+      if (in2[i]) {
+        ++c.host;
+      } else if (in3[i]) {
+        ++c.disk;
+      } else {
+        break;
+      }
+    }
+    return c;
+  }
+
   void wait_onboards() {
     std::vector<std::weak_ptr<detail::OnboardState>> states;
     {
@@ -959,6 +979,9 @@ TransferHandle KvBlockManager::offload(const std::vector<ImmutableBlock<G1>>& bl
 }
 OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
   return impl_->onboard(hashes);
+}
+OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const {
+  return impl_->probe(hashes);
 }
 void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }

@@ -236,6 +236,12 @@ class KvBlockManager {
   /// copying it up and returns at once. When G1 cannot hold the whole part,
   /// the prefix is cut where it can. The G1 hits are held by the handle.
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
+  /// What onboard(hashes) would find right now, without taking or copying
+  /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the
+  /// first block no tier holds. An admission check: host + disk is the number
+  /// of fresh G1 blocks onboard() will allocate. (A snapshot: another thread
+  /// may change it before the onboard.)
+  [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
 
   /// Waits until both offload pipelines are idle (everything enqueued so
   /// far has finished); for tests, tools and orderly shutdown.

@@ -243,9 +243,13 @@ TEST(KvBlockManagerTest, OnboardsAPrefixInterleavedAcrossTiers) {
     auto b = h.take_blocks();
     ASSERT_EQ(b.size(), 2u);
   }  // 0, 1 inactive in G1
+  const auto probed = kv->probe(hashes);
   auto h = kv->onboard(hashes);
   ASSERT_EQ(h.wait(), TransferStatus::kDone) << h.error();
   const auto counts = h.counts();
+  EXPECT_EQ(probed.device, counts.device);
+  EXPECT_EQ(probed.host, counts.host);
+  EXPECT_EQ(probed.disk, counts.disk);
   EXPECT_EQ(counts.device, 2u);
   EXPECT_EQ(counts.host + counts.disk, 10u);
   auto blocks = h.take_blocks();
@@ -269,6 +273,8 @@ TEST(KvBlockManagerTest, OnboardStopsAtTheFirstBlockNoTierHolds) {
   kv->drain();
   kv->device().reset_inactive_pool();
   {
+    EXPECT_EQ(kv->probe(hashes).host, 3u);
+    EXPECT_EQ(kv->probe(hashes).total(), 3u);
     auto h = kv->onboard(hashes);
     EXPECT_EQ(h.wait(), TransferStatus::kDone);
     EXPECT_EQ(h.counts().host, 3u);
