@@ -1,0 +1,129 @@
+// Tests of replay/options.h: sizes with units and the command line.
+
+#include "replay/options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvbm::replay {
+namespace {
+
+Options parse(std::vector<const char*> args, std::string& error) {
+  args.insert(args.begin(), "kvbm-replay");
+  return parse_options(static_cast<int>(args.size()), args.data(), error);
+}
+
+TEST(ReplayOptions, ParsesByteSizesWithUnits) {
+  EXPECT_EQ(parse_bytes("4096"), 4096u);
+  EXPECT_EQ(parse_bytes("64KiB"), 64u * 1024);
+  EXPECT_EQ(parse_bytes("2GiB"), 2ull << 30);
+  EXPECT_EQ(parse_bytes("2g"), 2ull << 30);
+  EXPECT_EQ(parse_bytes("1.5M"), 3u * 512 * 1024);
+  EXPECT_EQ(parse_bytes("10MB"), 10'000'000u);
+  EXPECT_EQ(parse_bytes("1kB"), 1000u);
+  EXPECT_FALSE(parse_bytes("").has_value());
+  EXPECT_FALSE(parse_bytes("GiB").has_value());
+  EXPECT_FALSE(parse_bytes("12 parsecs").has_value());
+  EXPECT_FALSE(parse_bytes("-1").has_value());
+}
+
+TEST(ReplayOptions, DefaultsShowEveryTier) {
+  std::string error;
+  const Options o = parse({}, error);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(o.block_tokens, 512u);
+  EXPECT_GT(o.device.blocks, 0u);
+  EXPECT_GT(o.host.blocks, 0u);
+  EXPECT_GT(o.disk.blocks, 0u);
+  EXPECT_EQ(o.g1_g2, OffloadMode::kWriteThrough);
+  EXPECT_FALSE(o.metadata_only);
+  EXPECT_FALSE(o.metrics_port.has_value());
+}
+
+TEST(ReplayOptions, ParsesEveryOption) {
+  std::string error;
+  const Options o = parse({"--trace", "t.jsonl", "--block-tokens=256", "--layers", "4", "--kv-heads", "8",
+                           "--head-dim", "128", "--dtype-bytes", "2", "--outer-dim", "1", "--device-blocks",
+                           "unlimited", "--host-bytes", "2GiB", "--disk-blocks", "0", "--eviction", "lineage",
+                           "--g1-g2", "on_eviction", "--g2-g3", "none", "--min-frequency", "2", "--disk-dir", "/d",
+                           "--metadata-only", "--realtime", "--speed", "2.5", "--limit", "100", "--sweep",
+                           "1000,64MiB,unlimited", "--plot", "p.svg", "--json", "--quiet", "--strict",
+                           "--metrics-port", "0", "--metrics-address", "0.0.0.0"},
+                          error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.trace, "t.jsonl");
+  EXPECT_EQ(o.block_tokens, 256u);
+  EXPECT_EQ(o.layers, 4u);
+  EXPECT_EQ(o.inner_dim, 8u * 128);
+  EXPECT_EQ(o.dtype_bytes, 2u);
+  EXPECT_EQ(o.outer_dim, 1u);
+  EXPECT_TRUE(o.device.unlimited);
+  EXPECT_EQ(o.host.bytes, 2ull << 30);
+  EXPECT_EQ(o.host.blocks, 0u);
+  EXPECT_EQ(o.disk.blocks, 0u);
+  EXPECT_EQ(o.eviction, EvictionPolicy::kLineage);
+  EXPECT_EQ(o.g1_g2, OffloadMode::kOnEviction);
+  EXPECT_EQ(o.g2_g3, OffloadMode::kNone);
+  EXPECT_EQ(o.min_frequency, 2u);
+  EXPECT_EQ(o.disk_dir, "/d");
+  EXPECT_TRUE(o.metadata_only);
+  EXPECT_TRUE(o.realtime);
+  EXPECT_DOUBLE_EQ(o.speed, 2.5);
+  EXPECT_EQ(o.limit, 100u);
+  ASSERT_EQ(o.sweep.size(), 3u);
+  EXPECT_EQ(o.sweep[0].blocks, 1000u);
+  EXPECT_EQ(o.sweep[1].bytes, 64u << 20);
+  EXPECT_TRUE(o.sweep[2].unlimited);
+  EXPECT_EQ(o.plot, "p.svg");
+  EXPECT_TRUE(o.json && o.quiet && o.strict);
+  EXPECT_EQ(o.metrics_port, 0);
+  EXPECT_EQ(o.metrics_address, "0.0.0.0");
+
+  const Options both = parse({"--offload-mode", "none"}, error);
+  EXPECT_EQ(both.g1_g2, OffloadMode::kNone);
+  EXPECT_EQ(both.g2_g3, OffloadMode::kNone);
+}
+
+TEST(ReplayOptions, RejectsBadArgumentsNamingThem) {
+  const std::vector<std::vector<const char*>> bad = {
+      {"--bogus"},
+      {"--limit"},
+      {"--limit", "ten"},
+      {"--block-tokens", "0"},
+      {"--eviction", "fifo"},
+      {"--g1-g2", "sometimes"},
+      {"--host-blocks", "2GiB"},
+      {"--host-bytes", "lots"},
+      {"--speed", "0"},
+      {"--metrics-port", "70000"},
+      {"--sweep", "1000,,unlimited"},
+      {"--outer-dim", "3"},
+      {"--inner-dim", "4", "--kv-heads", "2"},
+      {"--json=yes"},
+  };
+  for (const auto& args : bad) {
+    std::string error;
+    (void)parse(args, error);
+    EXPECT_NE(error, "") << args[0];
+    if (std::string(args[0]).starts_with("--") && std::string(args[0]) != "--inner-dim") {
+      const std::string name = std::string(args[0]).substr(0, std::string(args[0]).find('='));
+      EXPECT_NE(error.find(name), std::string::npos) << error;
+    }
+  }
+}
+
+TEST(ReplayOptions, UsageMentionsEveryOption) {
+  const std::string u = usage();
+  for (const char* opt : {"--trace", "--block-tokens", "--layers", "--kv-heads", "--inner-dim", "--dtype-bytes",
+                          "--outer-dim", "--device-blocks", "--host-bytes", "--disk-blocks", "--eviction",
+                          "--g1-g2", "--g2-g3", "--offload-mode", "--min-frequency", "--disk-dir",
+                          "--metadata-only", "--realtime", "--speed", "--limit", "--sweep", "--plot", "--json",
+                          "--quiet", "--strict", "--metrics-port"}) {
+    EXPECT_NE(u.find(opt), std::string::npos) << opt;
+  }
+}
+
+}  // namespace
+}  // namespace kvbm::replay

@@ -1,0 +1,67 @@
+// Helpers shared by the tests in tests/replay/.
+
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "replay/trace.h"
+
+namespace kvbm::replay::test {
+
+/// KVBM_STRESS_SCALE (sanitizer builds set 0.1), 1 when unset.
+inline double stress_scale() {
+  const char* s = std::getenv("KVBM_STRESS_SCALE");
+  if (s == nullptr || *s == '\0') return 1.0;
+  const double v = std::strtod(s, nullptr);
+  return v > 0.0 ? v : 1.0;
+}
+
+/// The shipped trace (examples/data first, then ../shared/data), or nullopt.
+inline std::optional<std::string> shipped_trace_path() {
+  for (const char* p : {KVBM_SOURCE_DIR "/examples/data/conversation_trace.jsonl",
+                        KVBM_SHARED_DIR "/data/conversation_trace.jsonl"}) {
+    if (std::filesystem::exists(p)) return std::string(p);
+  }
+  return std::nullopt;
+}
+
+/// The shipped trace, read once per test binary; null when missing.
+inline const Trace* shipped_trace() {
+  static const std::optional<Trace> t = []() -> std::optional<Trace> {
+    const auto p = shipped_trace_path();
+    if (!p) return std::nullopt;
+    return read_trace_file(*p, TraceOptions{});
+  }();
+  return t ? &*t : nullptr;
+}
+
+/// A fresh directory under the test temp dir, removed with the object.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name) {
+    path_ = std::filesystem::temp_directory_path() /
+            (name + "-" + std::to_string(static_cast<long>(::getpid())) + "-" + std::to_string(counter()++));
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::filesystem::path path_;
+};
+
+}  // namespace kvbm::replay::test

@@ -1,0 +1,283 @@
+// kvbm-replay: replays a request trace through kvbm's KvBlockManager and
+// reports what each tier did. See docs/replay.md, or run with --help.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include "kvbm/error.h"
+#include "kvbm/logging.h"
+#include "replay/metrics_server.h"
+#include "replay/options.h"
+#include "replay/replay.h"
+#include "replay/report.h"
+#include "replay/trace.h"
+
+namespace {
+
+using namespace kvbm::replay;
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+bool g_quiet = false;
+
+template <class... Args>
+void note(fmt::format_string<Args...> f, Args&&... args) {
+  if (g_quiet) return;
+  fmt::print(stderr, "[kvbm-replay] {}\n", fmt::format(f, std::forward<Args>(args)...));
+}
+
+// A temporary directory for the G3 file, removed when this goes away.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/kvbm-replay-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      throw std::runtime_error("cannot create a temporary directory like " + tmpl);
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const fs::path& path() const noexcept { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A one-line progress bar on stderr (a terminal only).
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label) : label_(std::move(label)), start_(std::chrono::steady_clock::now()) {}
+  void update(std::size_t done, std::size_t total) {
+    constexpr int kWidth = 30;
+    const double f = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
+    const int filled = static_cast<int>(f * kWidth);
+    std::string bar(static_cast<std::size_t>(filled), '=');
+    if (filled < kWidth) bar += '>';
+    bar.resize(kWidth, ' ');
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    fmt::print(stderr, "\r{} [{}] {:3.0f}%  {}/{} requests  {:.1f} s ", label_, bar, 100 * f, group_digits(done),
+               group_digits(total), s);
+    std::fflush(stderr);
+  }
+  void finish() { fmt::print(stderr, "\r\033[K"); }
+
+ private:
+  std::string label_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+kvbm::TierConfig tier(const SizeOption& s, kvbm::EvictionPolicy e) {
+  return kvbm::TierConfig{.blocks = s.blocks, .bytes = s.bytes, .eviction = e};
+}
+
+bool present(const SizeOption& s) { return s.unlimited || s.blocks != 0 || s.bytes != 0; }
+
+std::string size_label(const SizeOption& s) {
+  if (s.unlimited) return "unlimited";
+  if (s.blocks != 0) return std::to_string(s.blocks);
+  return std::to_string(s.bytes) + "B";
+}
+
+int run(int argc, char** argv) {
+  std::string error;
+  const Options o = parse_options(argc, argv, error);
+  if (!error.empty()) {
+    fmt::print(stderr, "kvbm-replay: {}\n", error);
+    return 2;
+  }
+  if (o.help) {
+    std::cout << usage();
+    return 0;
+  }
+  g_quiet = o.quiet;
+  kvbm::logger()->set_level(o.quiet ? spdlog::level::err : spdlog::level::info);
+
+  const std::string trace_path = o.trace.empty() ? default_trace_path() : o.trace;
+  if (trace_path.empty()) {
+    fmt::print(stderr, "kvbm-replay: the shipped trace examples/data/conversation_trace.jsonl was not found; "
+                       "give one with --trace PATH\n");
+    return 2;
+  }
+  TraceOptions topts;
+  topts.block_tokens = o.block_tokens;
+  topts.max_requests = o.limit;
+  Trace trace;
+  try {
+    trace = read_trace_file(trace_path, topts);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kvbm-replay: {}\n", e.what());
+    return 2;
+  }
+  for (const auto& e : trace.errors) fmt::print(stderr, "{}:{}: {}\n", trace_path, e.line, e.message);
+  if (trace.error_count > trace.errors.size()) {
+    fmt::print(stderr, "{}: ... and {} more invalid lines\n", trace_path, trace.error_count - trace.errors.size());
+  }
+  if (trace.error_count != 0) {
+    if (o.strict) {
+      fmt::print(stderr, "kvbm-replay: {} invalid lines; stopping (--strict)\n", trace.error_count);
+      return 2;
+    }
+    note("{} invalid lines skipped; replaying the other {} requests", trace.error_count, trace.requests.size());
+  }
+  TraceSummary ts{trace_path, trace.lines, trace.error_count, unique_blocks(trace)};
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<MetricsServer> server;
+  if (o.metrics_port) {
+    server = std::make_unique<MetricsServer>(o.metrics_address, *o.metrics_port, registry);
+    note("serving metrics at {}", server->url());
+  }
+
+  ReplayConfig rc;
+  rc.layout.num_layers = o.layers;
+  rc.layout.outer_dim = o.outer_dim;
+  rc.layout.inner_dim = o.inner_dim;
+  rc.layout.dtype_bytes = o.dtype_bytes;
+  rc.layout.page_size = o.block_tokens;
+  const std::size_t unlimited_blocks = std::max<std::size_t>(ts.unique_blocks, 1);
+  auto device_tier = [&](const SizeOption& s) {
+    return s.unlimited ? kvbm::TierConfig{.blocks = unlimited_blocks, .eviction = o.eviction} : tier(s, o.eviction);
+  };
+  rc.device = device_tier(o.device);
+  const bool has_host = present(o.host);
+  rc.host = has_host ? tier(o.host, o.eviction) : kvbm::TierConfig{};
+  const bool has_disk = has_host && present(o.disk);
+  rc.disk = has_disk ? tier(o.disk, o.eviction) : kvbm::TierConfig{};
+  rc.device_to_host = o.g1_g2;
+  rc.host_to_disk = o.g2_g3;
+  rc.min_frequency = o.min_frequency;
+  rc.move_bytes = !o.metadata_only;
+  rc.realtime = o.realtime;
+  rc.speed = o.speed;
+  rc.metrics_registry = registry;
+  rc.stop = &g_stop;
+  std::optional<TempDir> tmp;
+  if (has_disk) {
+    if (o.disk_dir.empty()) {
+      tmp.emplace();
+      rc.disk_directory = tmp->path();
+    } else {
+      rc.disk_directory = o.disk_dir;
+    }
+  }
+  const bool bar = !o.quiet && ::isatty(STDERR_FILENO) != 0;
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  auto replay_once = [&](const std::string& label) {
+    std::optional<ProgressBar> pb;
+    if (bar) {
+      pb.emplace(label);
+      rc.progress = [&pb](std::size_t done, std::size_t total) { pb->update(done, total); };
+    } else {
+      rc.progress = nullptr;
+    }
+    ReplayResult r = run_replay(trace, rc);
+    if (pb) pb->finish();
+    if (g_stop.load()) note("interrupted after {} requests", r.requests);
+    return r;
+  };
+
+  bool ok = true;
+  if (o.sweep.empty()) {
+    const ReplayResult r = replay_once("replay");
+    ok = r.verify_failures == 0 && r.audit.empty() && r.onboard_failed == 0;
+    if (o.json) {
+      nlohmann::json j = {{"trace", trace_json(ts)}, {"result", result_json(r)}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_summary(std::cout, ts, r);
+    }
+  } else {
+    std::vector<SweepPoint> points;
+    for (const auto& s : o.sweep) {
+      if (g_stop.load()) break;
+      rc.device = device_tier(s);
+      const std::string label = size_label(s);
+      note("sweep: G1 {}", label);
+      SweepPoint p{label, 0, replay_once("G1 " + label)};
+      p.g1_blocks = p.result.capacity[0];
+      ok = ok && p.result.verify_failures == 0 && p.result.audit.empty() && p.result.onboard_failed == 0;
+      if (!o.json) {
+        std::cout << fmt::format("G1 {}: block hit ratio {:.2f}% (G1 {:.2f}%), {:.1f} s\n", label,
+                                 100 * p.result.block_hit_ratio(),
+                                 100.0 * static_cast<double>(p.result.hit_blocks[0]) /
+                                     static_cast<double>(std::max<std::uint64_t>(p.result.blocks, 1)),
+                                 p.result.wall_seconds);
+      }
+      points.push_back(std::move(p));
+    }
+    const std::string title =
+        fmt::format("kvbm-replay: block hit ratio vs G1 capacity ({})", fs::path(trace_path).filename().string());
+    std::optional<fs::path> png;
+    {
+      std::ofstream svg(o.plot);
+      if (!svg) {
+        fmt::print(stderr, "kvbm-replay: cannot write {}\n", o.plot);
+        return 2;
+      }
+      svg << sweep_svg(points, title);
+    }
+    png = convert_to_png(o.plot);
+    if (o.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& p : points) {
+        arr.push_back({{"label", p.label}, {"g1_blocks", p.g1_blocks}, {"result", result_json(p.result)}});
+      }
+      nlohmann::json j = {{"trace", trace_json(ts)}, {"sweep", arr}, {"plot", o.plot},
+                          {"png", png ? png->string() : ""}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << "\n";
+      print_sweep(std::cout, points);
+      std::cout << fmt::format("\nplot: {}{}\n", o.plot, png ? " and " + png->string() : "");
+    }
+  }
+  if (!ok) {
+    fmt::print(stderr, "kvbm-replay: FAILED: verification failures, failed onboarding or unbalanced pools\n");
+    return 1;
+  }
+  return g_stop.load() ? 130 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const kvbm::UsageError& e) {
+    fmt::print(stderr, "kvbm-replay: invalid configuration: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kvbm-replay: {}\n", e.what());
+    return 1;
+  }
+}

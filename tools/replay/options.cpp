@@ -1,0 +1,316 @@
+#include "replay/options.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+namespace kvbm::replay {
+
+namespace {
+
+template <class Int>
+std::optional<Int> parse_int(std::string_view s) {
+  Int v{};
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+bool below(std::uint32_t v, std::uint32_t min) { return v < min; }
+
+std::optional<double> parse_double(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  std::string copy(s);
+  char* end = nullptr;
+  const double v = std::strtod(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::optional<EvictionPolicy> parse_eviction(std::string_view s) {
+  for (const auto p : {EvictionPolicy::kLru, EvictionPolicy::kMultiLevelLru, EvictionPolicy::kLineage}) {
+    if (s == to_string(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::optional<OffloadMode> parse_mode(std::string_view s) {
+  for (const auto m : {OffloadMode::kNone, OffloadMode::kWriteThrough, OffloadMode::kOnEviction}) {
+    if (s == to_string(m)) return m;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::size_t> parse_bytes(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  const auto number = parse_double(text.substr(0, i));
+  if (!number || *number < 0) return std::nullopt;
+  const std::string unit = lower(text.substr(i));
+  double mult = 1;
+  if (unit.empty() || unit == "b") {
+    mult = 1;
+  } else if (unit == "k" || unit == "kib") {
+    mult = 1024.0;
+  } else if (unit == "m" || unit == "mib") {
+    mult = 1024.0 * 1024;
+  } else if (unit == "g" || unit == "gib") {
+    mult = 1024.0 * 1024 * 1024;
+  } else if (unit == "t" || unit == "tib") {
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  } else if (unit == "kb") {
+    mult = 1e3;
+  } else if (unit == "mb") {
+    mult = 1e6;
+  } else if (unit == "gb") {
+    mult = 1e9;
+  } else if (unit == "tb") {
+    mult = 1e12;
+  } else {
+    return std::nullopt;
+  }
+  const double v = *number * mult;
+  if (v >= static_cast<double>(std::numeric_limits<std::size_t>::max())) return std::nullopt;
+  return static_cast<std::size_t>(v);
+}
+
+std::optional<SizeOption> parse_size(std::string_view text, bool allow_unlimited) {
+  if (allow_unlimited && (text == "unlimited" || text == "inf")) return SizeOption{.unlimited = true};
+  if (auto n = parse_int<std::size_t>(text)) return SizeOption{.blocks = *n};
+  if (auto b = parse_bytes(text)) return SizeOption{.bytes = *b};
+  return std::nullopt;
+}
+
+std::string default_trace_path() {
+  for (const char* p : {KVBM_REPLAY_SOURCE_DATA, KVBM_REPLAY_INSTALLED_DATA}) {
+    std::error_code ec;
+    if (std::filesystem::exists(p, ec)) return p;
+  }
+  return {};
+}
+
+Options parse_options(int argc, const char* const* argv, std::string& error) {
+  Options o;
+  error.clear();
+  auto fail = [&error](std::string msg) {
+    error = std::move(msg);
+    return Options{};
+  };
+  bool inner_given = false;
+  std::optional<std::uint32_t> kv_heads;
+  std::optional<std::uint32_t> head_dim;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view value;
+    bool has_inline = false;
+    if (arg.starts_with("--")) {
+      if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        has_inline = true;
+      }
+    }
+    // Takes the option's value: "--x=v" or "--x v".
+    auto take = [&](std::string_view& out) -> bool {
+      if (has_inline) {
+        out = value;
+        return true;
+      }
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    auto flag = [&]() -> bool { return !has_inline; };
+    std::string_view v;
+    auto need = [&](const char* what) -> std::string {
+      return std::string(arg) + " needs " + what;
+    };
+#define KVBM_TAKE(what)                 \
+  if (!take(v)) return fail(need(what))
+#define KVBM_U32(field, what, min)                                                            \
+  do {                                                                                        \
+    KVBM_TAKE(what);                                                                          \
+    auto n = parse_int<std::uint32_t>(v);                                                     \
+    if (!n || below(*n, (min))) return fail(std::string(arg) + ": expected " what ", got '" + std::string(v) + "'"); \
+    o.field = *n;                                                                             \
+  } while (false)
+
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+    } else if (arg == "--trace") {
+      KVBM_TAKE("a path");
+      o.trace = std::string(v);
+    } else if (arg == "--block-tokens") {
+      KVBM_U32(block_tokens, "a token count >= 1", 1u);
+    } else if (arg == "--layers") {
+      KVBM_U32(layers, "a layer count >= 1", 1u);
+    } else if (arg == "--outer-dim") {
+      KVBM_U32(outer_dim, "1 or 2", 1u);
+      if (o.outer_dim > 2) return fail("--outer-dim: expected 1 or 2");
+    } else if (arg == "--inner-dim") {
+      KVBM_U32(inner_dim, "a count >= 1", 1u);
+      inner_given = true;
+    } else if (arg == "--kv-heads") {
+      KVBM_U32(inner_dim, "a count >= 1", 1u);
+      kv_heads = o.inner_dim;
+    } else if (arg == "--head-dim") {
+      KVBM_U32(inner_dim, "a count >= 1", 1u);
+      head_dim = o.inner_dim;
+    } else if (arg == "--dtype-bytes") {
+      KVBM_U32(dtype_bytes, "1, 2, 4 or 8", 1u);
+    } else if (arg == "--device-blocks" || arg == "--device-bytes" || arg == "--host-blocks" ||
+               arg == "--host-bytes" || arg == "--disk-blocks" || arg == "--disk-bytes") {
+      KVBM_TAKE("a size");
+      const bool device = arg.starts_with("--device");
+      const bool bytes = arg.ends_with("-bytes");
+      auto s = parse_size(v, device && !bytes);
+      if (!s) return fail(std::string(arg) + ": expected a block count or a size like 2GiB, got '" + std::string(v) + "'");
+      if (bytes && s->blocks != 0) s = SizeOption{.bytes = s->blocks};  // plain number of bytes
+      if (!bytes && s->bytes != 0 && !s->unlimited) {
+        return fail(std::string(arg) + ": expected a block count; use " +
+                    std::string(arg.substr(0, arg.size() - 6)) + "bytes for sizes");
+      }
+      (device ? o.device : arg.starts_with("--host") ? o.host : o.disk) = *s;
+    } else if (arg == "--eviction") {
+      KVBM_TAKE("lru, multi_level_lru or lineage");
+      auto p = parse_eviction(v);
+      if (!p) return fail("--eviction: expected lru, multi_level_lru or lineage, got '" + std::string(v) + "'");
+      o.eviction = *p;
+    } else if (arg == "--g1-g2" || arg == "--g2-g3" || arg == "--offload-mode") {
+      KVBM_TAKE("write_through, on_eviction or none");
+      auto m = parse_mode(v);
+      if (!m) return fail(std::string(arg) + ": expected write_through, on_eviction or none, got '" + std::string(v) + "'");
+      if (arg != "--g2-g3") o.g1_g2 = *m;
+      if (arg != "--g1-g2") o.g2_g3 = *m;
+    } else if (arg == "--min-frequency") {
+      KVBM_U32(min_frequency, "a count", 0u);
+    } else if (arg == "--disk-dir") {
+      KVBM_TAKE("a directory");
+      o.disk_dir = std::string(v);
+    } else if (arg == "--metadata-only") {
+      if (!flag()) return fail("--metadata-only takes no value");
+      o.metadata_only = true;
+    } else if (arg == "--realtime") {
+      if (!flag()) return fail("--realtime takes no value");
+      o.realtime = true;
+    } else if (arg == "--speed") {
+      KVBM_TAKE("a factor > 0");
+      auto f = parse_double(v);
+      if (!f || *f <= 0) return fail("--speed: expected a factor > 0, got '" + std::string(v) + "'");
+      o.speed = *f;
+    } else if (arg == "--limit") {
+      KVBM_TAKE("a request count");
+      auto n = parse_int<std::size_t>(v);
+      if (!n) return fail("--limit: expected a request count, got '" + std::string(v) + "'");
+      o.limit = *n;
+    } else if (arg == "--sweep") {
+      KVBM_TAKE("a list of G1 sizes");
+      o.sweep.clear();
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        const std::string_view item = rest.substr(0, comma);
+        auto s = parse_size(item, true);
+        if (!s || (!s->unlimited && s->blocks == 0 && s->bytes == 0)) {
+          return fail("--sweep: expected G1 sizes like 1000,10000,unlimited, got '" + std::string(item) + "'");
+        }
+        o.sweep.push_back(*s);
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+      if (o.sweep.empty()) return fail("--sweep: give at least one G1 size");
+    } else if (arg == "--plot") {
+      KVBM_TAKE("a path");
+      o.plot = std::string(v);
+    } else if (arg == "--json") {
+      if (!flag()) return fail("--json takes no value");
+      o.json = true;
+    } else if (arg == "--quiet" || arg == "-q") {
+      if (!flag()) return fail("--quiet takes no value");
+      o.quiet = true;
+    } else if (arg == "--strict") {
+      if (!flag()) return fail("--strict takes no value");
+      o.strict = true;
+    } else if (arg == "--metrics-port") {
+      KVBM_TAKE("a TCP port (0: any free port)");
+      auto n = parse_int<int>(v);
+      if (!n || *n < 0 || *n > 65535) return fail("--metrics-port: expected a port 0..65535, got '" + std::string(v) + "'");
+      o.metrics_port = *n;
+    } else if (arg == "--metrics-address") {
+      KVBM_TAKE("an address");
+      o.metrics_address = std::string(v);
+    } else {
+      return fail("unknown option '" + std::string(argv[i]) + "' (see --help)");
+    }
+#undef KVBM_TAKE
+#undef KVBM_U32
+  }
+  if (kv_heads || head_dim) {
+    if (inner_given) return fail("give --inner-dim or --kv-heads/--head-dim, not both");
+    o.inner_dim = kv_heads.value_or(1) * head_dim.value_or(1);
+  }
+  return o;
+}
+
+std::string usage() {
+  return R"(kvbm-replay: replays a request trace through kvbm's KvBlockManager (G1 device,
+G2 host, G3 disk) and reports prefix hits per tier, evictions, bytes moved and
+byte verification. With no arguments it replays the shipped Mooncake
+conversation trace with bytes moved through all three tiers.
+
+usage: kvbm-replay [options]
+
+input
+  --trace PATH           JSONL trace (default: examples/data/conversation_trace.jsonl)
+  --block-tokens N       tokens per hash id and per block (default 512)
+  --limit N              replay only the first N valid requests
+  --strict               stop (exit 2) when any trace line is invalid
+model layout (bytes per block = layers x outer-dim x block-tokens x inner-dim x dtype-bytes)
+  --layers N             transformer layers (default 2)
+  --outer-dim 1|2        2: separate K and V (default), 1: MLA-style
+  --inner-dim N          elements per token per layer: kv heads x head size (default 4)
+  --kv-heads N --head-dim D   the same as --inner-dim N*D
+  --dtype-bytes N        bytes per element (default 2)
+                         (the defaults make a 16 KiB block: a toy model, so that the
+                         whole trace replays in seconds)
+tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
+  --device-blocks N|unlimited   G1 (default 1000; unlimited: every unique block fits)
+  --device-bytes SIZE
+  --host-blocks N | --host-bytes SIZE   G2 (default 10000; 0: no G2 and no G3)
+  --disk-blocks N | --disk-bytes SIZE   G3 (default 50000; 0: no G3)
+  --eviction lru|multi_level_lru|lineage   every tier (default lru)
+  --g1-g2 MODE           write_through (default), on_eviction or none
+  --g2-g3 MODE           write_through (default), on_eviction or none
+  --offload-mode MODE    both boundaries
+  --min-frequency N      offload only blocks seen at least N times (default 0: all)
+  --disk-dir DIR         where the G3 file goes (default: a temporary directory,
+                         removed at exit)
+  --metadata-only        move no bytes (simulation: pools and pipelines only)
+timing
+  --realtime             start each request at its trace timestamp ...
+  --speed F              ... divided by F (default 1)
+sweep
+  --sweep LIST           replay once per G1 size, e.g. 1000,10000,50000,100000,unlimited,
+                         and plot the hit ratio against G1 capacity
+  --plot PATH            the sweep's SVG (default kvbm-replay-sweep.svg; a PNG
+                         beside it when rsvg-convert or ImageMagick is installed)
+output
+  --json                 print the results as JSON on stdout (nothing else on stdout)
+  --quiet, -q            no progress bar and no log lines
+  --metrics-port N       serve the Prometheus registry at http://ADDR:N/metrics
+                         while replaying (0: any free port; it is logged)
+  --metrics-address A    address to bind (default 127.0.0.1)
+  -h, --help             this text
+)";
+}
+
+}  // namespace kvbm::replay

@@ -1,0 +1,79 @@
+// replay/options.h: the command line of kvbm-replay.
+//
+// parse_options() turns argv into Options without side effects (no file is
+// opened), so tests can check every option; usage() is the --help text.
+// docs/replay.md describes each option.
+//
+// Thread-safety: plain functions over values.
+
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvbm/eviction/backend.h"
+#include "kvbm/kv_block_manager.h"
+
+namespace kvbm::replay {
+
+/// A tier size from the command line: blocks, bytes or "unlimited" (G1 only).
+struct SizeOption {
+  std::size_t blocks = 0;
+  std::size_t bytes = 0;
+  bool unlimited = false;  ///< room for every unique block of the trace
+};
+
+/// Every option of kvbm-replay; the defaults are the tool's defaults.
+struct Options {
+  std::string trace;                 ///< "" = the shipped conversation trace
+  std::uint32_t block_tokens = 512;  ///< tokens per hash id and per block
+  // Model layout of one block (block bytes = layers x outer x block_tokens x inner x dtype).
+  std::uint32_t layers = 2;
+  std::uint32_t outer_dim = 2;
+  std::uint32_t inner_dim = 4;
+  std::uint32_t dtype_bytes = 2;
+  SizeOption device{.blocks = 1'000};
+  SizeOption host{.blocks = 10'000};
+  SizeOption disk{.blocks = 50'000};
+  EvictionPolicy eviction = EvictionPolicy::kLru;
+  OffloadMode g1_g2 = OffloadMode::kWriteThrough;
+  OffloadMode g2_g3 = OffloadMode::kWriteThrough;
+  std::uint32_t min_frequency = 0;
+  std::string disk_dir;              ///< "" = a temporary directory, removed at exit
+  bool metadata_only = false;
+  bool realtime = false;
+  double speed = 1.0;
+  std::size_t limit = 0;             ///< 0 = every request
+  std::vector<SizeOption> sweep;     ///< G1 sizes; empty = one replay
+  std::string plot = "kvbm-replay-sweep.svg";
+  bool json = false;
+  bool quiet = false;
+  bool strict = false;
+  std::optional<int> metrics_port;
+  std::string metrics_address = "127.0.0.1";
+  bool help = false;
+};
+
+/// Parses argv[1..argc). Returns the options, or sets `error` (and returns
+/// defaults) naming the offending argument.
+[[nodiscard]] Options parse_options(int argc, const char* const* argv, std::string& error);
+
+/// Returns the --help text.
+[[nodiscard]] std::string usage();
+
+/// Parses "4096", "64KiB", "2GiB", "1.5G", "10MB" (binary unless the suffix is
+/// kB/MB/GB/TB). Returns nullopt when malformed.
+[[nodiscard]] std::optional<std::size_t> parse_bytes(std::string_view text);
+
+/// Parses a tier size: a block count, a byte size with a unit, or "unlimited".
+[[nodiscard]] std::optional<SizeOption> parse_size(std::string_view text, bool allow_unlimited);
+
+/// Returns the shipped trace: the source tree's copy, else the installed one,
+/// else "" when neither exists.
+[[nodiscard]] std::string default_trace_path();
+
+}  // namespace kvbm::replay

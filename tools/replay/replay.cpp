@@ -1,0 +1,354 @@
+#include "replay/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include "kvbm/logging.h"
+#include "replay/pattern.h"
+#include "replay/registry_read.h"
+
+namespace kvbm::replay {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The replay's own series, beside the library's, in the same registry. They
+// are removed when the replay ends (the pools' series go with the manager).
+class ReplaySeries {
+ public:
+  explicit ReplaySeries(const std::shared_ptr<prometheus::Registry>& r)
+      : requests_family_(prometheus::BuildCounter()
+                             .Name("kvbm_replay_requests_total")
+                             .Help("Trace requests replayed")
+                             .Register(*r)),
+        blocks_family_(prometheus::BuildCounter()
+                           .Name("kvbm_replay_blocks_total")
+                           .Help("Prompt blocks the replayed requests asked for")
+                           .Register(*r)),
+        hits_family_(prometheus::BuildCounter()
+                         .Name("kvbm_replay_hit_blocks_total")
+                         .Help("Prefix blocks found, by the tier they were found in")
+                         .Register(*r)),
+        verify_family_(prometheus::BuildCounter()
+                           .Name("kvbm_replay_verify_failures_total")
+                           .Help("Onboarded blocks whose bytes did not match their sequence hash")
+                           .Register(*r)),
+        requests_(&requests_family_.Add({{"pool", "G1"}})),
+        blocks_(&blocks_family_.Add({{"pool", "G1"}})),
+        verify_(&verify_family_.Add({{"pool", "G1"}})) {
+    for (std::size_t t = 0; t < 3; ++t) hits_[t] = &hits_family_.Add({{"pool", kTierNames[t]}});
+  }
+  ~ReplaySeries() {
+    requests_family_.Remove(requests_);
+    blocks_family_.Remove(blocks_);
+    verify_family_.Remove(verify_);
+    for (auto* h : hits_) hits_family_.Remove(h);
+  }
+  ReplaySeries(const ReplaySeries&) = delete;
+  ReplaySeries& operator=(const ReplaySeries&) = delete;
+
+  void add(std::size_t blocks, const OnboardCounts& c, std::uint64_t verify_failures) {
+    requests_->Increment();
+    blocks_->Increment(static_cast<double>(blocks));
+    hits_[0]->Increment(static_cast<double>(c.device));
+    hits_[1]->Increment(static_cast<double>(c.host));
+    hits_[2]->Increment(static_cast<double>(c.disk));
+    if (verify_failures != 0) verify_->Increment(static_cast<double>(verify_failures));
+  }
+
+ private:
+  prometheus::Family<prometheus::Counter>& requests_family_;
+  prometheus::Family<prometheus::Counter>& blocks_family_;
+  prometheus::Family<prometheus::Counter>& hits_family_;
+  prometheus::Family<prometheus::Counter>& verify_family_;
+  prometheus::Counter* requests_;
+  prometheus::Counter* blocks_;
+  prometheus::Counter* verify_;
+  std::array<prometheus::Counter*, 3> hits_{};
+};
+
+// Writes the pattern of `hash` into every region of G1 block `id`.
+void write_block(const Layout& layout, BlockId id, std::uint64_t hash) {
+  const auto& c = layout.config();
+  for (std::uint32_t l = 0; l < c.num_layers; ++l) {
+    for (std::uint32_t o = 0; o < c.outer_dim; ++o) {
+      const Region r = layout.region(id, l, o);
+      fill_pattern(reinterpret_cast<void*>(r.addr), r.size, hash, std::uint64_t{l} * c.outer_dim + o);
+    }
+  }
+}
+
+// Returns true when every region of G1 block `id` holds the pattern of `hash`.
+bool verify_block(const Layout& layout, BlockId id, std::uint64_t hash) {
+  const auto& c = layout.config();
+  for (std::uint32_t l = 0; l < c.num_layers; ++l) {
+    for (std::uint32_t o = 0; o < c.outer_dim; ++o) {
+      const Region r = layout.region(id, l, o);
+      if (!check_pattern(reinterpret_cast<const void*>(r.addr), r.size, hash,
+                         std::uint64_t{l} * c.outer_dim + o)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Normalised path names for the engines' `path` labels.
+std::string path_name(const std::string& engine_path) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"device_to_host", "G1->G2"}, {"G1_to_G2", "G1->G2"}, {"host_to_disk", "G2->G3"},
+      {"G2_to_G3", "G2->G3"},       {"host_to_device", "G2->G1"}, {"G2_to_G1", "G2->G1"},
+      {"disk_to_device", "G3->G1"}, {"G3_to_G1", "G3->G1"},
+  };
+  for (const auto& [from, to] : kNames) {
+    if (engine_path == from) return to;
+  }
+  return {};
+}
+
+void collect_paths(const prometheus::Registry& reg, ReplayResult& r,
+                   const std::array<std::uint64_t, 2>& onboarded_blocks) {
+  for (const auto& s : collect_series(reg, "kvbm_transfer_blocks_total")) {
+    const auto it = s.labels.find("path");
+    if (it == s.labels.end()) continue;
+    auto& p = r.engine_paths[it->second];
+    p.name = it->second;
+    p.blocks += static_cast<std::uint64_t>(s.value);
+  }
+  for (const auto& s : collect_series(reg, "kvbm_transfer_bytes_total")) {
+    const auto it = s.labels.find("path");
+    if (it != s.labels.end()) r.engine_paths[it->second].bytes += static_cast<std::uint64_t>(s.value);
+  }
+  for (const auto& s : collect_series(reg, "kvbm_transfer_failed_blocks_total")) {
+    const auto it = s.labels.find("path");
+    if (it != s.labels.end()) {
+      r.engine_paths[it->second].failed_blocks += static_cast<std::uint64_t>(s.value);
+    }
+  }
+
+  // The four tier paths. Offloads: what the engines counted on the path (or
+  // the write-through pipeline's transferred blocks when no engine series
+  // names it); onboarding: the OnboardHandle counts.
+  r.paths.clear();
+  for (const char* name : {"G1->G2", "G2->G3", "G2->G1", "G3->G1"}) r.paths.push_back({name, 0, 0, 0});
+  bool engine_named[4] = {false, false, false, false};
+  for (const auto& [engine, p] : r.engine_paths) {
+    const std::string n = path_name(engine);
+    for (std::size_t i = 0; i < r.paths.size(); ++i) {
+      if (r.paths[i].name == n) {
+        r.paths[i].blocks += p.blocks;
+        r.paths[i].bytes += p.bytes;
+        r.paths[i].failed_blocks += p.failed_blocks;
+        engine_named[i] = true;
+      }
+    }
+  }
+  const char* pipelines[2] = {"G1_to_G2", "G2_to_G3"};
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (engine_named[i]) continue;
+    const double blocks = series_sum(reg, "kvbm_offload_blocks_total",
+                                     {{"pipeline", pipelines[i]}, {"outcome", "transferred"}});
+    r.paths[i].blocks = static_cast<std::uint64_t>(blocks);
+    r.paths[i].bytes = r.paths[i].blocks * r.block_bytes;
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    // Onboarding may share an engine with another path (G2->G1 and G1->G2 on
+    // one host engine); the handle counts are exact for each direction.
+    auto& p = r.paths[2 + i];
+    if (!engine_named[2 + i] || p.blocks != onboarded_blocks[i]) {
+      p.blocks = onboarded_blocks[i];
+      p.bytes = onboarded_blocks[i] * r.block_bytes;
+    }
+  }
+  if (!r.move_bytes) {
+    for (auto& p : r.paths) p.bytes = 0;  // nothing was copied
+  }
+}
+
+}  // namespace
+
+KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t block_tokens) {
+  KvBlockManagerConfig c;
+  c.layout = config.layout;
+  c.layout.page_size = block_tokens;
+  c.device = config.device;
+  c.host = config.host;
+  c.disk = config.disk;
+  c.disk_directory = config.disk_directory;
+  c.device_to_host = config.device_to_host;
+  c.host_to_disk = config.host_to_disk;
+  c.device_to_host_policy.min_frequency = config.min_frequency;
+  c.host_to_disk_policy.min_frequency = config.min_frequency;
+  c.duplicate_policy = DuplicatePolicy::kReject;
+  // As many disk workers as I/O slots, so that no worker ever waits on the disk
+  // engine's slot semaphore: with GCC 12's libstdc++, std::counting_semaphore
+  // can miss a wake-up (fixed in later releases) and a waiting worker then
+  // sleeps forever, stalling drain() or an onboarding from G3.
+  c.disk_workers = 4;
+  c.disk_queue_depth = 4;
+  c.move_bytes = config.move_bytes;
+  c.metrics_registry = config.metrics_registry ? config.metrics_registry
+                                               : std::make_shared<prometheus::Registry>();
+  return c;
+}
+
+ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
+  KVBM_CHECK(trace.block_tokens > 0, "run_replay: the trace was read with block_tokens 0");
+  KVBM_CHECK(!config.realtime || config.speed > 0, "run_replay: speed must be > 0, not ", config.speed);
+  KvBlockManagerConfig mc = manager_config(config, trace.block_tokens);
+  auto registry = mc.metrics_registry;
+  auto kvbm = KvBlockManager::build(std::move(mc));
+  ReplaySeries series(registry);
+
+  ReplayResult r;
+  r.trace = trace.source;
+  r.block_tokens = trace.block_tokens;
+  r.block_bytes = kvbm->block_bytes();
+  r.capacity[0] = kvbm->device().total_blocks();
+  r.capacity[1] = kvbm->host() != nullptr ? kvbm->host()->total_blocks() : 0;
+  r.capacity[2] = kvbm->disk() != nullptr ? kvbm->disk()->total_blocks() : 0;
+  r.eviction = std::string(to_string(config.device.eviction));
+  r.device_to_host = std::string(to_string(config.device_to_host));
+  r.host_to_disk = std::string(to_string(config.host_to_disk));
+  r.move_bytes = config.move_bytes;
+  r.device_emulated = kvbm->device_emulated();
+  r.bytes_checked = config.move_bytes && kvbm->device_emulated();
+  if (config.move_bytes && !r.bytes_checked) {
+    logger()->info(
+        "kvbm-replay: G1 is device memory, which this tool cannot write or read from the host; "
+        "blocks move between tiers but their bytes are neither written nor verified");
+  }
+  const Layout* g1_layout = r.bytes_checked ? &kvbm->device_layout() : nullptr;
+  const std::uint32_t bt = trace.block_tokens;
+
+  std::array<std::uint64_t, 2> onboarded{};  // from G2, from G3
+  std::vector<std::optional<ImmutableBlock<G1>>> held;
+  std::vector<CompleteBlock<G1>> staged;
+  const std::size_t total = trace.requests.size();
+  const auto start = Clock::now();
+
+  for (std::size_t ri = 0; ri < total; ++ri) {
+    if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
+    const TraceRequest& req = trace.requests[ri];
+    if (config.realtime) {
+      const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double, std::milli>(req.timestamp_ms / config.speed));
+      std::this_thread::sleep_until(due);
+    }
+    const std::size_t n = req.hashes.size();
+    ++r.requests;
+    r.blocks += n;
+    r.tokens += req.input_length;
+    held.clear();
+    held.resize(n);
+
+    // 1. The prefix held anywhere, brought into G1.
+    OnboardCounts counts;
+    std::size_t prefix = 0;
+    if (n > 0) {
+      OnboardHandle h = kvbm->onboard(req.hashes);
+      h.wait();
+      counts = h.counts();
+      auto blocks = h.take_blocks();
+      prefix = blocks.size();
+      for (std::size_t i = 0; i < prefix; ++i) held[i] = std::move(blocks[i]);
+    }
+    r.hit_blocks[0] += counts.device;
+    r.hit_blocks[1] += counts.host;
+    r.hit_blocks[2] += counts.disk;
+    onboarded[0] += counts.host;
+    onboarded[1] += counts.disk;
+    r.onboard_failed += counts.failed;
+    r.onboard_no_space += counts.no_space;
+    // Token hits: every prefix block holds block_tokens tokens except a
+    // partial last block of the request; its shortfall is charged to the
+    // deepest tier that contributed (lower tiers hold the prefix's far end).
+    {
+      std::uint64_t prefix_tokens = 0;
+      for (std::size_t i = 0; i < prefix; ++i) prefix_tokens += req.tokens_in_block(i, bt);
+      std::array<std::uint64_t, 3> t = {counts.device * bt, counts.host * bt, counts.disk * bt};
+      std::uint64_t shortfall = t[0] + t[1] + t[2] - std::min<std::uint64_t>(prefix_tokens, t[0] + t[1] + t[2]);
+      for (std::size_t k = 3; k-- > 0 && shortfall > 0;) {
+        const std::uint64_t d = std::min(shortfall, t[k]);
+        t[k] -= d;
+        shortfall -= d;
+      }
+      for (std::size_t k = 0; k < 3; ++k) r.hit_tokens[k] += t[k];
+    }
+    std::uint64_t failures = 0;
+    if (g1_layout != nullptr) {
+      for (std::size_t i = 0; i < prefix; ++i) {
+        ++r.verified_blocks;
+        if (!verify_block(*g1_layout, held[i]->block_id(), req.hashes[i].value())) ++failures;
+      }
+      r.verify_failures += failures;
+    }
+
+    // 2. Allocate the rest; take what fits when G1 is short.
+    std::size_t need = n - prefix;
+    if (need > 0) {
+      auto& g1 = kvbm->device();
+      auto allocate = [&g1](std::size_t k) -> std::optional<std::vector<MutableBlock<G1>>> {
+        if (k == 0 || k > g1.total_blocks()) return std::nullopt;
+        return g1.allocate_blocks(k);
+      };
+      auto fresh = allocate(need);
+      if (!fresh) {
+        kvbm->drain();  // blocks in flight to G2 are held by the pipeline
+        fresh = allocate(need);
+      }
+      if (!fresh) {
+        std::size_t fit = std::min(need, g1.available_blocks());
+        fresh = allocate(fit);
+        if (!fresh) fit = 0;
+        r.uncached_blocks += need - fit;
+        need = fit;
+      }
+      // 3. Compute, stage, register (offloads in write-through mode).
+      if (need > 0) {
+        staged.clear();
+        staged.reserve(need);
+        for (std::size_t k = 0; k < need; ++k) {
+          const SequenceHash& hash = req.hashes[prefix + k];
+          if (g1_layout != nullptr) write_block(*g1_layout, (*fresh)[k].block_id(), hash.value());
+          auto s = std::move((*fresh)[k]).stage(hash, bt);
+          KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
+          staged.push_back(std::move(s).value());
+        }
+        r.computed_blocks += need;
+        auto registered = kvbm->register_blocks(std::move(staged));
+        for (std::size_t k = 0; k < registered.size(); ++k) held[prefix + k] = std::move(registered[k]);
+      }
+    }
+
+    // 4. Release front to back.
+    for (auto& b : held) b.reset();
+    series.add(n, counts, failures);
+    if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
+      config.progress(ri + 1, total);
+    }
+  }
+  kvbm->drain();
+  r.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  r.audit = kvbm->audit();
+  for (std::size_t t = 0; t < 3; ++t) {
+    r.evictions[t] = static_cast<std::uint64_t>(
+        series_sum(*registry, "kvbm_evictions_total", {{"pool", kTierNames[t]}}));
+  }
+  collect_paths(*registry, r, onboarded);
+  if (config.on_finished) config.on_finished(*kvbm);
+  kvbm->shutdown();
+  return r;
+}
+
+}  // namespace kvbm::replay

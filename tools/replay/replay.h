@@ -1,0 +1,139 @@
+// replay/replay.h: replays a trace through a KvBlockManager.
+//
+// For each request, in trace order:
+//
+//   1. onboard(hashes): the longest prefix held in any tier; G1 hits are
+//      held, G2 and G3 blocks are copied into fresh G1 blocks. The prefix's
+//      bytes are verified against the pattern of their sequence hash.
+//   2. The blocks after the prefix are allocated in G1 (all of them; a block
+//      still cached in G1 after a miss is registered again and deduplicated).
+//      When G1 cannot give them all, the offload pipelines are drained and the
+//      allocation retried; then the request takes what fits for its leading
+//      blocks and the rest count as uncached.
+//   3. "Compute": each new block's regions are filled with bytes derived from
+//      its sequence hash (replay/pattern.h), then staged and registered with
+//      register_blocks(), which offloads them by the G1 -> G2 mode.
+//   4. Release: the prefix first, then the new blocks, front to back (the most
+//      recent block is released last).
+//
+// Bytes are written and verified only with move_bytes and when G1 is host
+// memory (KvBlockManager::device_emulated()); on a real GPU the replay moves
+// bytes between tiers but cannot look at them, and says so in one log line.
+//
+// With realtime, request i starts no earlier than its timestamp divided by
+// `speed` after the replay's start.
+//
+// Thread-safety: run_replay() is a plain function; it builds and owns its
+// manager. The progress callback runs on the calling thread.
+
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvbm/kv_block_manager.h"
+#include "replay/trace.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvbm::replay {
+
+/// Everything a replay needs besides the trace.
+struct ReplayConfig {
+  /// Model dimensions; layout.page_size is set to the trace's block_tokens.
+  LayoutConfig layout{.num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 4, .dtype_bytes = 2};
+  TierConfig device{.blocks = 1'000};
+  TierConfig host{.blocks = 10'000};
+  TierConfig disk{.blocks = 50'000};
+  OffloadMode device_to_host = OffloadMode::kWriteThrough;
+  OffloadMode host_to_disk = OffloadMode::kWriteThrough;
+  std::uint32_t min_frequency = 0;   ///< offload policy of both boundaries
+  std::filesystem::path disk_directory;  ///< must exist when disk is configured
+  bool move_bytes = true;
+  bool realtime = false;
+  double speed = 1.0;
+  /// Where every series goes (default: a new registry).
+  std::shared_ptr<prometheus::Registry> metrics_registry;
+  /// Called every `progress_every` requests and once at the end.
+  std::function<void(std::size_t done, std::size_t total)> progress;
+  std::size_t progress_every = 256;
+  /// When set and true, the replay stops before its next request (Ctrl-C).
+  const std::atomic<bool>* stop = nullptr;
+  /// Called once after the last request, with every block released and the
+  /// pipelines drained, while the manager (and its series) still exist.
+  std::function<void(KvBlockManager&)> on_finished;
+};
+
+/// Tiers in report order.
+enum class Tier : std::uint8_t { kG1 = 0, kG2 = 1, kG3 = 2 };
+inline constexpr std::array<const char*, 3> kTierNames = {"G1", "G2", "G3"};
+
+/// The bytes moved along one path between tiers.
+struct PathStats {
+  std::string name;          ///< "G1->G2", "G2->G3", "G2->G1", "G3->G1"
+  std::uint64_t blocks = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t failed_blocks = 0;
+};
+
+/// What a replay did.
+struct ReplayResult {
+  std::string trace;               ///< trace source
+  std::uint32_t block_tokens = 0;
+  std::size_t block_bytes = 0;     ///< bytes of one block
+  std::array<std::size_t, 3> capacity{};  ///< blocks per tier (0: absent)
+  std::string eviction;
+  std::string device_to_host;
+  std::string host_to_disk;
+  bool move_bytes = false;
+  bool device_emulated = false;
+  bool bytes_checked = false;      ///< pattern written and verified
+
+  std::uint64_t requests = 0;
+  std::uint64_t blocks = 0;        ///< prompt blocks asked for
+  std::uint64_t tokens = 0;        ///< prompt tokens asked for
+  std::array<std::uint64_t, 3> hit_blocks{};  ///< prefix blocks found, per tier
+  std::array<std::uint64_t, 3> hit_tokens{};  ///< their tokens (tier split by block order, see .cpp)
+  std::uint64_t computed_blocks = 0;  ///< allocated in G1 and "computed"
+  std::uint64_t uncached_blocks = 0;  ///< G1 had no room
+  std::uint64_t onboard_failed = 0;   ///< onboarding copies that failed
+  std::uint64_t onboard_no_space = 0; ///< blocks found below G1 that did not fit
+  std::uint64_t verified_blocks = 0;
+  std::uint64_t verify_failures = 0;  ///< blocks whose bytes were wrong (must be 0)
+  std::array<std::uint64_t, 3> evictions{};  ///< kvbm_evictions_total per tier
+  std::vector<PathStats> paths;       ///< G1->G2, G2->G3, G2->G1, G3->G1
+  /// Every kvbm_transfer_* series by its `path` label, as the engines name them.
+  std::map<std::string, PathStats> engine_paths;
+  double wall_seconds = 0;
+  std::string audit;                  ///< KvBlockManager::audit() at the end ("" = balanced)
+
+  [[nodiscard]] std::uint64_t hits() const noexcept { return hit_blocks[0] + hit_blocks[1] + hit_blocks[2]; }
+  [[nodiscard]] std::uint64_t hit_token_count() const noexcept {
+    return hit_tokens[0] + hit_tokens[1] + hit_tokens[2];
+  }
+  [[nodiscard]] double block_hit_ratio() const noexcept {
+    return blocks == 0 ? 0.0 : static_cast<double>(hits()) / static_cast<double>(blocks);
+  }
+  [[nodiscard]] double token_hit_ratio() const noexcept {
+    return tokens == 0 ? 0.0 : static_cast<double>(hit_token_count()) / static_cast<double>(tokens);
+  }
+};
+
+/// Replays `trace` through a KvBlockManager built from `config`. Throws
+/// UsageError for an invalid configuration.
+[[nodiscard]] ReplayResult run_replay(const Trace& trace, const ReplayConfig& config);
+
+/// Builds the KvBlockManagerConfig run_replay uses (exposed for tests).
+[[nodiscard]] KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t block_tokens);
+
+}  // namespace kvbm::replay

@@ -1,0 +1,356 @@
+#include "replay/report.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace kvbm::replay {
+
+namespace {
+
+double ratio(std::uint64_t num, std::uint64_t den) {
+  return den == 0 ? 0.0 : static_cast<double>(num) / static_cast<double>(den);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t u = 0;
+  while (b >= 1024.0 && u + 1 < std::size(units)) {
+    b /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+double gb_per_s(std::uint64_t bytes, double seconds) {
+  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+}
+
+std::string capacity_text(std::size_t blocks) {
+  return blocks == 0 ? std::string("absent") : group_digits(blocks) + " blocks";
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Returns the full path of `name` on PATH, or "".
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return {};
+  std::stringstream ss(path);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    const std::string full = dir + "/" + name;
+    if (::access(full.c_str(), X_OK) == 0) return full;
+  }
+  return {};
+}
+
+// Runs argv quietly (stdout and stderr to /dev/null); returns true on exit 0.
+bool run_quietly(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return false;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+std::string group_digits(std::uint64_t v) {
+  const std::string digits = std::to_string(v);
+  std::string out;
+  out.reserve(digits.size() + digits.size() / 3);
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult& r) {
+  out << fmt::format("kvbm-replay: {}\n", t.source);
+  out << fmt::format("  requests {}   blocks {}   prompt tokens {}   unique blocks {}", group_digits(r.requests),
+                     group_digits(r.blocks), group_digits(r.tokens), group_digits(t.unique_blocks));
+  if (t.invalid_lines != 0) out << fmt::format("   invalid lines {}", group_digits(t.invalid_lines));
+  out << "\n";
+  out << fmt::format("  block {} tokens, {}   G1 {}   G2 {}   G3 {}   eviction {}\n", r.block_tokens,
+                     human_bytes(static_cast<double>(r.block_bytes)), capacity_text(r.capacity[0]),
+                     capacity_text(r.capacity[1]), capacity_text(r.capacity[2]), r.eviction);
+  out << fmt::format("  offload G1->G2 {}, G2->G3 {}   {}\n\n", r.device_to_host, r.host_to_disk,
+                     !r.move_bytes         ? "metadata only (no bytes moved)"
+                     : r.device_emulated   ? "bytes moved, G1 in host memory (no GPU)"
+                                           : "bytes moved, G1 on the GPU");
+
+  out << fmt::format("  {:<6} {:>12} {:>12} {:>12} {:>12}\n", "tier", "hit blocks", "block ratio", "token ratio",
+                     "evictions");
+  for (std::size_t k = 0; k < 3; ++k) {
+    if (r.capacity[k] == 0) continue;
+    out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}% {:>12}\n", kTierNames[k],
+                       group_digits(r.hit_blocks[k]), 100 * ratio(r.hit_blocks[k], r.blocks),
+                       100 * ratio(r.hit_tokens[k], r.tokens), group_digits(r.evictions[k]));
+  }
+  out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%\n\n", "total", group_digits(r.hits()),
+                     100 * r.block_hit_ratio(), 100 * r.token_hit_ratio());
+
+  out << fmt::format("  {:<8} {:>12} {:>12} {:>10}\n", "path", "blocks", "bytes", "GB/s");
+  for (const auto& p : r.paths) {
+    out << fmt::format("  {:<8} {:>12} {:>12} {:>10.3f}", p.name, group_digits(p.blocks),
+                       human_bytes(static_cast<double>(p.bytes)), gb_per_s(p.bytes, r.wall_seconds));
+    if (p.failed_blocks != 0) out << fmt::format("   ({} failed)", group_digits(p.failed_blocks));
+    out << "\n";
+  }
+  out << "\n";
+  out << fmt::format("  computed {} blocks, uncached {} (G1 full), onboarding: {} failed, {} without room in G1\n",
+                     group_digits(r.computed_blocks), group_digits(r.uncached_blocks),
+                     group_digits(r.onboard_failed), group_digits(r.onboard_no_space));
+  if (r.bytes_checked) {
+    out << fmt::format("  verification: {} onboarded blocks checked, {} failures\n", group_digits(r.verified_blocks),
+                       group_digits(r.verify_failures));
+  } else {
+    out << fmt::format("  verification: not done ({})\n",
+                       r.move_bytes ? "G1 is device memory" : "metadata only");
+  }
+  out << fmt::format("  wall time {:.2f} s   {:.0f} requests/s   {:.0f} blocks/s\n", r.wall_seconds,
+                     r.wall_seconds > 0 ? static_cast<double>(r.requests) / r.wall_seconds : 0.0,
+                     r.wall_seconds > 0 ? static_cast<double>(r.blocks) / r.wall_seconds : 0.0);
+  out << fmt::format("  audit: {}\n", r.audit.empty() ? "every pool balanced" : r.audit);
+}
+
+nlohmann::json trace_json(const TraceSummary& t) {
+  return {{"source", t.source},
+          {"lines", t.lines},
+          {"invalid_lines", t.invalid_lines},
+          {"unique_blocks", t.unique_blocks}};
+}
+
+nlohmann::json result_json(const ReplayResult& r) {
+  using nlohmann::json;
+  json hits = json::object();
+  for (std::size_t k = 0; k < 3; ++k) {
+    hits[kTierNames[k]] = {{"blocks", r.hit_blocks[k]},
+                           {"tokens", r.hit_tokens[k]},
+                           {"block_ratio", ratio(r.hit_blocks[k], r.blocks)},
+                           {"token_ratio", ratio(r.hit_tokens[k], r.tokens)}};
+  }
+  hits["total"] = {{"blocks", r.hits()},
+                   {"tokens", r.hit_token_count()},
+                   {"block_ratio", r.block_hit_ratio()},
+                   {"token_ratio", r.token_hit_ratio()}};
+  json evictions = json::object();
+  json capacity = json::object();
+  for (std::size_t k = 0; k < 3; ++k) {
+    evictions[kTierNames[k]] = r.evictions[k];
+    capacity[kTierNames[k]] = r.capacity[k];
+  }
+  json paths = json::object();
+  for (const auto& p : r.paths) {
+    paths[p.name] = {{"blocks", p.blocks},
+                     {"bytes", p.bytes},
+                     {"failed_blocks", p.failed_blocks},
+                     {"gb_per_s", gb_per_s(p.bytes, r.wall_seconds)}};
+  }
+  json engines = json::object();
+  for (const auto& [name, p] : r.engine_paths) {
+    engines[name] = {{"blocks", p.blocks}, {"bytes", p.bytes}, {"failed_blocks", p.failed_blocks}};
+  }
+  return {
+      {"config",
+       {{"block_tokens", r.block_tokens},
+        {"block_bytes", r.block_bytes},
+        {"capacity_blocks", capacity},
+        {"eviction", r.eviction},
+        {"g1_g2", r.device_to_host},
+        {"g2_g3", r.host_to_disk},
+        {"move_bytes", r.move_bytes},
+        {"device_emulated", r.device_emulated}}},
+      {"requests", r.requests},
+      {"blocks", r.blocks},
+      {"tokens", r.tokens},
+      {"hits", hits},
+      {"computed_blocks", r.computed_blocks},
+      {"uncached_blocks", r.uncached_blocks},
+      {"onboard_failed_blocks", r.onboard_failed},
+      {"onboard_no_space_blocks", r.onboard_no_space},
+      {"evictions", evictions},
+      {"paths", paths},
+      {"engine_paths", engines},
+      {"verification",
+       {{"checked", r.bytes_checked}, {"blocks", r.verified_blocks}, {"failures", r.verify_failures}}},
+      {"wall_seconds", r.wall_seconds},
+      {"requests_per_second", r.wall_seconds > 0 ? static_cast<double>(r.requests) / r.wall_seconds : 0.0},
+      {"blocks_per_second", r.wall_seconds > 0 ? static_cast<double>(r.blocks) / r.wall_seconds : 0.0},
+      {"audit", r.audit},
+  };
+}
+
+void print_sweep(std::ostream& out, const std::vector<SweepPoint>& points) {
+  out << fmt::format("  {:>20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "G1 blocks", "G1", "G2", "G3", "total",
+                     "tokens", "wall s");
+  for (const auto& p : points) {
+    const auto& r = p.result;
+    out << fmt::format("  {:>20} {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.1f}\n",
+                       p.label == std::to_string(p.g1_blocks) ? group_digits(p.g1_blocks)
+                                                              : p.label + " (" + group_digits(p.g1_blocks) + ")",
+                       100 * ratio(r.hit_blocks[0], r.blocks), 100 * ratio(r.hit_blocks[1], r.blocks),
+                       100 * ratio(r.hit_blocks[2], r.blocks), 100 * r.block_hit_ratio(), 100 * r.token_hit_ratio(),
+                       r.wall_seconds);
+  }
+}
+
+std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& title) {
+  constexpr double kW = 760, kH = 480, kL = 80, kR = 190, kT = 50, kB = 60;
+  const double pw = kW - kL - kR, ph = kH - kT - kB;
+  std::vector<const SweepPoint*> pts;
+  for (const auto& p : points) {
+    if (p.g1_blocks > 0) pts.push_back(&p);
+  }
+  std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->g1_blocks < b->g1_blocks; });
+  double xmin = 1, xmax = 10, ymax = 0.1;
+  if (!pts.empty()) {
+    xmin = static_cast<double>(pts.front()->g1_blocks) / 1.5;
+    xmax = static_cast<double>(pts.back()->g1_blocks) * 1.5;
+    for (auto* p : pts) ymax = std::max(ymax, p->result.block_hit_ratio());
+  }
+  ymax = std::min(1.0, std::ceil(ymax * 10.0 + 1e-9) / 10.0);
+  auto x = [&](double v) { return kL + pw * (std::log10(v) - std::log10(xmin)) / (std::log10(xmax) - std::log10(xmin)); };
+  auto y = [&](double v) { return kT + ph * (1.0 - v / ymax); };
+
+  std::string s;
+  s += fmt::format(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{2}\" y=\"28\" font-size=\"15\" font-weight=\"bold\">{3}</text>\n",
+      kW, kH, kL, xml_escape(title));
+  // Grid and ticks.
+  // Ticks at 1, 2 and 5 x 10^k inside the range (labels at 10^k, and at 2 and 5 when few decades).
+  const bool few_decades = std::log10(xmax / xmin) < 2.5;
+  for (double decade = std::pow(10.0, std::floor(std::log10(xmin))); decade <= xmax; decade *= 10) {
+    for (const double m : {1.0, 2.0, 5.0}) {
+      const double d = decade * m;
+      if (d < xmin || d > xmax) continue;
+      s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"{3}\"/>\n", x(d), kT,
+                       kT + ph, m == 1.0 ? "#ccc" : "#eee");
+      if (m == 1.0 || few_decades) {
+        s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x(d), kT + ph + 18,
+                         group_digits(static_cast<std::uint64_t>(d)));
+      }
+    }
+  }
+  for (int i = 0; i <= 10; ++i) {
+    const double v = ymax * i / 10.0;
+    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", kL, y(v), kL + pw, y(v));
+    if (i % 2 == 0) {
+      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}%</text>\n", kL - 8, y(v) + 4, v * 100);
+    }
+  }
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kL, kT, pw, ph);
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">G1 capacity (blocks, log scale)</text>\n",
+                   kL + pw / 2, kH - 18);
+  s += fmt::format(
+      "<text transform=\"translate(20 {:.1f}) rotate(-90)\" text-anchor=\"middle\">block hit ratio</text>\n",
+      kT + ph / 2);
+
+  struct Series {
+    const char* name;
+    const char* color;
+    double (*value)(const ReplayResult&);
+  };
+  const Series series[] = {
+      {"G1 hits only", "#ff7f0e", [](const ReplayResult& r) { return ratio(r.hit_blocks[0], r.blocks); }},
+      {"all tiers (G1+G2+G3)", "#1f77b4", [](const ReplayResult& r) { return r.block_hit_ratio(); }},
+  };
+  double ly = kT + 10;
+  for (const auto& se : series) {
+    std::string poly;
+    for (auto* p : pts) poly += fmt::format("{:.1f},{:.1f} ", x(static_cast<double>(p->g1_blocks)), y(se.value(p->result)));
+    s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", poly, se.color);
+    for (auto* p : pts) {
+      const double px = x(static_cast<double>(p->g1_blocks)), py = y(se.value(p->result));
+      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"><title>{} {}: {:.2f}%</title></circle>\n",
+                       px, py, se.color, xml_escape(p->label), se.name, 100 * se.value(p->result));
+    }
+    s += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
+                     kL + pw + 16, ly, kL + pw + 40, se.color);
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kL + pw + 46, ly + 4, se.name);
+    ly += 20;
+  }
+  // Point labels for the all-tiers series, and the capacity label under "unlimited" and the like.
+  for (auto* p : pts) {
+    const double px = x(static_cast<double>(p->g1_blocks));
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" fill=\"#1f77b4\">{:.1f}%</text>\n",
+                     px, y(p->result.block_hit_ratio()) - 9, 100 * p->result.block_hit_ratio());
+    if (p->label != std::to_string(p->g1_blocks)) {
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\" fill=\"#555\">{}</text>\n",
+                       px, kT + ph - 6, xml_escape(p->label));
+    }
+  }
+  if (!pts.empty()) {
+    const auto& r = pts.front()->result;
+    ly += 10;
+    for (const std::string& line : {fmt::format("G2 {}", capacity_text(r.capacity[1])),
+                                   fmt::format("G3 {}", capacity_text(r.capacity[2])),
+                                   fmt::format("eviction {}", r.eviction),
+                                   fmt::format("block {} tokens", r.block_tokens)}) {
+      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">{}</text>\n", kL + pw + 16, ly, xml_escape(line));
+      ly += 16;
+    }
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+std::optional<std::filesystem::path> convert_to_png(const std::filesystem::path& svg) {
+  std::filesystem::path png = svg;
+  png.replace_extension(".png");
+  std::error_code ec;
+  std::filesystem::remove(png, ec);
+  if (const std::string rsvg = find_on_path("rsvg-convert"); !rsvg.empty()) {
+    if (run_quietly({rsvg, "-o", png.string(), svg.string()}) && std::filesystem::exists(png, ec)) return png;
+  }
+  for (const char* tool : {"magick", "convert"}) {
+    if (const std::string im = find_on_path(tool); !im.empty()) {
+      if (run_quietly({im, svg.string(), png.string()}) && std::filesystem::exists(png, ec)) return png;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvbm::replay
