@@ -7,9 +7,9 @@
 // second. KVBM_STRESS_SCALE < 1 (sanitizer builds) replays the unlimited case
 // and the smallest capacity only.
 
-#include <gtest/gtest.h>
-
 #include <iostream>
+
+#include <gtest/gtest.h>
 
 #include "replay/replay.h"
 #include "replay_test_util.h"
@@ -21,8 +21,8 @@ constexpr std::uint64_t kRequests = 12'031;
 constexpr std::uint64_t kBlocks = 288'500;
 constexpr std::uint64_t kUnlimitedHits = 105'710;
 
-#define KVBM_REQUIRE_TRACE()                                                         \
-  const Trace* const tr = test::shipped_trace();                                     \
+#define KVBM_REQUIRE_TRACE()                     \
+  const Trace* const tr = test::shipped_trace(); \
   if (tr == nullptr) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay"
 
 ReplayConfig g1_only(std::size_t blocks, EvictionPolicy policy) {
@@ -39,8 +39,8 @@ class ReplayFiguresUnlimited : public ::testing::TestWithParam<EvictionPolicy> {
 TEST_P(ReplayFiguresUnlimited, BlockHitRatioIsExactly105710Of288500) {
   KVBM_REQUIRE_TRACE();
   const ReplayResult r = run_replay(*tr, g1_only(200'000, GetParam()));
-  std::cout << "[replay figures] unlimited " << to_string(GetParam()) << ": " << r.hits() << " / " << r.blocks
-            << std::endl;
+  std::cout << "[replay figures] unlimited " << to_string(GetParam()) << ": " << r.hits() << " / "
+            << r.blocks << std::endl;
   EXPECT_EQ(r.requests, kRequests);
   EXPECT_EQ(r.blocks, kBlocks);
   EXPECT_EQ(r.hits(), kUnlimitedHits);
@@ -88,9 +88,9 @@ TEST_P(ReplayFiguresLru, WithinOnePointOfTheReference) {
   if (test::stress_scale() < 1.0 && cap.blocks != 1'000) GTEST_SKIP() << "KVBM_STRESS_SCALE < 1";
   const ReplayResult r = run_replay(*tr, g1_only(cap.blocks, EvictionPolicy::kLru));
   const double reference = static_cast<double>(cap.reference_hits) / static_cast<double>(kBlocks);
-  std::cout << "[replay figures] lru " << cap.blocks << " blocks: " << r.hits() << " / " << r.blocks << " = "
-            << r.block_hit_ratio() << " (reference " << cap.reference_hits << " = " << reference << ")"
-            << std::endl;
+  std::cout << "[replay figures] lru " << cap.blocks << " blocks: " << r.hits() << " / " << r.blocks
+            << " = " << r.block_hit_ratio() << " (reference " << cap.reference_hits << " = "
+            << reference << ")" << std::endl;
   RecordProperty("hits", std::to_string(r.hits()));
   EXPECT_EQ(r.requests, kRequests);
   EXPECT_EQ(r.blocks, kBlocks);

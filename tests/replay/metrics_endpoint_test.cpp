@@ -3,12 +3,11 @@
 // (libcurl) scrapes it while the replay's manager is alive, and the series
 // must say what the replay did.
 
-#include <gtest/gtest.h>
-
 #include <map>
 #include <sstream>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
 #include "replay/metrics_server.h"
@@ -87,8 +86,10 @@ double series(const std::map<std::string, double>& m, const std::string& key) {
 TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
   if (!test::shipped_trace_path()) GTEST_SKIP() << "conversation_trace.jsonl not found";
   curl_global_init(CURL_GLOBAL_DEFAULT);
-  const std::size_t requests = std::max<std::size_t>(300, static_cast<std::size_t>(1'500 * test::stress_scale()));
-  const Trace trace = read_trace_file(*test::shipped_trace_path(), TraceOptions{.max_requests = requests});
+  const std::size_t requests =
+      std::max<std::size_t>(300, static_cast<std::size_t>(1'500 * test::stress_scale()));
+  const Trace trace =
+      read_trace_file(*test::shipped_trace_path(), TraceOptions{.max_requests = requests});
 
   auto registry = std::make_shared<prometheus::Registry>();
   MetricsServer server("127.0.0.1", 0, registry);  // any free port
@@ -96,7 +97,8 @@ TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
   test::ScratchDir dir("kvbm-replay-metrics");
 
   ReplayConfig c;
-  c.layout = LayoutConfig{.num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 1, .dtype_bytes = 1};
+  c.layout = LayoutConfig{
+      .num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 1, .dtype_bytes = 1};
   c.device = TierConfig{.blocks = 2'000};
   c.host = TierConfig{.blocks = 4'000};
   c.disk = TierConfig{.blocks = 8'000};
@@ -131,13 +133,15 @@ TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
   EXPECT_EQ(series(m, R"(kvbm_evictions_total{pool="G2"})"), static_cast<double>(r.evictions[1]));
   EXPECT_EQ(series(m, R"(kvbm_inflight_mutable{pool="G1"})"), 0.0);
   EXPECT_EQ(series(m, R"(kvbm_inflight_immutable{pool="G1"})"), 0.0);
-  EXPECT_EQ(series(m, R"(kvbm_reset_pool_size{pool="G1"})") + series(m, R"(kvbm_inactive_pool_size{pool="G1"})"),
+  EXPECT_EQ(series(m, R"(kvbm_reset_pool_size{pool="G1"})") +
+                series(m, R"(kvbm_inactive_pool_size{pool="G1"})"),
             2'000.0);
   EXPECT_EQ(series(m, R"(kvbm_replay_requests_total{pool="G1"})"), static_cast<double>(r.requests));
   EXPECT_EQ(series(m, R"(kvbm_replay_blocks_total{pool="G1"})"), static_cast<double>(r.blocks));
   for (std::size_t t = 0; t < 3; ++t) {
-    EXPECT_EQ(series(m, std::string("kvbm_replay_hit_blocks_total{pool=\"") + kTierNames[t] + "\"}"),
-              static_cast<double>(r.hit_blocks[t]));
+    EXPECT_EQ(
+        series(m, std::string("kvbm_replay_hit_blocks_total{pool=\"") + kTierNames[t] + "\"}"),
+        static_cast<double>(r.hit_blocks[t]));
   }
   EXPECT_GT(r.hit_blocks[1], 0u);
   EXPECT_EQ(series(m, R"(kvbm_transfer_bytes_total{path="G2_to_G1"})"),

@@ -2,10 +2,10 @@
 
 #include "replay/options.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace kvbm::replay {
 namespace {
@@ -44,13 +44,52 @@ TEST(ReplayOptions, DefaultsShowEveryTier) {
 
 TEST(ReplayOptions, ParsesEveryOption) {
   std::string error;
-  const Options o = parse({"--trace", "t.jsonl", "--block-tokens=256", "--layers", "4", "--kv-heads", "8",
-                           "--head-dim", "128", "--dtype-bytes", "2", "--outer-dim", "1", "--device-blocks",
-                           "unlimited", "--host-bytes", "2GiB", "--disk-blocks", "0", "--eviction", "lineage",
-                           "--g1-g2", "on_eviction", "--g2-g3", "none", "--min-frequency", "2", "--disk-dir", "/d",
-                           "--metadata-only", "--realtime", "--speed", "2.5", "--limit", "100", "--sweep",
-                           "1000,64MiB,unlimited", "--plot", "p.svg", "--json", "--quiet", "--strict",
-                           "--metrics-port", "0", "--metrics-address", "0.0.0.0"},
+  const Options o = parse({"--trace",
+                           "t.jsonl",
+                           "--block-tokens=256",
+                           "--layers",
+                           "4",
+                           "--kv-heads",
+                           "8",
+                           "--head-dim",
+                           "128",
+                           "--dtype-bytes",
+                           "2",
+                           "--outer-dim",
+                           "1",
+                           "--device-blocks",
+                           "unlimited",
+                           "--host-bytes",
+                           "2GiB",
+                           "--disk-blocks",
+                           "0",
+                           "--eviction",
+                           "lineage",
+                           "--g1-g2",
+                           "on_eviction",
+                           "--g2-g3",
+                           "none",
+                           "--min-frequency",
+                           "2",
+                           "--disk-dir",
+                           "/d",
+                           "--metadata-only",
+                           "--realtime",
+                           "--speed",
+                           "2.5",
+                           "--limit",
+                           "100",
+                           "--sweep",
+                           "1000,64MiB,unlimited",
+                           "--plot",
+                           "p.svg",
+                           "--json",
+                           "--quiet",
+                           "--strict",
+                           "--metrics-port",
+                           "0",
+                           "--metrics-address",
+                           "0.0.0.0"},
                           error);
   ASSERT_EQ(error, "");
   EXPECT_EQ(o.trace, "t.jsonl");
@@ -116,11 +155,13 @@ TEST(ReplayOptions, RejectsBadArgumentsNamingThem) {
 
 TEST(ReplayOptions, UsageMentionsEveryOption) {
   const std::string u = usage();
-  for (const char* opt : {"--trace", "--block-tokens", "--layers", "--kv-heads", "--inner-dim", "--dtype-bytes",
-                          "--outer-dim", "--device-blocks", "--host-bytes", "--disk-blocks", "--eviction",
-                          "--g1-g2", "--g2-g3", "--offload-mode", "--min-frequency", "--disk-dir",
-                          "--metadata-only", "--realtime", "--speed", "--limit", "--sweep", "--plot", "--json",
-                          "--quiet", "--strict", "--metrics-port"}) {
+  for (const char* opt :
+       {"--trace",       "--block-tokens",  "--layers",        "--kv-heads",     "--inner-dim",
+        "--dtype-bytes", "--outer-dim",     "--device-blocks", "--host-bytes",   "--disk-blocks",
+        "--eviction",    "--g1-g2",         "--g2-g3",         "--offload-mode", "--min-frequency",
+        "--disk-dir",    "--metadata-only", "--realtime",      "--speed",        "--limit",
+        "--sweep",       "--plot",          "--json",          "--quiet",        "--strict",
+        "--metrics-port"}) {
     EXPECT_NE(u.find(opt), std::string::npos) << opt;
   }
 }

@@ -4,11 +4,11 @@
 
 #include "replay/replay.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <iostream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "replay/pattern.h"
 #include "replay_test_util.h"
@@ -33,7 +33,8 @@ TEST(ReplayPattern, DetectsAnyChangedByteAndTheWrongHashOrRegion) {
 // from every tier and found again below G1.
 ReplayConfig small_three_tiers(const std::filesystem::path& dir) {
   ReplayConfig c;
-  c.layout = LayoutConfig{.num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 1, .dtype_bytes = 1};
+  c.layout = LayoutConfig{
+      .num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 1, .dtype_bytes = 1};
   c.device = TierConfig{.blocks = 300};
   c.host = TierConfig{.blocks = 1'500};
   c.disk = TierConfig{.blocks = 6'000};
@@ -58,7 +59,8 @@ class ReplayBytes : public ::testing::TestWithParam<Modes> {};
 
 TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   if (!test::shipped_trace_path()) GTEST_SKIP() << "conversation_trace.jsonl not found";
-  const std::size_t requests = std::max<std::size_t>(400, static_cast<std::size_t>(3'000 * test::stress_scale()));
+  const std::size_t requests =
+      std::max<std::size_t>(400, static_cast<std::size_t>(3'000 * test::stress_scale()));
   Trace trace;
   prefix_of_shipped_trace(requests, trace);
   test::ScratchDir dir("kvbm-replay-bytes");
@@ -68,8 +70,8 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   c.device.eviction = c.host.eviction = c.disk.eviction = GetParam().eviction;
   const ReplayResult r = run_replay(trace, c);
   std::cout << "[replay bytes] " << r.requests << " requests, hits G1 " << r.hit_blocks[0] << " G2 "
-            << r.hit_blocks[1] << " G3 " << r.hit_blocks[2] << ", verified " << r.verified_blocks << ", "
-            << r.wall_seconds << " s" << std::endl;
+            << r.hit_blocks[1] << " G3 " << r.hit_blocks[2] << ", verified " << r.verified_blocks
+            << ", " << r.wall_seconds << " s" << std::endl;
   EXPECT_EQ(r.requests, requests);
   ASSERT_TRUE(r.move_bytes);
   ASSERT_TRUE(r.device_emulated) << "these tests need G1 in host memory (a build without CUDA)";
@@ -78,7 +80,8 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   EXPECT_EQ(r.verified_blocks, r.hits());
   EXPECT_GT(r.hit_blocks[0], 0u);
   EXPECT_GT(r.hit_blocks[1] + r.hit_blocks[2], 0u);
-  if (GetParam().g1_g2 == OffloadMode::kOnEviction && GetParam().g2_g3 == OffloadMode::kOnEviction) {
+  if (GetParam().g1_g2 == OffloadMode::kOnEviction &&
+      GetParam().g2_g3 == OffloadMode::kOnEviction) {
     // Every block evicted from G1 reaches G2, and from G2 reaches G3. (Write-through
     // offload at replay speed loses blocks that G1 evicts before their copy starts,
     // so how much reaches G3 then depends on timing.)
@@ -99,13 +102,14 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, ReplayBytes,
-    ::testing::Values(Modes{OffloadMode::kWriteThrough, OffloadMode::kWriteThrough, EvictionPolicy::kLru},
-                      Modes{OffloadMode::kOnEviction, OffloadMode::kOnEviction, EvictionPolicy::kLru},
-                      Modes{OffloadMode::kWriteThrough, OffloadMode::kOnEviction, EvictionPolicy::kMultiLevelLru},
-                      Modes{OffloadMode::kWriteThrough, OffloadMode::kWriteThrough, EvictionPolicy::kLineage}),
+    ::testing::Values(
+        Modes{OffloadMode::kWriteThrough, OffloadMode::kWriteThrough, EvictionPolicy::kLru},
+        Modes{OffloadMode::kOnEviction, OffloadMode::kOnEviction, EvictionPolicy::kLru},
+        Modes{OffloadMode::kWriteThrough, OffloadMode::kOnEviction, EvictionPolicy::kMultiLevelLru},
+        Modes{OffloadMode::kWriteThrough, OffloadMode::kWriteThrough, EvictionPolicy::kLineage}),
     [](const ::testing::TestParamInfo<Modes>& p) {
-      return std::string(to_string(p.param.g1_g2)) + "_" + std::string(to_string(p.param.g2_g3)) + "_" +
-             std::string(to_string(p.param.eviction));
+      return std::string(to_string(p.param.g1_g2)) + "_" + std::string(to_string(p.param.g2_g3)) +
+             "_" + std::string(to_string(p.param.eviction));
     });
 
 // Token-id trace: prompt A, then prompt B (which pushes A out of a 4-block G1),
@@ -115,13 +119,18 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ReplayTokenTrace, PromptSeenBeforeIsOnboardedFromG2) {
   auto prompt = [](std::uint32_t seed, std::size_t n) {
     std::string ids;
-    for (std::size_t i = 0; i < n; ++i) ids += (i ? "," : "") + std::to_string(seed * 100'000 + i);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i != 0) ids += ',';
+      ids += std::to_string(seed * 100'000 + i);
+    }
     return ids;
   };
   std::ostringstream text;
-  text << R"({"timestamp": 0, "output_length": 8, "input_ids": [)" << prompt(1, 4 * 16 + 5) << "]}\n";
+  text << R"({"timestamp": 0, "output_length": 8, "input_ids": [)" << prompt(1, 4 * 16 + 5)
+       << "]}\n";
   text << R"({"timestamp": 1, "output_length": 8, "input_ids": [)" << prompt(2, 4 * 16) << "]}\n";
-  text << R"({"timestamp": 2, "output_length": 8, "input_ids": [)" << prompt(1, 4 * 16 + 5) << "]}\n";
+  text << R"({"timestamp": 2, "output_length": 8, "input_ids": [)" << prompt(1, 4 * 16 + 5)
+       << "]}\n";
   std::istringstream in(text.str());
   const Trace trace = read_trace(in, TraceOptions{.block_tokens = 16});
   ASSERT_EQ(trace.error_count, 0u) << trace.errors[0].message;
@@ -129,7 +138,8 @@ TEST(ReplayTokenTrace, PromptSeenBeforeIsOnboardedFromG2) {
   EXPECT_EQ(trace.blocks, 12u);
 
   ReplayConfig c;
-  c.layout = LayoutConfig{.num_layers = 2, .outer_dim = 2, .page_size = 16, .inner_dim = 8, .dtype_bytes = 2};
+  c.layout = LayoutConfig{
+      .num_layers = 2, .outer_dim = 2, .page_size = 16, .inner_dim = 8, .dtype_bytes = 2};
   c.device = TierConfig{.blocks = 4};
   c.host = TierConfig{.blocks = 16};
   c.disk = {};
@@ -149,11 +159,13 @@ TEST(ReplayTokenTrace, PromptSeenBeforeIsOnboardedFromG2) {
 
 // A G1 smaller than a request: the request takes what fits, the rest is uncached.
 TEST(ReplaySmallG1, RequestLongerThanG1KeepsWhatFits) {
-  std::istringstream in(R"({"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1,2,3,4,5,6,7,8,9,10]})"
-                        "\n");
+  std::istringstream in(
+      R"({"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1,2,3,4,5,6,7,8,9,10]})"
+      "\n");
   const Trace trace = read_trace(in, TraceOptions{.block_tokens = 4});
   ReplayConfig c;
-  c.layout = LayoutConfig{.num_layers = 1, .outer_dim = 2, .page_size = 4, .inner_dim = 2, .dtype_bytes = 1};
+  c.layout = LayoutConfig{
+      .num_layers = 1, .outer_dim = 2, .page_size = 4, .inner_dim = 2, .dtype_bytes = 1};
   c.device = TierConfig{.blocks = 6};
   c.host = {};
   c.disk = {};

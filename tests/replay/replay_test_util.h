@@ -45,7 +45,8 @@ class ScratchDir {
  public:
   explicit ScratchDir(const std::string& name) {
     path_ = std::filesystem::temp_directory_path() /
-            (name + "-" + std::to_string(static_cast<long>(::getpid())) + "-" + std::to_string(counter()++));
+            (name + "-" + std::to_string(static_cast<long>(::getpid())) + "-" +
+             std::to_string(counter()++));
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {

@@ -3,12 +3,12 @@
 
 #include "replay/trace.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/hashing.h"
 #include "kvbm/token_block_sequence.h"
@@ -53,8 +53,9 @@ TEST(ReplayTrace, ReadsBlockIdLinesAsChainedSequenceHashes) {
 TEST(ReplayTrace, HashesTokenIdsWithTheLibrarySequenceHashing) {
   // 10 tokens, blocks of 4: two full blocks are hashed, the 2-token tail is not.
   const std::vector<Token> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  const Trace t = read(R"({"timestamp": 0, "input_ids": [1,2,3,4,5,6,7,8,9,10], "output_length": 5})"
-                       "\n");
+  const Trace t =
+      read(R"({"timestamp": 0, "input_ids": [1,2,3,4,5,6,7,8,9,10], "output_length": 5})"
+           "\n");
   ASSERT_EQ(t.error_count, 0u) << t.errors[0].message;
   ASSERT_EQ(t.requests.size(), 1u);
   const auto& r = t.requests[0];
@@ -69,8 +70,9 @@ TEST(ReplayTrace, HashesTokenIdsWithTheLibrarySequenceHashing) {
   EXPECT_EQ(r.hashes[1].parent(), r.hashes[0].value());
 
   // A prompt sharing the first block shares its hash only.
-  const Trace u = read(R"({"timestamp": 1, "input_ids": [1,2,3,4,5,6,7,99], "input_length": 8, "output_length": 1})"
-                       "\n");
+  const Trace u = read(
+      R"({"timestamp": 1, "input_ids": [1,2,3,4,5,6,7,99], "input_length": 8, "output_length": 1})"
+      "\n");
   ASSERT_EQ(u.error_count, 0u) << u.errors[0].message;
   ASSERT_EQ(u.requests[0].hashes.size(), 2u);
   EXPECT_EQ(u.requests[0].hashes[0], r.hashes[0]);
@@ -79,22 +81,37 @@ TEST(ReplayTrace, HashesTokenIdsWithTheLibrarySequenceHashing) {
 
 TEST(ReplayTrace, ReportsEveryInvalidLineWithItsNumberAndKeepsTheRest) {
   const std::string text =
-      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})" "\n"          // 1 ok
-      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1)" "\n"           // 2 bad JSON
-      "\n"                                                                                       // 3 empty
-      R"({"input_length": 4, "output_length": 1, "hash_ids": [1]})" "\n"                         // 4 no timestamp
-      R"({"timestamp": 0, "input_length": -4, "output_length": 1, "hash_ids": [1]})" "\n"        // 5 negative
-      R"({"timestamp": 0, "input_length": 9, "output_length": 1, "hash_ids": [1, 2]})" "\n"      // 6 wrong count
-      R"({"timestamp": 0, "input_length": 4, "output_length": 1})" "\n"                          // 7 no ids
-      R"({"timestamp": 0, "input_length": 4, "hash_ids": [1]})" "\n"                             // 8 no output_length
-      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [-1]})" "\n"        // 9 negative id
-      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": ["a"]})" "\n"       // 10 non-integer id
-      R"([1, 2, 3])" "\n"                                                                        // 11 not an object
-      R"({"timestamp": 0, "output_length": 1, "input_ids": [1, -2]})" "\n"                       // 12 negative token
-      R"({"timestamp": 0, "input_length": 3, "output_length": 1, "input_ids": [1, 2]})" "\n"     // 13 length mismatch
-      R"({"timestamp": 0, "input_length": 1.5, "output_length": 1, "hash_ids": [1]})" "\n"       // 14 fraction
-      R"({"timestamp": -1, "input_length": 4, "output_length": 1, "hash_ids": [1]})" "\n"        // 15 negative time
-      R"({"timestamp": 5, "input_length": 8, "output_length": 2, "hash_ids": [1, 3]})" "\n";     // 16 ok
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n"  // 1 ok
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1)"
+      "\n"  // 2 bad JSON
+      "\n"  // 3 empty
+      R"({"input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n"  // 4 no timestamp
+      R"({"timestamp": 0, "input_length": -4, "output_length": 1, "hash_ids": [1]})"
+      "\n"  // 5 negative
+      R"({"timestamp": 0, "input_length": 9, "output_length": 1, "hash_ids": [1, 2]})"
+      "\n"  // 6 wrong count
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1})"
+      "\n"  // 7 no ids
+      R"({"timestamp": 0, "input_length": 4, "hash_ids": [1]})"
+      "\n"  // 8 no output_length
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [-1]})"
+      "\n"  // 9 negative id
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": ["a"]})"
+      "\n"  // 10 non-integer id
+      R"([1, 2, 3])"
+      "\n"  // 11 not an object
+      R"({"timestamp": 0, "output_length": 1, "input_ids": [1, -2]})"
+      "\n"  // 12 negative token
+      R"({"timestamp": 0, "input_length": 3, "output_length": 1, "input_ids": [1, 2]})"
+      "\n"  // 13 length mismatch
+      R"({"timestamp": 0, "input_length": 1.5, "output_length": 1, "hash_ids": [1]})"
+      "\n"  // 14 fraction
+      R"({"timestamp": -1, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n"  // 15 negative time
+      R"({"timestamp": 5, "input_length": 8, "output_length": 2, "hash_ids": [1, 3]})"
+      "\n";  // 16 ok
   const Trace t = read(text);
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_EQ(t.requests[0].line, 1u);
@@ -127,10 +144,12 @@ TEST(ReplayTrace, StopsAtMaxRequestsAndCapsKeptErrors) {
   std::string text;
   for (int i = 0; i < 5; ++i) text += "garbage\n";
   for (int i = 0; i < 5; ++i) {
-    text += R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})" "\n";
+    text += R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+            "\n";
   }
   std::istringstream in(text);
-  const Trace t = read_trace(in, TraceOptions{.block_tokens = 4, .max_requests = 3, .max_errors_kept = 2});
+  const Trace t =
+      read_trace(in, TraceOptions{.block_tokens = 4, .max_requests = 3, .max_errors_kept = 2});
   EXPECT_EQ(t.requests.size(), 3u);
   EXPECT_EQ(t.error_count, 5u);
   EXPECT_EQ(t.errors.size(), 2u);
@@ -138,7 +157,8 @@ TEST(ReplayTrace, StopsAtMaxRequestsAndCapsKeptErrors) {
 }
 
 TEST(ReplayTrace, MissingFileThrows) {
-  EXPECT_THROW((void)read_trace_file("/nonexistent/trace.jsonl", TraceOptions{}), std::runtime_error);
+  EXPECT_THROW((void)read_trace_file("/nonexistent/trace.jsonl", TraceOptions{}),
+               std::runtime_error);
 }
 
 TEST(ReplayTrace, ShippedTraceHasTheDocumentedShape) {

@@ -13,12 +13,12 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
@@ -52,7 +52,8 @@ class TempDir {
  public:
   TempDir() {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/kvbm-replay-XXXXXX";
+    std::string tmpl =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/kvbm-replay-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) {
       throw std::runtime_error("cannot create a temporary directory like " + tmpl);
     }
@@ -73,7 +74,8 @@ class TempDir {
 // A one-line progress bar on stderr (a terminal only).
 class ProgressBar {
  public:
-  explicit ProgressBar(std::string label) : label_(std::move(label)), start_(std::chrono::steady_clock::now()) {}
+  explicit ProgressBar(std::string label)
+      : label_(std::move(label)), start_(std::chrono::steady_clock::now()) {}
   void update(std::size_t done, std::size_t total) {
     constexpr int kWidth = 30;
     const double f = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
@@ -81,9 +83,10 @@ class ProgressBar {
     std::string bar(static_cast<std::size_t>(filled), '=');
     if (filled < kWidth) bar += '>';
     bar.resize(kWidth, ' ');
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    fmt::print(stderr, "\r{} [{}] {:3.0f}%  {}/{} requests  {:.1f} s ", label_, bar, 100 * f, group_digits(done),
-               group_digits(total), s);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    fmt::print(stderr, "\r{} [{}] {:3.0f}%  {}/{} requests  {:.1f} s ", label_, bar, 100 * f,
+               group_digits(done), group_digits(total), s);
     std::fflush(stderr);
   }
   void finish() { fmt::print(stderr, "\r\033[K"); }
@@ -121,8 +124,10 @@ int run(int argc, char** argv) {
 
   const std::string trace_path = o.trace.empty() ? default_trace_path() : o.trace;
   if (trace_path.empty()) {
-    fmt::print(stderr, "kvbm-replay: the shipped trace examples/data/conversation_trace.jsonl was not found; "
-                       "give one with --trace PATH\n");
+    fmt::print(
+        stderr,
+        "kvbm-replay: the shipped trace examples/data/conversation_trace.jsonl was not found; "
+        "give one with --trace PATH\n");
     return 2;
   }
   TraceOptions topts;
@@ -135,16 +140,19 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "kvbm-replay: {}\n", e.what());
     return 2;
   }
-  for (const auto& e : trace.errors) fmt::print(stderr, "{}:{}: {}\n", trace_path, e.line, e.message);
+  for (const auto& e : trace.errors)
+    fmt::print(stderr, "{}:{}: {}\n", trace_path, e.line, e.message);
   if (trace.error_count > trace.errors.size()) {
-    fmt::print(stderr, "{}: ... and {} more invalid lines\n", trace_path, trace.error_count - trace.errors.size());
+    fmt::print(stderr, "{}: ... and {} more invalid lines\n", trace_path,
+               trace.error_count - trace.errors.size());
   }
   if (trace.error_count != 0) {
     if (o.strict) {
       fmt::print(stderr, "kvbm-replay: {} invalid lines; stopping (--strict)\n", trace.error_count);
       return 2;
     }
-    note("{} invalid lines skipped; replaying the other {} requests", trace.error_count, trace.requests.size());
+    note("{} invalid lines skipped; replaying the other {} requests", trace.error_count,
+         trace.requests.size());
   }
   TraceSummary ts{trace_path, trace.lines, trace.error_count, unique_blocks(trace)};
 
@@ -163,7 +171,8 @@ int run(int argc, char** argv) {
   rc.layout.page_size = o.block_tokens;
   const std::size_t unlimited_blocks = std::max<std::size_t>(ts.unique_blocks, 1);
   auto device_tier = [&](const SizeOption& s) {
-    return s.unlimited ? kvbm::TierConfig{.blocks = unlimited_blocks, .eviction = o.eviction} : tier(s, o.eviction);
+    return s.unlimited ? kvbm::TierConfig{.blocks = unlimited_blocks, .eviction = o.eviction}
+                       : tier(s, o.eviction);
   };
   rc.device = device_tier(o.device);
   const bool has_host = present(o.host);
@@ -225,18 +234,20 @@ int run(int argc, char** argv) {
       note("sweep: G1 {}", label);
       SweepPoint p{label, 0, replay_once("G1 " + label)};
       p.g1_blocks = p.result.capacity[0];
-      ok = ok && p.result.verify_failures == 0 && p.result.audit.empty() && p.result.onboard_failed == 0;
+      ok = ok && p.result.verify_failures == 0 && p.result.audit.empty() &&
+           p.result.onboard_failed == 0;
       if (!o.json) {
-        std::cout << fmt::format("G1 {}: block hit ratio {:.2f}% (G1 {:.2f}%), {:.1f} s\n", label,
-                                 100 * p.result.block_hit_ratio(),
-                                 100.0 * static_cast<double>(p.result.hit_blocks[0]) /
-                                     static_cast<double>(std::max<std::uint64_t>(p.result.blocks, 1)),
-                                 p.result.wall_seconds);
+        std::cout << fmt::format(
+            "G1 {}: block hit ratio {:.2f}% (G1 {:.2f}%), {:.1f} s\n", label,
+            100 * p.result.block_hit_ratio(),
+            100.0 * static_cast<double>(p.result.hit_blocks[0]) /
+                static_cast<double>(std::max<std::uint64_t>(p.result.blocks, 1)),
+            p.result.wall_seconds);
       }
       points.push_back(std::move(p));
     }
-    const std::string title =
-        fmt::format("kvbm-replay: block hit ratio vs G1 capacity ({})", fs::path(trace_path).filename().string());
+    const std::string title = fmt::format("kvbm-replay: block hit ratio vs G1 capacity ({})",
+                                          fs::path(trace_path).filename().string());
     std::optional<fs::path> png;
     {
       std::ofstream svg(o.plot);
@@ -250,9 +261,12 @@ int run(int argc, char** argv) {
     if (o.json) {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& p : points) {
-        arr.push_back({{"label", p.label}, {"g1_blocks", p.g1_blocks}, {"result", result_json(p.result)}});
+        arr.push_back(
+            {{"label", p.label}, {"g1_blocks", p.g1_blocks}, {"result", result_json(p.result)}});
       }
-      nlohmann::json j = {{"trace", trace_json(ts)}, {"sweep", arr}, {"plot", o.plot},
+      nlohmann::json j = {{"trace", trace_json(ts)},
+                          {"sweep", arr},
+                          {"plot", o.plot},
                           {"png", png ? png->string() : ""}};
       std::cout << j.dump(2) << "\n";
     } else {
@@ -262,7 +276,9 @@ int run(int argc, char** argv) {
     }
   }
   if (!ok) {
-    fmt::print(stderr, "kvbm-replay: FAILED: verification failures, failed onboarding or unbalanced pools\n");
+    fmt::print(
+        stderr,
+        "kvbm-replay: FAILED: verification failures, failed onboarding or unbalanced pools\n");
     return 1;
   }
   return g_stop.load() ? 130 : 0;

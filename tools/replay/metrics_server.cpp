@@ -7,10 +7,12 @@
 
 namespace kvbm::replay {
 
-MetricsServer::MetricsServer(const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry)
+MetricsServer::MetricsServer(const std::string& address, int port,
+                             std::shared_ptr<prometheus::Registry> registry)
     : address_(address), registry_(std::move(registry)) {
-  const std::string bind = (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" +
-                           std::to_string(port);
+  const std::string bind =
+      (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" +
+      std::to_string(port);
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(bind);
   } catch (const std::exception& e) {
@@ -26,8 +28,8 @@ MetricsServer::~MetricsServer() {
 }
 
 std::string MetricsServer::url() const {
-  return "http://" + (address_.find(':') != std::string::npos ? "[" + address_ + "]" : address_) + ":" +
-         std::to_string(port_) + "/metrics";
+  return "http://" + (address_.find(':') != std::string::npos ? "[" + address_ + "]" : address_) +
+         ":" + std::to_string(port_) + "/metrics";
 }
 
 }  // namespace kvbm::replay

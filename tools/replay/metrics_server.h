@@ -23,7 +23,8 @@ class MetricsServer {
  public:
   /// Binds address:port and starts serving. Throws std::runtime_error when
   /// the address cannot be bound.
-  MetricsServer(const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry);
+  MetricsServer(const std::string& address, int port,
+                std::shared_ptr<prometheus::Registry> registry);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

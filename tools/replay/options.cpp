@@ -36,7 +36,8 @@ std::string lower(std::string_view s) {
 }
 
 std::optional<EvictionPolicy> parse_eviction(std::string_view s) {
-  for (const auto p : {EvictionPolicy::kLru, EvictionPolicy::kMultiLevelLru, EvictionPolicy::kLineage}) {
+  for (const auto p :
+       {EvictionPolicy::kLru, EvictionPolicy::kMultiLevelLru, EvictionPolicy::kLineage}) {
     if (s == to_string(p)) return p;
   }
   return std::nullopt;
@@ -53,7 +54,8 @@ std::optional<OffloadMode> parse_mode(std::string_view s) {
 
 std::optional<std::size_t> parse_bytes(std::string_view text) {
   std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   const auto number = parse_double(text.substr(0, i));
   if (!number || *number < 0) return std::nullopt;
   const std::string unit = lower(text.substr(i));
@@ -85,7 +87,8 @@ std::optional<std::size_t> parse_bytes(std::string_view text) {
 }
 
 std::optional<SizeOption> parse_size(std::string_view text, bool allow_unlimited) {
-  if (allow_unlimited && (text == "unlimited" || text == "inf")) return SizeOption{.unlimited = true};
+  if (allow_unlimited && (text == "unlimited" || text == "inf"))
+    return SizeOption{.unlimited = true};
   if (auto n = parse_int<std::size_t>(text)) return SizeOption{.blocks = *n};
   if (auto b = parse_bytes(text)) return SizeOption{.bytes = *b};
   return std::nullopt;
@@ -135,14 +138,15 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     auto need = [&](const char* what) -> std::string {
       return std::string(arg) + " needs " + what;
     };
-#define KVBM_TAKE(what)                 \
+#define KVBM_TAKE(what) \
   if (!take(v)) return fail(need(what))
-#define KVBM_U32(field, what, min)                                                            \
-  do {                                                                                        \
-    KVBM_TAKE(what);                                                                          \
-    auto n = parse_int<std::uint32_t>(v);                                                     \
-    if (!n || below(*n, (min))) return fail(std::string(arg) + ": expected " what ", got '" + std::string(v) + "'"); \
-    o.field = *n;                                                                             \
+#define KVBM_U32(field, what, min)                                                         \
+  do {                                                                                     \
+    KVBM_TAKE(what);                                                                       \
+    auto n = parse_int<std::uint32_t>(v);                                                  \
+    if (!n || below(*n, (min)))                                                            \
+      return fail(std::string(arg) + ": expected " what ", got '" + std::string(v) + "'"); \
+    o.field = *n;                                                                          \
   } while (false)
 
     if (arg == "-h" || arg == "--help") {
@@ -174,7 +178,9 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       const bool device = arg.starts_with("--device");
       const bool bytes = arg.ends_with("-bytes");
       auto s = parse_size(v, device && !bytes);
-      if (!s) return fail(std::string(arg) + ": expected a block count or a size like 2GiB, got '" + std::string(v) + "'");
+      if (!s)
+        return fail(std::string(arg) + ": expected a block count or a size like 2GiB, got '" +
+                    std::string(v) + "'");
       if (bytes && s->blocks != 0) s = SizeOption{.bytes = s->blocks};  // plain number of bytes
       if (!bytes && s->bytes != 0 && !s->unlimited) {
         return fail(std::string(arg) + ": expected a block count; use " +
@@ -184,12 +190,16 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--eviction") {
       KVBM_TAKE("lru, multi_level_lru or lineage");
       auto p = parse_eviction(v);
-      if (!p) return fail("--eviction: expected lru, multi_level_lru or lineage, got '" + std::string(v) + "'");
+      if (!p)
+        return fail("--eviction: expected lru, multi_level_lru or lineage, got '" + std::string(v) +
+                    "'");
       o.eviction = *p;
     } else if (arg == "--g1-g2" || arg == "--g2-g3" || arg == "--offload-mode") {
       KVBM_TAKE("write_through, on_eviction or none");
       auto m = parse_mode(v);
-      if (!m) return fail(std::string(arg) + ": expected write_through, on_eviction or none, got '" + std::string(v) + "'");
+      if (!m)
+        return fail(std::string(arg) + ": expected write_through, on_eviction or none, got '" +
+                    std::string(v) + "'");
       if (arg != "--g2-g3") o.g1_g2 = *m;
       if (arg != "--g1-g2") o.g2_g3 = *m;
     } else if (arg == "--min-frequency") {
@@ -206,7 +216,8 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--speed") {
       KVBM_TAKE("a factor > 0");
       auto f = parse_double(v);
-      if (!f || *f <= 0) return fail("--speed: expected a factor > 0, got '" + std::string(v) + "'");
+      if (!f || *f <= 0)
+        return fail("--speed: expected a factor > 0, got '" + std::string(v) + "'");
       o.speed = *f;
     } else if (arg == "--limit") {
       KVBM_TAKE("a request count");
@@ -222,7 +233,8 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
         const std::string_view item = rest.substr(0, comma);
         auto s = parse_size(item, true);
         if (!s || (!s->unlimited && s->blocks == 0 && s->bytes == 0)) {
-          return fail("--sweep: expected G1 sizes like 1000,10000,unlimited, got '" + std::string(item) + "'");
+          return fail("--sweep: expected G1 sizes like 1000,10000,unlimited, got '" +
+                      std::string(item) + "'");
         }
         o.sweep.push_back(*s);
         rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
@@ -243,7 +255,8 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--metrics-port") {
       KVBM_TAKE("a TCP port (0: any free port)");
       auto n = parse_int<int>(v);
-      if (!n || *n < 0 || *n > 65535) return fail("--metrics-port: expected a port 0..65535, got '" + std::string(v) + "'");
+      if (!n || *n < 0 || *n > 65535)
+        return fail("--metrics-port: expected a port 0..65535, got '" + std::string(v) + "'");
       o.metrics_port = *n;
     } else if (arg == "--metrics-address") {
       KVBM_TAKE("an address");

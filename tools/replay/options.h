@@ -43,12 +43,12 @@ struct Options {
   OffloadMode g1_g2 = OffloadMode::kWriteThrough;
   OffloadMode g2_g3 = OffloadMode::kWriteThrough;
   std::uint32_t min_frequency = 0;
-  std::string disk_dir;              ///< "" = a temporary directory, removed at exit
+  std::string disk_dir;  ///< "" = a temporary directory, removed at exit
   bool metadata_only = false;
   bool realtime = false;
   double speed = 1.0;
-  std::size_t limit = 0;             ///< 0 = every request
-  std::vector<SizeOption> sweep;     ///< G1 sizes; empty = one replay
+  std::size_t limit = 0;          ///< 0 = every request
+  std::vector<SizeOption> sweep;  ///< G1 sizes; empty = one replay
   std::string plot = "kvbm-replay-sweep.svg";
   bool json = false;
   bool quiet = false;

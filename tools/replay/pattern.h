@@ -15,7 +15,8 @@
 namespace kvbm::replay {
 
 /// Returns the first word of region `region` of the block with hash `hash`.
-[[nodiscard]] constexpr std::uint64_t pattern_seed(std::uint64_t hash, std::uint64_t region) noexcept {
+[[nodiscard]] constexpr std::uint64_t pattern_seed(std::uint64_t hash,
+                                                   std::uint64_t region) noexcept {
   std::uint64_t z = hash + 0x9E3779B97F4A7C15ULL * (region + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
@@ -28,7 +29,8 @@ namespace kvbm::replay {
 }
 
 /// Fills `size` bytes at `dst` with the pattern of (hash, region).
-inline void fill_pattern(void* dst, std::size_t size, std::uint64_t hash, std::uint64_t region) noexcept {
+inline void fill_pattern(void* dst, std::size_t size, std::uint64_t hash,
+                         std::uint64_t region) noexcept {
   const std::uint64_t seed = pattern_seed(hash, region);
   auto* p = static_cast<unsigned char*>(dst);
   const std::size_t words = size / 8;

@@ -5,7 +5,8 @@
 
 namespace kvbm::replay {
 
-std::vector<SeriesValue> collect_series(const prometheus::Registry& registry, const std::string& name) {
+std::vector<SeriesValue> collect_series(const prometheus::Registry& registry,
+                                        const std::string& name) {
   std::vector<SeriesValue> out;
   for (const auto& family : registry.Collect()) {
     if (family.name != name) continue;
@@ -13,10 +14,17 @@ std::vector<SeriesValue> collect_series(const prometheus::Registry& registry, co
       SeriesValue v;
       for (const auto& l : m.label) v.labels[l.name] = l.value;
       switch (family.type) {
-        case prometheus::MetricType::Counter: v.value = m.counter.value; break;
-        case prometheus::MetricType::Gauge: v.value = m.gauge.value; break;
-        case prometheus::MetricType::Untyped: v.value = m.untyped.value; break;
-        default: continue;
+        case prometheus::MetricType::Counter:
+          v.value = m.counter.value;
+          break;
+        case prometheus::MetricType::Gauge:
+          v.value = m.gauge.value;
+          break;
+        case prometheus::MetricType::Untyped:
+          v.value = m.untyped.value;
+          break;
+        default:
+          continue;
       }
       out.push_back(std::move(v));
     }

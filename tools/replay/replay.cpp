@@ -82,7 +82,8 @@ void write_block(const Layout& layout, BlockId id, std::uint64_t hash) {
   for (std::uint32_t l = 0; l < c.num_layers; ++l) {
     for (std::uint32_t o = 0; o < c.outer_dim; ++o) {
       const Region r = layout.region(id, l, o);
-      fill_pattern(reinterpret_cast<void*>(r.addr), r.size, hash, std::uint64_t{l} * c.outer_dim + o);
+      fill_pattern(reinterpret_cast<void*>(r.addr), r.size, hash,
+                   std::uint64_t{l} * c.outer_dim + o);
     }
   }
 }
@@ -105,7 +106,7 @@ bool verify_block(const Layout& layout, BlockId id, std::uint64_t hash) {
 // Normalised path names for the engines' `path` labels.
 std::string path_name(const std::string& engine_path) {
   static const std::pair<const char*, const char*> kNames[] = {
-      {"device_to_host", "G1->G2"}, {"G1_to_G2", "G1->G2"}, {"host_to_disk", "G2->G3"},
+      {"device_to_host", "G1->G2"}, {"G1_to_G2", "G1->G2"},       {"host_to_disk", "G2->G3"},
       {"G2_to_G3", "G2->G3"},       {"host_to_device", "G2->G1"}, {"G2_to_G1", "G2->G1"},
       {"disk_to_device", "G3->G1"}, {"G3_to_G1", "G3->G1"},
   };
@@ -126,7 +127,8 @@ void collect_paths(const prometheus::Registry& reg, ReplayResult& r,
   }
   for (const auto& s : collect_series(reg, "kvbm_transfer_bytes_total")) {
     const auto it = s.labels.find("path");
-    if (it != s.labels.end()) r.engine_paths[it->second].bytes += static_cast<std::uint64_t>(s.value);
+    if (it != s.labels.end())
+      r.engine_paths[it->second].bytes += static_cast<std::uint64_t>(s.value);
   }
   for (const auto& s : collect_series(reg, "kvbm_transfer_failed_blocks_total")) {
     const auto it = s.labels.find("path");
@@ -139,7 +141,8 @@ void collect_paths(const prometheus::Registry& reg, ReplayResult& r,
   // the write-through pipeline's transferred blocks when no engine series
   // names it); onboarding: the OnboardHandle counts.
   r.paths.clear();
-  for (const char* name : {"G1->G2", "G2->G3", "G2->G1", "G3->G1"}) r.paths.push_back({name, 0, 0, 0});
+  for (const char* name : {"G1->G2", "G2->G3", "G2->G1", "G3->G1"})
+    r.paths.push_back({name, 0, 0, 0});
   bool engine_named[4] = {false, false, false, false};
   for (const auto& [engine, p] : r.engine_paths) {
     const std::string n = path_name(engine);
@@ -196,14 +199,15 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   c.disk_workers = 4;
   c.disk_queue_depth = 4;
   c.move_bytes = config.move_bytes;
-  c.metrics_registry = config.metrics_registry ? config.metrics_registry
-                                               : std::make_shared<prometheus::Registry>();
+  c.metrics_registry =
+      config.metrics_registry ? config.metrics_registry : std::make_shared<prometheus::Registry>();
   return c;
 }
 
 ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   KVBM_CHECK(trace.block_tokens > 0, "run_replay: the trace was read with block_tokens 0");
-  KVBM_CHECK(!config.realtime || config.speed > 0, "run_replay: speed must be > 0, not ", config.speed);
+  KVBM_CHECK(!config.realtime || config.speed > 0, "run_replay: speed must be > 0, not ",
+             config.speed);
   KvBlockManagerConfig mc = manager_config(config, trace.block_tokens);
   auto registry = mc.metrics_registry;
   auto kvbm = KvBlockManager::build(std::move(mc));
@@ -240,8 +244,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
     if (config.realtime) {
-      const auto due = start + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double, std::milli>(req.timestamp_ms / config.speed));
+      const auto due =
+          start + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double, std::milli>(req.timestamp_ms / config.speed));
       std::this_thread::sleep_until(due);
     }
     const std::size_t n = req.hashes.size();
@@ -276,7 +281,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
       std::uint64_t prefix_tokens = 0;
       for (std::size_t i = 0; i < prefix; ++i) prefix_tokens += req.tokens_in_block(i, bt);
       std::array<std::uint64_t, 3> t = {counts.device * bt, counts.host * bt, counts.disk * bt};
-      std::uint64_t shortfall = t[0] + t[1] + t[2] - std::min<std::uint64_t>(prefix_tokens, t[0] + t[1] + t[2]);
+      std::uint64_t shortfall =
+          t[0] + t[1] + t[2] - std::min<std::uint64_t>(prefix_tokens, t[0] + t[1] + t[2]);
       for (std::size_t k = 3; k-- > 0 && shortfall > 0;) {
         const std::uint64_t d = std::min(shortfall, t[k]);
         t[k] -= d;
@@ -326,7 +332,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
         }
         r.computed_blocks += need;
         auto registered = kvbm->register_blocks(std::move(staged));
-        for (std::size_t k = 0; k < registered.size(); ++k) held[prefix + k] = std::move(registered[k]);
+        for (std::size_t k = 0; k < registered.size(); ++k)
+          held[prefix + k] = std::move(registered[k]);
       }
     }
 

@@ -51,13 +51,14 @@ namespace kvbm::replay {
 /// Everything a replay needs besides the trace.
 struct ReplayConfig {
   /// Model dimensions; layout.page_size is set to the trace's block_tokens.
-  LayoutConfig layout{.num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 4, .dtype_bytes = 2};
+  LayoutConfig layout{
+      .num_layers = 2, .outer_dim = 2, .page_size = 512, .inner_dim = 4, .dtype_bytes = 2};
   TierConfig device{.blocks = 1'000};
   TierConfig host{.blocks = 10'000};
   TierConfig disk{.blocks = 50'000};
   OffloadMode device_to_host = OffloadMode::kWriteThrough;
   OffloadMode host_to_disk = OffloadMode::kWriteThrough;
-  std::uint32_t min_frequency = 0;   ///< offload policy of both boundaries
+  std::uint32_t min_frequency = 0;       ///< offload policy of both boundaries
   std::filesystem::path disk_directory;  ///< must exist when disk is configured
   bool move_bytes = true;
   bool realtime = false;
@@ -80,7 +81,7 @@ inline constexpr std::array<const char*, 3> kTierNames = {"G1", "G2", "G3"};
 
 /// The bytes moved along one path between tiers.
 struct PathStats {
-  std::string name;          ///< "G1->G2", "G2->G3", "G2->G1", "G3->G1"
+  std::string name;  ///< "G1->G2", "G2->G3", "G2->G1", "G3->G1"
   std::uint64_t blocks = 0;
   std::uint64_t bytes = 0;
   std::uint64_t failed_blocks = 0;
@@ -88,36 +89,39 @@ struct PathStats {
 
 /// What a replay did.
 struct ReplayResult {
-  std::string trace;               ///< trace source
+  std::string trace;  ///< trace source
   std::uint32_t block_tokens = 0;
-  std::size_t block_bytes = 0;     ///< bytes of one block
+  std::size_t block_bytes = 0;            ///< bytes of one block
   std::array<std::size_t, 3> capacity{};  ///< blocks per tier (0: absent)
   std::string eviction;
   std::string device_to_host;
   std::string host_to_disk;
   bool move_bytes = false;
   bool device_emulated = false;
-  bool bytes_checked = false;      ///< pattern written and verified
+  bool bytes_checked = false;  ///< pattern written and verified
 
   std::uint64_t requests = 0;
-  std::uint64_t blocks = 0;        ///< prompt blocks asked for
-  std::uint64_t tokens = 0;        ///< prompt tokens asked for
+  std::uint64_t blocks = 0;                   ///< prompt blocks asked for
+  std::uint64_t tokens = 0;                   ///< prompt tokens asked for
   std::array<std::uint64_t, 3> hit_blocks{};  ///< prefix blocks found, per tier
-  std::array<std::uint64_t, 3> hit_tokens{};  ///< their tokens (tier split by block order, see .cpp)
-  std::uint64_t computed_blocks = 0;  ///< allocated in G1 and "computed"
-  std::uint64_t uncached_blocks = 0;  ///< G1 had no room
-  std::uint64_t onboard_failed = 0;   ///< onboarding copies that failed
-  std::uint64_t onboard_no_space = 0; ///< blocks found below G1 that did not fit
+  std::array<std::uint64_t, 3>
+      hit_tokens{};                    ///< their tokens (tier split by block order, see .cpp)
+  std::uint64_t computed_blocks = 0;   ///< allocated in G1 and "computed"
+  std::uint64_t uncached_blocks = 0;   ///< G1 had no room
+  std::uint64_t onboard_failed = 0;    ///< onboarding copies that failed
+  std::uint64_t onboard_no_space = 0;  ///< blocks found below G1 that did not fit
   std::uint64_t verified_blocks = 0;
-  std::uint64_t verify_failures = 0;  ///< blocks whose bytes were wrong (must be 0)
+  std::uint64_t verify_failures = 0;         ///< blocks whose bytes were wrong (must be 0)
   std::array<std::uint64_t, 3> evictions{};  ///< kvbm_evictions_total per tier
-  std::vector<PathStats> paths;       ///< G1->G2, G2->G3, G2->G1, G3->G1
+  std::vector<PathStats> paths;              ///< G1->G2, G2->G3, G2->G1, G3->G1
   /// Every kvbm_transfer_* series by its `path` label, as the engines name them.
   std::map<std::string, PathStats> engine_paths;
   double wall_seconds = 0;
-  std::string audit;                  ///< KvBlockManager::audit() at the end ("" = balanced)
+  std::string audit;  ///< KvBlockManager::audit() at the end ("" = balanced)
 
-  [[nodiscard]] std::uint64_t hits() const noexcept { return hit_blocks[0] + hit_blocks[1] + hit_blocks[2]; }
+  [[nodiscard]] std::uint64_t hits() const noexcept {
+    return hit_blocks[0] + hit_blocks[1] + hit_blocks[2];
+  }
   [[nodiscard]] std::uint64_t hit_token_count() const noexcept {
     return hit_tokens[0] + hit_tokens[1] + hit_tokens[2];
   }
@@ -134,6 +138,7 @@ struct ReplayResult {
 [[nodiscard]] ReplayResult run_replay(const Trace& trace, const ReplayConfig& config);
 
 /// Builds the KvBlockManagerConfig run_replay uses (exposed for tests).
-[[nodiscard]] KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t block_tokens);
+[[nodiscard]] KvBlockManagerConfig manager_config(const ReplayConfig& config,
+                                                  std::uint32_t block_tokens);
 
 }  // namespace kvbm::replay

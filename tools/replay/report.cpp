@@ -9,10 +9,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -46,11 +46,20 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -105,20 +114,23 @@ std::string group_digits(std::uint64_t v) {
 
 void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult& r) {
   out << fmt::format("kvbm-replay: {}\n", t.source);
-  out << fmt::format("  requests {}   blocks {}   prompt tokens {}   unique blocks {}", group_digits(r.requests),
-                     group_digits(r.blocks), group_digits(r.tokens), group_digits(t.unique_blocks));
-  if (t.invalid_lines != 0) out << fmt::format("   invalid lines {}", group_digits(t.invalid_lines));
+  out << fmt::format("  requests {}   blocks {}   prompt tokens {}   unique blocks {}",
+                     group_digits(r.requests), group_digits(r.blocks), group_digits(r.tokens),
+                     group_digits(t.unique_blocks));
+  if (t.invalid_lines != 0)
+    out << fmt::format("   invalid lines {}", group_digits(t.invalid_lines));
   out << "\n";
-  out << fmt::format("  block {} tokens, {}   G1 {}   G2 {}   G3 {}   eviction {}\n", r.block_tokens,
-                     human_bytes(static_cast<double>(r.block_bytes)), capacity_text(r.capacity[0]),
-                     capacity_text(r.capacity[1]), capacity_text(r.capacity[2]), r.eviction);
+  out << fmt::format("  block {} tokens, {}   G1 {}   G2 {}   G3 {}   eviction {}\n",
+                     r.block_tokens, human_bytes(static_cast<double>(r.block_bytes)),
+                     capacity_text(r.capacity[0]), capacity_text(r.capacity[1]),
+                     capacity_text(r.capacity[2]), r.eviction);
   out << fmt::format("  offload G1->G2 {}, G2->G3 {}   {}\n\n", r.device_to_host, r.host_to_disk,
-                     !r.move_bytes         ? "metadata only (no bytes moved)"
-                     : r.device_emulated   ? "bytes moved, G1 in host memory (no GPU)"
-                                           : "bytes moved, G1 on the GPU");
+                     !r.move_bytes       ? "metadata only (no bytes moved)"
+                     : r.device_emulated ? "bytes moved, G1 in host memory (no GPU)"
+                                         : "bytes moved, G1 on the GPU");
 
-  out << fmt::format("  {:<6} {:>12} {:>12} {:>12} {:>12}\n", "tier", "hit blocks", "block ratio", "token ratio",
-                     "evictions");
+  out << fmt::format("  {:<6} {:>12} {:>12} {:>12} {:>12}\n", "tier", "hit blocks", "block ratio",
+                     "token ratio", "evictions");
   for (std::size_t k = 0; k < 3; ++k) {
     if (r.capacity[k] == 0) continue;
     out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}% {:>12}\n", kTierNames[k],
@@ -131,17 +143,19 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   out << fmt::format("  {:<8} {:>12} {:>12} {:>10}\n", "path", "blocks", "bytes", "GB/s");
   for (const auto& p : r.paths) {
     out << fmt::format("  {:<8} {:>12} {:>12} {:>10.3f}", p.name, group_digits(p.blocks),
-                       human_bytes(static_cast<double>(p.bytes)), gb_per_s(p.bytes, r.wall_seconds));
+                       human_bytes(static_cast<double>(p.bytes)),
+                       gb_per_s(p.bytes, r.wall_seconds));
     if (p.failed_blocks != 0) out << fmt::format("   ({} failed)", group_digits(p.failed_blocks));
     out << "\n";
   }
   out << "\n";
-  out << fmt::format("  computed {} blocks, uncached {} (G1 full), onboarding: {} failed, {} without room in G1\n",
-                     group_digits(r.computed_blocks), group_digits(r.uncached_blocks),
-                     group_digits(r.onboard_failed), group_digits(r.onboard_no_space));
+  out << fmt::format(
+      "  computed {} blocks, uncached {} (G1 full), onboarding: {} failed, {} without room in G1\n",
+      group_digits(r.computed_blocks), group_digits(r.uncached_blocks),
+      group_digits(r.onboard_failed), group_digits(r.onboard_no_space));
   if (r.bytes_checked) {
-    out << fmt::format("  verification: {} onboarded blocks checked, {} failures\n", group_digits(r.verified_blocks),
-                       group_digits(r.verify_failures));
+    out << fmt::format("  verification: {} onboarded blocks checked, {} failures\n",
+                       group_digits(r.verified_blocks), group_digits(r.verify_failures));
   } else {
     out << fmt::format("  verification: not done ({})\n",
                        r.move_bytes ? "G1 is device memory" : "metadata only");
@@ -211,25 +225,30 @@ nlohmann::json result_json(const ReplayResult& r) {
       {"paths", paths},
       {"engine_paths", engines},
       {"verification",
-       {{"checked", r.bytes_checked}, {"blocks", r.verified_blocks}, {"failures", r.verify_failures}}},
+       {{"checked", r.bytes_checked},
+        {"blocks", r.verified_blocks},
+        {"failures", r.verify_failures}}},
       {"wall_seconds", r.wall_seconds},
-      {"requests_per_second", r.wall_seconds > 0 ? static_cast<double>(r.requests) / r.wall_seconds : 0.0},
-      {"blocks_per_second", r.wall_seconds > 0 ? static_cast<double>(r.blocks) / r.wall_seconds : 0.0},
+      {"requests_per_second",
+       r.wall_seconds > 0 ? static_cast<double>(r.requests) / r.wall_seconds : 0.0},
+      {"blocks_per_second",
+       r.wall_seconds > 0 ? static_cast<double>(r.blocks) / r.wall_seconds : 0.0},
       {"audit", r.audit},
   };
 }
 
 void print_sweep(std::ostream& out, const std::vector<SweepPoint>& points) {
-  out << fmt::format("  {:>20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "G1 blocks", "G1", "G2", "G3", "total",
-                     "tokens", "wall s");
+  out << fmt::format("  {:>20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "G1 blocks", "G1", "G2",
+                     "G3", "total", "tokens", "wall s");
   for (const auto& p : points) {
     const auto& r = p.result;
-    out << fmt::format("  {:>20} {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.1f}\n",
-                       p.label == std::to_string(p.g1_blocks) ? group_digits(p.g1_blocks)
-                                                              : p.label + " (" + group_digits(p.g1_blocks) + ")",
-                       100 * ratio(r.hit_blocks[0], r.blocks), 100 * ratio(r.hit_blocks[1], r.blocks),
-                       100 * ratio(r.hit_blocks[2], r.blocks), 100 * r.block_hit_ratio(), 100 * r.token_hit_ratio(),
-                       r.wall_seconds);
+    out << fmt::format(
+        "  {:>20} {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.1f}\n",
+        p.label == std::to_string(p.g1_blocks) ? group_digits(p.g1_blocks)
+                                               : p.label + " (" + group_digits(p.g1_blocks) + ")",
+        100 * ratio(r.hit_blocks[0], r.blocks), 100 * ratio(r.hit_blocks[1], r.blocks),
+        100 * ratio(r.hit_blocks[2], r.blocks), 100 * r.block_hit_ratio(),
+        100 * r.token_hit_ratio(), r.wall_seconds);
   }
 }
 
@@ -248,13 +267,16 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
     for (auto* p : pts) ymax = std::max(ymax, p->result.block_hit_ratio());
   }
   ymax = std::min(1.0, std::ceil(ymax * 10.0 + 1e-9) / 10.0);
-  auto x = [&](double v) { return kL + pw * (std::log10(v) - std::log10(xmin)) / (std::log10(xmax) - std::log10(xmin)); };
+  auto x = [&](double v) {
+    return kL + pw * (std::log10(v) - std::log10(xmin)) / (std::log10(xmax) - std::log10(xmin));
+  };
   auto y = [&](double v) { return kT + ph * (1.0 - v / ymax); };
 
   std::string s;
   s += fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
+      "{1}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"28\" font-size=\"15\" font-weight=\"bold\">{3}</text>\n",
@@ -266,26 +288,33 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
     for (const double m : {1.0, 2.0, 5.0}) {
       const double d = decade * m;
       if (d < xmin || d > xmax) continue;
-      s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"{3}\"/>\n", x(d), kT,
-                       kT + ph, m == 1.0 ? "#ccc" : "#eee");
+      s += fmt::format(
+          "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"{3}\"/>\n", x(d), kT,
+          kT + ph, m == 1.0 ? "#ccc" : "#eee");
       if (m == 1.0 || few_decades) {
-        s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x(d), kT + ph + 18,
-                         group_digits(static_cast<std::uint64_t>(d)));
+        s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x(d),
+                         kT + ph + 18, group_digits(static_cast<std::uint64_t>(d)));
       }
     }
   }
   for (int i = 0; i <= 10; ++i) {
     const double v = ymax * i / 10.0;
-    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", kL, y(v), kL + pw, y(v));
+    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n",
+                     kL, y(v), kL + pw, y(v));
     if (i % 2 == 0) {
-      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}%</text>\n", kL - 8, y(v) + 4, v * 100);
+      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}%</text>\n", kL - 8,
+                       y(v) + 4, v * 100);
     }
   }
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kL, kT, pw, ph);
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">G1 capacity (blocks, log scale)</text>\n",
-                   kL + pw / 2, kH - 18);
   s += fmt::format(
-      "<text transform=\"translate(20 {:.1f}) rotate(-90)\" text-anchor=\"middle\">block hit ratio</text>\n",
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kL,
+      kT, pw, ph);
+  s += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">G1 capacity (blocks, log scale)</text>\n",
+      kL + pw / 2, kH - 18);
+  s += fmt::format(
+      "<text transform=\"translate(20 {:.1f}) rotate(-90)\" text-anchor=\"middle\">block hit "
+      "ratio</text>\n",
       kT + ph / 2);
 
   struct Series {
@@ -294,42 +323,56 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
     double (*value)(const ReplayResult&);
   };
   const Series series[] = {
-      {"G1 hits only", "#ff7f0e", [](const ReplayResult& r) { return ratio(r.hit_blocks[0], r.blocks); }},
-      {"all tiers (G1+G2+G3)", "#1f77b4", [](const ReplayResult& r) { return r.block_hit_ratio(); }},
+      {"G1 hits only", "#ff7f0e",
+       [](const ReplayResult& r) { return ratio(r.hit_blocks[0], r.blocks); }},
+      {"all tiers (G1+G2+G3)", "#1f77b4",
+       [](const ReplayResult& r) { return r.block_hit_ratio(); }},
   };
   double ly = kT + 10;
   for (const auto& se : series) {
     std::string poly;
-    for (auto* p : pts) poly += fmt::format("{:.1f},{:.1f} ", x(static_cast<double>(p->g1_blocks)), y(se.value(p->result)));
-    s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", poly, se.color);
+    for (auto* p : pts)
+      poly += fmt::format("{:.1f},{:.1f} ", x(static_cast<double>(p->g1_blocks)),
+                          y(se.value(p->result)));
+    s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n",
+                     poly, se.color);
     for (auto* p : pts) {
       const double px = x(static_cast<double>(p->g1_blocks)), py = y(se.value(p->result));
-      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"><title>{} {}: {:.2f}%</title></circle>\n",
-                       px, py, se.color, xml_escape(p->label), se.name, 100 * se.value(p->result));
+      s += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"><title>{} {}: "
+          "{:.2f}%</title></circle>\n",
+          px, py, se.color, xml_escape(p->label), se.name, 100 * se.value(p->result));
     }
-    s += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
-                     kL + pw + 16, ly, kL + pw + 40, se.color);
+    s += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
+        "stroke-width=\"2\"/>\n",
+        kL + pw + 16, ly, kL + pw + 40, se.color);
     s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kL + pw + 46, ly + 4, se.name);
     ly += 20;
   }
   // Point labels for the all-tiers series, and the capacity label under "unlimited" and the like.
   for (auto* p : pts) {
     const double px = x(static_cast<double>(p->g1_blocks));
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" fill=\"#1f77b4\">{:.1f}%</text>\n",
-                     px, y(p->result.block_hit_ratio()) - 9, 100 * p->result.block_hit_ratio());
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" "
+        "fill=\"#1f77b4\">{:.1f}%</text>\n",
+        px, y(p->result.block_hit_ratio()) - 9, 100 * p->result.block_hit_ratio());
     if (p->label != std::to_string(p->g1_blocks)) {
-      s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\" fill=\"#555\">{}</text>\n",
-                       px, kT + ph - 6, xml_escape(p->label));
+      s += fmt::format(
+          "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\" "
+          "fill=\"#555\">{}</text>\n",
+          px, kT + ph - 6, xml_escape(p->label));
     }
   }
   if (!pts.empty()) {
     const auto& r = pts.front()->result;
     ly += 10;
-    for (const std::string& line : {fmt::format("G2 {}", capacity_text(r.capacity[1])),
-                                   fmt::format("G3 {}", capacity_text(r.capacity[2])),
-                                   fmt::format("eviction {}", r.eviction),
-                                   fmt::format("block {} tokens", r.block_tokens)}) {
-      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">{}</text>\n", kL + pw + 16, ly, xml_escape(line));
+    for (const std::string& line :
+         {fmt::format("G2 {}", capacity_text(r.capacity[1])),
+          fmt::format("G3 {}", capacity_text(r.capacity[2])),
+          fmt::format("eviction {}", r.eviction), fmt::format("block {} tokens", r.block_tokens)}) {
+      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">{}</text>\n", kL + pw + 16, ly,
+                       xml_escape(line));
       ly += 16;
     }
   }
@@ -343,11 +386,13 @@ std::optional<std::filesystem::path> convert_to_png(const std::filesystem::path&
   std::error_code ec;
   std::filesystem::remove(png, ec);
   if (const std::string rsvg = find_on_path("rsvg-convert"); !rsvg.empty()) {
-    if (run_quietly({rsvg, "-o", png.string(), svg.string()}) && std::filesystem::exists(png, ec)) return png;
+    if (run_quietly({rsvg, "-o", png.string(), svg.string()}) && std::filesystem::exists(png, ec))
+      return png;
   }
   for (const char* tool : {"magick", "convert"}) {
     if (const std::string im = find_on_path(tool); !im.empty()) {
-      if (run_quietly({im, svg.string(), png.string()}) && std::filesystem::exists(png, ec)) return png;
+      if (run_quietly({im, svg.string(), png.string()}) && std::filesystem::exists(png, ec))
+        return png;
     }
   }
   return std::nullopt;

@@ -11,12 +11,11 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "replay/replay.h"
 
@@ -47,7 +46,8 @@ struct SweepPoint {
 
 /// Returns a standalone SVG document: block hit ratio (G1 alone, and all
 /// tiers) against G1 capacity on a logarithmic axis.
-[[nodiscard]] std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& title);
+[[nodiscard]] std::string sweep_svg(const std::vector<SweepPoint>& points,
+                                    const std::string& title);
 
 /// Prints the sweep as a table.
 void print_sweep(std::ostream& out, const std::vector<SweepPoint>& points);

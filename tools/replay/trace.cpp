@@ -3,12 +3,11 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_set>
-
-#include <nlohmann/json.hpp>
 
 #include "kvbm/hashing.h"
 
@@ -19,7 +18,8 @@ namespace {
 using nlohmann::json;
 
 // Reads a non-negative integer field; returns "" or the reason.
-std::string read_count(const json& obj, const char* key, bool required, std::optional<std::uint64_t>& out) {
+std::string read_count(const json& obj, const char* key, bool required,
+                       std::optional<std::uint64_t>& out) {
   const auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) {
     if (required) return std::string("missing field \"") + key + "\"";
@@ -30,12 +30,14 @@ std::string read_count(const json& obj, const char* key, bool required, std::opt
     return {};
   }
   if (it->is_number_integer()) {
-    return std::string("\"") + key + "\" is negative (" + std::to_string(it->get<std::int64_t>()) + ")";
+    return std::string("\"") + key + "\" is negative (" + std::to_string(it->get<std::int64_t>()) +
+           ")";
   }
   if (it->is_number_float()) {
     const double v = it->get<double>();
     if (v < 0) return std::string("\"") + key + "\" is negative (" + it->dump() + ")";
-    if (v != std::floor(v) || v > 1e18) return std::string("\"") + key + "\" is not an integer (" + it->dump() + ")";
+    if (v != std::floor(v) || v > 1e18)
+      return std::string("\"") + key + "\" is not an integer (" + it->dump() + ")";
     out = static_cast<std::uint64_t>(v);
     return {};
   }
@@ -50,14 +52,16 @@ std::string element_error(const char* key, std::size_t i, const json& v, const c
 
 }  // namespace
 
-std::uint64_t TraceRequest::tokens_in_block(std::size_t i, std::uint32_t block_tokens) const noexcept {
+std::uint64_t TraceRequest::tokens_in_block(std::size_t i,
+                                            std::uint32_t block_tokens) const noexcept {
   const std::uint64_t start = std::uint64_t{block_tokens} * i;
   if (start >= input_length) return 0;
   const std::uint64_t left = input_length - start;
   return left < block_tokens ? left : block_tokens;
 }
 
-std::string parse_trace_line(std::string_view line, const TraceOptions& options, TraceRequest& out) {
+std::string parse_trace_line(std::string_view line, const TraceOptions& options,
+                             TraceRequest& out) {
   if (options.block_tokens == 0) return "block_tokens must be > 0";
   json obj = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded()) {
@@ -103,8 +107,8 @@ std::string parse_trace_line(std::string_view line, const TraceOptions& options,
     const std::uint64_t expected = (out.input_length + bt - 1) / bt;
     if (ids->size() != expected) {
       return "\"hash_ids\" has " + std::to_string(ids->size()) + " ids but input_length " +
-             std::to_string(out.input_length) + " needs ceil(" + std::to_string(out.input_length) + "/" +
-             std::to_string(bt) + ") = " + std::to_string(expected);
+             std::to_string(out.input_length) + " needs ceil(" + std::to_string(out.input_length) +
+             "/" + std::to_string(bt) + ") = " + std::to_string(expected);
     }
     out.hashes.reserve(ids->size());
     std::uint64_t prev = 0;
@@ -128,7 +132,8 @@ std::string parse_trace_line(std::string_view line, const TraceOptions& options,
     if (!v.is_number_integer()) return element_error("input_ids", i, v, "not an integer");
     if (!v.is_number_unsigned()) return element_error("input_ids", i, v, "negative");
     const std::uint64_t t = v.get<std::uint64_t>();
-    if (t > std::numeric_limits<Token>::max()) return element_error("input_ids", i, v, "over 2^32 - 1");
+    if (t > std::numeric_limits<Token>::max())
+      return element_error("input_ids", i, v, "over 2^32 - 1");
     toks.push_back(static_cast<Token>(t));
   }
   if (input_length && *input_length != toks.size()) {

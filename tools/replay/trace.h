@@ -48,7 +48,8 @@ struct TraceRequest {
 
   /// Returns the number of prompt tokens in block `i` (the last block of a
   /// block-id trace may be partial).
-  [[nodiscard]] std::uint64_t tokens_in_block(std::size_t i, std::uint32_t block_tokens) const noexcept;
+  [[nodiscard]] std::uint64_t tokens_in_block(std::size_t i,
+                                              std::uint32_t block_tokens) const noexcept;
 };
 
 /// A line that could not be read.
@@ -59,21 +60,21 @@ struct TraceError {
 
 /// How to read a trace.
 struct TraceOptions {
-  std::uint32_t block_tokens = 512;  ///< tokens per hash id / per block (> 0)
-  std::size_t max_requests = 0;      ///< stop after this many valid requests (0: all)
-  std::size_t max_errors_kept = 100; ///< errors beyond this are only counted
+  std::uint32_t block_tokens = 512;   ///< tokens per hash id / per block (> 0)
+  std::size_t max_requests = 0;       ///< stop after this many valid requests (0: all)
+  std::size_t max_errors_kept = 100;  ///< errors beyond this are only counted
 };
 
 /// What a trace held.
 struct Trace {
-  std::string source;                 ///< path or "<stream>"
-  std::uint32_t block_tokens = 0;     ///< TraceOptions::block_tokens it was read with
-  std::vector<TraceRequest> requests; ///< the valid lines, in file order
-  std::vector<TraceError> errors;     ///< the first max_errors_kept invalid lines
-  std::size_t error_count = 0;        ///< every invalid line
-  std::size_t lines = 0;              ///< lines read (including empty and invalid ones)
-  std::uint64_t blocks = 0;           ///< sum of requests[i].hashes.size()
-  std::uint64_t input_tokens = 0;     ///< sum of input_length
+  std::string source;                  ///< path or "<stream>"
+  std::uint32_t block_tokens = 0;      ///< TraceOptions::block_tokens it was read with
+  std::vector<TraceRequest> requests;  ///< the valid lines, in file order
+  std::vector<TraceError> errors;      ///< the first max_errors_kept invalid lines
+  std::size_t error_count = 0;         ///< every invalid line
+  std::size_t lines = 0;               ///< lines read (including empty and invalid ones)
+  std::uint64_t blocks = 0;            ///< sum of requests[i].hashes.size()
+  std::uint64_t input_tokens = 0;      ///< sum of input_length
 };
 
 /// Parses one line. Returns "" and fills `out` on success, else the reason.
