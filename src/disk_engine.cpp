@@ -11,7 +11,6 @@
 #include <exception>
 #include <mutex>
 #include <new>
-#include <semaphore>
 #include <string>
 #include <thread>
 #include <utility>
@@ -121,16 +120,41 @@ class DiskEngineCore {
     std::shared_ptr<TransferCompletion> completion;
   };
 
+  /// A counting semaphore on a mutex and a condition variable.
+  /// (std::counting_semaphore of GCC 12's libstdc++ can miss a wake-up and
+  /// leave a worker blocked for good; this one cannot.)
+  class Semaphore {
+   public:
+    explicit Semaphore(std::ptrdiff_t count) : count_(count) {}
+    void acquire() {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return count_ > 0; });
+      --count_;
+    }
+    void release() {
+      {
+        std::lock_guard lock(mu_);
+        ++count_;
+      }
+      cv_.notify_one();
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::ptrdiff_t count_;  // guarded by mu_
+  };
+
   /// Holds one of the queue_depth I/O slots for a scope.
   class IoSlot {
    public:
-    explicit IoSlot(std::counting_semaphore<256>& s) noexcept : s_(s) { s_.acquire(); }
+    explicit IoSlot(Semaphore& s) : s_(s) { s_.acquire(); }
     ~IoSlot() { s_.release(); }
     IoSlot(const IoSlot&) = delete;
     IoSlot& operator=(const IoSlot&) = delete;
 
    private:
-    std::counting_semaphore<256>& s_;
+    Semaphore& s_;
   };
 
   struct FreeAligned {
@@ -279,7 +303,7 @@ class DiskEngineCore {
   const std::string name_;
   std::unique_ptr<TransferMetrics> metrics_;  // null: no registry
   const std::size_t queue_depth_;
-  std::counting_semaphore<256> io_slots_;  // queue_depth_ I/Os in flight at most
+  Semaphore io_slots_;  // queue_depth_ I/Os in flight at most
   std::vector<std::unique_ptr<std::byte, FreeAligned>> staging_;  // one per worker
 
   std::mutex mu_;

@@ -192,12 +192,6 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   c.device_to_host_policy.min_frequency = config.min_frequency;
   c.host_to_disk_policy.min_frequency = config.min_frequency;
   c.duplicate_policy = DuplicatePolicy::kReject;
-  // As many disk workers as I/O slots, so that no worker ever waits on the disk
-  // engine's slot semaphore: with GCC 12's libstdc++, std::counting_semaphore
-  // can miss a wake-up (fixed in later releases) and a waiting worker then
-  // sleeps forever, stalling drain() or an onboarding from G3.
-  c.disk_workers = 4;
-  c.disk_queue_depth = 4;
   c.move_bytes = config.move_bytes;
   c.metrics_registry =
       config.metrics_registry ? config.metrics_registry : std::make_shared<prometheus::Registry>();
