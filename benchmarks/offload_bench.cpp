@@ -186,6 +186,11 @@ struct OnboardFixture {
     c.disk.blocks = kPrefix + 24;
     c.disk_directory = dir;
     kv = KvBlockManager::build(c);
+    // The forward pass writes every G1 block (and so faults its pages in), as
+    // the raw engine's destination is written before it is timed.
+    std::vector<Region> regions;
+    for (BlockId b = 0; b < kv->device().total_blocks(); ++b) kv->device_layout().append_regions(b, regions);
+    for (const Region& r : regions) std::memset(reinterpret_cast<void*>(r.addr), 1, r.size);
     auto mut = kv->device().allocate_blocks(kPrefix).value();
     std::vector<CompleteBlock<G1>> complete;
     for (std::size_t i = 0; i < kPrefix; ++i) {
