@@ -141,6 +141,8 @@ TEST(ReplayOptions, RejectsBadArgumentsNamingThem) {
       {"--outer-dim", "3"},
       {"--inner-dim", "4", "--kv-heads", "2"},
       {"--json=yes"},
+      {"--soak", "0"},
+      {"--soak", "10", "--realtime"},
   };
   for (const auto& args : bad) {
     std::string error;
@@ -161,7 +163,7 @@ TEST(ReplayOptions, UsageMentionsEveryOption) {
         "--eviction",    "--g1-g2",         "--g2-g3",         "--offload-mode", "--min-frequency",
         "--disk-dir",    "--metadata-only", "--realtime",      "--speed",        "--limit",
         "--sweep",       "--plot",          "--json",          "--quiet",        "--strict",
-        "--metrics-port"}) {
+        "--metrics-port", "--soak"}) {
     EXPECT_NE(u.find(opt), std::string::npos) << opt;
   }
 }

@@ -100,6 +100,36 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   EXPECT_EQ(r.audit, "");
 }
 
+// A short soak: the trace prefix replayed over and over through one manager,
+// each pass checked; the passes see the same requests, so the manager's state
+// must carry from one to the next without leaking blocks.
+TEST(ReplaySoak, PassesRepeatUntilTheDeadlineThroughOneManager) {
+  if (!test::shipped_trace_path()) GTEST_SKIP() << "conversation_trace.jsonl not found";
+  Trace trace;
+  prefix_of_shipped_trace(200, trace);
+  test::ScratchDir dir("kvbm-replay-soak");
+  ReplayConfig c = small_three_tiers(dir.path());
+  c.soak_seconds = 0.3;
+  std::vector<std::uint64_t> requests_after_pass;
+  std::vector<std::string> audits;
+  c.on_pass = [&](std::size_t pass, const ReplayResult& r, KvBlockManager& kv) {
+    EXPECT_EQ(pass, requests_after_pass.size());
+    requests_after_pass.push_back(r.requests);
+    audits.push_back(kv.audit());
+    EXPECT_EQ(r.verify_failures, 0u);
+  };
+  const ReplayResult r = run_replay(trace, c);
+  ASSERT_GE(requests_after_pass.size(), 2u) << "a soak replays the trace more than once";
+  for (std::size_t i = 0; i < requests_after_pass.size(); ++i) {
+    EXPECT_EQ(requests_after_pass[i], 200u * (i + 1));
+    EXPECT_EQ(audits[i], "") << "pass " << i + 1;
+  }
+  EXPECT_EQ(r.requests, 200u * requests_after_pass.size());
+  EXPECT_GT(r.hits(), 0u);
+  EXPECT_EQ(r.verify_failures, 0u);
+  EXPECT_EQ(r.audit, "");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, ReplayBytes,
     ::testing::Values(

@@ -32,6 +32,17 @@
 
 namespace {
 
+// Resident memory of this process (VmRSS), in bytes; 0 when unknown.
+std::size_t resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+
 using namespace kvbm::replay;
 namespace fs = std::filesystem;
 
@@ -187,6 +198,18 @@ int run(int argc, char** argv) {
   rc.speed = o.speed;
   rc.metrics_registry = registry;
   rc.stop = &g_stop;
+  rc.soak_seconds = o.soak_seconds;
+  if (o.soak_seconds > 0) {
+    rc.on_pass = [](std::size_t pass, const ReplayResult& r, kvbm::KvBlockManager& kv) {
+      const std::string audit = kv.audit();
+      fmt::print(stderr,
+                 "soak pass {:>3}: {:>9} requests {:>11} blocks  hit ratio {:6.2f}%  "
+                 "verify failures {}  rss {:.1f} MiB  pools {}\n",
+                 pass + 1, r.requests, r.blocks, 100 * r.block_hit_ratio(), r.verify_failures,
+                 static_cast<double>(resident_bytes()) / (1 << 20),
+                 audit.empty() ? "balanced" : audit);
+    };
+  }
   std::optional<TempDir> tmp;
   if (has_disk) {
     if (o.disk_dir.empty()) {

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <limits>
 
 namespace kvbm::replay {
@@ -224,6 +225,14 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       auto n = parse_int<std::size_t>(v);
       if (!n) return fail("--limit: expected a request count, got '" + std::string(v) + "'");
       o.limit = *n;
+    } else if (arg == "--soak") {
+      KVBM_TAKE("a duration in seconds");
+      char* end = nullptr;
+      const std::string text(v);
+      const double secs = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() || *end != '\0' || !(secs > 0))
+        return fail("--soak: expected a positive number of seconds, got '" + text + "'");
+      o.soak_seconds = secs;
     } else if (arg == "--sweep") {
       KVBM_TAKE("a list of G1 sizes");
       o.sweep.clear();
@@ -267,6 +276,8 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
 #undef KVBM_TAKE
 #undef KVBM_U32
   }
+  if (o.soak_seconds > 0 && (o.realtime || !o.sweep.empty()))
+    return fail("--soak replays as fast as possible, once per pass: not with --realtime or --sweep");
   if (kv_heads || head_dim) {
     if (inner_given) return fail("give --inner-dim or --kv-heads/--head-dim, not both");
     o.inner_dim = kv_heads.value_or(1) * head_dim.value_or(1);
@@ -309,6 +320,9 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          removed at exit)
   --metadata-only        move no bytes (simulation: pools and pipelines only)
 timing
+  --soak SECONDS         replay the trace over and over through one KvBlockManager
+                         for this long; after each pass print resident memory, the
+                         pools' balance and verification failures (a reliability run)
   --realtime             start each request at its trace timestamp ...
   --speed F              ... divided by F (default 1)
 sweep

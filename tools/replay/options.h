@@ -48,6 +48,7 @@ struct Options {
   bool realtime = false;
   double speed = 1.0;
   std::size_t limit = 0;          ///< 0 = every request
+  double soak_seconds = 0;        ///< > 0: replay the trace over and over for this long
   std::vector<SizeOption> sweep;  ///< G1 sizes; empty = one replay
   std::string plot = "kvbm-replay-sweep.svg";
   bool json = false;

@@ -234,6 +234,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   const std::size_t total = trace.requests.size();
   const auto start = Clock::now();
 
+  for (std::size_t pass = 0;; ++pass) {
   for (std::size_t ri = 0; ri < total; ++ri) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
@@ -337,6 +338,13 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
       config.progress(ri + 1, total);
     }
+  }
+  if (config.soak_seconds <= 0) break;
+  kvbm->drain();
+  if (config.on_pass) config.on_pass(pass, r, *kvbm);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  if (elapsed >= config.soak_seconds) break;
+  if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
   }
   kvbm->drain();
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -48,6 +48,8 @@ class Registry;
 
 namespace kvbm::replay {
 
+struct ReplayResult;
+
 /// Everything a replay needs besides the trace.
 struct ReplayConfig {
   /// Model dimensions; layout.page_size is set to the trace's block_tokens.
@@ -73,6 +75,10 @@ struct ReplayConfig {
   /// Called once after the last request, with every block released and the
   /// pipelines drained, while the manager (and its series) still exist.
   std::function<void(KvBlockManager&)> on_finished;
+  /// > 0: replay the trace again and again, through the same manager, until
+  /// this many seconds have passed (a soak run); on_pass runs after each pass.
+  double soak_seconds = 0;
+  std::function<void(std::size_t pass, const ReplayResult& so_far, KvBlockManager&)> on_pass;
 };
 
 /// Tiers in report order.
