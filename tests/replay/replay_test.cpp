@@ -79,7 +79,14 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   EXPECT_EQ(r.verify_failures, 0u);
   EXPECT_EQ(r.verified_blocks, r.hits());
   EXPECT_GT(r.hit_blocks[0], 0u);
-  EXPECT_GT(r.hit_blocks[1] + r.hit_blocks[2], 0u);
+  if (GetParam().g1_g2 == OffloadMode::kOnEviction) {
+    // Deterministic: every block G1 evicts reaches G2 before the allocation
+    // returns. (Write-through at replay speed, under a sanitizer in
+    // particular, may lose every copy the short trace prefix would reuse:
+    // G1 evicts a block before its copy starts. Its copies are checked by
+    // the bytes moved on G1->G2 below.)
+    EXPECT_GT(r.hit_blocks[1] + r.hit_blocks[2], 0u);
+  }
   if (GetParam().g1_g2 == OffloadMode::kOnEviction &&
       GetParam().g2_g3 == OffloadMode::kOnEviction) {
     // Every block evicted from G1 reaches G2, and from G2 reaches G3. (Write-through
