@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "replay/pattern.h"
 #include "replay_test_util.h"
 
@@ -116,7 +118,9 @@ TEST(ReplaySoak, PassesRepeatUntilTheDeadlineThroughOneManager) {
   prefix_of_shipped_trace(200, trace);
   test::ScratchDir dir("kvbm-replay-soak");
   ReplayConfig c = small_three_tiers(dir.path());
-  c.soak_seconds = 0.3;
+  c.soak_seconds = 1e9;  // ended by `stop` after the third pass, however slow the build
+  std::atomic<bool> stop{false};
+  c.stop = &stop;
   std::vector<std::uint64_t> requests_after_pass;
   std::vector<std::string> audits;
   c.on_pass = [&](std::size_t pass, const ReplayResult& r, KvBlockManager& kv) {
@@ -124,9 +128,10 @@ TEST(ReplaySoak, PassesRepeatUntilTheDeadlineThroughOneManager) {
     requests_after_pass.push_back(r.requests);
     audits.push_back(kv.audit());
     EXPECT_EQ(r.verify_failures, 0u);
+    if (pass + 1 == 3) stop = true;
   };
   const ReplayResult r = run_replay(trace, c);
-  ASSERT_GE(requests_after_pass.size(), 2u) << "a soak replays the trace more than once";
+  ASSERT_EQ(requests_after_pass.size(), 3u) << "a soak replays the trace more than once";
   for (std::size_t i = 0; i < requests_after_pass.size(); ++i) {
     EXPECT_EQ(requests_after_pass[i], 200u * (i + 1));
     EXPECT_EQ(audits[i], "") << "pass " << i + 1;
