@@ -8,6 +8,17 @@
 
 namespace kvbm::detail {
 
+namespace {
+// Asks for the cache line of a slot that is about to be written.
+inline void prefetch_for_write(const void* p) noexcept {
+#if defined(__GNUC__)
+  __builtin_prefetch(p, 1);
+#else
+  (void)p;
+#endif
+}
+}  // namespace
+
 BlockStore::BlockStore(Options options)
     : block_size_(options.block_size),
       duplicate_policy_(options.duplicate_policy),
@@ -16,6 +27,7 @@ BlockStore::BlockStore(Options options)
       tracker_(std::move(options.tracker)),
       listeners_(std::move(options.listeners)),
       slots_(options.block_count),
+      table_(options.block_count),
       backend_(std::move(options.backend)) {
   KVBM_CHECK(options.block_count > 0, "a block pool needs at least one block");
   KVBM_CHECK(backend_ != nullptr, "a block pool needs an eviction backend");
@@ -24,7 +36,6 @@ BlockStore::BlockStore(Options options)
   // Free stack popped from the back: block 0 is handed out first.
   reset_.resize(options.block_count);
   for (std::uint32_t i = 0; i < options.block_count; ++i) reset_[i] = options.block_count - 1 - i;
-  table_.reserve(options.block_count);
   std::lock_guard lock(mu_);
   metrics_->set_reset_pool_size(reset_.size());
   metrics_->set_inactive_pool_size(0);
@@ -135,7 +146,7 @@ void BlockStore::undo_evictions_locked(std::span<const BlockId> evicted) noexcep
   // LRU order: the failed allocation would have changed something.)
   for (const BlockId id : evicted) {
     Slot& s = slots_[id];
-    table_.emplace(s.hash.value(), id);
+    (void)table_.try_emplace(s.hash.value(), id);
     backend_->on_registered(s.hash);
     s.state = SlotState::kInactive;
     backend_->insert(id, s.hash);
@@ -183,7 +194,7 @@ RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash)
   {
     std::lock_guard lock(mu_);
     Slot& s = slots_[id];
-    const auto [it, inserted] = table_.try_emplace(hash.value(), id);
+    const auto [existing_id, inserted] = table_.try_emplace(hash.value(), id);
     if (inserted) {
       backend_->on_registered(hash);
       for (const auto& l : listeners_) l->on_stored(std::span(&hash, 1));
@@ -200,7 +211,7 @@ RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash)
       delta.registrations = 1;
       delta.duplicate_blocks = 1;
     } else {
-      const BlockId existing = it->second;
+      const BlockId existing = existing_id;
       revive_locked(existing);
       return_to_reset_locked(id);
       --mutable_out_;
@@ -234,14 +245,19 @@ std::size_t BlockStore::match(std::span<const SequenceHash> hashes, std::vector<
   std::size_t found = 0;
   {
     std::lock_guard lock(mu_);
+    // Look every hash up first, then revive: the lookups are independent, so
+    // their cache misses overlap; the atomic reference updates of the revives
+    // would otherwise stall each lookup behind the previous one.
+    const std::size_t first = out.size();
     for (const auto& h : hashes) {
-      const auto it = table_.find(h.value());
-      if (it == table_.end()) break;
+      const BlockId* it = table_.find(h.value());
+      if (it == nullptr) break;
       if (found == 0) out.reserve(out.size() + hashes.size());  // a miss allocates nothing
-      revive_locked(it->second);
-      out.push_back(it->second);
+      prefetch_for_write(&slots_[*it]);
+      out.push_back(*it);
       ++found;
     }
+    for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
     if (found != 0) publish_gauges_locked();
   }
   PoolCounterDelta delta;
@@ -257,13 +273,15 @@ std::size_t BlockStore::scan(std::span<const SequenceHash> hashes, std::vector<B
   std::size_t found = 0;
   {
     std::lock_guard lock(mu_);
+    const std::size_t first = out.size();  // lookups first, as in match()
     for (const auto& h : hashes) {
-      const auto it = table_.find(h.value());
-      if (it == table_.end()) continue;
-      revive_locked(it->second);
-      out.push_back(it->second);
+      const BlockId* it = table_.find(h.value());
+      if (it == nullptr) continue;
+      prefetch_for_write(&slots_[*it]);
+      out.push_back(*it);
       ++found;
     }
+    for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
     if (found != 0) publish_gauges_locked();
   }
   PoolCounterDelta delta;
@@ -296,9 +314,9 @@ std::optional<BlockId> BlockStore::upgrade(BlockId id, std::uint32_t generation,
     if (same) {
       revive_locked(id);
       result = id;
-    } else if (const auto it = table_.find(hash.value()); it != table_.end()) {
-      revive_locked(it->second);
-      result = it->second;
+    } else if (const BlockId* it = table_.find(hash.value()); it != nullptr) {
+      revive_locked(*it);
+      result = *it;
     }
     if (result) publish_gauges_locked();
   }
@@ -358,8 +376,8 @@ std::string BlockStore::audit() const {
       case SlotState::kDuplicate: ++dup; break;
     }
     if (s.state == SlotState::kActive || s.state == SlotState::kInactive) {
-      const auto it = table_.find(s.hash.value());
-      if (it == table_.end() || it->second != id) {
+      const BlockId* it = table_.find(s.hash.value());
+      if (it == nullptr || *it != id) {
         return concat("registered block ", id, " is missing from the registry table");
       }
       ++registered_in_table;

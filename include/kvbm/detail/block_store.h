@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvbm/detail/hash_index.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/metrics.h"
@@ -188,7 +189,7 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   std::vector<Slot> slots_;                           // fixed size
   std::vector<BlockId> reset_;                        // guarded by mu_: free stack
   std::unique_ptr<EvictionBackend> backend_;          // guarded by mu_
-  std::unordered_map<std::uint64_t, BlockId> table_;  // guarded by mu_
+  HashIndex table_;                                   // guarded by mu_: hash -> registered block
   std::size_t in_use_ = 0;                            // guarded by mu_
   std::size_t mutable_out_ = 0;                       // guarded by mu_
   bool orphaned_ = false;                             // guarded by mu_
