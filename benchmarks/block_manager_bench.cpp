@@ -76,6 +76,16 @@ BENCHMARK(BM_Baseline_UnorderedMapLookup);
 
 // --- Lifecycle ------------------------------------------------------------
 
+// The n-th fresh sequence hash: a splitmix64 finalizer of n, so that keys are
+// spread like real sequence hashes (XXH3 outputs), not consecutive integers
+// that a modulo-bucketed map would lay out in order.
+std::uint64_t fresh_hash(std::uint64_t n) {
+  std::uint64_t z = n + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 // allocate -> stage -> register -> drop, from the reset pool, in batches.
 void BM_BlockManager_LifecycleFromReset(benchmark::State& state) {
   const auto batch = static_cast<std::size_t>(state.range(0));
@@ -95,7 +105,7 @@ void BM_BlockManager_LifecycleFromReset(benchmark::State& state) {
     std::vector<kvbm::CompleteBlock<G2>> staged;
     staged.reserve(batch);
     for (auto& b : blocks) {
-      staged.push_back(std::move(b).stage(SequenceHash(next++, std::nullopt, 0), kBlockSize).value());
+      staged.push_back(std::move(b).stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize).value());
     }
     auto registered = m.register_blocks(std::move(staged));
     benchmark::DoNotOptimize(registered.data());
@@ -119,7 +129,7 @@ void BM_BlockManager_LifecycleEvicting(benchmark::State& state) {
     std::vector<kvbm::CompleteBlock<G2>> staged;
     staged.reserve(batch);
     for (auto& b : blocks) {
-      staged.push_back(std::move(b).stage(SequenceHash(next++, std::nullopt, 0), kBlockSize).value());
+      staged.push_back(std::move(b).stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize).value());
     }
     auto registered = m.register_blocks(std::move(staged));
     benchmark::DoNotOptimize(registered.data());
@@ -257,7 +267,7 @@ void BM_BlockManager_LifecycleEvicting_Threads(benchmark::State& state) {
     std::vector<kvbm::CompleteBlock<G2>> staged;
     staged.reserve(kBatch);
     for (auto& b : blocks) {
-      staged.push_back(std::move(b).stage(SequenceHash(next++, std::nullopt, 0), kBlockSize).value());
+      staged.push_back(std::move(b).stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize).value());
     }
     auto registered = g_shared->register_blocks(std::move(staged));
     benchmark::DoNotOptimize(registered.data());
