@@ -159,21 +159,12 @@ class EvictionOffloader final : public PoolListener {
     }
     metrics_->add_blocks(BlockOutcome::kAlreadyPresent, blocks.size() - todo.size());
     if (todo.empty()) return;
-    std::size_t got = std::min(todo.size(), dst_->total_blocks());
-    std::optional<std::vector<MutableBlock<Dst>>> dst;
-    while (got > 0) {
-      dst = dst_->allocate_blocks(got);
-      if (dst) break;
-      const std::size_t avail = dst_->available_blocks();
-      got = avail < got ? avail : got - 1;
-    }
-    if (!dst) {
-      metrics_->add_blocks(BlockOutcome::kNoSpace, todo.size());
-      return;
-    }
+    auto dst = dst_->allocate_at_most(todo.size());
+    const std::size_t got = dst.size();
     metrics_->add_blocks(BlockOutcome::kNoSpace, todo.size() - got);
+    if (got == 0) return;
     std::vector<TransferPair> pairs(got);
-    for (std::size_t i = 0; i < got; ++i) pairs[i] = {blocks[todo[i]].id, (*dst)[i].block_id()};
+    for (std::size_t i = 0; i < got; ++i) pairs[i] = {blocks[todo[i]].id, dst[i].block_id()};
     metrics_->add_batch();
     const TransferOutcome outcome = engine_->submit(pairs)->wait();
     std::vector<bool> failed(got, false);
@@ -182,7 +173,7 @@ class EvictionOffloader final : public PoolListener {
     std::vector<ImmutableBlock<Dst>> registered;
     for (std::size_t i = 0; i < got; ++i) {
       if (failed[i]) continue;
-      auto staged = std::move((*dst)[i]).stage(blocks[todo[i]].hash, dst_->block_size());
+      auto staged = std::move(dst[i]).stage(blocks[todo[i]].hash, dst_->block_size());
       if (!staged.ok()) continue;
       auto r = dst_->register_block(std::move(staged).value());
       if (on_registered_) registered.push_back(std::move(r));
@@ -772,16 +763,8 @@ class KvBlockManagerImpl {
       return OnboardHandle(std::move(s));
     }
     // G1 targets: all, else as many as fit (the prefix is cut there).
-    std::size_t got = std::min(below, g1_->total_blocks());
-    std::optional<std::vector<MutableBlock<G1>>> targets;
-    while (got > 0) {
-      targets = g1_->allocate_blocks(got);
-      if (targets) break;
-      const std::size_t avail = g1_->available_blocks();
-      got = avail < got ? avail : got - 1;
-    }
-    if (targets) s->targets = std::move(*targets);
-    got = s->targets.size();
+    s->targets = g1_->allocate_at_most(below);
+    const std::size_t got = s->targets.size();
     if (got < below) {
       s->set_no_space(below - got);
       std::size_t keep2 = 0, keep3 = 0;

@@ -160,6 +160,21 @@ TEST(BlockManager, FailedAllocationEvictsNothing) {
   expect_balanced(m);
 }
 
+TEST(BlockManager, AllocateAtMostTakesWhatFits) {
+  auto m = make_manager(4);
+  EXPECT_TRUE(m.allocate_at_most(0).empty());
+  auto held = m.allocate_blocks(2);
+  ASSERT_TRUE(held);
+  { auto a = register_one(m, seq(0)); }  // inactive: 1 reset + 1 evictable left
+  auto some = m.allocate_at_most(10);     // more than the pool holds: no throw
+  EXPECT_EQ(some.size(), 2U);
+  EXPECT_EQ(present(m, {seq(0)}), std::vector<bool>{false});  // evicted to fit
+  EXPECT_TRUE(m.allocate_at_most(1).empty());
+  some.clear();
+  EXPECT_EQ(m.allocate_at_most(2).size(), 2U);
+  expect_balanced(m);
+}
+
 TEST(BlockManager, AllocateZeroOrMoreThanTotalThrows) {
   auto m = make_manager(4);
   expect_usage_error([&] { (void)m.allocate_blocks(0); }, {"allocate_blocks(0)"});

@@ -21,6 +21,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -177,6 +178,20 @@ class BlockManager {
     blocks.reserve(ids.size());
     for (const BlockId id : ids) blocks.push_back(MutableBlock<T>(store_.get(), id));
     return blocks;
+  }
+
+  /// Takes as many blocks as it can, up to `count` (0 or more): all of them
+  /// when allocate_blocks(count) would succeed, else as many as
+  /// available_blocks() says fit, fewer still when a backend protects some
+  /// (lineage). Returns them (possibly none) in allocate_blocks' order.
+  [[nodiscard]] std::vector<MutableBlock<T>> allocate_at_most(std::size_t count) {
+    std::size_t want = std::min(count, store_->total_blocks());
+    while (want > 0) {
+      if (auto blocks = allocate_blocks(want)) return std::move(*blocks);
+      const std::size_t avail = available_blocks();
+      want = avail < want ? avail : want - 1;
+    }
+    return {};
   }
 
   /// Registers a staged block, making it matchable. Under DuplicatePolicy::kReject

@@ -257,18 +257,8 @@ class TransferExecutor {
 
   // Allocates as many destination blocks as fit; the rest is kNoSpace.
   void allocate(Flight& f) {
-    std::size_t want = f.src.size();
-    if (want == 0) return;
-    std::size_t got = std::min(want, core_->dst->total_blocks());
-    std::optional<std::vector<MutableBlock<Dst>>> blocks;
-    // available_blocks() is what surely fits; try everything first, then that.
-    while (got > 0) {
-      blocks = core_->dst->allocate_blocks(got);
-      if (blocks) break;
-      const std::size_t avail = core_->dst->available_blocks();
-      got = avail < got ? avail : got - 1;
-    }
-    if (blocks) f.dst = std::move(*blocks);
+    if (f.src.empty()) return;
+    f.dst = core_->dst->allocate_at_most(f.src.size());
     for (std::size_t i = f.dst.size(); i < f.src.size(); ++i) {
       f.owners[f.owner[i]]->add_result(f.hashes[i], BlockOutcome::kNoSpace);
       retarget_dups(f, i, std::nullopt, BlockOutcome::kNoSpace);
