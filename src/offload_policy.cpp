@@ -10,6 +10,22 @@
 
 namespace kvbm {
 
+namespace {
+// The hashes still passing, and their indices in `hashes`: what the next
+// policy of a chain is asked about.
+void gather_passing(std::span<const SequenceHash> hashes, const std::vector<bool>& pass,
+                    std::vector<SequenceHash>& left, std::vector<std::size_t>& index) {
+  left.clear();
+  index.clear();
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (pass[i]) {
+      left.push_back(hashes[i]);
+      index.push_back(i);
+    }
+  }
+}
+}  // namespace
+
 void PassAllPolicy::evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) {
   (void)hashes;
   (void)pass;
@@ -40,14 +56,7 @@ void AllOfPolicy::evaluate(std::span<const SequenceHash> hashes, std::vector<boo
   std::vector<SequenceHash> left;
   std::vector<std::size_t> index;
   for (const auto& p : policies_) {
-    left.clear();
-    index.clear();
-    for (std::size_t i = 0; i < hashes.size(); ++i) {
-      if (pass[i]) {
-        left.push_back(hashes[i]);
-        index.push_back(i);
-      }
-    }
+    gather_passing(hashes, pass, left, index);
     if (left.empty()) return;
     std::vector<bool> sub(left.size(), true);
     p->evaluate(left, sub);
@@ -90,14 +99,7 @@ std::vector<bool> PolicyChain::run(std::span<const SequenceHash> hashes) {
   std::vector<SequenceHash> left;
   std::vector<std::size_t> index;
   for (std::size_t k = 0; k < policies_.size(); ++k) {
-    left.clear();
-    index.clear();
-    for (std::size_t i = 0; i < hashes.size(); ++i) {
-      if (pass[i]) {
-        left.push_back(hashes[i]);
-        index.push_back(i);
-      }
-    }
+    gather_passing(hashes, pass, left, index);
     if (left.empty()) break;
     std::vector<bool> sub(left.size(), true);
     bool ok = true;
