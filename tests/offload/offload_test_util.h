@@ -1,5 +1,6 @@
 // tests/offload/offload_test_util.h: helpers shared by the offload tests.
 //
+//   SlowPolicy        a policy that advances a ManualClock per call
 //   FakeEngine        a TransferEngine that copies nothing: completes at once
 //                     or when released (gated), fails chosen source blocks,
 //                     or refuses batches; records every submit
@@ -149,6 +150,21 @@ struct Tiers {
 };
 
 /// Waits for `pred` to hold, yielding; fails after 10 s.
+/// A policy that advances the manual clock by `cost` per call and passes everything.
+class SlowPolicy final : public OffloadPolicy {
+ public:
+  SlowPolicy(std::shared_ptr<ManualClock> clock, std::chrono::nanoseconds cost)
+      : clock_(std::move(clock)), cost_(cost) {}
+  std::string_view name() const noexcept override { return "slow"; }
+  void evaluate(std::span<const SequenceHash>, std::vector<bool>&) override {
+    clock_->advance(cost_);
+  }
+
+ private:
+  std::shared_ptr<ManualClock> clock_;
+  std::chrono::nanoseconds cost_;
+};
+
 inline bool eventually(const std::function<bool()>& pred) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!pred()) {

@@ -19,6 +19,7 @@ using test::chain;
 using test::eventually;
 using test::FakeEngine;
 using test::seq;
+using test::SlowPolicy;
 using test::Tiers;
 using ::testing::HasSubstr;
 using Pipeline = OffloadPipeline<G1, G2>;
@@ -48,21 +49,6 @@ class GatePolicy final : public OffloadPolicy {
   std::condition_variable cv_;
   bool open_ = false;
   int calls_ = 0;
-};
-
-/// A policy that advances the manual clock by `cost` and passes everything.
-class SlowPolicy final : public OffloadPolicy {
- public:
-  SlowPolicy(std::shared_ptr<ManualClock> clock, std::chrono::nanoseconds cost)
-      : clock_(std::move(clock)), cost_(cost) {}
-  std::string_view name() const noexcept override { return "slow"; }
-  void evaluate(std::span<const SequenceHash>, std::vector<bool>&) override {
-    clock_->advance(cost_);
-  }
-
- private:
-  std::shared_ptr<ManualClock> clock_;
-  std::chrono::nanoseconds cost_;
 };
 
 PipelineConfig cfg(std::size_t min, std::size_t max, std::size_t concurrent = 1,

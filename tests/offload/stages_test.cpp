@@ -20,6 +20,7 @@ using test::chain;
 using test::eventually;
 using test::FakeEngine;
 using test::seq;
+using test::SlowPolicy;
 using test::Tiers;
 using Container = OffloadContainer<G1>;
 
@@ -36,21 +37,6 @@ std::vector<SequenceHash> hashes_of(const Container& c) {
 }
 
 // ---------------------------------------------------------------- policies
-
-/// A policy that advances the clock by `cost` per call and passes everything.
-class SlowPolicy final : public OffloadPolicy {
- public:
-  SlowPolicy(std::shared_ptr<ManualClock> clock, std::chrono::nanoseconds cost)
-      : clock_(std::move(clock)), cost_(cost) {}
-  std::string_view name() const noexcept override { return "slow"; }
-  void evaluate(std::span<const SequenceHash>, std::vector<bool>&) override {
-    clock_->advance(cost_);
-  }
-
- private:
-  std::shared_ptr<ManualClock> clock_;
-  std::chrono::nanoseconds cost_;
-};
 
 class ThrowingPolicy final : public OffloadPolicy {
  public:
