@@ -629,6 +629,18 @@ class KvBlockManagerImpl {
     return out;
   }
 
+  // A G1 -> G2 pipeline's common options: the tiers, the engine, the
+  // pipeline config and the presence policy when asked for.
+  OffloadPipeline<G1, G2>::Builder g1_to_g2_builder() {
+    auto b = OffloadPipeline<G1, G2>::builder();
+    b.source(*g1_).destination(*g2_).engine(e12_).config(config_.pipeline)
+        .metrics_registry(config_.metrics_registry);
+    if (config_.device_to_host_policy.skip_present) {
+      b.policy(std::make_shared<PresencePolicy<G2>>(registry_));
+    }
+    return b;
+  }
+
   void build_offload() {
     auto& c = config_;
     // Build bottom-up: G1->G2 hands its copies to G2->G3.
@@ -643,28 +655,22 @@ class KvBlockManagerImpl {
       g2_evict_->bind(&*g3_, e23_,
                       std::make_shared<OffloadMetrics>(c.metrics_registry, "G2_to_G3_on_eviction"));
     }
+    // Copies that land in G2 go on to G3 when that boundary is write-through.
+    EvictionOffloader<G1, G2>::Registered to_disk;
+    if (p23_) {
+      to_disk = [this](std::vector<ImmutableBlock<G2>>&& blocks) {
+        track(p23_->enqueue(blocks), handles23_);
+      };
+    }
     if (c.device_to_host == OffloadMode::kWriteThrough) {
-      auto b = OffloadPipeline<G1, G2>::builder();
-      b.source(*g1_).destination(*g2_).engine(e12_).config(c.pipeline)
-          .metrics_registry(c.metrics_registry);
-      if (c.device_to_host_policy.skip_present) b.policy(std::make_shared<PresencePolicy<G2>>(registry_));
+      auto b = g1_to_g2_builder();
       for (auto& p : policies(c.device_to_host_policy)) b.policy(std::move(p));
-      if (p23_) {
-        b.on_registered([this](std::vector<ImmutableBlock<G2>>&& blocks) {
-          track(p23_->enqueue(blocks), handles23_);
-        });
-      }
+      if (to_disk) b.on_registered(std::move(to_disk));
       p12_ = b.build();
     } else if (c.device_to_host == OffloadMode::kOnEviction) {
-      EvictionOffloader<G1, G2>::Registered next;
-      if (p23_) {
-        next = [this](std::vector<ImmutableBlock<G2>>&& blocks) {
-          track(p23_->enqueue(blocks), handles23_);
-        };
-      }
       g1_evict_->bind(&*g2_, e12_,
                       std::make_shared<OffloadMetrics>(c.metrics_registry, "G1_to_G2_on_eviction"),
-                      std::move(next));
+                      std::move(to_disk));
     }
   }
 
@@ -704,23 +710,14 @@ class KvBlockManagerImpl {
   TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
                          std::shared_ptr<Precondition> pre) {
     if (!g2_) return {};
-    if (!p12_) {
+    OffloadPipeline<G1, G2>* pipeline = p12_.get();
+    if (pipeline == nullptr) {
       // Not write-through: build a pipeline on first use.
       std::lock_guard lock(explicit_mu_);
-      if (!explicit12_) {
-        auto b = OffloadPipeline<G1, G2>::builder();
-        b.source(*g1_).destination(*g2_).engine(e12_).config(config_.pipeline)
-            .metrics_registry(config_.metrics_registry).name("G1_to_G2_explicit");
-        if (config_.device_to_host_policy.skip_present) {
-          b.policy(std::make_shared<PresencePolicy<G2>>(registry_));
-        }
-        explicit12_ = b.build();
-      }
-      auto h = explicit12_->enqueue(blocks, std::move(pre));
-      track(h, handles12_);
-      return h;
+      if (!explicit12_) explicit12_ = g1_to_g2_builder().name("G1_to_G2_explicit").build();
+      pipeline = explicit12_.get();
     }
-    auto h = p12_->enqueue(blocks, std::move(pre));
+    auto h = pipeline->enqueue(blocks, std::move(pre));
     track(h, handles12_);
     return h;
   }
