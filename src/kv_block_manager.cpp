@@ -870,7 +870,10 @@ class KvBlockManagerImpl {
       if (stopped_) return;
       stopped_ = true;
     }
-    if (explicit12_) explicit12_->shutdown();
+    {
+      std::lock_guard lock(explicit_mu_);  // offload() may be building it
+      if (explicit12_) explicit12_->shutdown();
+    }
     if (p12_) p12_->shutdown();  // its last copies may still enqueue into p23_
     if (p23_) p23_->shutdown();
     wait_onboards();
