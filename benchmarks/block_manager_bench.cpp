@@ -138,6 +138,37 @@ void BM_BlockManager_LifecycleEvicting(benchmark::State& state) {
 }
 BENCHMARK(BM_BlockManager_LifecycleEvicting)->Arg(1)->Arg(32);
 
+// One block at a time through the single-block calls (allocate_block,
+// register_block), as a scheduler does when a decode step fills one block.
+// Arg 0: every allocation comes from the reset pool; arg 1: every allocation
+// evicts a cached block.
+void BM_BlockManager_LifecycleSingle(benchmark::State& state) {
+  const bool evicting = state.range(0) != 0;
+  auto m = make_manager();
+  std::uint64_t next = 1;
+  std::size_t used = 0;
+  if (evicting) {
+    auto all = register_all(m, chain(7, kPool));
+    next = 1ULL << 40;
+  }
+  for (auto _ : state) {
+    if (!evicting && used == kPool) {
+      state.PauseTiming();
+      m.reset_inactive_pool();
+      used = 0;
+      state.ResumeTiming();
+    }
+    auto staged = std::move(*m.allocate_block())
+                      .stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize)
+                      .value();
+    auto registered = m.register_block(std::move(staged));
+    benchmark::DoNotOptimize(&registered);
+    ++used;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_BlockManager_LifecycleSingle)->ArgName("evicting")->Arg(0)->Arg(1);
+
 // --- Matching -------------------------------------------------------------
 
 // Runs prefix matches of 32-block runs. Handles are kept for a window of

@@ -27,8 +27,8 @@ BlockStore::BlockStore(Options options)
       tracker_(std::move(options.tracker)),
       listeners_(std::move(options.listeners)),
       slots_(options.block_count),
-      table_(options.block_count),
-      backend_(std::move(options.backend)) {
+      backend_(std::move(options.backend)),
+      table_(options.block_count) {
   KVBM_CHECK(options.block_count > 0, "a block pool needs at least one block");
   KVBM_CHECK(backend_ != nullptr, "a block pool needs an eviction backend");
   KVBM_CHECK(metrics_ != nullptr, "a block pool needs its metrics");
@@ -68,7 +68,7 @@ std::uint32_t BlockStore::generation(BlockId id) const noexcept {
   return slots_[id].generation;
 }
 
-bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
+bool BlockStore::allocate(std::uint32_t n, BlockId* out) {
   PoolCounterDelta delta;
   std::vector<EvictedBlock> evicted;  // filled only when a listener wants them
   {
@@ -76,39 +76,24 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
     if (static_cast<std::size_t>(n) > reset_.size() + backend_->size()) return false;
     const std::size_t from_reset = std::min<std::size_t>(n, reset_.size());
     const std::size_t to_evict = n - from_reset;
-    const std::size_t first_evicted = out.size();
-    out.reserve(out.size() + n);
-    // Evict first: a backend that protects blocks (lineage) may free fewer
-    // than it holds; then the evictions are undone and nothing has changed.
-    for (std::size_t i = 0; i < to_evict; ++i) {
-      const auto victim = evict_one_locked();
-      if (!victim) {
-        undo_evictions_locked(std::span(out).subspan(first_evicted));
-        out.resize(first_evicted);
-        return false;
-      }
-      out.push_back(*victim);
-    }
+    // Free blocks first, then the evicted ones (the order the pools are drawn
+    // from, as documented). Evict before touching the reset pool: a backend
+    // that protects blocks (lineage) may free fewer than it holds, and then
+    // the evictions are undone and nothing has changed.
+    BlockId* const victims = out + from_reset;
+    if (to_evict > 0 && !evict_locked(to_evict, victims)) return false;
     for (std::size_t i = 0; i < from_reset; ++i) {
-      out.push_back(reset_.back());
+      out[i] = reset_.back();
       reset_.pop_back();
     }
-    // Hand out the free blocks first, then the evicted ones (the order the
-    // pools were drawn from, as documented).
-    std::rotate(out.begin() + static_cast<std::ptrdiff_t>(first_evicted),
-                out.begin() + static_cast<std::ptrdiff_t>(first_evicted + to_evict), out.end());
-    for (std::size_t i = first_evicted; i < out.size(); ++i) {
-      Slot& s = slots_[out[i]];
-      s.state = SlotState::kMutable;
-      if (i >= first_evicted + from_reset) s.generation++;  // weak handles to it now fail
-    }
+    for (std::size_t i = 0; i < n; ++i) slots_[out[i]].state = SlotState::kMutable;
     if (to_evict > 0 && !listeners_.empty()) {
       evicted.reserve(to_evict);
       std::vector<SequenceHash> hashes;
       hashes.reserve(to_evict);
-      for (std::size_t i = first_evicted + from_reset; i < out.size(); ++i) {
-        evicted.push_back({out[i], slots_[out[i]].hash});
-        hashes.push_back(slots_[out[i]].hash);
+      for (std::size_t i = 0; i < to_evict; ++i) {
+        evicted.push_back({victims[i], slots_[victims[i]].hash});
+        hashes.push_back(slots_[victims[i]].hash);
       }
       for (const auto& l : listeners_) l->on_removed(hashes);
     }
@@ -127,6 +112,32 @@ bool BlockStore::allocate(std::uint32_t n, std::vector<BlockId>& out) {
   return true;
 }
 
+bool BlockStore::evict_locked(std::size_t n, BlockId* victims) noexcept {
+  // Take the victims out of the backend first. Lineage makes a parent
+  // evictable only once its last cached child has left the tier, so each pop
+  // is followed by on_unregistered before the next.
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto victim = backend_->pop_victim();
+    if (!victim) {
+      // Nothing was erased yet: the popped blocks go back as they were.
+      undo_evictions_locked(std::span<const BlockId>(victims, i));
+      return false;
+    }
+    victims[i] = *victim;
+    backend_->on_unregistered(slots_[*victim].hash);
+  }
+  // Then drop their registry entries. Each erase is a random cache line of
+  // the index: ask for all of them first so that the misses overlap.
+  for (std::size_t i = 0; i < n; ++i) table_.prefetch(slots_[victims[i]].hash.value());
+  for (std::size_t i = 0; i < n; ++i) {
+    Slot& s = slots_[victims[i]];
+    table_.erase(s.hash.value());
+    s.state = SlotState::kReset;
+    s.generation++;  // weak handles to it now fail
+  }
+  return true;
+}
+
 std::optional<BlockId> BlockStore::evict_one_locked() noexcept {
   const auto victim = backend_->pop_victim();
   if (!victim) return std::nullopt;
@@ -135,6 +146,14 @@ std::optional<BlockId> BlockStore::evict_one_locked() noexcept {
   backend_->on_unregistered(s.hash);
   s.state = SlotState::kReset;
   return victim;
+}
+
+void BlockStore::prefetch_next_victim_locked() const noexcept {
+  // The next allocation that evicts will erase the current victim's registry
+  // entry: start loading that line now, so that its miss overlaps with the
+  // caller's own instead of stalling the allocation later. A guess (a match
+  // may take the block back first); a wrong one costs one prefetch.
+  if (const auto next = backend_->peek_victim()) table_.prefetch(slots_[*next].hash.value());
 }
 
 void BlockStore::undo_evictions_locked(std::span<const BlockId> evicted) noexcept {
@@ -187,50 +206,87 @@ void BlockStore::revive_locked(BlockId id) noexcept {
   }
 }
 
+void BlockStore::register_locked(Registration& r, PoolCounterDelta& delta,
+                                 std::shared_ptr<BlockStore>& keepalive) {
+  Slot& s = slots_[r.id];
+  const auto [existing_id, inserted] = table_.try_emplace(r.hash.value(), r.id);
+  if (inserted) {
+    backend_->on_registered(r.hash);
+    for (const auto& l : listeners_) l->on_stored(std::span(&r.hash, 1));
+    s.hash = r.hash;
+    s.state = SlotState::kActive;
+    s.refs.store(1, std::memory_order_relaxed);
+    --mutable_out_;
+    ++delta.registrations;
+    r.deduplicated = false;
+  } else if (duplicate_policy_ == DuplicatePolicy::kAllow) {
+    s.hash = r.hash;
+    s.state = SlotState::kDuplicate;
+    s.refs.store(1, std::memory_order_relaxed);
+    --mutable_out_;
+    ++delta.registrations;
+    ++delta.duplicate_blocks;
+    r.deduplicated = false;
+  } else {
+    const BlockId existing = existing_id;
+    revive_locked(existing);
+    return_to_reset_locked(r.id);
+    --mutable_out_;
+    leave_in_use_locked(keepalive);
+    r.id = existing;
+    r.deduplicated = true;
+    ++delta.registration_dedup;
+  }
+}
+
 RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash) {
   PoolCounterDelta delta;
-  RegisterOutcome outcome{id, false};
+  Registration r{id, hash};
   std::shared_ptr<BlockStore> keepalive;
   {
     std::lock_guard lock(mu_);
-    Slot& s = slots_[id];
-    const auto [existing_id, inserted] = table_.try_emplace(hash.value(), id);
-    if (inserted) {
-      backend_->on_registered(hash);
-      for (const auto& l : listeners_) l->on_stored(std::span(&hash, 1));
-      s.hash = hash;
-      s.state = SlotState::kActive;
-      s.refs.store(1, std::memory_order_relaxed);
-      --mutable_out_;
-      delta.registrations = 1;
-    } else if (duplicate_policy_ == DuplicatePolicy::kAllow) {
-      s.hash = hash;
-      s.state = SlotState::kDuplicate;
-      s.refs.store(1, std::memory_order_relaxed);
-      --mutable_out_;
-      delta.registrations = 1;
-      delta.duplicate_blocks = 1;
-    } else {
-      const BlockId existing = existing_id;
-      revive_locked(existing);
-      return_to_reset_locked(id);
-      --mutable_out_;
-      leave_in_use_locked(keepalive);
-      outcome = {existing, true};
-      delta.registration_dedup = 1;
-    }
+    prefetch_next_victim_locked();
+    register_locked(r, delta, keepalive);
     publish_gauges_locked();
   }
   metrics_->add(delta);
   if (tracker_) tracker_->touch(hash.value());
-  return outcome;
+  return {r.id, r.deduplicated};
+}
+
+void BlockStore::register_blocks(std::span<Registration> batch) {
+  if (batch.empty()) return;
+  PoolCounterDelta delta;
+  std::shared_ptr<BlockStore> keepalive;
+  {
+    std::lock_guard lock(mu_);
+    prefetch_next_victim_locked();
+    // Each registration touches a random line of the index and the block's
+    // slot: ask for all of them first so that the misses overlap.
+    for (const auto& r : batch) {
+      table_.prefetch(r.hash.value());
+      prefetch_for_write(&slots_[r.id]);
+    }
+    for (auto& r : batch) register_locked(r, delta, keepalive);
+    publish_gauges_locked();
+  }
+  metrics_->add(delta);
+  if (tracker_) {
+    for (const auto& r : batch) tracker_->touch(r.hash.value());
+  }
 }
 
 void BlockStore::release_last_reference(BlockId id) noexcept {
   std::shared_ptr<BlockStore> keepalive;
   std::lock_guard lock(mu_);
   Slot& s = slots_[id];
-  if (s.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // revived meanwhile
+  // Only a holder adds a reference without the lock; when ours is the only
+  // one left nobody else can, so a plain store ends it.
+  if (s.refs.load(std::memory_order_acquire) == 1) {
+    s.refs.store(0, std::memory_order_relaxed);
+  } else if (s.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    return;  // revived meanwhile, or copied by another holder
+  }
   if (s.state == SlotState::kDuplicate) {
     return_to_reset_locked(id);
   } else {

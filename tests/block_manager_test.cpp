@@ -390,6 +390,65 @@ TEST(BlockManager, RegisterBlocksRegistersAllInOrder) {
   expect_balanced(m);
 }
 
+TEST(BlockManager, AllocateBlockTakesOneBlockLikeAllocateBlocksOfOne) {
+  auto m = make_manager(2);
+  auto a = m.allocate_block();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->block_id(), 0u);  // the reset pool hands out block 0 first
+  EXPECT_EQ(m.pool_counts().mutable_out, 1u);
+  // Fill the pool with one cached block and one in use; the next single
+  // allocation must evict the cached one.
+  auto cached = m.register_block(stage_ok(std::move(*a), root(1)));
+  auto held = m.register_block(stage_ok(std::move(*m.allocate_block()), root(2)));
+  const BlockId cached_id = cached.block_id();
+  { auto drop = std::move(cached); }
+  EXPECT_EQ(m.pool_counts().inactive, 1u);
+  auto b = m.allocate_block();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->block_id(), cached_id);
+  EXPECT_EQ(present(m, {root(1)}), std::vector<bool>{false});
+  // Nothing left: nullopt, and nothing changed.
+  const PoolCounts before = m.pool_counts();
+  EXPECT_FALSE(m.allocate_block().has_value());
+  const PoolCounts after = m.pool_counts();
+  EXPECT_EQ(after.reset, before.reset);
+  EXPECT_EQ(after.in_use, before.in_use);
+  b.reset();
+  expect_balanced(m);
+  EXPECT_EQ(m.audit(), "");
+}
+
+TEST(BlockManager, RegisterBlocksWithTheSameHashTwiceInOneBatch) {
+  for (const auto policy : {DuplicatePolicy::kAllow, DuplicatePolicy::kReject}) {
+    SCOPED_TRACE(policy == DuplicatePolicy::kAllow ? "allow" : "reject");
+    auto m = make_manager(4, policy);
+    auto blocks = *m.allocate_blocks(3);
+    std::vector<CompleteBlock<G1>> staged;
+    staged.push_back(stage_ok(std::move(blocks[0]), root(7)));
+    staged.push_back(stage_ok(std::move(blocks[1]), root(8)));
+    staged.push_back(stage_ok(std::move(blocks[2]), root(7)));
+    const BlockId first = staged[0].block_id();
+    const BlockId third = staged[2].block_id();
+    auto got = m.register_blocks(std::move(staged));
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].block_id(), first);
+    if (policy == DuplicatePolicy::kAllow) {
+      EXPECT_EQ(got[2].block_id(), third);  // a duplicate, kept until dropped
+      EXPECT_EQ(m.pool_counts().in_use, 3u);
+    } else {
+      EXPECT_EQ(got[2].block_id(), first);  // the batch's own first block
+      EXPECT_EQ(got[0].use_count(), 2u);
+      EXPECT_EQ(m.pool_counts().in_use, 2u);
+      EXPECT_EQ(m.pool_counts().reset, 2u);  // the rejected block went back
+    }
+    got.clear();
+    EXPECT_EQ(m.pool_counts().inactive, 2u);
+    EXPECT_EQ(present(m, {root(7), root(8)}), (std::vector<bool>{true, true}));
+    expect_balanced(m);
+    EXPECT_EQ(m.audit(), "");
+  }
+}
+
 TEST(BlockManager, RegisterBlocksChecksAllBeforeRegisteringAny) {
   auto m1 = make_manager(4);
   auto m2 = BlockManager<G1>::builder().block_count(2).block_size(16).pool_name("other").build();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvbm/detail/hash_index.h"
+#include "kvbm/detail/huge_page_allocator.h"
 #include "test_util.h"
 
 namespace kvbm::detail {
@@ -77,6 +78,18 @@ TEST(HashIndex, SizedToTwiceItsEntriesAtLeast) {
   EXPECT_TRUE(index.contains(0));
   EXPECT_FALSE(index.try_emplace(0, 4).second);
   EXPECT_EQ(*index.find(0), 3u);
+}
+
+TEST(HugePageAllocator, LargeTablesAreHugePageAlignedAndUsable) {
+  // 3 MiB of entries: at least one huge page, aligned to one.
+  std::vector<std::uint64_t, HugePageAllocator<std::uint64_t>> big(3u << 17);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.data()) % kHugePageBytes, 0u);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = i;
+  EXPECT_EQ(big.back(), big.size() - 1);
+  // A small table is an ordinary allocation with the type's alignment.
+  std::vector<std::uint64_t, HugePageAllocator<std::uint64_t>> small(100, 7);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.data()) % alignof(std::uint64_t), 0u);
+  EXPECT_EQ(small[99], 7u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // `block_size` tokens, and hands them out as type-state handles:
 //
 //     allocate_blocks(n)         -> std::vector<MutableBlock<T>>  (all or nothing)
+//     allocate_block()           -> one MutableBlock<T>, no vector
 //     std::move(m).stage(h, bs)  -> CompleteBlock<T>
 //     register_block(std::move(c)) -> ImmutableBlock<T>   (now matchable)
 //     match_blocks(hashes)       -> leading run of ImmutableBlock<T>
@@ -172,12 +173,28 @@ class BlockManager {
     KVBM_CHECK(count <= store_->total_blocks(), "allocate_blocks(", count, "): pool ",
                store_->name(), " has only ", store_->total_blocks(),
                " blocks; ask for at most that many");
-    std::vector<BlockId> ids;
+    // The ids go through a buffer on the stack for the usual small counts.
+    constexpr std::size_t kInline = 64;
+    std::array<BlockId, kInline> inline_ids;
+    std::vector<BlockId> heap_ids;
+    BlockId* ids = inline_ids.data();
+    if (count > kInline) {
+      heap_ids.resize(count);
+      ids = heap_ids.data();
+    }
     if (!store_->allocate(static_cast<std::uint32_t>(count), ids)) return std::nullopt;
     std::vector<MutableBlock<T>> blocks;
-    blocks.reserve(ids.size());
-    for (const BlockId id : ids) blocks.push_back(MutableBlock<T>(store_.get(), id));
+    blocks.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) blocks.push_back(MutableBlock<T>(store_.get(), ids[i]));
     return blocks;
+  }
+
+  /// Takes one block, as allocate_blocks(1) does, without building a vector.
+  /// Returns nullopt when no block is available.
+  [[nodiscard]] std::optional<MutableBlock<T>> allocate_block() {
+    BlockId id = 0;
+    if (!store_->allocate(1, &id)) return std::nullopt;
+    return MutableBlock<T>(store_.get(), id);
   }
 
   /// Takes as many blocks as it can, up to `count` (0 or more): all of them
@@ -219,9 +236,19 @@ class BlockManager {
                  " belongs to another manager (pool ", b.store_->name(), ")");
     }
     std::vector<ImmutableBlock<T>> out;
-    out.reserve(blocks.size());
-    for (auto& b : blocks) out.push_back(register_block(std::move(b)));
+    if (blocks.size() == 1) {
+      out.push_back(register_block(std::move(blocks.front())));
+      blocks.clear();
+      return out;
+    }
+    std::vector<detail::Registration> batch;
+    batch.reserve(blocks.size());
+    for (const auto& b : blocks) batch.push_back({b.id_, b.hash_});
+    store_->register_blocks(batch);  // the store now owns every block
+    for (auto& b : blocks) b.release_to_registry();
     blocks.clear();
+    out.reserve(batch.size());
+    for (const auto& r : batch) out.push_back(ImmutableBlock<T>(store_.get(), r.id));
     return out;
   }
 

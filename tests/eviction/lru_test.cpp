@@ -47,6 +47,20 @@ TEST(LruBackend, EvictsInInsertionOrder) {
   EXPECT_EQ(lru.size(), 0U);
 }
 
+TEST(LruBackend, PeekVictimIsTheNextPopAndRemovesNothing) {
+  LruBackend lru(8);
+  EXPECT_EQ(lru.peek_victim(), std::nullopt);
+  for (BlockId id : {6U, 2U, 7U}) lru.insert(id, hash_of(id));
+  lru.remove(6);
+  EXPECT_EQ(lru.peek_victim(), 2U);
+  EXPECT_EQ(lru.size(), 2U);
+  for (BlockId expected : {2U, 7U}) {
+    EXPECT_EQ(lru.peek_victim(), expected);
+    EXPECT_EQ(lru.pop_victim(), expected);
+  }
+  EXPECT_EQ(lru.peek_victim(), std::nullopt);
+}
+
 TEST(LruBackend, RemoveAndReinsertMovesToMostRecent) {
   LruBackend lru(8);
   for (BlockId id = 0; id < 5; ++id) {

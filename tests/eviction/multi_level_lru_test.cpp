@@ -32,6 +32,23 @@ void touch_n(FrequencyTracker& t, std::uint64_t key, int n) {
   }
 }
 
+TEST(MultiLevelLruBackend, PeekVictimIsTheNextPopAcrossLevels) {
+  auto tracker = std::make_shared<FrequencyTracker>(1024);
+  MultiLevelLruBackend b(8, tracker);
+  EXPECT_EQ(b.peek_victim(), std::nullopt);
+  touch_n(*tracker, 100, 8);  // block 0 sits in a high level
+  b.insert(0, hash_of(100));
+  b.insert(1, hash_of(101));
+  b.insert(2, hash_of(102));
+  std::size_t left = 3;
+  for (BlockId expected : {1U, 2U, 0U}) {  // low level first, LRU within it
+    EXPECT_EQ(b.peek_victim(), expected);
+    EXPECT_EQ(b.size(), left--);  // peeking removed nothing
+    EXPECT_EQ(b.pop_victim(), expected);
+  }
+  EXPECT_EQ(b.peek_victim(), std::nullopt);
+}
+
 TEST(MultiLevelLruBackend, RejectsMissingTrackerAndBadThresholds) {
   auto tracker = std::make_shared<const FrequencyTracker>(64);
   EXPECT_THROW(MultiLevelLruBackend(8, nullptr), UsageError);

@@ -123,7 +123,7 @@ Result<CompleteBlock<T>, StageError<T>> MutableBlock<T>::stage(const SequenceHas
                                         " tokens but ", block_size, " were given");
     return StageError<T>{std::move(*this), std::move(reason)};
   }
-  store_->note_staged();
+  store_->note_staged(hash);
   detail::BlockStore* store = std::exchange(store_, nullptr);
   return CompleteBlock<T>(store, id_, hash);
 }

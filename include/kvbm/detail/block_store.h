@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kvbm/detail/hash_index.h"
+#include "kvbm/detail/huge_page_allocator.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/metrics.h"
@@ -81,6 +82,14 @@ struct RegisterOutcome {
   bool deduplicated; ///< true when an existing block was returned (Reject)
 };
 
+/// One block of a batch registration: the staged block and its hash in,
+/// the outcome out.
+struct Registration {
+  BlockId id;            ///< in: the staged block; out: the block now held
+  SequenceHash hash;     ///< in
+  bool deduplicated = false;  ///< out: true when an existing block was returned
+};
+
 class BlockStore : public std::enable_shared_from_this<BlockStore> {
  public:
   struct Options {
@@ -106,19 +115,26 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   [[nodiscard]] EvictionPolicy eviction_policy() const noexcept { return backend_->policy(); }
   [[nodiscard]] PoolMetrics& metrics() noexcept { return *metrics_; }
 
-  /// Takes n blocks (reset pool first, then evictions) or none. Appends their
-  /// ids to `out` and returns true, or returns false and changes nothing.
-  bool allocate(std::uint32_t n, std::vector<BlockId>& out);
+  /// Takes n blocks (reset pool first, then evictions) or none. Writes their
+  /// ids to out[0, n) and returns true, or returns false and changes nothing.
+  bool allocate(std::uint32_t n, BlockId* out);
 
   /// Returns a mutable or complete block to the reset pool.
   void release_mutable(BlockId id) noexcept;
 
-  /// Counts a staging (MutableBlock -> CompleteBlock) in the metrics.
-  void note_staged() noexcept { metrics_->add_staging(); }
+  /// Counts a staging (MutableBlock -> CompleteBlock) in the metrics, and
+  /// starts loading the registry line the block's registration will need.
+  void note_staged(const SequenceHash& hash) noexcept {
+    metrics_->add_staging();
+    table_.prefetch(hash.value());
+  }
 
   /// Registers a staged block under `hash`. The caller's reference to `id`
   /// is consumed; it holds one strong reference to the returned block.
   RegisterOutcome register_block(BlockId id, const SequenceHash& hash);
+  /// Registers a batch under one lock acquisition, in order; each entry's
+  /// outcome is written back into it.
+  void register_blocks(std::span<Registration> batch);
 
   /// Prefix match: strong references to the leading present blocks.
   std::size_t match(std::span<const SequenceHash> hashes, std::vector<BlockId>& out);
@@ -172,6 +188,10 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   // All below: lock held.
   void return_to_reset_locked(BlockId id) noexcept;
   std::optional<BlockId> evict_one_locked() noexcept;
+  bool evict_locked(std::size_t n, BlockId* victims) noexcept;
+  void prefetch_next_victim_locked() const noexcept;
+  void register_locked(Registration& r, PoolCounterDelta& delta,
+                       std::shared_ptr<BlockStore>& keepalive);
   void undo_evictions_locked(std::span<const BlockId> evicted) noexcept;
   void revive_locked(BlockId id) noexcept;
   void publish_gauges_locked() noexcept;
@@ -186,7 +206,7 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   const std::vector<std::shared_ptr<PoolListener>> listeners_;  // fixed at construction
 
   mutable std::mutex mu_;
-  std::vector<Slot> slots_;                           // fixed size
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;  // fixed size
   std::vector<BlockId> reset_;                        // guarded by mu_: free stack
   std::unique_ptr<EvictionBackend> backend_;          // guarded by mu_
   HashIndex table_;                                   // guarded by mu_: hash -> registered block

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvbm/detail/huge_page_allocator.h"
 #include "kvbm/eviction/backend.h"  // BlockId
 
 namespace kvbm::detail {
@@ -41,6 +42,17 @@ class HashIndex {
     }
   }
   [[nodiscard]] bool contains(std::uint64_t key) const noexcept { return find(key) != nullptr; }
+
+  /// Asks for the cache line where `key` is looked up, ahead of a find,
+  /// try_emplace or erase. Touches only the table's fixed address and size,
+  /// so it may be called without the lock that guards the entries.
+  void prefetch(std::uint64_t key) const noexcept {
+#if defined(__GNUC__)
+    __builtin_prefetch(&slots_[home(key)], 1);
+#else
+    (void)key;
+#endif
+  }
 
   /// Inserts key -> value unless the key is present; returns the value now
   /// stored and whether it was inserted. Precondition: size() < max_entries
@@ -98,7 +110,7 @@ class HashIndex {
     return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> shift_);
   }
 
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;  // huge pages once >= 2 MiB
   std::size_t mask_;
   unsigned shift_;
   std::size_t max_entries_;

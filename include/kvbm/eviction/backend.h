@@ -63,6 +63,11 @@ class EvictionBackend {
   /// may be evicted now.
   virtual std::optional<BlockId> pop_victim() noexcept = 0;
 
+  /// Returns the block pop_victim() would return now, without removing it,
+  /// or nullopt when the backend cannot tell cheaply (the default). The store
+  /// uses it only to prefetch what the next eviction will touch.
+  [[nodiscard]] virtual std::optional<BlockId> peek_victim() const noexcept { return std::nullopt; }
+
   /// Returns the number of blocks in the pool.
   [[nodiscard]] virtual std::size_t size() const noexcept = 0;
 

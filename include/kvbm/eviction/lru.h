@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "kvbm/detail/huge_page_allocator.h"
 #include "kvbm/error.h"
 #include "kvbm/eviction/backend.h"
 
@@ -110,7 +111,7 @@ class IntrusiveLists {
   }
 
   std::size_t capacity_;
-  std::vector<Link> links_;  // [0, capacity): blocks; then one sentinel per list
+  std::vector<Link, HugePageAllocator<Link>> links_;  // [0, capacity): blocks; then one sentinel per list
 };
 
 }  // namespace detail
@@ -153,6 +154,12 @@ class LruBackend final : public EvictionBackend {
     list_.unlink(id);
     --size_;
     return id;
+  }
+
+  /// Returns the least recently inserted block, which pop_victim() takes next.
+  [[nodiscard]] std::optional<BlockId> peek_victim() const noexcept override {
+    if (list_.empty(0)) return std::nullopt;
+    return list_.front(0);
   }
 
   [[nodiscard]] std::size_t size() const noexcept override { return size_; }

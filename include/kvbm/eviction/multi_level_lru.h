@@ -112,6 +112,14 @@ class MultiLevelLruBackend final : public EvictionBackend {
     return std::nullopt;
   }
 
+  /// Returns the block pop_victim() takes next.
+  [[nodiscard]] std::optional<BlockId> peek_victim() const noexcept override {
+    for (std::size_t level = 0; level < kLevels; ++level) {
+      if (!lists_.empty(level)) return lists_.front(level);
+    }
+    return std::nullopt;
+  }
+
   [[nodiscard]] std::size_t size() const noexcept override { return size_; }
 
   /// Returns the level a block with this hash would be inserted at now.
