@@ -52,6 +52,10 @@ AllOfPolicy::AllOfPolicy(std::vector<std::shared_ptr<OffloadPolicy>> policies)
   for (const auto& p : policies_) KVBM_CHECK(p != nullptr, "AllOfPolicy: a member policy is null");
 }
 
+bool AllOfPolicy::cheap() const noexcept {
+  return std::all_of(policies_.begin(), policies_.end(), [](const auto& p) { return p->cheap(); });
+}
+
 void AllOfPolicy::evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) {
   std::vector<SequenceHash> left;
   std::vector<std::size_t> index;

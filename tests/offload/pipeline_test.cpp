@@ -136,6 +136,72 @@ TEST_F(PipelineFixture, OffloadsAndReportsMetrics) {
   present = ImmutableBlock<G2>(std::move(present));
 }
 
+// Records the thread each evaluation runs on; cheap or not as asked.
+class ThreadRecordingPolicy final : public OffloadPolicy {
+ public:
+  explicit ThreadRecordingPolicy(bool cheap) : cheap_(cheap) {}
+  std::string_view name() const noexcept override { return "thread_recording"; }
+  bool cheap() const noexcept override { return cheap_; }
+  void evaluate(std::span<const SequenceHash>, std::vector<bool>&) override {
+    std::lock_guard lock(mu_);
+    threads_.push_back(std::this_thread::get_id());
+  }
+  std::vector<std::thread::id> threads() const {
+    std::lock_guard lock(mu_);
+    return threads_;
+  }
+
+ private:
+  const bool cheap_;
+  mutable std::mutex mu_;
+  std::vector<std::thread::id> threads_;
+};
+
+TEST_F(PipelineFixture, CheapPoliciesRunOnTheEnqueuingThreadOthersOnThePolicyThread) {
+  EXPECT_TRUE(PassAllPolicy().cheap());
+  EXPECT_TRUE(PresencePolicy<G2>(t.g2.registry()).cheap());
+  EXPECT_TRUE(FrequencyPolicy(t.tracker, 2).cheap());
+  auto cheap = std::make_shared<ThreadRecordingPolicy>(true);
+  auto slow = std::make_shared<ThreadRecordingPolicy>(false);
+  EXPECT_TRUE(AllOfPolicy({cheap, std::make_shared<PassAllPolicy>()}).cheap());
+  EXPECT_FALSE(AllOfPolicy({cheap, slow}).cheap());
+  for (const bool all_cheap : {true, false}) {
+    SCOPED_TRACE(all_cheap ? "all cheap" : "one not cheap");
+    std::vector<std::shared_ptr<OffloadPolicy>> policies{cheap};
+    if (!all_cheap) policies.push_back(slow);
+    auto p = build(cfg(1, 64), nullptr, policies);
+    auto blocks = test::make_registered(t.g1, chain(3));
+    auto h = p->enqueue(blocks);
+    EXPECT_EQ(h.wait(), TransferStatus::kDone);
+    EXPECT_EQ(h.report().count(BlockOutcome::kTransferred), 3u);
+    ASSERT_FALSE(cheap->threads().empty());
+    EXPECT_EQ(cheap->threads().back() == std::this_thread::get_id(), all_cheap);
+    p.reset();
+    blocks.clear();
+    t.g2.reset_inactive_pool();
+    registry = std::make_shared<prometheus::Registry>();
+    test::expect_clean(t);
+  }
+  ASSERT_EQ(slow->threads().size(), 1u);
+  EXPECT_NE(slow->threads().front(), std::this_thread::get_id());
+}
+
+TEST_F(PipelineFixture, InlinePoliciesStillFilterAndCancelAfterShutdown) {
+  auto p = build(cfg(1, 64), nullptr, {std::make_shared<PresencePolicy<G2>>(t.g2.registry())});
+  auto blocks = test::make_registered(t.g1, chain(2));
+  auto present = test::register_one(t.g2, seq(1));
+  auto h = p->enqueue({blocks[1]});  // filtered on this thread: done at once
+  EXPECT_EQ(h.status(), TransferStatus::kDone);
+  EXPECT_EQ(h.report().count(BlockOutcome::kFiltered), 1u);
+  p->shutdown();
+  auto late = p->enqueue({blocks[0]});
+  EXPECT_EQ(late.status(), TransferStatus::kCancelled);
+  p.reset();
+  blocks.clear();
+  { auto drop = std::move(present); }
+  test::expect_clean(t);
+}
+
 // ---- every option reaches the code that uses it
 
 TEST_F(PipelineFixture, MaxBatchSizeBoundsBatchesAndSubmits) {

@@ -23,7 +23,9 @@
 // Threads: one for the policy stage (a slow policy delays only that stage),
 // one dispatcher for the batcher and the executor, the sweeper's, plus the
 // engine's completion callbacks (which register copies in Dst). Preconditions
-// are awaited without a thread.
+// are awaited without a thread. When every policy is cheap (OffloadPolicy::
+// cheap(): the built-in ones, or no policy at all), enqueue() evaluates them
+// on the calling thread and the pipeline starts no policy thread.
 //
 // Shutdown: shutdown() (also run by the destructor) stops accepting work,
 // cancels every container that has not passed the commitment point, waits
@@ -36,6 +38,8 @@
 
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -269,7 +273,10 @@ class OffloadPipeline {
       return batcher_.sweep() + transfer_queue_.sweep();
     });
     subscription_ = clock_->subscribe(mu_, cv_);
-    policy_thread_ = std::thread([this] { run_policy(); });
+    // Cheap policies (or none) run on the enqueuing thread: no policy thread.
+    const auto& ps = evaluator_.policies();
+    inline_policies_ = std::all_of(ps.begin(), ps.end(), [](const auto& p) { return p->cheap(); });
+    if (!inline_policies_) policy_thread_ = std::thread([this] { run_policy(); });
     dispatch_thread_ = std::thread([this] { run_dispatch(); });
     sweeper_.start();
   }
@@ -280,10 +287,30 @@ class OffloadPipeline {
       c.state->finish();
       return;
     }
+    if (inline_policies_) {
+      if (policy_queue_.closed()) {  // shut down
+        c.cancel();
+        return;
+      }
+      {
+        std::lock_guard lock(evaluate_mu_);  // the evaluator is not reentrant
+        if (!evaluator_.evaluate(c)) {
+          c.state->finish();  // every block filtered
+          return;
+        }
+      }
+      awaiter_.submit(std::move(c));  // cancels it once the awaiter is closed
+      return;
+    }
     if (!policy_queue_.push(std::move(c))) c.cancel();  // shut down
   }
 
+  // Tells the dispatcher to look at its queues. Only the first call after the
+  // dispatcher last looked takes its lock and signals; the others find the
+  // wake already pending (the dispatcher clears the flag before it looks, so
+  // it sees their work).
   void wake() {
+    if (wake_pending_.exchange(true)) return;
     { std::lock_guard lock(mu_); }
     cv_.notify_all();
   }
@@ -305,6 +332,7 @@ class OffloadPipeline {
     std::vector<OffloadBatch<Src>> ready;
     std::unique_lock lock(mu_);
     while (!stopped_) {
+      wake_pending_.store(false);
       while (auto c = batch_queue_.try_pop()) batcher_.add(std::move(*c), ready);
       batcher_.poll(ready);
       for (auto& b : ready) {
@@ -323,6 +351,9 @@ class OffloadPipeline {
         launched = true;
       }
       if (launched) continue;  // look at the queues again before sleeping
+      // A wake that came after the flag was cleared may have found the
+      // queues as they were looked at: look again rather than sleep.
+      if (wake_pending_.load()) continue;
       clock_->wait_until(lock, cv_, batcher_.deadline().value_or(Clock::time_point::max()));
     }
   }
@@ -334,6 +365,9 @@ class OffloadPipeline {
   mutable std::mutex mu_;  // the dispatcher's: batcher_, stopped_
   std::condition_variable cv_;
   bool stopped_ = false;  // guarded by mu_
+  std::atomic<bool> wake_pending_{false};  // see wake()
+  bool inline_policies_ = false;           // fixed at construction
+  std::mutex evaluate_mu_;                 // inline evaluation
 
   CancellableQueue<OffloadContainer<Src>> policy_queue_;
   PolicyEvaluator<Src> evaluator_;

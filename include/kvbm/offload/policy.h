@@ -48,6 +48,12 @@ class OffloadPolicy {
   /// `pass` has one entry per hash, all true on entry; set an entry to false
   /// to filter that block.
   virtual void evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) = 0;
+  /// Returns true when evaluate() never blocks and takes microseconds (an
+  /// in-memory lookup). A pipeline whose policies are all cheap runs them on
+  /// the thread that enqueues, saving a thread hand-off per container; any
+  /// other policy runs on the pipeline's policy thread. The timeout applies
+  /// either way. Defaults to false.
+  [[nodiscard]] virtual bool cheap() const noexcept { return false; }
 };
 
 /// Passes every block.
@@ -55,6 +61,7 @@ class PassAllPolicy final : public OffloadPolicy {
  public:
   [[nodiscard]] std::string_view name() const noexcept override { return "pass_all"; }
   void evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) override;
+  [[nodiscard]] bool cheap() const noexcept override { return true; }
 };
 
 /// Passes blocks seen at least `min_count` times lately by a TinyLFU tracker
@@ -66,6 +73,7 @@ class FrequencyPolicy final : public OffloadPolicy {
   FrequencyPolicy(std::shared_ptr<FrequencyTracker> tracker, std::uint32_t min_count);
   [[nodiscard]] std::string_view name() const noexcept override { return "frequency"; }
   void evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) override;
+  [[nodiscard]] bool cheap() const noexcept override { return true; }
   [[nodiscard]] std::uint32_t min_count() const noexcept { return min_count_; }
 
  private:
@@ -84,6 +92,7 @@ class PresencePolicy final : public OffloadPolicy {
                "PresencePolicy needs the destination's registry (BlockManager::registry())");
   }
   [[nodiscard]] std::string_view name() const noexcept override { return "presence"; }
+  [[nodiscard]] bool cheap() const noexcept override { return true; }
   void evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) override {
     const std::vector<bool> present = registry_->template presence<Dst>(hashes);
     for (std::size_t i = 0; i < hashes.size(); ++i) {
@@ -102,6 +111,8 @@ class AllOfPolicy final : public OffloadPolicy {
   explicit AllOfPolicy(std::vector<std::shared_ptr<OffloadPolicy>> policies);
   [[nodiscard]] std::string_view name() const noexcept override { return "all_of"; }
   void evaluate(std::span<const SequenceHash> hashes, std::vector<bool>& pass) override;
+  /// True when every member is cheap.
+  [[nodiscard]] bool cheap() const noexcept override;
   /// Returns the members.
   [[nodiscard]] const std::vector<std::shared_ptr<OffloadPolicy>>& policies() const noexcept {
     return policies_;
