@@ -119,13 +119,21 @@ OffloadReport OffloadState::report() const {
   return report_;
 }
 
+void OffloadState::note_waiter() const {
+  if (is_terminal(status())) return;  // nothing left to hurry (a cancel's own wait)
+  if (waited_.exchange(true, std::memory_order_acq_rel)) return;  // told once
+  if (const auto link = wait_link_.lock()) link->notify();
+}
+
 TransferStatus OffloadState::wait_for(std::chrono::nanoseconds timeout) const {
+  if (timeout.count() > 0) note_waiter();
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return is_terminal(status_); });
   return status_;
 }
 
 TransferStatus OffloadState::wait() const {
+  note_waiter();
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return is_terminal(status_); });
   return status_;

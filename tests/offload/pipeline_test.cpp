@@ -211,6 +211,9 @@ TEST_F(PipelineFixture, MaxBatchSizeBoundsBatchesAndSubmits) {
   for (std::size_t i = 0; i < 12; ++i) hs.push_back(p->enqueue({blocks[i]}));
   // One container larger than max_batch_size: never split, submitted in pieces.
   hs.push_back(p->enqueue(std::vector<ImmutableBlock<G1>>(blocks.begin() + 12, blocks.end())));
+  // Every batch fills up: all goes out without a waiter (a wait would flush
+  // the pending batch early and change the batches this test looks at).
+  ASSERT_TRUE(eventually([&] { return engine->pairs_submitted() == 22; }));
   for (auto& h : hs) EXPECT_EQ(h.wait(), TransferStatus::kDone);
   const auto submits = engine->submits();
   ASSERT_EQ(submits.size(), 6u);
@@ -263,6 +266,26 @@ TEST_F(PipelineFixture, PolicyTimeoutIsApplied) {
   auto h = p->enqueue(blocks);
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
   EXPECT_EQ(h.report().count(BlockOutcome::kTransferred), 2u);
+}
+
+TEST_F(PipelineFixture, WaitingFlushesTheBatchWithoutTheInterval) {
+  auto p = build(cfg(8, 64, 1, 1h));
+  auto blocks = test::make_registered(t.g1, chain(3));
+  auto first = p->enqueue({blocks[0]});
+  ASSERT_TRUE(eventually([&] { return p->stats().batcher_blocks == 1; }));
+  EXPECT_FALSE(first.wait_for(0ns));  // a zero timeout only polls: still batched
+  EXPECT_EQ(first.status(), TransferStatus::kBatched);
+  EXPECT_TRUE(first.wait_for(10s));  // no clock advance, 1 < min_batch_size
+  EXPECT_EQ(engine->submit_count(), 1u);
+  // A waiter that comes before the container reaches the batcher counts too.
+  auto event = std::make_shared<HostEvent>();
+  auto second = p->enqueue({blocks[1], blocks[2]}, event);
+  std::thread waiter([&] { EXPECT_EQ(second.wait(), TransferStatus::kDone); });
+  ASSERT_TRUE(eventually([&] { return p->stats().waiting == 1; }));
+  event->signal();
+  waiter.join();
+  EXPECT_EQ(engine->submit_count(), 2u);
+  EXPECT_EQ(engine->submits()[1].size(), 2u);
 }
 
 TEST_F(PipelineFixture, SweepIntervalSweepsCancelledContainers) {
@@ -436,6 +459,51 @@ TEST_F(PipelineFixture, BlocksEvictedWhileQueuedAreDiscarded) {
   EXPECT_EQ(metric("kvbm_offload_blocks_total", "outcome", "evicted"), 3);
   p.reset();
   blocks.clear();
+  test::expect_clean(t);
+}
+
+TEST_F(PipelineFixture, HeldQueuedBlocksCannotBeEvictedAndAreAllCopied) {
+  auto c = cfg(1, 64);
+  c.hold_queued_blocks = true;
+  auto p = build(c);
+  auto blocks = test::make_registered(t.g1, chain(4));
+  auto event = std::make_shared<HostEvent>();
+  auto h = p->enqueue(blocks, event);
+  ASSERT_TRUE(eventually([&] { return h.status() == TransferStatus::kWaiting; }));
+  blocks.clear();  // the caller is done with them; the pipeline still holds all four
+  EXPECT_EQ(t.g1.pool_counts().in_use, 4u);
+  EXPECT_EQ(t.g1.pool_counts().inactive, 0u);
+  EXPECT_FALSE(t.g1.allocate_blocks(t.g1.total_blocks()).has_value());  // pushes back
+  { auto all = t.g1.allocate_blocks(t.g1.available_blocks()); }  // evicts none of them
+  event->signal();
+  EXPECT_EQ(h.wait(), TransferStatus::kDone);
+  EXPECT_EQ(h.report().count(BlockOutcome::kTransferred), 4u);
+  EXPECT_EQ(h.report().count(BlockOutcome::kEvicted), 0u);
+  EXPECT_EQ(test::present(t.g2, chain(4)), std::vector<bool>(4, true));
+  // Released once copied: back in G1's inactive pool, still matchable there.
+  EXPECT_EQ(t.g1.pool_counts().in_use, 0u);
+  EXPECT_EQ(test::present(t.g1, chain(4)), std::vector<bool>(4, true));
+  p.reset();
+  test::expect_clean(t);
+}
+
+TEST_F(PipelineFixture, CancellingReleasesHeldBlocksBeforeItReturns) {
+  auto c = cfg(1, 64);
+  c.hold_queued_blocks = true;
+  auto p = build(c, nullptr, {std::make_shared<PresencePolicy<G2>>(t.g2.registry())});
+  auto event = std::make_shared<HostEvent>();
+  auto waiting = p->enqueue(test::make_registered(t.g1, chain(2)), event);
+  ASSERT_TRUE(eventually([&] { return p->stats().waiting == 1; }));
+  EXPECT_EQ(t.g1.pool_counts().in_use, 2u);
+  EXPECT_TRUE(waiting.cancel());
+  EXPECT_EQ(t.g1.pool_counts().in_use, 0u);  // nothing pinned once cancel() returns
+  // Every block filtered away: released before the handle ends.
+  { auto in_g2 = test::register_one(t.g2, seq(0, 3)); }
+  auto filtered = p->enqueue(test::make_registered(t.g1, {seq(0, 3)}));
+  EXPECT_EQ(filtered.wait(), TransferStatus::kDone);
+  EXPECT_EQ(filtered.report().count(BlockOutcome::kFiltered), 1u);
+  EXPECT_EQ(t.g1.pool_counts().in_use, 0u);
+  p.reset();
   test::expect_clean(t);
 }
 

@@ -193,6 +193,7 @@ int run(int argc, char** argv) {
   rc.device_to_host = o.g1_g2;
   rc.host_to_disk = o.g2_g3;
   rc.min_frequency = o.min_frequency;
+  rc.hold_queued_blocks = o.hold_queued_blocks;
   rc.move_bytes = !o.metadata_only;
   rc.realtime = o.realtime;
   rc.speed = o.speed;

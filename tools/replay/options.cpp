@@ -205,6 +205,9 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       if (arg != "--g1-g2") o.g2_g3 = *m;
     } else if (arg == "--min-frequency") {
       KVBM_U32(min_frequency, "a count", 0u);
+    } else if (arg == "--hold-queued-blocks") {
+      if (!flag()) return fail("--hold-queued-blocks takes no value");
+      o.hold_queued_blocks = true;
     } else if (arg == "--disk-dir") {
       KVBM_TAKE("a directory");
       o.disk_dir = std::string(v);
@@ -316,6 +319,8 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
   --g2-g3 MODE           write_through (default), on_eviction or none
   --offload-mode MODE    both boundaries
   --min-frequency N      offload only blocks seen at least N times (default 0: all)
+  --hold-queued-blocks   write-through holds a block until its copy starts: none is
+                         lost to eviction, and G1 waits for the copies when full
   --disk-dir DIR         where the G3 file goes (default: a temporary directory,
                          removed at exit)
   --metadata-only        move no bytes (simulation: pools and pipelines only)

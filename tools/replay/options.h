@@ -43,6 +43,7 @@ struct Options {
   OffloadMode g1_g2 = OffloadMode::kWriteThrough;
   OffloadMode g2_g3 = OffloadMode::kWriteThrough;
   std::uint32_t min_frequency = 0;
+  bool hold_queued_blocks = false;
   std::string disk_dir;  ///< "" = a temporary directory, removed at exit
   bool metadata_only = false;
   bool realtime = false;

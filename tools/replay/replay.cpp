@@ -191,6 +191,7 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   c.host_to_disk = config.host_to_disk;
   c.device_to_host_policy.min_frequency = config.min_frequency;
   c.host_to_disk_policy.min_frequency = config.min_frequency;
+  c.pipeline.hold_queued_blocks = config.hold_queued_blocks;
   c.duplicate_policy = DuplicatePolicy::kReject;
   c.move_bytes = config.move_bytes;
   c.metrics_registry =
@@ -218,6 +219,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   r.device_to_host = std::string(to_string(config.device_to_host));
   r.host_to_disk = std::string(to_string(config.host_to_disk));
   r.move_bytes = config.move_bytes;
+  r.hold_queued_blocks = config.hold_queued_blocks;
   r.device_emulated = kvbm->device_emulated();
   r.bytes_checked = config.move_bytes && kvbm->device_emulated();
   if (config.move_bytes && !r.bytes_checked) {

@@ -61,6 +61,7 @@ struct ReplayConfig {
   OffloadMode device_to_host = OffloadMode::kWriteThrough;
   OffloadMode host_to_disk = OffloadMode::kWriteThrough;
   std::uint32_t min_frequency = 0;       ///< offload policy of both boundaries
+  bool hold_queued_blocks = false;       ///< PipelineConfig::hold_queued_blocks
   std::filesystem::path disk_directory;  ///< must exist when disk is configured
   bool move_bytes = true;
   bool realtime = false;
@@ -103,6 +104,7 @@ struct ReplayResult {
   std::string device_to_host;
   std::string host_to_disk;
   bool move_bytes = false;
+  bool hold_queued_blocks = false;
   bool device_emulated = false;
   bool bytes_checked = false;  ///< pattern written and verified
 

@@ -124,7 +124,8 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                      r.block_tokens, human_bytes(static_cast<double>(r.block_bytes)),
                      capacity_text(r.capacity[0]), capacity_text(r.capacity[1]),
                      capacity_text(r.capacity[2]), r.eviction);
-  out << fmt::format("  offload G1->G2 {}, G2->G3 {}   {}\n\n", r.device_to_host, r.host_to_disk,
+  out << fmt::format("  offload G1->G2 {}, G2->G3 {}{}   {}\n\n", r.device_to_host, r.host_to_disk,
+                     r.hold_queued_blocks ? " (queued blocks held)" : "",
                      !r.move_bytes       ? "metadata only (no bytes moved)"
                      : r.device_emulated ? "bytes moved, G1 in host memory (no GPU)"
                                          : "bytes moved, G1 on the GPU");
@@ -212,6 +213,7 @@ nlohmann::json result_json(const ReplayResult& r) {
         {"g1_g2", r.device_to_host},
         {"g2_g3", r.host_to_disk},
         {"move_bytes", r.move_bytes},
+        {"hold_queued_blocks", r.hold_queued_blocks},
         {"device_emulated", r.device_emulated}}},
       {"requests", r.requests},
       {"blocks", r.blocks},

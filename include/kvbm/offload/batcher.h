@@ -7,7 +7,8 @@
 //     larger than max_batch_size becomes a batch of its own;
 //   - the pending batch is flushed as soon as it holds min_batch_size
 //     blocks, or once flush_interval has passed (on the clock) since its
-//     first container arrived (poll() does that; deadline() says when);
+//     first container arrived (poll() does that; deadline() says when), or
+//     as soon as someone waits on the handle of one of its containers;
 //   - a batch never mixes containers whose preconditions differ unless all
 //     of them are met: a container that does not fit that rule flushes the
 //     pending batch first. (In the pipeline the PreconditionAwaiter comes
@@ -20,6 +21,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -51,7 +53,7 @@ class Batcher {
   void add(OffloadContainer<Src>&& c, std::vector<OffloadBatch<Src>>& out) {
     if (c.sweep()) return;
     if (c.blocks.empty()) {  // nothing to move
-      c.state->finish();
+      c.finish();
       return;
     }
     if (!pending_.empty() &&
@@ -61,13 +63,18 @@ class Batcher {
     if (pending_.empty()) first_arrival_ = clock_->now();
     c.state->advance(TransferStatus::kBatched);
     pending_blocks_ += c.blocks.size();
+    const bool waited = c.state->waited();
     pending_.containers.push_back(std::move(c));
-    if (pending_blocks_ >= config_.min_batch_size) flush(out);
+    if (pending_blocks_ >= config_.min_batch_size || waited) flush(out);
   }
 
-  /// Flushes the pending batch into `out` when its flush_interval has passed.
+  /// Flushes the pending batch into `out` when its flush_interval has passed
+  /// or someone waits for one of its containers.
   void poll(std::vector<OffloadBatch<Src>>& out) {
-    if (!pending_.empty() && clock_->now() >= first_arrival_ + config_.flush_interval) flush(out);
+    if (pending_.empty()) return;
+    const bool waited = std::any_of(pending_.containers.begin(), pending_.containers.end(),
+                                    [](const auto& c) { return c.state->waited(); });
+    if (waited || clock_->now() >= first_arrival_ + config_.flush_interval) flush(out);
   }
 
   /// Flushes the pending batch (if any) into `out` now.

@@ -46,6 +46,14 @@ struct PipelineConfig {
   std::chrono::nanoseconds sweep_interval = std::chrono::milliseconds(10);
   /// Most batches in flight in the transfer engine (1 ..).
   std::size_t max_concurrent_transfers = 1;
+  /// When true, a container holds strong references to its blocks from
+  /// enqueue() until the executor seals it (or it is cancelled, filtered
+  /// away or ends): queued blocks cannot be evicted, so every one is copied,
+  /// and the source pool pushes back (its allocations fail while it is full
+  /// of blocks waiting for their copy; drain or wait, then retry). When false
+  /// (the spec's default), queued blocks are weak and one evicted before its
+  /// copy starts is dropped (P3).
+  bool hold_queued_blocks = false;
 
   /// Throws UsageError naming the first invalid option.
   void validate() const;

@@ -35,26 +35,41 @@ struct OffloadContainer {
   std::shared_ptr<Precondition> precondition;  ///< null: none
   CancellationToken token;                     ///< shared with the handle (P2)
   std::shared_ptr<detail::OffloadState> state;
+  /// Strong references that keep the blocks from eviction until the seal;
+  /// empty unless PipelineConfig::hold_queued_blocks. Released before the
+  /// handle ends, so nothing is pinned once a waiter returns.
+  mutable std::vector<ImmutableBlock<Src>> held;
 
-  /// Builds a container and the handle that follows it.
+  /// Builds a container and the handle that follows it. With `hold`, the
+  /// blocks that can still be upgraded are held until the seal.
   static std::pair<OffloadContainer, TransferHandle> make(
       std::vector<WeakBlock<Src>> blocks, std::shared_ptr<Precondition> precondition = nullptr,
-      std::weak_ptr<OffloadMetrics> metrics = {}) {
+      std::weak_ptr<OffloadMetrics> metrics = {}, bool hold = false) {
+    std::vector<ImmutableBlock<Src>> held;
+    if (hold) {
+      held.reserve(blocks.size());
+      for (const auto& w : blocks) {
+        if (auto strong = w.upgrade()) held.push_back(std::move(*strong));
+      }
+    }
     auto state = std::make_shared<detail::OffloadState>(blocks.size(), std::move(metrics));
-    OffloadContainer c{std::move(blocks), std::move(precondition), state->token, state};
+    OffloadContainer c{std::move(blocks), std::move(precondition), state->token, state,
+                       std::move(held)};
     return {std::move(c), TransferHandle(std::move(state))};
   }
 
-  /// Builds a container from strong blocks, downgrading them (the container
-  /// holds no block).
+  /// Builds a container from strong blocks, downgrading them; with `hold`,
+  /// it also keeps them strong until the seal.
   static std::pair<OffloadContainer, TransferHandle> make(
       const std::vector<ImmutableBlock<Src>>& blocks,
       std::shared_ptr<Precondition> precondition = nullptr,
-      std::weak_ptr<OffloadMetrics> metrics = {}) {
+      std::weak_ptr<OffloadMetrics> metrics = {}, bool hold = false) {
     std::vector<WeakBlock<Src>> weak;
     weak.reserve(blocks.size());
     for (const auto& b : blocks) weak.push_back(b.downgrade());
-    return make(std::move(weak), std::move(precondition), std::move(metrics));
+    auto made = make(std::move(weak), std::move(precondition), std::move(metrics));
+    if (hold) made.first.held = blocks;
+    return made;
   }
 
   /// Returns true once the token is cancelled.
@@ -64,14 +79,24 @@ struct OffloadContainer {
   /// Cancels the container (a no-op past the seal) and ends its handle as
   /// kCancelled; used when a stage must drop it (shutdown).
   void cancel() const {
-    if (token.cancel() || token.is_cancelled()) state->finish_cancelled();
+    if (token.cancel() || token.is_cancelled()) finish_cancelled();
   }
   /// For CancellableQueue::sweep: when cancelled, ends the handle and
   /// returns true (remove me).
   bool sweep() const {
     if (!cancelled()) return false;
-    state->finish_cancelled();
+    finish_cancelled();
     return true;
+  }
+  /// Releases the held blocks, then ends the handle (nothing left to copy).
+  void finish() const {
+    held.clear();
+    state->finish();
+  }
+  /// Releases the held blocks, then ends the handle as kCancelled.
+  void finish_cancelled() const {
+    held.clear();
+    state->finish_cancelled();
   }
 };
 

@@ -18,6 +18,8 @@
 // enqueue() downgrades the blocks at once: until the executor seals the
 // container (P3) the pipeline holds only WeakBlocks, so queued blocks never
 // prevent eviction, and a block evicted while queued is dropped, not copied.
+// PipelineConfig::hold_queued_blocks keeps them strong instead, until the
+// seal: every block is copied and the source pool pushes back.
 // The policies P1 to P6 hold; see the stage headers for the details.
 //
 // Threads: one for the policy stage (a slow policy delays only that stage),
@@ -181,14 +183,18 @@ class OffloadPipeline {
   /// shutdown() the handle is kCancelled.
   TransferHandle enqueue(const std::vector<ImmutableBlock<Src>>& blocks,
                          std::shared_ptr<Precondition> precondition = nullptr) {
-    auto [c, h] = OffloadContainer<Src>::make(blocks, std::move(precondition), metrics_);
+    auto [c, h] = OffloadContainer<Src>::make(blocks, std::move(precondition), metrics_,
+                                              config_.hold_queued_blocks);
+    c.state->set_wait_link(wait_link_);
     push(std::move(c));
     return h;
   }
   /// Enqueues weak references; see the other overload.
   TransferHandle enqueue(std::vector<WeakBlock<Src>> blocks,
                          std::shared_ptr<Precondition> precondition = nullptr) {
-    auto [c, h] = OffloadContainer<Src>::make(std::move(blocks), std::move(precondition), metrics_);
+    auto [c, h] = OffloadContainer<Src>::make(std::move(blocks), std::move(precondition), metrics_,
+                                              config_.hold_queued_blocks);
+    c.state->set_wait_link(wait_link_);
     push(std::move(c));
     return h;
   }
@@ -201,6 +207,7 @@ class OffloadPipeline {
       if (stopped_) return;
       stopped_ = true;
     }
+    wait_link_->cut();  // handles outlive the pipeline
     cv_.notify_all();
     policy_queue_.close();
     for (auto& c : policy_queue_.drain()) c.cancel();
@@ -272,6 +279,7 @@ class OffloadPipeline {
       std::lock_guard lock(mu_);
       return batcher_.sweep() + transfer_queue_.sweep();
     });
+    wait_link_->wake = [this] { wake(); };
     subscription_ = clock_->subscribe(mu_, cv_);
     // Cheap policies (or none) run on the enqueuing thread: no policy thread.
     const auto& ps = evaluator_.policies();
@@ -284,7 +292,7 @@ class OffloadPipeline {
   void push(OffloadContainer<Src>&& c) {
     metrics_->add_enqueued(c.blocks.size());
     if (c.blocks.empty()) {
-      c.state->finish();
+      c.finish();
       return;
     }
     if (inline_policies_) {
@@ -295,7 +303,7 @@ class OffloadPipeline {
       {
         std::lock_guard lock(evaluate_mu_);  // the evaluator is not reentrant
         if (!evaluator_.evaluate(c)) {
-          c.state->finish();  // every block filtered
+          c.finish();  // every block filtered
           return;
         }
       }
@@ -320,7 +328,7 @@ class OffloadPipeline {
     while (auto c = policy_queue_.pop()) {
       if (c->sweep()) continue;
       if (!evaluator_.evaluate(*c)) {
-        c->state->finish();  // every block filtered
+        c->finish();  // every block filtered
         continue;
       }
       awaiter_.submit(std::move(*c));
@@ -366,6 +374,9 @@ class OffloadPipeline {
   std::condition_variable cv_;
   bool stopped_ = false;  // guarded by mu_
   std::atomic<bool> wake_pending_{false};  // see wake()
+  // A waiter wakes the dispatcher, whose batcher then flushes the waited-for
+  // container's batch.
+  std::shared_ptr<detail::WaitLink> wait_link_ = std::make_shared<detail::WaitLink>();
   bool inline_policies_ = false;           // fixed at construction
   std::mutex evaluate_mu_;                 // inline evaluation
 

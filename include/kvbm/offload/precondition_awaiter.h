@@ -76,7 +76,7 @@ class PreconditionAwaiter {
     // The token's side of the select: drop the container, end its handle.
     const auto cb_id = token.on_cancel([weak, id] {
       if (const auto core = weak.lock()) {
-        if (auto e = core->claim(id, false)) e->container.state->finish_cancelled();
+        if (auto e = core->claim(id, false)) e->container.finish_cancelled();
       }
     });
     {

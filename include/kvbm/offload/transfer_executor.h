@@ -114,7 +114,7 @@ class TransferExecutor {
     std::unordered_map<std::uint64_t, std::size_t> first;  // hash -> index in f->src
     for (auto& c : batch.containers) {
       if (!c.token.try_seal()) {  // cancelled since the sweep
-        c.state->finish_cancelled();
+        c.finish_cancelled();
         continue;
       }
       c.state->advance(TransferStatus::kTransferring);

@@ -21,6 +21,12 @@
 //   kCancelled     cancelled before the commitment point; nothing was copied
 //                  and no block of the container is held
 //
+// Waiting (wait(), or wait_for() with a positive timeout) also asks the
+// pipeline not to hold the container back for batching: its batch is
+// flushed as soon as it reaches the batcher, without waiting for
+// min_batch_size blocks or the flush_interval. Batching trades latency for
+// throughput only while nobody waits.
+//
 // cancel() (P1: the container is the unit of cancellation) returns only
 // when every block of the container has been released: at once when the
 // container had not passed the commitment point, else after its transfer
@@ -31,10 +37,12 @@
 
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,6 +116,22 @@ struct OffloadReport {
 
 namespace detail {
 
+/// What a handle's first wait reaches: the pipeline's wake-up, until the
+/// pipeline shuts down (not part of the public API).
+struct WaitLink {
+  std::mutex mu;
+  std::function<void()> wake;  // guarded by mu; empty once cut
+
+  void notify() {
+    std::lock_guard lock(mu);
+    if (wake) wake();
+  }
+  void cut() {
+    std::lock_guard lock(mu);
+    wake = nullptr;
+  }
+};
+
 /// The state a handle and its container share (not part of the public API).
 class OffloadState {
  public:
@@ -139,8 +163,15 @@ class OffloadState {
   /// Waits until terminal; returns the status.
   TransferStatus wait() const;
 
+  /// Sets whom the first wait tells that someone waits (the pipeline sets
+  /// it before the state is shared).
+  void set_wait_link(std::weak_ptr<WaitLink> link) { wait_link_ = std::move(link); }
+  /// Returns true once someone waited (or waits) for the container.
+  [[nodiscard]] bool waited() const noexcept { return waited_.load(std::memory_order_acquire); }
+
  private:
   void finish_locked(TransferStatus s);
+  void note_waiter() const;
 
   const std::size_t block_count_;
   const std::weak_ptr<OffloadMetrics> metrics_;
@@ -149,6 +180,8 @@ class OffloadState {
   TransferStatus status_ = TransferStatus::kQueued;  // guarded by mu_
   bool failed_ = false;                              // guarded by mu_
   OffloadReport report_;                             // guarded by mu_
+  std::weak_ptr<WaitLink> wait_link_;                // fixed before sharing
+  mutable std::atomic<bool> waited_{false};
 };
 
 }  // namespace detail
@@ -168,9 +201,10 @@ class TransferHandle {
   /// Returns the number of blocks enqueued.
   [[nodiscard]] std::size_t block_count() const;
   /// Blocks until the container reaches a terminal status; returns it.
+  /// Its batch is flushed without waiting for more blocks (file comment).
   TransferStatus wait() const;
   /// Blocks until terminal or `timeout` (real time) passes; returns true
-  /// when terminal.
+  /// when terminal. A positive timeout flushes like wait().
   bool wait_for(std::chrono::nanoseconds timeout) const;
   /// Cancels the container (P1) and returns once none of its blocks is held:
   /// true when it was cancelled, false when it had already passed the
