@@ -425,6 +425,43 @@ TEST(KvBlockManagerTest, OnEvictionIntoG2ThenWriteThroughToG3) {
   expect_clean(*kv);
 }
 
+// Write-through holding its queued blocks: G1 turns over faster than the
+// copies start (a precondition holds them back), yet every block reaches G2
+// and G3, and G1 pushes back instead of evicting a block still to be copied.
+TEST(KvBlockManagerTest, WriteThroughHoldingQueuedBlocksLosesNone) {
+  TempDir dir;
+  auto c = config(8, 32, 32, dir.path());
+  c.move_bytes = false;
+  c.pipeline.hold_queued_blocks = true;
+  auto kv = KvBlockManager::build(c);
+  auto forward_pass = std::make_shared<HostEvent>();
+  std::vector<std::vector<SequenceHash>> requests;
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    requests.push_back(chain(4, 40 + r));
+    auto blocks = kv->device().allocate_blocks(4);
+    if (!blocks) {  // G1 is full of blocks waiting for their copy
+      EXPECT_EQ(kv->device().pool_counts().in_use, 8u);
+      forward_pass->signal();
+      kv->drain();
+      blocks = kv->device().allocate_blocks(4);
+    }
+    ASSERT_TRUE(blocks.has_value()) << "request " << r;
+    std::vector<CompleteBlock<G1>> staged;
+    for (std::size_t i = 0; i < 4; ++i) {
+      staged.push_back(std::move((*blocks)[i]).stage(requests[r][i], kv->block_size()).value());
+    }
+    kv->register_blocks(std::move(staged), forward_pass);  // dropped at once
+  }
+  forward_pass->signal();
+  kv->drain();
+  for (const auto& hashes : requests) {
+    EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(4, true));
+    EXPECT_EQ(test::present(*kv->disk(), hashes), std::vector<bool>(4, true));
+  }
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
 TEST(KvBlockManagerTest, NoneModeMovesNothingButExplicitOffloadDoes) {
   auto c = config(8, 8, 0);
   c.move_bytes = false;
