@@ -19,6 +19,9 @@ void PipelineConfig::validate() const {
              policy_timeout.count(), " ns)");
   KVBM_CHECK(sweep_interval.count() > 0, "PipelineConfig: sweep_interval must be positive (got ",
              sweep_interval.count(), " ns)");
+  KVBM_CHECK(space_wait.count() >= 0,
+             "PipelineConfig: space_wait must not be negative (got ", space_wait.count(),
+             " ns); use 0 to report kNoSpace at once");
   KVBM_CHECK(max_concurrent_transfers >= 1,
              "PipelineConfig: max_concurrent_transfers must be at least 1 (got 0)");
 }

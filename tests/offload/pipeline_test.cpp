@@ -104,6 +104,9 @@ TEST_F(PipelineFixture, BuildRejectsMissingOrInvalidOptions) {
   PipelineConfig bad;
   bad.max_concurrent_transfers = 0;
   expect_error([&] { (void)build(bad); }, "max_concurrent_transfers");
+  PipelineConfig negative;
+  negative.space_wait = -1ms;
+  expect_error([&] { (void)build(negative); }, "space_wait");
   auto other = BlockManager<G2>::builder().block_count(4).block_size(8).build();
   expect_error(
       [&] { (void)Pipeline::builder().source(t.g1).destination(other).engine(engine).build(); },
@@ -504,6 +507,41 @@ TEST_F(PipelineFixture, CancellingReleasesHeldBlocksBeforeItReturns) {
   EXPECT_EQ(filtered.report().count(BlockOutcome::kFiltered), 1u);
   EXPECT_EQ(t.g1.pool_counts().in_use, 0u);
   p.reset();
+  test::expect_clean(t);
+}
+
+TEST_F(PipelineFixture, SpaceWaitLetsACopyWaitForRoomInTheDestination) {
+  auto c = cfg(1, 64);
+  c.space_wait = 10s;
+  auto p = build(c);
+  auto full = t.g2.allocate_blocks(t.g2.total_blocks());  // no room at all
+  auto blocks = test::make_registered(t.g1, chain(2));
+  auto h = p->enqueue(blocks);
+  ASSERT_TRUE(eventually([&] { return h.status() == TransferStatus::kTransferring; }));
+  EXPECT_EQ(engine->submit_count(), 0u);  // waiting for room, not failed
+  full.reset();
+  EXPECT_EQ(h.wait(), TransferStatus::kDone);
+  EXPECT_EQ(h.report().count(BlockOutcome::kTransferred), 2u);
+  EXPECT_EQ(h.report().count(BlockOutcome::kNoSpace), 0u);
+  p.reset();
+  blocks.clear();
+  test::expect_clean(t);
+}
+
+TEST_F(PipelineFixture, ShutdownEndsAWaitForRoom) {
+  auto c = cfg(1, 64);
+  c.space_wait = 1h;
+  auto p = build(c);
+  auto full = t.g2.allocate_blocks(t.g2.total_blocks());
+  auto blocks = test::make_registered(t.g1, chain(2));
+  auto h = p->enqueue(blocks);
+  ASSERT_TRUE(eventually([&] { return h.status() == TransferStatus::kTransferring; }));
+  p->shutdown();  // returns although the hour is not over
+  EXPECT_EQ(h.status(), TransferStatus::kFailed);
+  EXPECT_EQ(h.report().count(BlockOutcome::kNoSpace), 2u);
+  p.reset();
+  full.reset();
+  blocks.clear();
   test::expect_clean(t);
 }
 

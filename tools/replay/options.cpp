@@ -319,8 +319,9 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
   --g2-g3 MODE           write_through (default), on_eviction or none
   --offload-mode MODE    both boundaries
   --min-frequency N      offload only blocks seen at least N times (default 0: all)
-  --hold-queued-blocks   write-through holds a block until its copy starts: none is
-                         lost to eviction, and G1 waits for the copies when full
+  --hold-queued-blocks   write-through holds a block until its copy starts and a
+                         copy waits (up to 1 s) for room in the tier below: none is
+                         lost, and G1 waits for the copies when full
   --disk-dir DIR         where the G3 file goes (default: a temporary directory,
                          removed at exit)
   --metadata-only        move no bytes (simulation: pools and pipelines only)

@@ -192,6 +192,8 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   c.device_to_host_policy.min_frequency = config.min_frequency;
   c.host_to_disk_policy.min_frequency = config.min_frequency;
   c.pipeline.hold_queued_blocks = config.hold_queued_blocks;
+  // Holding is lossless only if a copy may also wait for room below.
+  if (config.hold_queued_blocks) c.pipeline.space_wait = std::chrono::seconds(1);
   c.duplicate_policy = DuplicatePolicy::kReject;
   c.move_bytes = config.move_bytes;
   c.metrics_registry =

@@ -280,6 +280,10 @@ class OffloadPipeline {
       return batcher_.sweep() + transfer_queue_.sweep();
     });
     wait_link_->wake = [this] { wake(); };
+    executor_.set_space_wait(config_.space_wait, [this] {
+      std::lock_guard lock(mu_);  // the dispatcher launches without it
+      return stopped_;
+    });
     subscription_ = clock_->subscribe(mu_, cv_);
     // Cheap policies (or none) run on the enqueuing thread: no policy thread.
     const auto& ps = evaluator_.policies();

@@ -11,7 +11,8 @@
 //   3. flatten every container's blocks into one list (P5); a hash that
 //      appears twice in the batch is copied once; a hash the destination
 //      already holds is not copied (kAlreadyPresent)
-//   4. allocate destination blocks: as many as fit; each block that does
+//   4. allocate destination blocks: as many as fit (waiting up to
+//      PipelineConfig::space_wait for room, when set); each block that does
 //      not fit is reported (kNoSpace) and released, the rest proceeds
 //   5. submit the pairs to the transfer engine, in pieces of at most
 //      `max_submit` pairs
@@ -35,6 +36,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -44,6 +46,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -86,6 +89,14 @@ class TransferExecutor {
     core_->on_registered = std::move(on_registered);
   }
   ~TransferExecutor() { wait_idle(); }
+
+  /// Makes allocation wait up to `wait` (real time) for room in the
+  /// destination, giving up early once `stopping` returns true. Call before
+  /// the first launch.
+  void set_space_wait(std::chrono::nanoseconds wait, std::function<bool()> stopping) {
+    space_wait_ = wait;
+    stopping_ = std::move(stopping);
+  }
   TransferExecutor(const TransferExecutor&) = delete;
   TransferExecutor& operator=(const TransferExecutor&) = delete;
 
@@ -255,10 +266,23 @@ class TransferExecutor {
     f.owner.resize(out);
   }
 
-  // Allocates as many destination blocks as fit; the rest is kNoSpace.
+  // Allocates as many destination blocks as fit, waiting up to space_wait_
+  // for the rest; what still does not fit is kNoSpace.
   void allocate(Flight& f) {
     if (f.src.empty()) return;
     f.dst = core_->dst->allocate_at_most(f.src.size());
+    if (f.dst.size() < f.src.size() && space_wait_.count() > 0) {
+      const auto deadline = std::chrono::steady_clock::now() + space_wait_;
+      auto pause = std::chrono::microseconds(20);
+      while (f.dst.size() < f.src.size() && std::chrono::steady_clock::now() < deadline &&
+             !(stopping_ && stopping_())) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+        for (auto& b : core_->dst->allocate_at_most(f.src.size() - f.dst.size())) {
+          f.dst.push_back(std::move(b));
+        }
+      }
+    }
     for (std::size_t i = f.dst.size(); i < f.src.size(); ++i) {
       f.owners[f.owner[i]]->add_result(f.hashes[i], BlockOutcome::kNoSpace);
       retarget_dups(f, i, std::nullopt, BlockOutcome::kNoSpace);
@@ -332,6 +356,8 @@ class TransferExecutor {
   }
 
   std::shared_ptr<Core> core_;
+  std::chrono::nanoseconds space_wait_{0};
+  std::function<bool()> stopping_;
   std::shared_ptr<TransferEngine> engine_;
   std::size_t max_concurrent_;
   std::size_t max_submit_;
