@@ -452,6 +452,13 @@ class KvBlockManagerImpl {
     } catch (const UsageError& e) {
       config_error("pipeline", e.what());
     }
+    if (c.host_to_disk_pipeline) {
+      try {
+        c.host_to_disk_pipeline->validate();
+      } catch (const UsageError& e) {
+        config_error("host_to_disk_pipeline", e.what());
+      }
+    }
     for (const auto& l : c.device_listeners) {
       if (!l) config_error("device_listeners", "a listener is null");
     }
@@ -646,7 +653,8 @@ class KvBlockManagerImpl {
     // Build bottom-up: G1->G2 hands its copies to G2->G3.
     if (c.host_to_disk == OffloadMode::kWriteThrough) {
       auto b = OffloadPipeline<G2, G3>::builder();
-      b.source(*g2_).destination(*g3_).engine(e23_).config(c.pipeline)
+      b.source(*g2_).destination(*g3_).engine(e23_)
+          .config(c.host_to_disk_pipeline.value_or(c.pipeline))
           .metrics_registry(c.metrics_registry);
       if (c.host_to_disk_policy.skip_present) b.policy(std::make_shared<PresencePolicy<G3>>(registry_));
       for (auto& p : policies(c.host_to_disk_policy)) b.policy(std::move(p));

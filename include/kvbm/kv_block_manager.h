@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -110,7 +111,10 @@ struct KvBlockManagerConfig {
   OffloadMode host_to_disk = OffloadMode::kWriteThrough;
   OffloadPolicyConfig device_to_host_policy;
   OffloadPolicyConfig host_to_disk_policy;
-  PipelineConfig pipeline;  ///< both write-through pipelines
+  PipelineConfig pipeline;  ///< the write-through pipelines (G2 -> G3 too, unless below)
+  /// The G2 -> G3 pipeline's own config (a disk wants other batches than a
+  /// PCIe link; or hold queued blocks only above G2); unset: `pipeline`.
+  std::optional<PipelineConfig> host_to_disk_pipeline;
   DuplicatePolicy duplicate_policy = DuplicatePolicy::kReject;
   /// false: metadata only (no memory, copies complete at once).
   bool move_bytes = true;

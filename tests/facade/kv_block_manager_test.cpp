@@ -150,6 +150,10 @@ TEST(KvBlockManagerConfigTest, InvalidOptionsAreNamed) {
   c = config(4, 4, 0);
   c.pipeline.batch_config.min_batch_size = 100;
   expect_error(c, "KvBlockManagerConfig.pipeline");
+  c = config(4, 4, 4, dir.path());
+  c.host_to_disk_pipeline = PipelineConfig{};
+  c.host_to_disk_pipeline->space_wait = std::chrono::milliseconds(-1);
+  expect_error(c, "KvBlockManagerConfig.host_to_disk_pipeline");
   c = config(4, 4, 0);
   c.device_to_host_policy.min_frequency = 99;
   expect_error(c, "device_to_host_policy.min_frequency");
@@ -458,6 +462,34 @@ TEST(KvBlockManagerTest, WriteThroughHoldingQueuedBlocksLosesNone) {
     EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(4, true));
     EXPECT_EQ(test::present(*kv->disk(), hashes), std::vector<bool>(4, true));
   }
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// The G2 -> G3 pipeline takes its own config when given one: here it holds
+// small batches for an hour, which only a waiter (drain) cuts short.
+TEST(KvBlockManagerTest, HostToDiskPipelineTakesItsOwnConfig) {
+  TempDir dir;
+  auto c = config(8, 16, 16, dir.path());
+  c.move_bytes = false;
+  PipelineConfig disk;
+  disk.batch_config.min_batch_size = 64;
+  disk.batch_config.flush_interval = std::chrono::hours(1);
+  c.host_to_disk_pipeline = disk;
+  auto kv = KvBlockManager::build(c);
+  const auto a = chain(4, 51);
+  compute(*kv, a);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (test::present(*kv->host(), a) != std::vector<bool>(4, true) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(test::present(*kv->host(), a), std::vector<bool>(4, true));
+  // The shared config would flush these 4 blocks after 1 ms; this one waits.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, false));
+  kv->drain();  // waits on the handles, which flushes the batch
+  EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, true));
   kv->shutdown();
   expect_clean(*kv);
 }
