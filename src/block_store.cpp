@@ -8,17 +8,6 @@
 
 namespace kvbm::detail {
 
-namespace {
-// Asks for the cache line of a slot that is about to be written.
-inline void prefetch_for_write(const void* p) noexcept {
-#if defined(__GNUC__)
-  __builtin_prefetch(p, 1);
-#else
-  (void)p;
-#endif
-}
-}  // namespace
-
 BlockStore::BlockStore(Options options)
     : block_size_(options.block_size),
       duplicate_policy_(options.duplicate_policy),
@@ -240,17 +229,8 @@ void BlockStore::register_locked(Registration& r, PoolCounterDelta& delta,
 }
 
 RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash) {
-  PoolCounterDelta delta;
   Registration r{id, hash};
-  std::shared_ptr<BlockStore> keepalive;
-  {
-    std::lock_guard lock(mu_);
-    prefetch_next_victim_locked();
-    register_locked(r, delta, keepalive);
-    publish_gauges_locked();
-  }
-  metrics_->add(delta);
-  if (tracker_) tracker_->touch(hash.value());
+  register_blocks(std::span(&r, 1));
   return {r.id, r.deduplicated};
 }
 
@@ -297,24 +277,32 @@ void BlockStore::release_last_reference(BlockId id) noexcept {
   publish_gauges_locked();
 }
 
+std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> hashes,
+                                               std::vector<BlockId>& out, bool prefix) {
+  // Look every hash up first, then revive: the lookups are independent, so
+  // their cache misses overlap; the atomic reference updates of the revives
+  // would otherwise stall each lookup behind the previous one.
+  const std::size_t first = out.size();
+  for (const auto& h : hashes) {
+    const BlockId* it = table_.find(h.value());
+    if (it == nullptr) {
+      if (prefix) break;
+      continue;
+    }
+    if (out.size() == first) out.reserve(first + hashes.size());  // a miss allocates nothing
+    prefetch_for_write(&slots_[*it]);
+    out.push_back(*it);
+  }
+  for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
+  if (out.size() != first) publish_gauges_locked();
+  return out.size() - first;
+}
+
 std::size_t BlockStore::match(std::span<const SequenceHash> hashes, std::vector<BlockId>& out) {
   std::size_t found = 0;
   {
     std::lock_guard lock(mu_);
-    // Look every hash up first, then revive: the lookups are independent, so
-    // their cache misses overlap; the atomic reference updates of the revives
-    // would otherwise stall each lookup behind the previous one.
-    const std::size_t first = out.size();
-    for (const auto& h : hashes) {
-      const BlockId* it = table_.find(h.value());
-      if (it == nullptr) break;
-      if (found == 0) out.reserve(out.size() + hashes.size());  // a miss allocates nothing
-      prefetch_for_write(&slots_[*it]);
-      out.push_back(*it);
-      ++found;
-    }
-    for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
-    if (found != 0) publish_gauges_locked();
+    found = find_and_revive_locked(hashes, out, /*prefix=*/true);
   }
   PoolCounterDelta delta;
   delta.match_hashes_requested = hashes.size();
@@ -329,16 +317,7 @@ std::size_t BlockStore::scan(std::span<const SequenceHash> hashes, std::vector<B
   std::size_t found = 0;
   {
     std::lock_guard lock(mu_);
-    const std::size_t first = out.size();  // lookups first, as in match()
-    for (const auto& h : hashes) {
-      const BlockId* it = table_.find(h.value());
-      if (it == nullptr) continue;
-      prefetch_for_write(&slots_[*it]);
-      out.push_back(*it);
-      ++found;
-    }
-    for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
-    if (found != 0) publish_gauges_locked();
+    found = find_and_revive_locked(hashes, out, /*prefix=*/false);
   }
   PoolCounterDelta delta;
   delta.scan_hashes_requested = hashes.size();

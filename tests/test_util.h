@@ -7,6 +7,7 @@
 //   metric_value(m, name) the value of `name{pool="<m's pool>"}`, or nullopt
 //   make_registered(...)  allocates, stages and registers blocks in one go
 //   test_seed()           a random seed (or $KVBM_TEST_SEED), printed for replay
+//   eventually(pred)      waits (yielding, up to 10 s) for another thread's work
 
 #pragma once
 
@@ -14,13 +15,16 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kvbm/block_manager.h"
@@ -143,6 +147,16 @@ ImmutableBlock<T> register_one(BlockManager<T>& m, const SequenceHash& hash) {
 template <TierMarker T>
 std::vector<bool> present(const BlockManager<T>& m, const std::vector<SequenceHash>& hashes) {
   return m.registry()->template presence<T>(hashes);
+}
+
+/// Returns true once `pred` holds, false when it still does not after 10 s.
+inline bool eventually(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 }  // namespace kvbm::test

@@ -479,12 +479,8 @@ TEST(KvBlockManagerTest, HostToDiskPipelineTakesItsOwnConfig) {
   auto kv = KvBlockManager::build(c);
   const auto a = chain(4, 51);
   compute(*kv, a);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (test::present(*kv->host(), a) != std::vector<bool>(4, true) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_EQ(test::present(*kv->host(), a), std::vector<bool>(4, true));
+  ASSERT_TRUE(test::eventually(
+      [&] { return test::present(*kv->host(), a) == std::vector<bool>(4, true); }));
   // The shared config would flush these 4 blocks after 1 ms; this one waits.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, false));

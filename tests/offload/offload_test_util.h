@@ -6,7 +6,6 @@
 //                     or refuses batches; records every submit
 //   Tiers             a G1 and a G2 manager sharing a registry with a
 //                     frequency tracker
-//   eventually(pred)  waits (yielding, up to 10 s) for another thread's work
 //   expect_clean(t)   both pools balanced and nothing held
 
 #pragma once
@@ -164,15 +163,6 @@ class SlowPolicy final : public OffloadPolicy {
   std::shared_ptr<ManualClock> clock_;
   std::chrono::nanoseconds cost_;
 };
-
-inline bool eventually(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 /// Both pools balanced, and no block of either held by anyone.
 inline void expect_clean(const Tiers& t) {

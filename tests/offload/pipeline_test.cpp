@@ -510,14 +510,30 @@ TEST_F(PipelineFixture, CancellingReleasesHeldBlocksBeforeItReturns) {
   test::expect_clean(t);
 }
 
-TEST_F(PipelineFixture, SpaceWaitLetsACopyWaitForRoomInTheDestination) {
+// A pipeline with `space_wait` whose copy of two blocks is sealed and waits
+// for room in a G2 that `full` holds entirely.
+struct WaitingForRoom {
+  std::optional<std::vector<MutableBlock<G2>>> full;
+  std::vector<ImmutableBlock<G1>> blocks;
+  std::unique_ptr<Pipeline> p;
+  TransferHandle h;
+};
+
+WaitingForRoom start_waiting_for_room(PipelineFixture& f, std::chrono::nanoseconds space_wait) {
   auto c = cfg(1, 64);
-  c.space_wait = 10s;
-  auto p = build(c);
-  auto full = t.g2.allocate_blocks(t.g2.total_blocks());  // no room at all
-  auto blocks = test::make_registered(t.g1, chain(2));
-  auto h = p->enqueue(blocks);
-  ASSERT_TRUE(eventually([&] { return h.status() == TransferStatus::kTransferring; }));
+  c.space_wait = space_wait;
+  WaitingForRoom w;
+  w.full = f.t.g2.allocate_blocks(f.t.g2.total_blocks());  // no room at all
+  w.blocks = test::make_registered(f.t.g1, chain(2));
+  w.p = f.build(c);
+  w.h = w.p->enqueue(w.blocks);
+  EXPECT_TRUE(eventually([&] { return w.h.status() == TransferStatus::kTransferring; }));
+  return w;
+}
+
+TEST_F(PipelineFixture, SpaceWaitLetsACopyWaitForRoomInTheDestination) {
+  auto [full, blocks, p, h] = start_waiting_for_room(*this, 10s);
+  ASSERT_EQ(h.status(), TransferStatus::kTransferring);
   EXPECT_EQ(engine->submit_count(), 0u);  // waiting for room, not failed
   full.reset();
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
@@ -529,13 +545,8 @@ TEST_F(PipelineFixture, SpaceWaitLetsACopyWaitForRoomInTheDestination) {
 }
 
 TEST_F(PipelineFixture, ShutdownEndsAWaitForRoom) {
-  auto c = cfg(1, 64);
-  c.space_wait = 1h;
-  auto p = build(c);
-  auto full = t.g2.allocate_blocks(t.g2.total_blocks());
-  auto blocks = test::make_registered(t.g1, chain(2));
-  auto h = p->enqueue(blocks);
-  ASSERT_TRUE(eventually([&] { return h.status() == TransferStatus::kTransferring; }));
+  auto [full, blocks, p, h] = start_waiting_for_room(*this, 1h);
+  ASSERT_EQ(h.status(), TransferStatus::kTransferring);
   p->shutdown();  // returns although the hour is not over
   EXPECT_EQ(h.status(), TransferStatus::kFailed);
   EXPECT_EQ(h.report().count(BlockOutcome::kNoSpace), 2u);

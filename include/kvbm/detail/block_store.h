@@ -190,6 +190,10 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   std::optional<BlockId> evict_one_locked() noexcept;
   bool evict_locked(std::size_t n, BlockId* victims) noexcept;
   void prefetch_next_victim_locked() const noexcept;
+  // Prefix (stop at the first miss) or scan (skip misses): the found blocks,
+  // revived, appended to `out`; returns how many.
+  std::size_t find_and_revive_locked(std::span<const SequenceHash> hashes,
+                                     std::vector<BlockId>& out, bool prefix);
   void register_locked(Registration& r, PoolCounterDelta& delta,
                        std::shared_ptr<BlockStore>& keepalive);
   void undo_evictions_locked(std::span<const BlockId> evicted) noexcept;

@@ -24,6 +24,15 @@
 
 namespace kvbm::detail {
 
+/// Asks for the cache line at `p`, which is about to be written (a hint).
+inline void prefetch_for_write(const void* p) noexcept {
+#if defined(__GNUC__)
+  __builtin_prefetch(p, 1);
+#else
+  (void)p;
+#endif
+}
+
 class HashIndex {
  public:
   /// A table for at most `max_entries` keys.
@@ -46,13 +55,7 @@ class HashIndex {
   /// Asks for the cache line where `key` is looked up, ahead of a find,
   /// try_emplace or erase. Touches only the table's fixed address and size,
   /// so it may be called without the lock that guards the entries.
-  void prefetch(std::uint64_t key) const noexcept {
-#if defined(__GNUC__)
-    __builtin_prefetch(&slots_[home(key)], 1);
-#else
-    (void)key;
-#endif
-  }
+  void prefetch(std::uint64_t key) const noexcept { prefetch_for_write(&slots_[home(key)]); }
 
   /// Inserts key -> value unless the key is present; returns the value now
   /// stored and whether it was inserted. Precondition: size() < max_entries
