@@ -207,7 +207,7 @@ class DiskEngineCore {
         // Straight from host memory: checksum the regions where they lie and
         // pwritev them with the sealed tail (the kernel copies or DMAs once).
         const auto tail = staging.first(disk_.tail_bytes());
-        disk_.seal_tail(pair.dst, DiskStorage::checksum(regions), tail);
+        disk_.seal_tail(pair.dst, DiskStorage::checksum(regions), tail, pair.hash);
         {
           IoSlot slot(io_slots_);
           status = disk_.pwrite_slot_from(pair.dst, regions, tail);
@@ -220,7 +220,7 @@ class DiskEngineCore {
           std::memcpy(out, reinterpret_cast<const void*>(r.addr), r.size);
           out += r.size;
         }
-        disk_.seal_slot(pair.dst, staging);
+        disk_.seal_slot(pair.dst, staging, pair.hash);
         {
           IoSlot slot(io_slots_);
           status = disk_.pwrite_slot(pair.dst, staging);
@@ -230,7 +230,7 @@ class DiskEngineCore {
           IoSlot slot(io_slots_);
           status = disk_.pread_slot(pair.src, staging);
         }
-        if (status) status = disk_.verify_slot(pair.src, staging);
+        if (status) status = disk_.verify_slot(pair.src, staging, pair.hash);
         if (status) {
           const std::byte* in = staging.data();
           for (const Region& r : regions) {

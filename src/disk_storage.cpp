@@ -33,13 +33,18 @@ struct SlotFooter {
   std::uint64_t block_bytes;
   std::uint64_t slot;
   std::uint64_t checksum;  // XXH3-64 of the block's bytes
-  std::uint64_t reserved[2];
+  std::uint64_t hash;                // the sequence hash the bytes belong to
+  std::uint64_t layout_fingerprint;  // DiskStorage::layout_fingerprint() of the writer
   std::uint64_t footer_checksum;  // XXH3-64 of the bytes above
 };
 static_assert(sizeof(SlotFooter) == DiskStorage::kFooterBytes);
 constexpr std::size_t kFooterHashedBytes = offsetof(SlotFooter, footer_checksum);
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+void put_le32(unsigned char* out, std::uint32_t v) noexcept {
+  for (std::size_t i = 0; i < 4; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
 
 std::string default_file_name() {
   static std::atomic<std::uint64_t> counter{0};
@@ -64,6 +69,7 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const Disk
   s->num_blocks_ = options.num_blocks;
   s->block_bytes_ = options.config.block_bytes();
   s->slot_bytes_ = round_up(s->block_bytes_ + kFooterBytes, kAlignment);
+  s->layout_fingerprint_ = layout_fingerprint(options.config);
   s->keep_file_ = options.keep_file;
   KVBM_CHECK(s->num_blocks_ <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / s->slot_bytes_,
              "DiskStorageOptions: num_blocks x slot bytes (", s->num_blocks_, " x ", s->slot_bytes_,
@@ -202,23 +208,35 @@ void DiskStorage::check_buffer(std::span<const std::byte> slot) const {
              "a slot buffer must be aligned to DiskStorage::kAlignment (", kAlignment, ") for O_DIRECT");
 }
 
-io::IoStatus DiskStorage::write_slot(BlockId block, std::span<std::byte> slot) const {
-  seal_slot(block, slot);
+std::uint64_t DiskStorage::layout_fingerprint(const LayoutConfig& config) noexcept {
+  // "kvbm-layout" then the five dimensions as u32 LE: the same on every host.
+  unsigned char bytes[11 + 5 * 4] = {'k', 'v', 'b', 'm', '-', 'l', 'a', 'y', 'o', 'u', 't'};
+  put_le32(bytes + 11, config.num_layers);
+  put_le32(bytes + 15, config.outer_dim);
+  put_le32(bytes + 19, config.page_size);
+  put_le32(bytes + 23, config.inner_dim);
+  put_le32(bytes + 27, config.dtype_bytes);
+  return XXH3_64bits(bytes, sizeof(bytes));
+}
+
+io::IoStatus DiskStorage::write_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash) const {
+  seal_slot(block, slot, hash);
   return pwrite_slot(block, slot);
 }
 
-io::IoStatus DiskStorage::read_slot(BlockId block, std::span<std::byte> slot) const {
+io::IoStatus DiskStorage::read_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash) const {
   auto status = pread_slot(block, slot);
   if (!status) return status;
-  return verify_slot(block, slot);
+  return verify_slot(block, slot, hash);
 }
 
-void DiskStorage::seal_slot(BlockId block, std::span<std::byte> slot) const {
+void DiskStorage::seal_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash) const {
   check_buffer(slot);
-  seal_tail(block, checksum(slot.first(block_bytes_)), slot.subspan(block_bytes_));
+  seal_tail(block, checksum(slot.first(block_bytes_)), slot.subspan(block_bytes_), hash);
 }
 
-void DiskStorage::seal_tail(BlockId block, std::uint64_t data_checksum, std::span<std::byte> tail) const {
+void DiskStorage::seal_tail(BlockId block, std::uint64_t data_checksum, std::span<std::byte> tail,
+                            std::uint64_t hash) const {
   (void)slot_offset(block);
   KVBM_CHECK(tail.size() == tail_bytes(), "a slot tail buffer must hold tail_bytes() = ", tail_bytes(),
              " bytes, not ", tail.size());
@@ -231,6 +249,8 @@ void DiskStorage::seal_tail(BlockId block, std::uint64_t data_checksum, std::spa
   footer.block_bytes = block_bytes_;
   footer.slot = block;
   footer.checksum = data_checksum;
+  footer.hash = hash;
+  footer.layout_fingerprint = layout_fingerprint_;
   footer.footer_checksum = XXH3_64bits(&footer, kFooterHashedBytes);
   std::memcpy(tail.data() + footer_at, &footer, sizeof footer);
 }
@@ -296,7 +316,7 @@ io::IoStatus DiskStorage::pread_slot(BlockId block, std::span<std::byte> slot) c
   return {};
 }
 
-io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> slot) const {
+io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> slot, std::uint64_t hash) const {
   KVBM_CHECK(slot.size() == slot_bytes_, "a slot buffer must hold slot_bytes() = ", slot_bytes_, " bytes, not ",
              slot.size());
   SlotFooter footer;
@@ -315,6 +335,14 @@ io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> 
                std::to_string(block_bytes_));
   }
   if (footer.slot != block) return bad("slot holds the data of block " + std::to_string(footer.slot));
+  if (footer.layout_fingerprint != layout_fingerprint_) {
+    return bad("slot was written for another layout (fingerprint " + std::to_string(footer.layout_fingerprint) +
+               ", expected " + std::to_string(layout_fingerprint_) + ")");
+  }
+  if (footer.hash != hash) {
+    return bad("slot holds the bytes of sequence hash " + std::to_string(footer.hash) + ", not " +
+               std::to_string(hash));
+  }
   const std::uint64_t actual = checksum(slot.first(block_bytes_));
   if (actual != footer.checksum) {
     return bad("checksum mismatch (stored " + std::to_string(footer.checksum) + ", computed " +

@@ -40,19 +40,33 @@ std::uint32_t payload_length(std::size_t bytes, std::size_t extra) {
   return static_cast<std::uint32_t>(bytes + extra);
 }
 
-// The chained value of a block with `block_hash` after a parent with `parent_value`:
-// mix(parent ^ block_hash), with mix(x) = t ^ (t >> 32), t = x * kChainMul (odd).
-// mix is a bijection of 64-bit words, so for a fixed block hash distinct
-// parents give distinct values (the same tokens after different prefixes never
-// collide), and for a fixed parent distinct block hashes do too; any other
-// collision needs two XXH3 block hashes to differ by exactly the parents'
-// difference. The chain is the one serial dependency of hashing a prompt: one
-// multiply and one shift per block (about 5 cycles), where XXH3's 16-byte path
-// costs about 14, so the independent block hashes set the pace.
-constexpr std::uint64_t kChainMul = 0x9E3779B97F4A7C15ULL;
-std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value) noexcept {
-  const std::uint64_t t = (parent_value ^ block_hash) * kChainMul;
-  return t ^ (t >> 32);
+// The chained value of the block at `position` with `block_hash` after a
+// parent with `parent_value`: XXH3-64, seeded with the position, of the 16
+// bytes [parent_value LE64][block_hash LE64].
+//
+// Why this and not a cheaper mix of parent ^ block_hash: any combination that
+// is symmetric in its two inputs, or cancels equal ones, collides by
+// construction (a prompt whose first two blocks are equal, or whose blocks are
+// swapped, would share a value with every other such prompt). XXH3's 9-16 byte
+// path keys the two words with different secret words, byte-swaps one of them,
+// and folds their 128-bit product into the sum before its avalanche: it is not
+// symmetric, an equal pair does not cancel, and the seed (the position) moves
+// both keys. A collision of two distinct (parent, block, position) triples is
+// then as unlikely as for a random 64-bit function (2^-64 per pair). The chain
+// is the one serial dependency of hashing a prompt: about 12 cycles of latency
+// per block, while the independent block hashes overlap with it.
+std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value, std::uint32_t position) noexcept {
+  unsigned char bytes[16];
+  if constexpr (kLittleEndian) {
+    std::memcpy(bytes, &parent_value, 8);
+    std::memcpy(bytes + 8, &block_hash, 8);
+  } else {
+    store_le32(bytes, static_cast<std::uint32_t>(parent_value));
+    store_le32(bytes + 4, static_cast<std::uint32_t>(parent_value >> 32));
+    store_le32(bytes + 8, static_cast<std::uint32_t>(block_hash));
+    store_le32(bytes + 12, static_cast<std::uint32_t>(block_hash >> 32));
+  }
+  return XXH3_64bits_withSeed(bytes, sizeof(bytes), position);
 }
 
 // Feeds `count` tokens as little-endian u32 bytes into a streaming state.
@@ -149,7 +163,8 @@ struct Run {
 // Hashes the blocks of `run` with `block_hash_of(i, tokens)` and chains them to
 // `parent`; copies each block to run.copy_to when kCopy. kFixed, when not 0, is
 // run.block_size known at compile time. The block hashes are independent while
-// the chain is one serial dependency (one multiply and shift per block), so a single loop lets the CPU overlap hashing and copying with it.
+// the chain is one serial dependency (one short XXH3 per block), so a single
+// loop lets the CPU overlap hashing and copying with it.
 template <std::uint32_t kFixed, bool kCopy, class BlockHashOf>
 KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> parent, BlockHashOf&& block_hash_of) {
   // Locals, so that stores through the output pointers cannot force reloads.
@@ -189,7 +204,7 @@ KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> paren
   for (; i < count; ++i, block += block_size, ++position) {
     const std::uint64_t h = block_hash_of(i, block);
     copy_block(block);
-    const std::uint64_t value = chain_value(h, prev);
+    const std::uint64_t value = chain_value(h, prev, position);
     hash_out[i] = h;
     seq_out[i] = SequenceHash(value, prev, position);
     prev = value;
@@ -344,7 +359,8 @@ SequenceHash chain(std::optional<SequenceHash> parent, std::uint64_t block_hash)
   if (!parent) return SequenceHash(block_hash, std::nullopt, 0);
   KVBM_CHECK(parent->position() < kMaxPosition, "chain: the parent is at the last representable position ",
              parent->position(), "; a sequence cannot hold more blocks");
-  return SequenceHash(chain_value(block_hash, parent->value()), parent->value(), parent->position() + 1);
+  const std::uint32_t position = parent->position() + 1;
+  return SequenceHash(chain_value(block_hash, parent->value(), position), parent->value(), position);
 }
 
 void hash_blocks(std::span<const Token> tokens, std::uint32_t block_size, SaltHash salt,

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -164,7 +165,7 @@ class EvictionOffloader final : public PoolListener {
     metrics_->add_blocks(BlockOutcome::kNoSpace, todo.size() - got);
     if (got == 0) return;
     std::vector<TransferPair> pairs(got);
-    for (std::size_t i = 0; i < got; ++i) pairs[i] = {blocks[todo[i]].id, dst[i].block_id()};
+    for (std::size_t i = 0; i < got; ++i) pairs[i] = {blocks[todo[i]].id, dst[i].block_id(), blocks[todo[i]].hash.value()};
     metrics_->add_batch();
     const TransferOutcome outcome = engine_->submit(pairs)->wait();
     std::vector<bool> failed(got, false);
@@ -789,11 +790,16 @@ class KvBlockManagerImpl {
     auto pos3 = std::make_shared<std::vector<std::size_t>>();
     std::size_t k2 = 0, k3 = 0;
     for (std::size_t k = 0; k < got; ++k) {
+      // Each copy carries the hash asked for: the source was matched by it, and
+      // a disk slot is read only if its footer records that hash.
+      const std::uint64_t asked = s->below_hashes[k].value();
       if (s->below_tier[k] == 2) {
-        p2.push_back({s->host_src[k2++].block_id(), s->targets[k].block_id()});
+        assert(s->host_src[k2].sequence_hash() == s->below_hashes[k]);
+        p2.push_back({s->host_src[k2++].block_id(), s->targets[k].block_id(), asked});
         pos2->push_back(k);
       } else {
-        p3.push_back({s->disk_src[k3++].block_id(), s->targets[k].block_id()});
+        assert(s->disk_src[k3].sequence_hash() == s->below_hashes[k]);
+        p3.push_back({s->disk_src[k3++].block_id(), s->targets[k].block_id(), asked});
         pos3->push_back(k);
       }
     }

@@ -41,10 +41,12 @@ std::string token_bytes(const std::vector<Token>& tokens) {
 std::uint64_t xxh3(const std::string& bytes, std::uint64_t seed) {
   return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
 }
-// The chain step, written out: t = (parent ^ block) * golden ratio; t ^ (t >> 32).
-std::uint64_t ref_chain(std::uint64_t block_hash, std::uint64_t parent_value) {
-  const std::uint64_t t = (parent_value ^ block_hash) * 0x9E3779B97F4A7C15ULL;
-  return t ^ (t >> 32);
+// The chain step, written out: XXH3-64 seeded with the position of [parent LE64][block LE64].
+std::uint64_t ref_chain(std::uint64_t block_hash, std::uint64_t parent_value, std::uint32_t position) {
+  std::string bytes;
+  put_le64(bytes, parent_value);
+  put_le64(bytes, block_hash);
+  return xxh3(bytes, position);
 }
 // [tag][u32 length][bytes]
 void put_sequence_key(std::string& out, KeyDomain domain, std::string_view bytes) {
@@ -89,11 +91,12 @@ TEST(HashingTest, BlockHashIsXxh3OfLittleEndianTokenBytes) {
 
 TEST(HashingTest, GoldenValuesStayStable) {
   // Hashes are persisted (disk tier) and exchanged between processes: the
-  // encoding must not change silently. These literals pin it.
+  // encoding must not change silently. These literals pin it (the chain step
+  // changed in format 2 of the disk slot, when it stopped being symmetric).
   const std::vector<Token> tokens = iota_tokens(16, 1);
   EXPECT_EQ(block_hash(tokens, kNoSalt), 0xD2E217905D2BDA1DULL);
   EXPECT_EQ(SaltBuilder().lora("adapter").cache_salt("tenant").build().value(), 0x2A8485A3F3502490ULL);
-  EXPECT_EQ(chain(SequenceHash(5, std::nullopt, 0), 7).value(), 0x3C6EF372C2FA0B58ULL);
+  EXPECT_EQ(chain(SequenceHash(5, std::nullopt, 0), 7).value(), 0x86BEC77DD5259513ULL);
   const ExtraKey mm = ExtraKey::multimodal(3, 0xABCDEFULL);
   EXPECT_EQ(block_hash(tokens, kNoSalt, {&mm, 1}), 0x868F0C7DC2D7B04AULL);
 }
@@ -134,12 +137,12 @@ TEST(HashingTest, FirstBlockSequenceHashIsItsBlockHash) {
 TEST(HashingTest, ChainHashesBlockHashSeededWithParentValue) {
   const SequenceHash first = chain(std::nullopt, 0xAAAA);
   const SequenceHash second = chain(first, 0xBBBB);
-  EXPECT_EQ(second.value(), ref_chain(0xBBBB, 0xAAAA));
+  EXPECT_EQ(second.value(), ref_chain(0xBBBB, 0xAAAA, 1));
   EXPECT_TRUE(second.has_parent());
   EXPECT_EQ(second.parent(), first.value());
   EXPECT_EQ(second.position(), 1U);
   const SequenceHash third = chain(second, 0xCCCC);
-  EXPECT_EQ(third.value(), ref_chain(0xCCCC, second.value()));
+  EXPECT_EQ(third.value(), ref_chain(0xCCCC, second.value(), 2));
   EXPECT_EQ(third.parent(), second.value());
   EXPECT_EQ(third.position(), 2U);
 }

@@ -7,9 +7,12 @@
 //     block-level extra keys (multimodal content), their tagged encodings are
 //     appended to the token bytes;
 //   * the sequence hash (kvbm::SequenceHash): for the first block its value is
-//     the block hash; for block i > 0 it is XXH3-64 (seed 0) of the 16 bytes
-//     [parent's value, LE][block hash, LE], so equal values mean
-//     equal tokens, equal salt and equal extra keys over the whole prefix.
+//     the block hash; for the block at position i > 0 it is XXH3-64, seeded
+//     with i, of the 16 bytes [parent's value, LE][block hash, LE]. The step
+//     is neither symmetric in parent and block nor cancels equal inputs, so
+//     prompts with repeated or swapped blocks do not collide by construction;
+//     equal values mean equal tokens, equal salt and equal extra keys over the
+//     whole prefix (up to a 2^-64 chance per pair, as for any 64-bit hash).
 //
 // Extra keys live in tagged domains. Each key is encoded as
 // [domain tag: 1 byte][payload length: u32 LE][payload], so the byte string fed

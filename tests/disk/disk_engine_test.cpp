@@ -418,6 +418,32 @@ TEST_P(DiskEngineTest, ReadingASlotNeverWrittenFailsThatPairOnly) {
   EXPECT_EQ(dst.block(2), src.block(0));
 }
 
+TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesItUntouched) {
+  // Both paths (straight from host memory, and staged) record the pair's hash.
+  const std::size_t n = 3;
+  KVBM_STORAGE_OR_SKIP(disk, kTiny, n);
+  HostPool src(kTiny, n, kind());
+  src.fill_random(rng_);
+  {
+    DiskWriteEngine w(src.layout(), *disk);
+    const TransferPair pairs[] = {{0, 0, 0x100}, {1, 1, 0x101}, {2, 2, 0x102}};
+    ASSERT_TRUE(w.submit(pairs)->wait().ok());
+  }
+  HostPool dst(kTiny, n, kind());
+  dst.fill(std::byte{0xEE});
+  const auto untouched = dst.block(1);
+  test::LogCapture log;
+  DiskReadEngine r(*disk, dst.layout());
+  // Slot 1 holds hash 0x101's bytes; asking it for 0x100 must fail.
+  const TransferPair pairs[] = {{0, 0, 0x100}, {1, 1, 0x100}, {2, 2, 0x102}};
+  const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
+  EXPECT_EQ(o.failed, indices({1}));
+  EXPECT_NE(o.error.find("sequence hash 257, not 256"), std::string::npos) << o.error;
+  EXPECT_EQ(dst.block(0), src.block(0));
+  EXPECT_EQ(dst.block(1), untouched);
+  EXPECT_EQ(dst.block(2), src.block(2));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Targets, DiskEngineTest,
     ::testing::Combine(::testing::ValuesIn(test::kTargets),

@@ -195,6 +195,41 @@ TEST_P(DiskStorageTest, CorruptionOnDiskBehindTheLibrarysBackIsDetected) {
   EXPECT_NE(r.message().find("checksum mismatch"), std::string::npos) << r.message();
 }
 
+TEST_P(DiskStorageTest, SlotIsBoundToTheSequenceHashItWasWrittenFor) {
+  KVBM_MAKE_OR_SKIP(s, options(3));
+  SlotBuffer buf(s->slot_bytes());
+  std::memset(buf.p, 0x3C, s->block_bytes());
+  ASSERT_TRUE(s->write_slot(1, buf.span(), 0xAAAA));
+  ASSERT_TRUE(s->read_slot(1, buf.span(), 0xAAAA));
+  // Valid bytes, valid footer, but for another block: never served as this one.
+  const io::IoStatus other = s->read_slot(1, buf.span(), 0xBBBB);
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.code(), EBADMSG);
+  EXPECT_NE(other.message().find("sequence hash 43690, not 48059"), std::string::npos) << other.message();
+  // A slot rewritten for another hash no longer serves the first.
+  ASSERT_TRUE(s->write_slot(1, buf.span(), 0xBBBB));
+  EXPECT_EQ(s->read_slot(1, buf.span(), 0xAAAA).code(), EBADMSG);
+  EXPECT_TRUE(s->read_slot(1, buf.span(), 0xBBBB));
+}
+
+TEST_P(DiskStorageTest, SlotWrittenForAnotherLayoutOfTheSameSizeIsRefused) {
+  // Same block bytes (3 x 2 x 5 x 7 x 2 = 420), other dimensions.
+  const LayoutConfig other_config{.num_layers = 6, .outer_dim = 1, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
+  ASSERT_EQ(other_config.block_bytes(), small_config().block_bytes());
+  KVBM_MAKE_OR_SKIP(s, options(3));
+  KVBM_MAKE_OR_SKIP(t, options(3, other_config));
+  EXPECT_NE(s->layout_fingerprint(), t->layout_fingerprint());
+  EXPECT_EQ(s->layout_fingerprint(), DiskStorage::layout_fingerprint(small_config()));
+  SlotBuffer buf(s->slot_bytes());
+  std::memset(buf.p, 0x11, s->block_bytes());
+  s->seal_slot(2, buf.span(), 7);
+  ASSERT_TRUE(s->verify_slot(2, buf.span(), 7));
+  const io::IoStatus r = t->verify_slot(2, buf.span(), 7);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.code(), EBADMSG);
+  EXPECT_NE(r.message().find("another layout"), std::string::npos) << r.message();
+}
+
 TEST_P(DiskStorageTest, BadBuffersAndIdsAreUsageErrors) {
   KVBM_MAKE_OR_SKIP(s, options(3));
   SlotBuffer buf(s->slot_bytes() + DiskStorage::kAlignment);

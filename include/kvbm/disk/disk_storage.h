@@ -9,13 +9,16 @@
 //   [ block bytes | zero padding | footer (64 B) ]   slot_bytes() = round_up(block_bytes + 64, 4096)
 //
 // The footer holds a magic, the format version, block_bytes, the slot number,
-// the XXH3-64 of the block's bytes and an XXH3-64 of the footer itself, in
-// host byte order (the file is a cache of this process, not an exchange
-// format). write_slot() seals and writes a whole slot with one pwrite;
-// read_slot() reads it with one pread and verifies the footer and the
-// checksum (engines call the steps separately: seal_slot, pwrite_slot,
-// pread_slot, verify_slot), so a slot that was never written, was written for another slot,
-// or was changed behind the library's back is reported, never returned.
+// the XXH3-64 of the block's bytes, the sequence hash the bytes belong to, the
+// fingerprint of the layout they were written for (layout_fingerprint()) and
+// an XXH3-64 of the footer itself, in host byte order (the file is a cache of
+// this process, not an exchange format). write_slot() seals and writes a whole
+// slot with one pwrite; read_slot() reads it with one pread and verifies the
+// footer, the identity asked for and the checksum (engines call the steps
+// separately: seal_slot, pwrite_slot, pread_slot, verify_slot), so a slot that
+// was never written, was written for another slot, another block (sequence
+// hash) or another layout, or was changed behind the library's back is
+// reported, never returned.
 //
 // Creation is careful with the file system: the directory is opened with
 // O_DIRECTORY | O_NOFOLLOW (a symlink there is refused) and the file is
@@ -79,7 +82,7 @@ class DiskStorage {
  public:
   static constexpr std::size_t kAlignment = 4096;   ///< slot alignment and size granularity
   static constexpr std::size_t kFooterBytes = 64;   ///< bytes of the footer at the end of a slot
-  static constexpr std::uint32_t kFormatVersion = 1;
+  static constexpr std::uint32_t kFormatVersion = 2;
   static constexpr std::size_t kMaxWriteRegions = 1023;  ///< IOV_MAX - 1 (the tail)
 
   /// Creates the file. Throws UsageError for bad options or a directory that
@@ -113,23 +116,32 @@ class DiskStorage {
   /// offsets (base 0, stride slot_bytes()).
   [[nodiscard]] Layout layout() const;
 
+  /// Returns the fingerprint of a layout's dimensions that every slot records:
+  /// XXH3-64 of a tag and the five LayoutConfig fields (u32 LE). Slots written
+  /// for another layout fail verification.
+  [[nodiscard]] static std::uint64_t layout_fingerprint(const LayoutConfig& config) noexcept;
+  /// Returns the fingerprint of this storage's layout.
+  [[nodiscard]] std::uint64_t layout_fingerprint() const noexcept { return layout_fingerprint_; }
+
   /// Returns the XXH3-64 checksum a slot stores for `data`.
   [[nodiscard]] static std::uint64_t checksum(std::span<const std::byte> data) noexcept;
 
   /// Seals and writes a slot: seal_slot() then pwrite_slot(). `slot` is a
   /// staging buffer of slot_bytes(), aligned to kAlignment, whose first
-  /// block_bytes() hold the block's data. Throws UsageError on a bad block id
-  /// or buffer.
-  io::IoStatus write_slot(BlockId block, std::span<std::byte> slot) const;
+  /// block_bytes() hold the block's data; `hash` is the sequence hash value
+  /// the bytes belong to (recorded in the footer). Throws UsageError on a bad
+  /// block id or buffer.
+  io::IoStatus write_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash = 0) const;
   /// Reads a slot into `slot` (slot_bytes(), aligned) and verifies it:
   /// pread_slot() then verify_slot(). On success the first block_bytes() hold
-  /// the block's data; on failure the buffer's contents are unspecified. A
-  /// bad footer or checksum is EBADMSG.
-  io::IoStatus read_slot(BlockId block, std::span<std::byte> slot) const;
+  /// the bytes of sequence hash `hash`; on failure the buffer's contents are
+  /// unspecified. A bad footer, another hash or layout, or a checksum
+  /// mismatch is EBADMSG.
+  io::IoStatus read_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash = 0) const;
 
   /// Zeroes the slot's padding and writes its footer (with the checksum of
-  /// the first block_bytes()) into the buffer. No I/O.
-  void seal_slot(BlockId block, std::span<std::byte> slot) const;
+  /// the first block_bytes() and `hash`) into the buffer. No I/O.
+  void seal_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash = 0) const;
   /// Writes a sealed slot buffer with one pwrite (retried on EINTR, continued
   /// when short).
   io::IoStatus pwrite_slot(BlockId block, std::span<const std::byte> slot) const;
@@ -146,15 +158,18 @@ class DiskStorage {
   /// kAlignment.
   [[nodiscard]] bool can_write_from(std::span<const Region> regions) const noexcept;
   /// Fills `tail` (tail_bytes(), aligned to kAlignment) with zero padding and
-  /// the footer of a block whose data has checksum `data_checksum`. No I/O.
-  void seal_tail(BlockId block, std::uint64_t data_checksum, std::span<std::byte> tail) const;
+  /// the footer of a block whose data has checksum `data_checksum` and
+  /// belongs to sequence hash `hash`. No I/O.
+  void seal_tail(BlockId block, std::uint64_t data_checksum, std::span<std::byte> tail,
+                 std::uint64_t hash = 0) const;
   /// Writes a slot straight from host `regions` (block_bytes() in total, in
   /// order) followed by a sealed `tail`, with one pwritev (retried on EINTR,
   /// continued when short). Throws UsageError unless can_write_from(regions).
   io::IoStatus pwrite_slot_from(BlockId block, std::span<const Region> regions, std::span<const std::byte> tail) const;
   /// Checks a slot in memory: footer (magic, version, sizes, slot number,
-  /// footer checksum) and the data checksum. No I/O.
-  io::IoStatus verify_slot(BlockId block, std::span<const std::byte> slot) const;
+  /// footer checksum), that it was written for this layout and for sequence
+  /// hash `hash`, and the data checksum. No I/O.
+  io::IoStatus verify_slot(BlockId block, std::span<const std::byte> slot, std::uint64_t hash = 0) const;
   /// fdatasync()s the file.
   io::IoStatus sync() const;
 
@@ -166,6 +181,7 @@ class DiskStorage {
   std::size_t num_blocks_ = 0;
   std::size_t block_bytes_ = 0;
   std::size_t slot_bytes_ = 0;
+  std::uint64_t layout_fingerprint_ = 0;
   bool direct_io_ = false;
   bool keep_file_ = false;
   std::filesystem::path path_;

@@ -312,7 +312,9 @@ class TransferExecutor {
   void submit(std::shared_ptr<Flight> f) {
     const std::size_t n = f->src.size();
     std::vector<TransferPair> pairs(n);
-    for (std::size_t i = 0; i < n; ++i) pairs[i] = {f->src[i].block_id(), f->dst[i].block_id()};
+    for (std::size_t i = 0; i < n; ++i) {
+      pairs[i] = {f->src[i].block_id(), f->dst[i].block_id(), f->src[i].sequence_hash().value()};
+    }
     f->failed.assign(n, false);
     const std::size_t pieces = (n + max_submit_ - 1) / max_submit_;
     f->pieces_left.store(pieces, std::memory_order_relaxed);

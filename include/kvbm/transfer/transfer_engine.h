@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -31,10 +32,16 @@
 
 namespace kvbm {
 
-/// Copy source block `src` to destination block `dst`.
+/// Copy source block `src` to destination block `dst`. `hash` is the
+/// sequence hash value the bytes belong to: engines that store bytes with
+/// their identity (the disk slot's footer) record it on write and refuse to
+/// read a slot recorded for another hash, so bytes are never served under a
+/// hash they were not written for. Callers without a hash (raw copies, tests)
+/// leave it 0, which is then the identity written and expected.
 struct TransferPair {
   BlockId src = 0;
   BlockId dst = 0;
+  std::uint64_t hash = 0;
   friend bool operator==(const TransferPair&, const TransferPair&) = default;
 };
 
