@@ -148,15 +148,29 @@ class EvictionOffloader final : public PoolListener {
   }
 
  private:
+  // One batch per eviction, in eviction order: the blocks the tier below
+  // already holds are not copied, but their copies there are refreshed (moved
+  // to the most-recent end, in eviction order: they were in use above until
+  // now); then room is allocated below for the others at once (which may
+  // evict there, and copy on down), the batch is copied, and the new copies
+  // are registered in eviction order, more recent than the refreshed ones.
   void copy(std::span<const EvictedBlock> blocks) {
     metrics_->add_enqueued(blocks.size());
     std::vector<SequenceHash> hashes;
     hashes.reserve(blocks.size());
     for (const auto& b : blocks) hashes.push_back(b.hash);
-    const std::vector<bool> present = dst_->registry()->template presence<Dst>(hashes);
     std::vector<std::size_t> todo;
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (!present[i]) todo.push_back(i);
+    {
+      std::vector<ImmutableBlock<Dst>> held = dst_->scan_matches(hashes);
+      std::size_t next = 0;
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        if (next < held.size() && held[next].sequence_hash() == blocks[i].hash) {
+          ++next;
+        } else {
+          todo.push_back(i);
+        }
+      }
+      for (auto& b : held) ImmutableBlock<Dst> release = std::move(b);  // in order: most recent last
     }
     metrics_->add_blocks(BlockOutcome::kAlreadyPresent, blocks.size() - todo.size());
     if (todo.empty()) return;
@@ -165,7 +179,9 @@ class EvictionOffloader final : public PoolListener {
     metrics_->add_blocks(BlockOutcome::kNoSpace, todo.size() - got);
     if (got == 0) return;
     std::vector<TransferPair> pairs(got);
-    for (std::size_t i = 0; i < got; ++i) pairs[i] = {blocks[todo[i]].id, dst[i].block_id(), blocks[todo[i]].hash.value()};
+    for (std::size_t i = 0; i < got; ++i) {
+      pairs[i] = {blocks[todo[i]].id, dst[i].block_id(), blocks[todo[i]].hash.value()};
+    }
     metrics_->add_batch();
     const TransferOutcome outcome = engine_->submit(pairs)->wait();
     std::vector<bool> failed(got, false);
@@ -210,8 +226,9 @@ class OnboardState {
     prometheus::Counter* cancelled = nullptr;
   };
 
-  std::vector<ImmutableBlock<G1>> hits;
-  std::vector<SequenceHash> below_hashes;        // after the hits, in order
+  std::vector<std::uint8_t> walk;                // per prefix position: the tier it comes from (1, 2 or 3)
+  std::vector<ImmutableBlock<G1>> hits;          // the G1 positions' blocks, in order
+  std::vector<SequenceHash> below_hashes;        // the G2 and G3 positions' hashes, in order
   std::vector<std::uint8_t> below_tier;          // 2 or 3, per below position
   std::vector<ImmutableBlock<G2>> host_src;      // in order of their positions
   std::vector<ImmutableBlock<G3>> disk_src;
@@ -251,35 +268,43 @@ class OnboardState {
     }
     const bool any_failed = std::find(failed_.begin(), failed_.end(), true) != failed_.end();
     lock.unlock();
-    std::vector<ImmutableBlock<G1>> out = std::move(hits);
-    hits.clear();
-    bool prefix = true;
+    // Every copy that arrived is registered (it is a valid G1 block); the
+    // prefix handed back ends before the first copy that did not.
+    std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
     OnboardCounts c;
-    c.device = out.size();
     c.no_space = no_space_;
     for (std::size_t i = 0; i < targets.size(); ++i) {
       if (failed_[i]) {
-        prefix = false;
         ++c.failed;
         continue;  // the target goes back to the reset pool
       }
       try {
         auto staged = std::move(targets[i]).stage(below_hashes[i], g1->block_size());
         if (!staged.ok()) {
-          prefix = false;
           ++c.failed;
           continue;
         }
-        auto registered = g1->register_block(std::move(staged).value());
-        if (prefix) {
-          out.push_back(std::move(registered));
-          (below_tier[i] == 2 ? c.host : c.disk)++;
-        }
+        arrived[i] = g1->register_block(std::move(staged).value());
       } catch (...) {
-        prefix = false;
         ++c.failed;
       }
     }
+    std::vector<ImmutableBlock<G1>> out;
+    out.reserve(walk.size());
+    std::size_t next_hit = 0, next_below = 0;
+    for (const std::uint8_t tier : walk) {
+      if (tier == 1) {
+        out.push_back(std::move(hits[next_hit++]));
+        ++c.device;
+        continue;
+      }
+      auto& copy = arrived[next_below++];
+      if (!copy) break;
+      out.push_back(std::move(*copy));
+      (tier == 2 ? c.host : c.disk)++;
+    }
+    hits.clear();
+    arrived.clear();
     targets.clear();
     host_src.clear();
     disk_src.clear();
@@ -735,34 +760,7 @@ class KvBlockManagerImpl {
     auto s = std::make_shared<detail::OnboardState>();
     s->g1 = &*g1_;
     s->counters = counters_;
-    s->hits = g1_->match_blocks(hashes);
-    std::size_t i = s->hits.size();
-    const std::size_t n = hashes.size();
-    // The rest of the prefix: runs from G2 and G3, G2 first, until neither has the next block.
-    bool progressed = true;
-    while (i < n && progressed && g2_) {
-      progressed = false;
-      auto a = g2_->match_blocks(hashes.subspan(i));
-      if (!a.empty()) {
-        for (auto& b : a) {
-          s->below_hashes.push_back(hashes[i++]);
-          s->below_tier.push_back(2);
-          s->host_src.push_back(std::move(b));
-        }
-        progressed = true;
-      }
-      if (i < n && g3_) {
-        auto d = g3_->match_blocks(hashes.subspan(i));
-        if (!d.empty()) {
-          for (auto& b : d) {
-            s->below_hashes.push_back(hashes[i++]);
-            s->below_tier.push_back(3);
-            s->disk_src.push_back(std::move(b));
-          }
-          progressed = true;
-        }
-      }
-    }
+    walk_prefix(hashes, *s);
     const std::size_t below = s->below_hashes.size();
     if (below == 0) {
       s->finish();
@@ -773,6 +771,7 @@ class KvBlockManagerImpl {
     const std::size_t got = s->targets.size();
     if (got < below) {
       s->set_no_space(below - got);
+      cut_walk(*s, got);
       std::size_t keep2 = 0, keep3 = 0;
       for (std::size_t k = 0; k < got; ++k) (s->below_tier[k] == 2 ? keep2 : keep3)++;
       s->host_src.erase(s->host_src.begin() + static_cast<std::ptrdiff_t>(keep2), s->host_src.end());
@@ -832,22 +831,82 @@ class KvBlockManagerImpl {
     return OnboardHandle(std::move(s));
   }
 
-  OnboardCounts probe(std::span<const SequenceHash> hashes) const {
-    OnboardCounts c;
+  // The tier each block of the prefix comes from: the fastest that holds it
+  // (G1, then G2, then G3), up to the first block no tier holds.
+  std::vector<std::uint8_t> fastest_tiers(std::span<const SequenceHash> hashes) const {
     const auto in1 = registry_->presence<G1>(hashes);
     const auto in2 = g2_ ? registry_->presence<G2>(hashes) : std::vector<bool>(hashes.size(), false);
     const auto in3 = g3_ ? registry_->presence<G3>(hashes) : std::vector<bool>(hashes.size(), false);
-    std::size_t i = 0;
-    while (i < hashes.size() && in1[i]) ++i;
-    c.device = i;
-    for (; i < hashes.size(); ++i) {
-      if (in2[i]) {
-        ++c.host;
+    std::vector<std::uint8_t> tiers;
+    tiers.reserve(hashes.size());
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      if (in1[i]) {
+        tiers.push_back(1);
+      } else if (in2[i]) {
+        tiers.push_back(2);
       } else if (in3[i]) {
-        ++c.disk;
+        tiers.push_back(3);
       } else {
         break;
       }
+    }
+    return tiers;
+  }
+
+  // Takes the prefix's blocks, each from the fastest tier holding it, one
+  // match per run of positions from the same tier. A block evicted since the
+  // presence check ends the prefix there.
+  void walk_prefix(std::span<const SequenceHash> hashes, detail::OnboardState& s) {
+    const std::vector<std::uint8_t> tiers = fastest_tiers(hashes);
+    std::size_t i = 0;
+    while (i < tiers.size()) {
+      std::size_t end = i;
+      while (end < tiers.size() && tiers[end] == tiers[i]) ++end;
+      const auto run = hashes.subspan(i, end - i);
+      std::size_t got = 0;
+      if (tiers[i] == 1) {
+        auto m = g1_->match_blocks(run);
+        got = m.size();
+        for (auto& b : m) s.hits.push_back(std::move(b));
+      } else if (tiers[i] == 2) {
+        auto m = g2_->match_blocks(run);
+        got = m.size();
+        for (auto& b : m) s.host_src.push_back(std::move(b));
+      } else {
+        auto m = g3_->match_blocks(run);
+        got = m.size();
+        for (auto& b : m) s.disk_src.push_back(std::move(b));
+      }
+      for (std::size_t k = 0; k < got; ++k) {
+        s.walk.push_back(tiers[i]);
+        if (tiers[i] != 1) {
+          s.below_hashes.push_back(hashes[i + k]);
+          s.below_tier.push_back(tiers[i]);
+        }
+      }
+      if (got < run.size()) break;
+      i = end;
+    }
+  }
+
+  // Cuts the prefix before its `below`-th position below G1 (no G1 room for it).
+  static void cut_walk(detail::OnboardState& s, std::size_t below) {
+    std::size_t seen_below = 0, seen_hits = 0, pos = 0;
+    for (; pos < s.walk.size(); ++pos) {
+      if (s.walk[pos] == 1) {
+        ++seen_hits;
+      } else if (seen_below++ == below) {
+        break;
+      }
+    }
+    s.walk.resize(pos);
+    s.hits.erase(s.hits.begin() + static_cast<std::ptrdiff_t>(seen_hits), s.hits.end());
+  }
+
+  OnboardCounts probe(std::span<const SequenceHash> hashes) const {
+    OnboardCounts c;
+    for (const std::uint8_t tier : fastest_tiers(hashes)) {
+      (tier == 1 ? c.device : tier == 2 ? c.host : c.disk)++;
     }
     return c;
   }
