@@ -119,10 +119,12 @@ class EvictionOffloader final : public PoolListener {
  public:
   using Registered = std::function<void(std::vector<ImmutableBlock<Dst>>&&)>;
   void bind(BlockManager<Dst>* dst, std::shared_ptr<TransferEngine> engine,
-            std::shared_ptr<OffloadMetrics> metrics, Registered on_registered = {}) {
+            std::shared_ptr<OffloadMetrics> metrics, std::vector<std::shared_ptr<OffloadPolicy>> policies,
+            Registered on_registered = {}) {
     dst_ = dst;
     engine_ = std::move(engine);
     metrics_ = std::move(metrics);
+    policies_ = std::move(policies);
     on_registered_ = std::move(on_registered);
     enabled_.store(true, std::memory_order_release);
   }
@@ -173,6 +175,7 @@ class EvictionOffloader final : public PoolListener {
       for (auto& b : held) ImmutableBlock<Dst> release = std::move(b);  // in order: most recent last
     }
     metrics_->add_blocks(BlockOutcome::kAlreadyPresent, blocks.size() - todo.size());
+    filter(blocks, todo);
     if (todo.empty()) return;
     auto dst = dst_->allocate_at_most(todo.size());
     const std::size_t got = dst.size();
@@ -205,11 +208,29 @@ class EvictionOffloader final : public PoolListener {
     }
   }
 
+  // Applies the boundary's policies (e.g. a minimum frequency) to the blocks
+  // still to copy; the others are counted as filtered and dropped.
+  void filter(std::span<const EvictedBlock> blocks, std::vector<std::size_t>& todo) {
+    if (policies_.empty() || todo.empty()) return;
+    std::vector<SequenceHash> hashes;
+    hashes.reserve(todo.size());
+    for (const auto i : todo) hashes.push_back(blocks[i].hash);
+    std::vector<bool> pass(todo.size(), true);
+    for (const auto& p : policies_) p->evaluate(hashes, pass);
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < todo.size(); ++k) {
+      if (pass[k]) todo[kept++] = todo[k];
+    }
+    metrics_->add_blocks(BlockOutcome::kFiltered, todo.size() - kept);
+    todo.resize(kept);
+  }
+
   std::mutex mu_;  // one on-eviction copy at a time per boundary
   std::atomic<bool> enabled_{false};
   BlockManager<Dst>* dst_ = nullptr;
   std::shared_ptr<TransferEngine> engine_;
   std::shared_ptr<OffloadMetrics> metrics_;
+  std::vector<std::shared_ptr<OffloadPolicy>> policies_;
   Registered on_registered_;  // e.g. the next tier's write-through pipeline
 };
 
@@ -473,6 +494,16 @@ class KvBlockManagerImpl {
                        " (the tracker's counters saturate there)");
     }
     if (c.disk_queue_depth > 256) config_error("disk_queue_depth", "at most 256");
+    if (c.device_to_host == OffloadMode::kOnEviction && !c.device_to_host_policy.skip_present) {
+      config_error("device_to_host_policy.skip_present",
+                   "on_eviction never copies a block G2 already holds (it refreshes that copy); "
+                   "leave skip_present true, or use write_through to copy present blocks again");
+    }
+    if (c.host_to_disk == OffloadMode::kOnEviction && !c.host_to_disk_policy.skip_present) {
+      config_error("host_to_disk_policy.skip_present",
+                   "on_eviction never copies a block G3 already holds (it refreshes that copy); "
+                   "leave skip_present true, or use write_through to copy present blocks again");
+    }
     try {
       c.pipeline.validate();
     } catch (const UsageError& e) {
@@ -687,12 +718,14 @@ class KvBlockManagerImpl {
       p23_ = b.build();
     } else if (c.host_to_disk == OffloadMode::kOnEviction) {
       g2_evict_->bind(&*g3_, e23_,
-                      std::make_shared<OffloadMetrics>(c.metrics_registry, "G2_to_G3_on_eviction"));
+                      std::make_shared<OffloadMetrics>(c.metrics_registry, "G2_to_G3_on_eviction"),
+                      policies(c.host_to_disk_policy));
     }
     // Copies that land in G2 go on to G3 when that boundary is write-through.
     EvictionOffloader<G1, G2>::Registered to_disk;
     if (p23_) {
       to_disk = [this](std::vector<ImmutableBlock<G2>>&& blocks) {
+        if (config_.host_to_disk_policy.skip_present) refresh_present(*g3_, blocks);
         track(p23_->enqueue(blocks), handles23_);
       };
     }
@@ -704,7 +737,7 @@ class KvBlockManagerImpl {
     } else if (c.device_to_host == OffloadMode::kOnEviction) {
       g1_evict_->bind(&*g2_, e12_,
                       std::make_shared<OffloadMetrics>(c.metrics_registry, "G1_to_G2_on_eviction"),
-                      std::move(to_disk));
+                      policies(c.device_to_host_policy), std::move(to_disk));
     }
   }
 
@@ -734,10 +767,26 @@ class KvBlockManagerImpl {
     v.push_back(h);
   }
 
+  // A block written through to a tier that already holds it is not copied
+  // again (the presence policy filters it), but that copy is refreshed: it is
+  // in use above right now, so it is the tier's most recently used block.
+  // The same rule as an on-eviction copy that finds its block below.
+  template <TierMarker Below, TierMarker Above>
+  static void refresh_present(BlockManager<Below>& below, const std::vector<ImmutableBlock<Above>>& blocks) {
+    std::vector<SequenceHash> hashes;
+    hashes.reserve(blocks.size());
+    for (const auto& b : blocks) hashes.push_back(b.sequence_hash());
+    std::vector<ImmutableBlock<Below>> held = below.scan_matches(hashes);
+    for (auto& b : held) ImmutableBlock<Below> release = std::move(b);  // in order: most recent last
+  }
+
   std::vector<ImmutableBlock<G1>> register_blocks(std::vector<CompleteBlock<G1>>&& blocks,
                                                   std::shared_ptr<Precondition> pre) {
     auto out = g1_->register_blocks(std::move(blocks));
-    if (p12_ && !out.empty()) track(p12_->enqueue(out, std::move(pre)), handles12_);
+    if (p12_ && !out.empty()) {
+      if (config_.device_to_host_policy.skip_present) refresh_present(*g2_, out);
+      track(p12_->enqueue(out, std::move(pre)), handles12_);
+    }
     return out;
   }
 

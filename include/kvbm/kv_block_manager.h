@@ -89,10 +89,14 @@ struct TierConfig {
   EvictionPolicy eviction = EvictionPolicy::kLru;
 };
 
-/// Which blocks a write-through pipeline moves.
+/// Which blocks move down a boundary, in either mode.
 struct OffloadPolicyConfig {
-  bool skip_present = true;        ///< skip blocks the destination already holds
-  std::uint32_t min_frequency = 0; ///< offload only blocks seen at least this often (0: all)
+  /// Skip blocks the destination already holds. On-eviction always skips
+  /// them (and refreshes their copy there); false is refused in that mode.
+  bool skip_present = true;
+  /// Offload only blocks seen at least this often (0: all): write-through
+  /// filters at enqueue, on-eviction drops an evicted block below it.
+  std::uint32_t min_frequency = 0;
 };
 
 /// Everything KvBlockManager::build needs; see the file comment.

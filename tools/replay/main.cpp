@@ -25,6 +25,7 @@
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 #include "replay/metrics_server.h"
+#include "replay/model_preset.h"
 #include "replay/options.h"
 #include "replay/replay.h"
 #include "replay/report.h"
@@ -194,6 +195,17 @@ int run(int argc, char** argv) {
   rc.host_to_disk = o.g2_g3;
   rc.min_frequency = o.min_frequency;
   rc.hold_queued_blocks = o.hold_queued_blocks;
+  rc.overlap_offload = o.overlap_offload;
+  rc.model = o.model;
+  {
+    const auto preset = find_model_preset(o.model);
+    // Without a preset the toy layout stands for an 8B model in the estimate.
+    const double params = preset ? preset->params_billion : 8.0;
+    rc.savings.prefill_tokens_per_s =
+        o.prefill_tokens_per_s > 0 ? o.prefill_tokens_per_s : assumed_prefill_tokens_per_s(params);
+    rc.savings.g2_gb_per_s = o.g2_gb_per_s;
+    rc.savings.g3_gb_per_s = o.g3_gb_per_s;
+  }
   rc.move_bytes = !o.metadata_only;
   rc.realtime = o.realtime;
   rc.speed = o.speed;

@@ -1,6 +1,9 @@
 #include "replay/options.h"
 
+#include "replay/model_preset.h"
+
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -111,6 +114,7 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     return Options{};
   };
   bool inner_given = false;
+  bool layout_given = false;  // any of the layout options
   std::optional<std::uint32_t> kv_heads;
   std::optional<std::uint32_t> head_dim;
   for (int i = 1; i < argc; ++i) {
@@ -158,20 +162,26 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--block-tokens") {
       KVBM_U32(block_tokens, "a token count >= 1", 1u);
     } else if (arg == "--layers") {
+      layout_given = true;
       KVBM_U32(layers, "a layer count >= 1", 1u);
     } else if (arg == "--outer-dim") {
+      layout_given = true;
       KVBM_U32(outer_dim, "1 or 2", 1u);
       if (o.outer_dim > 2) return fail("--outer-dim: expected 1 or 2");
     } else if (arg == "--inner-dim") {
+      layout_given = true;
       KVBM_U32(inner_dim, "a count >= 1", 1u);
       inner_given = true;
     } else if (arg == "--kv-heads") {
+      layout_given = true;
       KVBM_U32(inner_dim, "a count >= 1", 1u);
       kv_heads = o.inner_dim;
     } else if (arg == "--head-dim") {
+      layout_given = true;
       KVBM_U32(inner_dim, "a count >= 1", 1u);
       head_dim = o.inner_dim;
     } else if (arg == "--dtype-bytes") {
+      layout_given = true;
       KVBM_U32(dtype_bytes, "1, 2, 4 or 8", 1u);
     } else if (arg == "--device-blocks" || arg == "--device-bytes" || arg == "--host-blocks" ||
                arg == "--host-bytes" || arg == "--disk-blocks" || arg == "--disk-bytes") {
@@ -205,6 +215,27 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       if (arg != "--g1-g2") o.g2_g3 = *m;
     } else if (arg == "--min-frequency") {
       KVBM_U32(min_frequency, "a count", 0u);
+    } else if (arg == "--overlap-offload") {
+      if (!flag()) return fail("--overlap-offload takes no value");
+      o.overlap_offload = true;
+    } else if (arg == "--model") {
+      KVBM_TAKE("a model name");
+      if (!find_model_preset(v)) {
+        std::string names;
+        for (const auto& m : model_presets()) names += (names.empty() ? "" : ", ") + std::string(m.name);
+        return fail("--model: unknown model '" + std::string(v) + "'; known: " + names);
+      }
+      o.model = std::string(v);
+    } else if (arg == "--prefill-tokens-per-s" || arg == "--g2-gbps" || arg == "--g3-gbps") {
+      KVBM_TAKE("a positive number");
+      double x = 0;
+      const std::string text(v);
+      char* end = nullptr;
+      errno = 0;
+      x = std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !(x > 0) || !std::isfinite(x))
+        return fail(std::string(arg) + ": expected a positive number, got '" + text + "'");
+      (arg == "--prefill-tokens-per-s" ? o.prefill_tokens_per_s : arg == "--g2-gbps" ? o.g2_gb_per_s : o.g3_gb_per_s) = x;
     } else if (arg == "--hold-queued-blocks") {
       if (!flag()) return fail("--hold-queued-blocks takes no value");
       o.hold_queued_blocks = true;
@@ -285,6 +316,16 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     if (inner_given) return fail("give --inner-dim or --kv-heads/--head-dim, not both");
     o.inner_dim = kv_heads.value_or(1) * head_dim.value_or(1);
   }
+  if (!o.model.empty()) {
+    if (layout_given) return fail("--model fixes the layout: give --model or the layout options, not both");
+    const ModelPreset m = *find_model_preset(o.model);
+    o.layers = m.layers;
+    o.outer_dim = 2;
+    o.inner_dim = m.kv_heads * m.head_dim;
+    o.dtype_bytes = m.dtype_bytes;
+  }
+  if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough && o.g2_g3 != OffloadMode::kWriteThrough)
+    return fail("--overlap-offload applies to write-through copies: add --offload-mode write_through");
   return o;
 }
 
@@ -309,15 +350,29 @@ model layout (bytes per block = layers x outer-dim x block-tokens x inner-dim x 
   --dtype-bytes N        bytes per element (default 2)
                          (the defaults make a 16 KiB block: a toy model, so that the
                          whole trace replays in seconds)
+  --model NAME           a real model's layout instead: llama3-8b (64 MiB per
+                         512-token block), qwen2.5-7b (28 MiB), llama3-70b (160 MiB);
+                         use --metadata-only or tier sizes in bytes with it
+what kvbm saves (an estimate: prefill time avoided minus the time to load the hits)
+  --prefill-tokens-per-s N   the model's prefill throughput (default: assumed from
+                         its size, 50% of an H100's BF16 peak; 31k tokens/s for
+                         the default layout, taken as an 8B model)
+  --g2-gbps N            G2 -> G1 bandwidth in GB/s (default 25, PCIe 5 x16)
+  --g3-gbps N            G3 -> G1 bandwidth in GB/s (default 6, one NVMe drive)
 tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
   --device-blocks N|unlimited   G1 (default 1000; unlimited: every unique block fits)
   --device-bytes SIZE
   --host-blocks N | --host-bytes SIZE   G2 (default 10000; 0: no G2 and no G3)
   --disk-blocks N | --disk-bytes SIZE   G3 (default 50000; 0: no G3)
   --eviction lru|multi_level_lru|lineage   every tier (default lru)
-  --g1-g2 MODE           write_through (default), on_eviction or none
-  --g2-g3 MODE           write_through (default), on_eviction or none
+  --g1-g2 MODE           on_eviction (default), write_through or none
+  --g2-g3 MODE           on_eviction (default), write_through or none
   --offload-mode MODE    both boundaries
+  --overlap-offload      write-through copies run behind the requests, as fast as
+                         the pipeline goes (by default each request's copies land
+                         before its blocks are released): a block evicted before
+                         its copy starts is lost (lost_to_lag), and the figures
+                         vary from run to run
   --min-frequency N      offload only blocks seen at least N times (default 0: all)
   --hold-queued-blocks   write-through holds a block until its copy starts and a
                          copy waits (up to 1 s) for room in the tier below: none is

@@ -40,10 +40,15 @@ struct Options {
   SizeOption host{.blocks = 10'000};
   SizeOption disk{.blocks = 50'000};
   EvictionPolicy eviction = EvictionPolicy::kLru;
-  OffloadMode g1_g2 = OffloadMode::kWriteThrough;
-  OffloadMode g2_g3 = OffloadMode::kWriteThrough;
+  std::string model;  ///< a preset (model_preset.h) fixing the layout; "" = the options above
+  OffloadMode g1_g2 = OffloadMode::kOnEviction;
+  OffloadMode g2_g3 = OffloadMode::kOnEviction;
   std::uint32_t min_frequency = 0;
   bool hold_queued_blocks = false;
+  bool overlap_offload = false;     ///< write-through copies run behind the requests
+  double prefill_tokens_per_s = 0;  ///< savings estimate; 0 = the model's assumed figure
+  double g2_gb_per_s = 25;          ///< savings estimate: G2 -> G1 bandwidth
+  double g3_gb_per_s = 6;           ///< savings estimate: G3 -> G1 bandwidth
   std::string disk_dir;  ///< "" = a temporary directory, removed at exit
   bool metadata_only = false;
   bool realtime = false;

@@ -155,13 +155,22 @@ void collect_paths(const prometheus::Registry& reg, ReplayResult& r,
       }
     }
   }
+  // Without engine series (metadata only), the offloads every mechanism of
+  // the boundary made: write-through, on-eviction and explicit.
   const char* pipelines[2] = {"G1_to_G2", "G2_to_G3"};
   for (std::size_t i = 0; i < 2; ++i) {
     if (engine_named[i]) continue;
-    const double blocks = series_sum(reg, "kvbm_offload_blocks_total",
-                                     {{"pipeline", pipelines[i]}, {"outcome", "transferred"}});
+    double blocks = 0;
+    for (const char* suffix : {"", "_on_eviction", "_explicit"}) {
+      blocks += series_sum(reg, "kvbm_offload_blocks_total",
+                           {{"pipeline", std::string(pipelines[i]) + suffix}, {"outcome", "transferred"}});
+    }
     r.paths[i].blocks = static_cast<std::uint64_t>(blocks);
     r.paths[i].bytes = r.paths[i].blocks * r.block_bytes;
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    r.lost_to_lag[i] = static_cast<std::uint64_t>(
+        series_sum(reg, "kvbm_offload_blocks_total", {{"pipeline", pipelines[i]}, {"outcome", "evicted"}}));
   }
   for (std::size_t i = 0; i < 2; ++i) {
     // Onboarding may share an engine with another path (G2->G1 and G1->G2 on
@@ -192,6 +201,10 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   c.device_to_host_policy.min_frequency = config.min_frequency;
   c.host_to_disk_policy.min_frequency = config.min_frequency;
   c.pipeline.hold_queued_blocks = config.hold_queued_blocks;
+  // Settled write-through copies a request's blocks down as one batch per
+  // boundary, as an engine does after its forward pass (the longest request
+  // of the shipped trace has 247 blocks).
+  if (!config.overlap_offload) c.pipeline.batch_config.max_batch_size = 4096;
   // Holding is lossless only if a copy may also wait for room below.
   if (config.hold_queued_blocks) c.pipeline.space_wait = std::chrono::seconds(1);
   c.duplicate_policy = DuplicatePolicy::kReject;
@@ -222,6 +235,10 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   r.host_to_disk = std::string(to_string(config.host_to_disk));
   r.move_bytes = config.move_bytes;
   r.hold_queued_blocks = config.hold_queued_blocks;
+  r.overlap_offload = config.overlap_offload;
+  r.model = config.model;
+  r.savings_inputs = config.savings;
+  r.savings_inputs.block_bytes = r.block_bytes;
   r.device_emulated = kvbm->device_emulated();
   r.bytes_checked = config.move_bytes && kvbm->device_emulated();
   if (config.move_bytes && !r.bytes_checked) {
@@ -231,6 +248,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   }
   const Layout* g1_layout = r.bytes_checked ? &kvbm->device_layout() : nullptr;
   const std::uint32_t bt = trace.block_tokens;
+  // Write-through copies settle before a request's blocks are released.
+  const bool settle = !config.overlap_offload && (config.device_to_host == OffloadMode::kWriteThrough ||
+                                                  config.host_to_disk == OffloadMode::kWriteThrough);
 
   std::array<std::uint64_t, 2> onboarded{};  // from G2, from G3
   std::vector<std::optional<ImmutableBlock<G1>>> held;
@@ -336,7 +356,10 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
       }
     }
 
-    // 4. Release front to back.
+    // 4. The forward pass outlasts the copies: they land while the request
+    //    still holds its blocks (unless --overlap-offload). Then release
+    //    front to back.
+    if (settle) kvbm->drain();
     for (auto& b : held) b.reset();
     series.add(n, counts, failures);
     if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "kvbm/kv_block_manager.h"
+#include "replay/savings.h"
 #include "replay/trace.h"
 
 namespace prometheus {
@@ -58,8 +59,20 @@ struct ReplayConfig {
   TierConfig device{.blocks = 1'000};
   TierConfig host{.blocks = 10'000};
   TierConfig disk{.blocks = 50'000};
-  OffloadMode device_to_host = OffloadMode::kWriteThrough;
-  OffloadMode host_to_disk = OffloadMode::kWriteThrough;
+  OffloadMode device_to_host = OffloadMode::kOnEviction;
+  OffloadMode host_to_disk = OffloadMode::kOnEviction;
+  /// false (the default): an engine whose forward pass outlasts the copies;
+  /// each request's write-through copies complete before its blocks are
+  /// released and the next request is admitted, so the figures are the same
+  /// on every run and write-through loses no block that has room below.
+  /// true: requests go on while the copies run behind them, as fast as the
+  /// pipeline goes; a block evicted before its copy starts is lost
+  /// (ReplayResult::lost_to_lag), and the figures depend on thread timing.
+  bool overlap_offload = false;
+  /// The --model preset's name ("" = the layout above), for the report.
+  std::string model;
+  /// The savings estimate's inputs; block_bytes is filled in by run_replay.
+  SavingsInputs savings;
   std::uint32_t min_frequency = 0;       ///< offload policy of both boundaries
   bool hold_queued_blocks = false;       ///< PipelineConfig::hold_queued_blocks
   std::filesystem::path disk_directory;  ///< must exist when disk is configured
@@ -105,6 +118,9 @@ struct ReplayResult {
   std::string host_to_disk;
   bool move_bytes = false;
   bool hold_queued_blocks = false;
+  bool overlap_offload = false;
+  std::string model;             ///< the --model preset, or "" (the layout options)
+  SavingsInputs savings_inputs;  ///< the cost model of the savings estimate
   bool device_emulated = false;
   bool bytes_checked = false;  ///< pattern written and verified
 
@@ -122,6 +138,9 @@ struct ReplayResult {
   std::uint64_t verify_failures = 0;         ///< blocks whose bytes were wrong (must be 0)
   std::array<std::uint64_t, 3> evictions{};  ///< kvbm_evictions_total per tier
   std::vector<PathStats> paths;              ///< G1->G2, G2->G3, G2->G1, G3->G1
+  /// Write-through copies lost because the source evicted the block before
+  /// its copy started (G1->G2, G2->G3); 0 unless overlap_offload.
+  std::array<std::uint64_t, 2> lost_to_lag{};
   /// Every kvbm_transfer_* series by its `path` label, as the engines name them.
   std::map<std::string, PathStats> engine_paths;
   double wall_seconds = 0;

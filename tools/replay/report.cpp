@@ -1,5 +1,7 @@
 #include "replay/report.h"
 
+#include "replay/savings.h"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -124,8 +126,12 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                      r.block_tokens, human_bytes(static_cast<double>(r.block_bytes)),
                      capacity_text(r.capacity[0]), capacity_text(r.capacity[1]),
                      capacity_text(r.capacity[2]), r.eviction);
-  out << fmt::format("  offload G1->G2 {}, G2->G3 {}{}   {}\n\n", r.device_to_host, r.host_to_disk,
+  if (!r.model.empty()) {
+    out << fmt::format("  model {}: {} per block\n", r.model, human_bytes(static_cast<double>(r.block_bytes)));
+  }
+  out << fmt::format("  offload G1->G2 {}, G2->G3 {}{}{}   {}\n\n", r.device_to_host, r.host_to_disk,
                      r.hold_queued_blocks ? " (queued blocks held)" : "",
+                     r.overlap_offload ? " (copies overlap the requests)" : "",
                      !r.move_bytes       ? "metadata only (no bytes moved)"
                      : r.device_emulated ? "bytes moved, G1 in host memory (no GPU)"
                                          : "bytes moved, G1 on the GPU");
@@ -149,7 +155,21 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
     if (p.failed_blocks != 0) out << fmt::format("   ({} failed)", group_digits(p.failed_blocks));
     out << "\n";
   }
+  if (r.overlap_offload) {
+    out << fmt::format("  lost_to_lag: G1->G2 {}, G2->G3 {} (evicted before their copy started)\n",
+                       group_digits(r.lost_to_lag[0]), group_digits(r.lost_to_lag[1]));
+  }
   out << "\n";
+  {
+    const Savings sv = estimate_savings(r.hit_blocks, r.hit_tokens, r.savings_inputs);
+    out << fmt::format("  what kvbm saved: {} prefill tokens not recomputed ({:.1f}% of the prompt tokens)\n",
+                       group_digits(sv.tokens_not_recomputed), 100 * ratio(sv.tokens_not_recomputed, r.tokens));
+    out << fmt::format(
+        "  estimate: {:.0f} s of prefill avoided ({:.0f} tokens/s), minus {:.1f} s loading G2 hits at {} GB/s "
+        "and {:.1f} s loading G3 hits at {} GB/s: {:.0f} s saved\n\n",
+        sv.recompute_s[0] + sv.recompute_s[1] + sv.recompute_s[2], r.savings_inputs.prefill_tokens_per_s,
+        sv.load_s[1], r.savings_inputs.g2_gb_per_s, sv.load_s[2], r.savings_inputs.g3_gb_per_s, sv.saved_s);
+  }
   out << fmt::format(
       "  computed {} blocks, uncached {} (G1 full), onboarding: {} failed, {} without room in G1\n",
       group_digits(r.computed_blocks), group_digits(r.uncached_blocks),
@@ -200,6 +220,18 @@ nlohmann::json result_json(const ReplayResult& r) {
                      {"failed_blocks", p.failed_blocks},
                      {"gb_per_s", gb_per_s(p.bytes, r.wall_seconds)}};
   }
+  const Savings sv = estimate_savings(r.hit_blocks, r.hit_tokens, r.savings_inputs);
+  json savings = {
+      {"prefill_tokens_not_recomputed", sv.tokens_not_recomputed},
+      {"estimate",
+       {{"label", "estimate: prefill time avoided minus the time to load G2/G3 hits into G1"},
+        {"prefill_tokens_per_s", r.savings_inputs.prefill_tokens_per_s},
+        {"g2_gb_per_s", r.savings_inputs.g2_gb_per_s},
+        {"g3_gb_per_s", r.savings_inputs.g3_gb_per_s},
+        {"block_bytes", r.savings_inputs.block_bytes},
+        {"recompute_seconds_avoided", sv.recompute_s[0] + sv.recompute_s[1] + sv.recompute_s[2]},
+        {"load_seconds", {{"G2", sv.load_s[1]}, {"G3", sv.load_s[2]}}},
+        {"prefill_seconds_saved", sv.saved_s}}}};
   json engines = json::object();
   for (const auto& [name, p] : r.engine_paths) {
     engines[name] = {{"blocks", p.blocks}, {"bytes", p.bytes}, {"failed_blocks", p.failed_blocks}};
@@ -214,6 +246,8 @@ nlohmann::json result_json(const ReplayResult& r) {
         {"g2_g3", r.host_to_disk},
         {"move_bytes", r.move_bytes},
         {"hold_queued_blocks", r.hold_queued_blocks},
+        {"overlap_offload", r.overlap_offload},
+        {"model", r.model},
         {"device_emulated", r.device_emulated}}},
       {"requests", r.requests},
       {"blocks", r.blocks},
@@ -225,6 +259,8 @@ nlohmann::json result_json(const ReplayResult& r) {
       {"onboard_no_space_blocks", r.onboard_no_space},
       {"evictions", evictions},
       {"paths", paths},
+      {"lost_to_lag", {{"G1->G2", r.lost_to_lag[0]}, {"G2->G3", r.lost_to_lag[1]}}},
+      {"savings", savings},
       {"engine_paths", engines},
       {"verification",
        {{"checked", r.bytes_checked},

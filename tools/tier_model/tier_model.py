@@ -285,6 +285,11 @@ class TierModel:
         if self.mode == ON_EVICTION:
             self.copy_down(0, victims)
         g1.in_use.update(fresh)
+        # The onboarded blocks' copies below are released once they have been
+        # copied into G1, front to back (each ends at its tier's most recent
+        # end), before the request's own blocks are written through.
+        for tier, key in sources:
+            tier.release(key)
 
         # 3. Write-through: the computed blocks go to G2 as one batch, and
         #    the copies G2 registered go to G3, before anything is released.
@@ -294,8 +299,6 @@ class TierModel:
         # 4. Release, front to back: the last block is the most recent.
         for key in cached:
             g1.release(key)
-        for tier, key in sources:
-            tier.release(key)
 
     def run(self, trace):
         for request in trace.requests:
