@@ -27,6 +27,7 @@
 #include "kvbm/transfer/bounce_engine.h"
 #include "kvbm/transfer/cuda_engine.h"
 #include "kvbm/transfer/host_engine.h"
+#include "kv_block_manager_config.h"
 
 namespace kvbm {
 
@@ -70,34 +71,6 @@ class NullEngine final : public TransferEngine {
   std::string name_;
   std::size_t src_blocks_, dst_blocks_;
 };
-
-[[noreturn]] void config_error(std::string_view option, const std::string& what) {
-  throw UsageError("KvBlockManagerConfig." + std::string(option) + ": " + what);
-}
-
-// Resolves a tier's block count from blocks or bytes.
-std::size_t tier_blocks(const TierConfig& t, std::string_view name, std::size_t block_bytes,
-                        bool required) {
-  if (t.blocks != 0 && t.bytes != 0) {
-    config_error(name, "set blocks or bytes, not both (blocks " + std::to_string(t.blocks) +
-                           ", bytes " + std::to_string(t.bytes) + ")");
-  }
-  std::size_t n = t.blocks;
-  if (t.bytes != 0) {
-    n = t.bytes / block_bytes;
-    if (n == 0) {
-      config_error(std::string(name) + ".bytes",
-                   std::to_string(t.bytes) + " bytes hold no block of " +
-                       std::to_string(block_bytes) + " bytes; give at least one block's worth");
-    }
-  }
-  if (required && n == 0) config_error(std::string(name) + ".blocks", "must be at least 1");
-  if (n > kMaxBlockCount) {
-    config_error(std::string(name) + ".blocks",
-                 std::to_string(n) + " exceeds the maximum of " + std::to_string(kMaxBlockCount));
-  }
-  return n;
-}
 
 // The per-(layer, outer) bases of a layer-separated layout over one allocation.
 Layout make_layout(const LayoutConfig& lc, LayoutKind kind, std::size_t blocks,
@@ -417,58 +390,11 @@ class KvBlockManagerImpl {
 
   void build() {
     auto& c = config_;
-    try {
-      c.layout.validate();
-    } catch (const UsageError& e) {
-      config_error("layout", e.what());
-    }
+    const detail::TierBlocks n = detail::check_config(c);
+    g1_blocks_ = n.device;
+    g2_blocks_ = n.host;
+    g3_blocks_ = n.disk;
     const std::size_t bb = c.layout.block_bytes();
-    g1_blocks_ = tier_blocks(c.device, "device", bb, true);
-    g2_blocks_ = tier_blocks(c.host, "host", bb, false);
-    g3_blocks_ = tier_blocks(c.disk, "disk", bb, false);
-    if (g3_blocks_ > 0 && g2_blocks_ == 0) {
-      config_error("disk", "a disk tier needs a host tier (G3 is written from and read through G2); "
-                           "set host.blocks or host.bytes");
-    }
-    if (g3_blocks_ > 0 && c.move_bytes && c.disk_directory.empty()) {
-      config_error("disk_directory", "the disk tier needs an existing directory for its file");
-    }
-    if (g2_blocks_ == 0 && c.device_to_host != OffloadMode::kNone) c.device_to_host = OffloadMode::kNone;
-    if (g3_blocks_ == 0 && c.host_to_disk != OffloadMode::kNone) c.host_to_disk = OffloadMode::kNone;
-    if (c.bounce_blocks == 0) config_error("bounce_blocks", "must be at least 1");
-    if (c.device_to_host_policy.min_frequency > FrequencyTracker::kMaxCount) {
-      config_error("device_to_host_policy.min_frequency",
-                   "at most " + std::to_string(FrequencyTracker::kMaxCount) +
-                       " (the tracker's counters saturate there)");
-    }
-    if (c.host_to_disk_policy.min_frequency > FrequencyTracker::kMaxCount) {
-      config_error("host_to_disk_policy.min_frequency",
-                   "at most " + std::to_string(FrequencyTracker::kMaxCount) +
-                       " (the tracker's counters saturate there)");
-    }
-    if (c.disk_queue_depth > 256) config_error("disk_queue_depth", "at most 256");
-    try {
-      c.pipeline.validate();
-    } catch (const UsageError& e) {
-      config_error("pipeline", e.what());
-    }
-    if (c.host_to_disk_pipeline) {
-      try {
-        c.host_to_disk_pipeline->validate();
-      } catch (const UsageError& e) {
-        config_error("host_to_disk_pipeline", e.what());
-      }
-    }
-    for (const auto& l : c.device_listeners) {
-      if (!l) config_error("device_listeners", "a listener is null");
-    }
-    for (const auto& l : c.host_listeners) {
-      if (!l) config_error("host_listeners", "a listener is null");
-    }
-    for (const auto& l : c.disk_listeners) {
-      if (!l) config_error("disk_listeners", "a listener is null");
-    }
-    if (!c.metrics_registry) c.metrics_registry = std::make_shared<prometheus::Registry>();
 
     tracker_ = std::make_shared<FrequencyTracker>(
         std::max<std::size_t>(1024, g1_blocks_ + g2_blocks_ + g3_blocks_));
@@ -497,12 +423,31 @@ class KvBlockManagerImpl {
       }
       return;
     }
+    // check_config() bounded every product below; what the machine cannot
+    // allocate is named by its option too.
     const std::size_t bb = c.layout.block_bytes();
-    g1_storage_ = make_device_storage(g1_blocks_ * bb, c.cuda_device);
+    auto allocate = [&](const std::string& option, std::size_t blocks, auto make) {
+      try {
+        return make(blocks * bb);
+      } catch (const std::bad_alloc&) {
+        detail::config_error(option, "cannot allocate " + std::to_string(blocks * bb) +
+                                         " bytes (" + std::to_string(blocks) + " blocks of " +
+                                         std::to_string(bb) + " bytes); use fewer blocks");
+      }
+    };
+    g1_storage_ = allocate(detail::tier_size_option(c.device, "device"), g1_blocks_,
+                           [&](std::size_t bytes) {
+                             try {
+                               return make_device_storage(bytes, c.cuda_device);
+                             } catch (const UsageError& e) {  // no such device
+                               detail::config_error("cuda_device", e.what());
+                             }
+                           });
     device_emulated_ = g1_storage_->emulated();
     g1_layout_.emplace(make_layout(c.layout, c.device_layout, g1_blocks_, g1_storage_->base()));
     if (g2_blocks_) {
-      g2_storage_ = make_pinned_storage(g2_blocks_ * bb);
+      g2_storage_ = allocate(detail::tier_size_option(c.host, "host"), g2_blocks_,
+                             [](std::size_t bytes) { return make_pinned_storage(bytes); });
       g2_layout_.emplace(
           make_layout(c.layout, LayoutKind::kFullyContiguous, g2_blocks_, g2_storage_->base()));
     }
@@ -516,15 +461,16 @@ class KvBlockManagerImpl {
         try {
           return DiskStorage::create(o);
         } catch (const UsageError& e) {
-          config_error("disk_directory", e.what());
+          detail::config_error("disk_directory", e.what());
         }
       }();
       if (!r.ok()) {
-        config_error("disk_directory", "cannot create the disk pool in '" +
+        detail::config_error("disk_directory", "cannot create the disk pool in '" +
                                            c.disk_directory.string() + "': " + r.error().message);
       }
       g3_storage_ = std::move(r).value();
-      bounce_storage_ = make_pinned_storage(c.bounce_blocks * bb);
+      bounce_storage_ = allocate("bounce_blocks", c.bounce_blocks,
+                                 [](std::size_t bytes) { return make_pinned_storage(bytes); });
       bounce_layout_.emplace(
           Layout::fully_contiguous(c.layout, c.bounce_blocks, bounce_storage_->base()));
     }
