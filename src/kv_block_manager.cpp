@@ -104,6 +104,7 @@ class EvictionOffloader final : public PoolListener {
     engine_.reset();
     on_registered_ = nullptr;
     dst_ = nullptr;
+    metrics_.reset();  // its series leave the registry now, not with the pool's last block
   }
 
   void on_evicting(std::span<const EvictedBlock> blocks) noexcept override {
@@ -386,7 +387,11 @@ std::string OnboardHandle::error() const {
 class KvBlockManagerImpl {
  public:
   explicit KvBlockManagerImpl(KvBlockManagerConfig c) : config_(std::move(c)) {}
-  ~KvBlockManagerImpl() { shutdown(); }
+  ~KvBlockManagerImpl() {
+    shutdown();
+    wait_onboards();  // also those started after an explicit shutdown()
+    remove_onboard_metrics();
+  }
 
   void build() {
     auto& c = config_;
@@ -634,6 +639,7 @@ class KvBlockManagerImpl {
                     .Help("Blocks handed back by onboarding, by the tier they came from "
                           "(outcome=failed: copies that failed)")
                     .Register(*config_.metrics_registry);
+    onboard_blocks_family_ = &fam;
     counters_.from_device = &fam.Add({{"tier", "G1"}, {"outcome", "hit"}});
     counters_.from_host = &fam.Add({{"tier", "G2"}, {"outcome", "onboarded"}});
     counters_.from_disk = &fam.Add({{"tier", "G3"}, {"outcome", "onboarded"}});
@@ -642,7 +648,19 @@ class KvBlockManagerImpl {
                     .Name("kvbm_onboard_cancelled_total")
                     .Help("Onboardings cancelled by their caller")
                     .Register(*config_.metrics_registry);
+    onboard_cancelled_family_ = &req;
     counters_.cancelled = &req.Add({});
+  }
+
+  // Takes this manager's onboarding series out of the (possibly shared)
+  // registry. Every onboarding has ended: none touches a counter again.
+  void remove_onboard_metrics() noexcept {
+    auto& c = counters_;
+    for (auto* counter : {c.from_device, c.from_host, c.from_disk, c.failed}) {
+      if (counter != nullptr) onboard_blocks_family_->Remove(counter);
+    }
+    if (c.cancelled != nullptr) onboard_cancelled_family_->Remove(c.cancelled);
+    c = {};
   }
 
   void track(const TransferHandle& h, std::vector<TransferHandle>& v) {
@@ -865,6 +883,8 @@ class KvBlockManagerImpl {
   std::unique_ptr<TransferEngine> e3b_, eb1_;
   std::shared_ptr<TransferEngine> e31_;  // uses e3b_ and eb1_: destroyed before them
   detail::OnboardState::Counters counters_;
+  prometheus::Family<prometheus::Counter>* onboard_blocks_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* onboard_cancelled_family_ = nullptr;
   std::mutex handles_mu_;
   std::vector<TransferHandle> handles12_, handles23_;  // guarded by handles_mu_
   std::mutex inflight_mu_;

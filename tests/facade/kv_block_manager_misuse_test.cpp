@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "kvbm/kv_block_manager.h"
 #include "test_util.h"
@@ -101,6 +103,31 @@ void expect_clean(KvBlockManager& kv) {
     test::expect_balanced(*kv.disk());
     EXPECT_EQ(kv.disk()->pool_counts().in_use, 0U);
   }
+}
+
+/// Allocates, stages and registers one G1 block per hash through the facade.
+std::vector<ImmutableBlock<G1>> compute(KvBlockManager& kv, const std::vector<SequenceHash>& hashes) {
+  auto blocks = kv.device().allocate_blocks(hashes.size());
+  EXPECT_TRUE(blocks.has_value());
+  if (!blocks) return {};
+  std::vector<CompleteBlock<G1>> complete;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    complete.push_back(test::stage_ok(std::move((*blocks)[i]), hashes[i]));
+  }
+  return kv.register_blocks(std::move(complete));
+}
+
+/// The value of kvbm_onboard_blocks_total{tier="G1",outcome="hit"}, or nullopt.
+std::optional<double> onboard_hits(prometheus::Registry& registry) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "kvbm_onboard_blocks_total") continue;
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "tier" && label.value == "G1") return metric.counter.value;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 // ---- Tier sizes that overflow ----------------------------------------------
@@ -294,6 +321,40 @@ TEST(KvBlockManagerMisuse, ASharedRegistryHoldsOneManager) {
   c.metrics_registry = other;
   expect_option_error(c, "metrics_registry", "kvbm_");
   expect_clean(*first);
+}
+
+// ---- Metrics on a shared registry -------------------------------------------
+
+// Every series a manager adds to a shared registry leaves with the manager:
+// a scrape after its destruction shows none, and the next manager on the
+// registry builds and counts from zero.
+TEST(KvBlockManagerMetrics, SeriesLeaveASharedRegistryWithTheirManager) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  for (std::uint32_t round = 0; round < 2; ++round) {
+    SCOPED_TRACE("manager " + std::to_string(round));
+    auto c = metadata(4, 8, 16);
+    c.metrics_registry = registry;
+    c.device_to_host = OffloadMode::kOnEviction;  // its series, and the explicit pipeline's
+    auto kv = KvBlockManager::build(c);
+    const auto hashes = chain(4, 10 + round);
+    {
+      auto blocks = compute(*kv, hashes);
+      EXPECT_EQ(kv->offload(blocks).wait(), TransferStatus::kDone);
+      auto h = kv->onboard(hashes);
+      ASSERT_EQ(h.wait(), TransferStatus::kDone);
+      EXPECT_EQ(h.counts().device, 4U);
+    }
+    EXPECT_EQ(onboard_hits(*registry), 4.0);  // this manager's count only
+    kv->drain();
+    expect_clean(*kv);
+    kv.reset();
+
+    for (const auto& family : registry->Collect()) {
+      EXPECT_TRUE(family.metric.empty()) << family.name << " outlived its manager";
+    }
+    const std::string scrape = prometheus::TextSerializer().Serialize(registry->Collect());
+    EXPECT_EQ(scrape.find("kvbm_"), std::string::npos) << scrape;
+  }
 }
 
 }  // namespace
