@@ -599,6 +599,16 @@ class KvBlockManagerImpl {
     return b;
   }
 
+  // What takes the blocks a G1 -> G2 copy (write-through, on-eviction or
+  // explicit) registered in G2: the G2 -> G3 pipeline when that boundary is
+  // write-through, else nothing (on-eviction copies them when G2 evicts them).
+  EvictionOffloader<G1, G2>::Registered g2_to_g3_handoff() {
+    if (!p23_) return {};
+    return [this](std::vector<ImmutableBlock<G2>>&& blocks) {
+      track(p23_->enqueue(blocks), handles23_);
+    };
+  }
+
   void build_offload() {
     auto& c = config_;
     // Build bottom-up: G1->G2 hands its copies to G2->G3.
@@ -614,13 +624,7 @@ class KvBlockManagerImpl {
       g2_evict_->bind(&*g3_, e23_,
                       std::make_shared<OffloadMetrics>(c.metrics_registry, "G2_to_G3_on_eviction"));
     }
-    // Copies that land in G2 go on to G3 when that boundary is write-through.
-    EvictionOffloader<G1, G2>::Registered to_disk;
-    if (p23_) {
-      to_disk = [this](std::vector<ImmutableBlock<G2>>&& blocks) {
-        track(p23_->enqueue(blocks), handles23_);
-      };
-    }
+    EvictionOffloader<G1, G2>::Registered to_disk = g2_to_g3_handoff();
     if (c.device_to_host == OffloadMode::kWriteThrough) {
       auto b = g1_to_g2_builder();
       for (auto& p : policies(c.device_to_host_policy)) b.policy(std::move(p));
@@ -686,7 +690,12 @@ class KvBlockManagerImpl {
     if (pipeline == nullptr) {
       // Not write-through: build a pipeline on first use.
       std::lock_guard lock(explicit_mu_);
-      if (!explicit12_) explicit12_ = g1_to_g2_builder().name("G1_to_G2_explicit").build();
+      if (!explicit12_) {
+        auto b = g1_to_g2_builder();
+        b.name("G1_to_G2_explicit");
+        if (auto to_disk = g2_to_g3_handoff()) b.on_registered(std::move(to_disk));
+        explicit12_ = b.build();
+      }
       pipeline = explicit12_.get();
     }
     auto h = pipeline->enqueue(blocks, std::move(pre));

@@ -230,8 +230,10 @@ class KvBlockManager {
   std::vector<ImmutableBlock<G1>> register_blocks(
       std::vector<CompleteBlock<G1>>&& blocks,
       std::shared_ptr<Precondition> forward_pass_done = nullptr);
-  /// Enqueues registered G1 blocks for offload to G2, whatever the mode.
-  /// Returns an empty handle when there is no G2.
+  /// Enqueues registered G1 blocks for offload to G2, whatever the mode;
+  /// from G2 they go on to G3 as any block registered there does (through
+  /// the G2 -> G3 pipeline when host_to_disk is write-through). The handle
+  /// follows the G1 -> G2 copy. Returns an empty handle when there is no G2.
   TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
                          std::shared_ptr<Precondition> forward_pass_done = nullptr);
 

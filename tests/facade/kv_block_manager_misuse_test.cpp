@@ -323,6 +323,41 @@ TEST(KvBlockManagerMisuse, ASharedRegistryHoldsOneManager) {
   expect_clean(*first);
 }
 
+// ---- Explicit offload -------------------------------------------------------
+
+// Blocks offloaded explicitly to G2 go on to G3 when G2 -> G3 is
+// write-through, as write-through and on-eviction copies do, whatever the
+// G1 -> G2 mode; evicted from G1 and G2, they onboard from G3.
+TEST(KvBlockManagerOffload, ExplicitOffloadContinuesToDiskWhenWriteThrough) {
+  for (const auto mode : {OffloadMode::kNone, OffloadMode::kOnEviction}) {
+    SCOPED_TRACE(std::string("device_to_host ") + std::string(to_string(mode)));
+    auto c = metadata(4, 4, 16);
+    c.device_to_host = mode;
+    c.host_to_disk = OffloadMode::kWriteThrough;
+    auto kv = KvBlockManager::build(c);
+    const auto a = chain(4, 31);
+    {
+      auto blocks = compute(*kv, a);
+      ASSERT_EQ(kv->offload(blocks).wait(), TransferStatus::kDone);
+    }
+    kv->drain();
+    EXPECT_EQ(test::present(*kv->host(), a), std::vector<bool>(4, true));
+    EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, true));
+    EXPECT_EQ(kv->disk()->pool_counts().inactive, 4U);
+    // Evict a from G1 and G2 (G2 already holds it: nothing is copied down
+    // again): only G3 keeps it.
+    EXPECT_EQ(kv->device().reset_inactive_pool(), 4U);
+    EXPECT_EQ(kv->host()->reset_inactive_pool(), 4U);
+    EXPECT_EQ(kv->probe(a).disk, 4U);
+    auto h = kv->onboard(a);
+    ASSERT_EQ(h.wait(), TransferStatus::kDone) << h.error();
+    EXPECT_EQ(h.counts().disk, 4U);
+    EXPECT_EQ(h.take_blocks().size(), 4U);
+    kv->shutdown();
+    expect_clean(*kv);
+  }
+}
+
 // ---- Metrics on a shared registry -------------------------------------------
 
 // Every series a manager adds to a shared registry leaves with the manager:
