@@ -676,8 +676,23 @@ class KvBlockManagerImpl {
     v.push_back(h);
   }
 
+  // Every block must be a valid handle on a block of this manager's G1 pool;
+  // checked before anything is registered or enqueued.
+  template <class Block>
+  void check_own(const std::vector<Block>& blocks, const char* call) const {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      KVBM_CHECK(blocks[i].valid(), "KvBlockManager::", call, ": block ", i,
+                 " is a moved-from handle; pass the G1 blocks themselves");
+      KVBM_CHECK(g1_->owns(blocks[i]), "KvBlockManager::", call, ": block ", i, " (id ",
+                 blocks[i].block_id(),
+                 ") belongs to another manager's G1 pool, not this KvBlockManager's; pass "
+                 "blocks of this manager's device() pool (each manager moves only its own)");
+    }
+  }
+
   std::vector<ImmutableBlock<G1>> register_blocks(std::vector<CompleteBlock<G1>>&& blocks,
                                                   std::shared_ptr<Precondition> pre) {
+    check_own(blocks, "register_blocks");
     auto out = g1_->register_blocks(std::move(blocks));
     if (p12_ && !out.empty()) track(p12_->enqueue(out, std::move(pre)), handles12_);
     return out;
@@ -685,6 +700,7 @@ class KvBlockManagerImpl {
 
   TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
                          std::shared_ptr<Precondition> pre) {
+    check_own(blocks, "offload");
     if (!g2_) return {};
     OffloadPipeline<G1, G2>* pipeline = p12_.get();
     if (pipeline == nullptr) {

@@ -376,6 +376,28 @@ TEST(BlockManager, RegisteringABlockOfAnotherManagerThrowsAndKeepsTheBlock) {
   expect_balanced(m2);
 }
 
+TEST(BlockManager, OwnsTellsItsBlocksFromOthersAndMovedFromHandles) {
+  auto m1 = make_manager(4);
+  auto m2 = make_manager(4);
+  auto mutable_blocks = m1.allocate_blocks(2);
+  ASSERT_TRUE(mutable_blocks);
+  EXPECT_TRUE(m1.owns((*mutable_blocks)[0]));
+  EXPECT_FALSE(m2.owns((*mutable_blocks)[0]));
+  auto complete = stage_ok(std::move((*mutable_blocks)[0]), seq(0));
+  EXPECT_FALSE(m1.owns((*mutable_blocks)[0]));  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(m1.owns(complete));
+  EXPECT_FALSE(m2.owns(complete));
+  auto immutable = m1.register_block(std::move(complete));
+  EXPECT_FALSE(m1.owns(complete));  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(m1.owns(immutable));
+  EXPECT_FALSE(m2.owns(immutable));
+  auto taken = std::move(immutable);
+  EXPECT_FALSE(m1.owns(immutable));  // NOLINT(bugprone-use-after-move)
+  mutable_blocks.reset();
+  expect_balanced(m1);
+  expect_balanced(m2);
+}
+
 TEST(BlockManager, RegisterBlocksRegistersAllInOrder) {
   auto m = make_manager(4);
   const auto h = chain(3);
@@ -522,6 +544,7 @@ TEST(BlockManager, MovedFromManagerThrowsOnEveryMember) {
   check("metrics_registry", [&] { (void)src.metrics_registry(); });
   check("eviction_policy", [&] { (void)src.eviction_policy(); });
   check("duplicate_policy", [&] { (void)src.duplicate_policy(); });
+  check("owns", [&] { (void)src.owns(held[0]); });
   {
     auto block = dst.allocate_blocks(1);
     ASSERT_TRUE(block);

@@ -323,6 +323,22 @@ class BlockManager {
     check("pool_name");
     return store_->name();
   }
+  /// Returns true when `block` is a valid handle on a block of this manager
+  /// (false for a moved-from handle or a block of another manager).
+  [[nodiscard]] bool owns(const ImmutableBlock<T>& block) const {
+    check("owns");
+    return block.store_ == store_.get();
+  }
+  /// Returns true when `block` is a valid handle on a block of this manager.
+  [[nodiscard]] bool owns(const CompleteBlock<T>& block) const {
+    check("owns");
+    return block.store_ == store_.get();
+  }
+  /// Returns true when `block` is a valid handle on a block of this manager.
+  [[nodiscard]] bool owns(const MutableBlock<T>& block) const {
+    check("owns");
+    return block.store_ == store_.get();
+  }
   /// Returns the registry shared with other tiers.
   [[nodiscard]] const std::shared_ptr<BlockRegistry>& registry() const {
     check("registry");

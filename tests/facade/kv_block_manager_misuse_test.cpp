@@ -358,6 +358,86 @@ TEST(KvBlockManagerOffload, ExplicitOffloadContinuesToDiskWhenWriteThrough) {
   }
 }
 
+// ---- Blocks of another manager ----------------------------------------------
+
+/// Expects `f` to throw UsageError whose message holds every one of `parts`.
+template <class F>
+void expect_usage_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected a UsageError";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
+  }
+}
+
+// offload() and register_blocks() refuse a block of another KvBlockManager,
+// of a standalone pool, or a moved-from handle, before doing anything: a
+// list with one such block moves none, and the blocks stay with the caller.
+TEST(KvBlockManagerMisuse, BlocksOfAnotherManagerAreRefused) {
+  auto c = metadata(8, 8, 8);
+  c.device_to_host = OffloadMode::kNone;  // only explicit offloads move blocks
+  auto kv = KvBlockManager::build(c);
+  auto other = KvBlockManager::build(c);
+  auto standalone = BlockManager<G1>::builder().block_count(4).block_size(4).build();
+  auto no_host = KvBlockManager::build(metadata(4, 0, 0));
+
+  const auto mine_hashes = chain(2, 1);
+  const auto theirs_hashes = chain(2, 2);
+  auto mine = compute(*kv, mine_hashes);
+  auto theirs = compute(*other, theirs_hashes);
+  auto loose = test::make_registered(standalone, chain(2, 3));
+
+  auto mixed = mine;
+  mixed.push_back(theirs[0]);
+  expect_usage_error([&] { (void)kv->offload(mixed); },
+                     {"KvBlockManager::offload", "block 2", "another manager"});
+  expect_usage_error([&] { (void)kv->offload(loose); }, {"offload", "block 0", "another manager"});
+  expect_usage_error([&] { (void)no_host->offload(theirs); }, {"offload", "another manager"});
+  auto moved = mine;
+  auto taken = std::move(moved[1]);
+  expect_usage_error([&] { (void)kv->offload(moved); }, {"offload", "block 1", "moved-from"});
+  kv->drain();
+  other->drain();
+  EXPECT_EQ(test::present(*kv->host(), mine_hashes), std::vector<bool>(2, false));
+  EXPECT_EQ(test::present(*kv->host(), theirs_hashes), std::vector<bool>(2, false));
+  EXPECT_EQ(test::present(*other->host(), theirs_hashes), std::vector<bool>(2, false));
+  EXPECT_EQ(kv->host()->pool_counts().reset, 8U);
+
+  // register_blocks: a foreign CompleteBlock stays with the caller, and its
+  // own manager still takes it.
+  auto fresh = other->device().allocate_blocks(1);
+  ASSERT_TRUE(fresh);
+  std::vector<CompleteBlock<G1>> staged;
+  staged.push_back(test::stage_ok(std::move(fresh->front()), test::root(99)));
+  expect_usage_error([&] { (void)kv->register_blocks(std::move(staged)); },
+                     {"KvBlockManager::register_blocks", "another manager"});
+  ASSERT_EQ(staged.size(), 1U);  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(staged[0].valid());
+  EXPECT_FALSE(kv->device().registry()->is_present<G1>(test::root(99)));
+  EXPECT_EQ(other->register_blocks(std::move(staged)).size(), 1U);
+
+  // Their own manager offloads them.
+  EXPECT_EQ(kv->offload(mine).wait(), TransferStatus::kDone);
+  EXPECT_EQ(other->offload(theirs).wait(), TransferStatus::kDone);
+  EXPECT_EQ(test::present(*kv->host(), mine_hashes), std::vector<bool>(2, true));
+  EXPECT_EQ(test::present(*kv->host(), theirs_hashes), std::vector<bool>(2, false));
+  EXPECT_EQ(test::present(*other->host(), theirs_hashes), std::vector<bool>(2, true));
+
+  mine.clear();
+  mixed.clear();
+  moved.clear();
+  { auto drop = std::move(taken); }
+  theirs.clear();
+  loose.clear();
+  for (auto* m : {kv.get(), other.get(), no_host.get()}) {
+    m->drain();
+    expect_clean(*m);
+  }
+  test::expect_balanced(standalone);
+}
+
 // ---- Metrics on a shared registry -------------------------------------------
 
 // Every series a manager adds to a shared registry leaves with the manager:
