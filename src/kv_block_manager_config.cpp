@@ -2,14 +2,14 @@
 
 #include "kv_block_manager_config.h"
 
-#include <prometheus/metric_family.h>
-#include <prometheus/registry.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
+
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
 
 #include "kvbm/disk/disk_engine.h"
 #include "kvbm/disk/disk_storage.h"
@@ -30,9 +30,16 @@ constexpr std::uint64_t kMaxBlockBytes =
 /// The `pool`, `pipeline` and `path` label values of the series a manager
 /// adds (its pools, pipelines and engines); kept in step with
 /// kv_block_manager.cpp by the misuse tests.
-constexpr std::array<std::string_view, 10> kSeriesNames = {
-    "G1",       "G2",       "G3",       "G1_to_G2",          "G2_to_G1",
-    "G2_to_G3", "G3_to_G1", "G1_to_G2_explicit", "G1_to_G2_on_eviction", "G2_to_G3_on_eviction"};
+constexpr std::array<std::string_view, 10> kSeriesNames = {"G1",
+                                                           "G2",
+                                                           "G3",
+                                                           "G1_to_G2",
+                                                           "G2_to_G1",
+                                                           "G2_to_G3",
+                                                           "G3_to_G1",
+                                                           "G1_to_G2_explicit",
+                                                           "G1_to_G2_on_eviction",
+                                                           "G2_to_G3_on_eviction"};
 /// The families only a KvBlockManager adds (unlabelled by pool: one manager per registry).
 constexpr std::array<std::string_view, 2> kManagerFamilies = {"kvbm_onboard_blocks_total",
                                                               "kvbm_onboard_cancelled_total"};
@@ -133,7 +140,8 @@ void check_registry(const prometheus::Registry& registry) {
         }
         config_error("metrics_registry",
                      "the registry already holds " + family.name + "{" + label.name + "=\"" +
-                         label.value + "\"}, a series of this manager (of another KvBlockManager, "
+                         label.value +
+                         "\"}, a series of this manager (of another KvBlockManager, "
                          "or a pool, pipeline or engine of that name); give the manager its "
                          "own registry, or destroy the other owner first");
       }
@@ -185,8 +193,9 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
   check_eviction(c.host.eviction, "host");
   check_eviction(c.disk.eviction, "disk");
   if (n.disk > 0 && n.host == 0) {
-    config_error("disk", "a disk tier needs a host tier (G3 is written from and read through G2); "
-                         "set host.blocks or host.bytes");
+    config_error("disk",
+                 "a disk tier needs a host tier (G3 is written from and read through G2); "
+                 "set host.blocks or host.bytes");
   }
   if (n.disk > 0) {
     // The file: n slots of round_up(block + footer, alignment) bytes (bb is
@@ -239,11 +248,11 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
                                      std::to_string(HostEngineOptions::kMaxThreads));
   }
   if (c.disk_queue_depth > DiskEngineOptions::kMaxQueueDepth) {
-    config_error("disk_queue_depth",
-                 std::to_string(c.disk_queue_depth) + " is more than " +
-                     std::to_string(DiskEngineOptions::kMaxQueueDepth) + "; use 0 (default " +
-                     std::to_string(DiskEngineOptions{}.queue_depth) + ") to " +
-                     std::to_string(DiskEngineOptions::kMaxQueueDepth));
+    config_error("disk_queue_depth", std::to_string(c.disk_queue_depth) + " is more than " +
+                                         std::to_string(DiskEngineOptions::kMaxQueueDepth) +
+                                         "; use 0 (default " +
+                                         std::to_string(DiskEngineOptions{}.queue_depth) + ") to " +
+                                         std::to_string(DiskEngineOptions::kMaxQueueDepth));
   }
   const std::size_t depth =
       c.disk_queue_depth != 0 ? c.disk_queue_depth : DiskEngineOptions{}.queue_depth;

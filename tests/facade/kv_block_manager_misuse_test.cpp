@@ -2,9 +2,6 @@
 // fails in build() as "KvBlockManagerConfig.<option>: ...", tier sizes that
 // overflow included; a shared metrics registry; blocks of another manager.
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -14,6 +11,10 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "kvbm/kv_block_manager.h"
 #include "test_util.h"
@@ -31,8 +32,8 @@ LayoutConfig small_layout() {  // 2 KiB blocks
 
 /// A layout of 2^34-byte blocks (never allocated: the configs using it fail first).
 LayoutConfig huge_layout() {
-  return {.num_layers = 1024, .outer_dim = 2, .page_size = 4096, .inner_dim = 1024,
-          .dtype_bytes = 2};
+  return {
+      .num_layers = 1024, .outer_dim = 2, .page_size = 4096, .inner_dim = 1024, .dtype_bytes = 2};
 }
 
 class TempDir {
@@ -106,7 +107,8 @@ void expect_clean(KvBlockManager& kv) {
 }
 
 /// Allocates, stages and registers one G1 block per hash through the facade.
-std::vector<ImmutableBlock<G1>> compute(KvBlockManager& kv, const std::vector<SequenceHash>& hashes) {
+std::vector<ImmutableBlock<G1>> compute(KvBlockManager& kv,
+                                        const std::vector<SequenceHash>& hashes) {
   auto blocks = kv.device().allocate_blocks(hashes.size());
   EXPECT_TRUE(blocks.has_value());
   if (!blocks) return {};
@@ -178,8 +180,11 @@ TEST(KvBlockManagerMisuse, TierSizesThatOverflowAreNamed) {
   // A block that alone passes 2^63 bytes, 2^64 - 64 (valid for LayoutConfig):
   // (2^29 - 1) x 2 x 708 x 3033169 x 8 = 64 x (2^29 - 1) x (2^29 + 1).
   c = metadata(1, 0, 0);
-  c.layout = {.num_layers = (1U << 29) - 1, .outer_dim = 2, .page_size = 708,
-              .inner_dim = 3033169, .dtype_bytes = 8};
+  c.layout = {.num_layers = (1U << 29) - 1,
+              .outer_dim = 2,
+              .page_size = 708,
+              .inner_dim = 3033169,
+              .dtype_bytes = 8};
   ASSERT_EQ(c.layout.block_bytes(), kSizeMax - 63);
   expect_option_error(c, "layout", "file offset");
 }
@@ -211,7 +216,9 @@ TEST(KvBlockManagerMisuse, LayoutAndTiers) {
   expect_option_error(metadata(4, 0, 4), "disk", "host tier");
   for (const char* tier : {"device", "host", "disk"}) {
     c = metadata(4, 4, 4);
-    auto& t = std::string(tier) == "device" ? c.device : std::string(tier) == "host" ? c.host : c.disk;
+    auto& t = std::string(tier) == "device" ? c.device
+              : std::string(tier) == "host" ? c.host
+                                            : c.disk;
     t.eviction = static_cast<EvictionPolicy>(9);
     expect_option_error(c, std::string(tier) + ".eviction", "lru");
   }
@@ -316,8 +323,8 @@ TEST(KvBlockManagerMisuse, ASharedRegistryHoldsOneManager) {
   blocks.reset();
   // A pool of the same name on the registry is refused the same way.
   auto other = std::make_shared<prometheus::Registry>();
-  auto pool = BlockManager<G2>::builder().block_count(2).block_size(4).metrics_registry(other)
-                  .build();
+  auto pool =
+      BlockManager<G2>::builder().block_count(2).block_size(4).metrics_registry(other).build();
   c.metrics_registry = other;
   expect_option_error(c, "metrics_registry", "kvbm_");
   expect_clean(*first);
