@@ -68,10 +68,18 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const Disk
   s->config_ = options.config;
   s->num_blocks_ = options.num_blocks;
   s->block_bytes_ = options.config.block_bytes();
+  // The slot (block, footer, rounded up) must be a file offset itself, or the
+  // rounding below wraps (to 0 for a block of 2^64 - 64 bytes).
+  constexpr auto kMaxOffset = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  KVBM_CHECK(s->block_bytes_ <= kMaxOffset - kFooterBytes - (kAlignment - 1),
+             "DiskStorageOptions::config: a block of ", s->block_bytes_,
+             " bytes leaves no room for a disk slot (block + ", kFooterBytes,
+             "-byte footer, rounded up to ", kAlignment,
+             ") in a file offset; use a smaller layout");
   s->slot_bytes_ = round_up(s->block_bytes_ + kFooterBytes, kAlignment);
   s->layout_fingerprint_ = layout_fingerprint(options.config);
   s->keep_file_ = options.keep_file;
-  KVBM_CHECK(s->num_blocks_ <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / s->slot_bytes_,
+  KVBM_CHECK(s->num_blocks_ <= kMaxOffset / s->slot_bytes_,
              "DiskStorageOptions: num_blocks x slot bytes (", s->num_blocks_, " x ", s->slot_bytes_,
              ") overflows a file offset; use fewer blocks");
 

@@ -16,7 +16,7 @@
 namespace kvbm {
 namespace {
 
-constexpr std::size_t kMaxThreads = 256;
+constexpr std::size_t kMaxThreads = HostEngineOptions::kMaxThreads;
 /// Pieces of a split batch start at multiples of this many bytes into the batch.
 constexpr std::size_t kSplitGranule = 4096;
 

@@ -28,6 +28,7 @@
 #include "kvbm/transfer/bounce_engine.h"
 #include "kvbm/transfer/cuda_engine.h"
 #include "kvbm/transfer/host_engine.h"
+#include "kv_block_manager_config.h"
 
 namespace kvbm {
 
@@ -72,34 +73,6 @@ class NullEngine final : public TransferEngine {
   std::size_t src_blocks_, dst_blocks_;
 };
 
-[[noreturn]] void config_error(std::string_view option, const std::string& what) {
-  throw UsageError("KvBlockManagerConfig." + std::string(option) + ": " + what);
-}
-
-// Resolves a tier's block count from blocks or bytes.
-std::size_t tier_blocks(const TierConfig& t, std::string_view name, std::size_t block_bytes,
-                        bool required) {
-  if (t.blocks != 0 && t.bytes != 0) {
-    config_error(name, "set blocks or bytes, not both (blocks " + std::to_string(t.blocks) +
-                           ", bytes " + std::to_string(t.bytes) + ")");
-  }
-  std::size_t n = t.blocks;
-  if (t.bytes != 0) {
-    n = t.bytes / block_bytes;
-    if (n == 0) {
-      config_error(std::string(name) + ".bytes",
-                   std::to_string(t.bytes) + " bytes hold no block of " +
-                       std::to_string(block_bytes) + " bytes; give at least one block's worth");
-    }
-  }
-  if (required && n == 0) config_error(std::string(name) + ".blocks", "must be at least 1");
-  if (n > kMaxBlockCount) {
-    config_error(std::string(name) + ".blocks",
-                 std::to_string(n) + " exceeds the maximum of " + std::to_string(kMaxBlockCount));
-  }
-  return n;
-}
-
 // The per-(layer, outer) bases of a layer-separated layout over one allocation.
 Layout make_layout(const LayoutConfig& lc, LayoutKind kind, std::size_t blocks,
                    std::uintptr_t base) {
@@ -134,6 +107,7 @@ class EvictionOffloader final : public PoolListener {
     engine_.reset();
     on_registered_ = nullptr;
     dst_ = nullptr;
+    metrics_.reset();  // its series leave the registry now, not with the pool's last block
   }
 
   void on_evicting(std::span<const EvictedBlock> blocks) noexcept override {
@@ -460,72 +434,19 @@ std::string OnboardHandle::error() const {
 class KvBlockManagerImpl {
  public:
   explicit KvBlockManagerImpl(KvBlockManagerConfig c) : config_(std::move(c)) {}
-  ~KvBlockManagerImpl() { shutdown(); }
+  ~KvBlockManagerImpl() {
+    shutdown();
+    wait_onboards();  // also those started after an explicit shutdown()
+    remove_onboard_metrics();
+  }
 
   void build() {
     auto& c = config_;
-    try {
-      c.layout.validate();
-    } catch (const UsageError& e) {
-      config_error("layout", e.what());
-    }
+    const detail::TierBlocks n = detail::check_config(c);
+    g1_blocks_ = n.device;
+    g2_blocks_ = n.host;
+    g3_blocks_ = n.disk;
     const std::size_t bb = c.layout.block_bytes();
-    g1_blocks_ = tier_blocks(c.device, "device", bb, true);
-    g2_blocks_ = tier_blocks(c.host, "host", bb, false);
-    g3_blocks_ = tier_blocks(c.disk, "disk", bb, false);
-    if (g3_blocks_ > 0 && g2_blocks_ == 0) {
-      config_error("disk", "a disk tier needs a host tier (G3 is written from and read through G2); "
-                           "set host.blocks or host.bytes");
-    }
-    if (g3_blocks_ > 0 && c.move_bytes && c.disk_directory.empty()) {
-      config_error("disk_directory", "the disk tier needs an existing directory for its file");
-    }
-    if (g2_blocks_ == 0 && c.device_to_host != OffloadMode::kNone) c.device_to_host = OffloadMode::kNone;
-    if (g3_blocks_ == 0 && c.host_to_disk != OffloadMode::kNone) c.host_to_disk = OffloadMode::kNone;
-    if (c.bounce_blocks == 0) config_error("bounce_blocks", "must be at least 1");
-    if (c.device_to_host_policy.min_frequency > FrequencyTracker::kMaxCount) {
-      config_error("device_to_host_policy.min_frequency",
-                   "at most " + std::to_string(FrequencyTracker::kMaxCount) +
-                       " (the tracker's counters saturate there)");
-    }
-    if (c.host_to_disk_policy.min_frequency > FrequencyTracker::kMaxCount) {
-      config_error("host_to_disk_policy.min_frequency",
-                   "at most " + std::to_string(FrequencyTracker::kMaxCount) +
-                       " (the tracker's counters saturate there)");
-    }
-    if (c.disk_queue_depth > 256) config_error("disk_queue_depth", "at most 256");
-    if (c.device_to_host == OffloadMode::kOnEviction && !c.device_to_host_policy.skip_present) {
-      config_error("device_to_host_policy.skip_present",
-                   "on_eviction never copies a block G2 already holds (it refreshes that copy); "
-                   "leave skip_present true, or use write_through to copy present blocks again");
-    }
-    if (c.host_to_disk == OffloadMode::kOnEviction && !c.host_to_disk_policy.skip_present) {
-      config_error("host_to_disk_policy.skip_present",
-                   "on_eviction never copies a block G3 already holds (it refreshes that copy); "
-                   "leave skip_present true, or use write_through to copy present blocks again");
-    }
-    try {
-      c.pipeline.validate();
-    } catch (const UsageError& e) {
-      config_error("pipeline", e.what());
-    }
-    if (c.host_to_disk_pipeline) {
-      try {
-        c.host_to_disk_pipeline->validate();
-      } catch (const UsageError& e) {
-        config_error("host_to_disk_pipeline", e.what());
-      }
-    }
-    for (const auto& l : c.device_listeners) {
-      if (!l) config_error("device_listeners", "a listener is null");
-    }
-    for (const auto& l : c.host_listeners) {
-      if (!l) config_error("host_listeners", "a listener is null");
-    }
-    for (const auto& l : c.disk_listeners) {
-      if (!l) config_error("disk_listeners", "a listener is null");
-    }
-    if (!c.metrics_registry) c.metrics_registry = std::make_shared<prometheus::Registry>();
 
     tracker_ = std::make_shared<FrequencyTracker>(
         std::max<std::size_t>(1024, g1_blocks_ + g2_blocks_ + g3_blocks_));
@@ -554,12 +475,31 @@ class KvBlockManagerImpl {
       }
       return;
     }
+    // check_config() bounded every product below; what the machine cannot
+    // allocate is named by its option too.
     const std::size_t bb = c.layout.block_bytes();
-    g1_storage_ = make_device_storage(g1_blocks_ * bb, c.cuda_device);
+    auto allocate = [&](const std::string& option, std::size_t blocks, auto make) {
+      try {
+        return make(blocks * bb);
+      } catch (const std::bad_alloc&) {
+        detail::config_error(option, "cannot allocate " + std::to_string(blocks * bb) +
+                                         " bytes (" + std::to_string(blocks) + " blocks of " +
+                                         std::to_string(bb) + " bytes); use fewer blocks");
+      }
+    };
+    g1_storage_ = allocate(detail::tier_size_option(c.device, "device"), g1_blocks_,
+                           [&](std::size_t bytes) {
+                             try {
+                               return make_device_storage(bytes, c.cuda_device);
+                             } catch (const UsageError& e) {  // no such device
+                               detail::config_error("cuda_device", e.what());
+                             }
+                           });
     device_emulated_ = g1_storage_->emulated();
     g1_layout_.emplace(make_layout(c.layout, c.device_layout, g1_blocks_, g1_storage_->base()));
     if (g2_blocks_) {
-      g2_storage_ = make_pinned_storage(g2_blocks_ * bb);
+      g2_storage_ = allocate(detail::tier_size_option(c.host, "host"), g2_blocks_,
+                             [](std::size_t bytes) { return make_pinned_storage(bytes); });
       g2_layout_.emplace(
           make_layout(c.layout, LayoutKind::kFullyContiguous, g2_blocks_, g2_storage_->base()));
     }
@@ -573,15 +513,16 @@ class KvBlockManagerImpl {
         try {
           return DiskStorage::create(o);
         } catch (const UsageError& e) {
-          config_error("disk_directory", e.what());
+          detail::config_error("disk_directory", e.what());
         }
       }();
       if (!r.ok()) {
-        config_error("disk_directory", "cannot create the disk pool in '" +
+        detail::config_error("disk_directory", "cannot create the disk pool in '" +
                                            c.disk_directory.string() + "': " + r.error().message);
       }
       g3_storage_ = std::move(r).value();
-      bounce_storage_ = make_pinned_storage(c.bounce_blocks * bb);
+      bounce_storage_ = allocate("bounce_blocks", c.bounce_blocks,
+                                 [](std::size_t bytes) { return make_pinned_storage(bytes); });
       bounce_layout_.emplace(
           Layout::fully_contiguous(c.layout, c.bounce_blocks, bounce_storage_->base()));
     }
@@ -705,6 +646,17 @@ class KvBlockManagerImpl {
     return b;
   }
 
+  // What takes the blocks a G1 -> G2 copy (write-through, on-eviction or
+  // explicit) registered in G2: the G2 -> G3 pipeline when that boundary is
+  // write-through, else nothing (on-eviction copies them when G2 evicts them).
+  EvictionOffloader<G1, G2>::Registered g2_to_g3_handoff() {
+    if (!p23_) return {};
+    return [this](std::vector<ImmutableBlock<G2>>&& blocks) {
+      if (config_.host_to_disk_policy.skip_present) refresh_present(*g3_, blocks);
+      track(p23_->enqueue(blocks), handles23_);
+    };
+  }
+
   void build_offload() {
     auto& c = config_;
     // Build bottom-up: G1->G2 hands its copies to G2->G3.
@@ -721,14 +673,7 @@ class KvBlockManagerImpl {
                       std::make_shared<OffloadMetrics>(c.metrics_registry, "G2_to_G3_on_eviction"),
                       policies(c.host_to_disk_policy));
     }
-    // Copies that land in G2 go on to G3 when that boundary is write-through.
-    EvictionOffloader<G1, G2>::Registered to_disk;
-    if (p23_) {
-      to_disk = [this](std::vector<ImmutableBlock<G2>>&& blocks) {
-        if (config_.host_to_disk_policy.skip_present) refresh_present(*g3_, blocks);
-        track(p23_->enqueue(blocks), handles23_);
-      };
-    }
+    EvictionOffloader<G1, G2>::Registered to_disk = g2_to_g3_handoff();
     if (c.device_to_host == OffloadMode::kWriteThrough) {
       auto b = g1_to_g2_builder();
       for (auto& p : policies(c.device_to_host_policy)) b.policy(std::move(p));
@@ -747,6 +692,7 @@ class KvBlockManagerImpl {
                     .Help("Blocks handed back by onboarding, by the tier they came from "
                           "(outcome=failed: copies that failed)")
                     .Register(*config_.metrics_registry);
+    onboard_blocks_family_ = &fam;
     counters_.from_device = &fam.Add({{"tier", "G1"}, {"outcome", "hit"}});
     counters_.from_host = &fam.Add({{"tier", "G2"}, {"outcome", "onboarded"}});
     counters_.from_disk = &fam.Add({{"tier", "G3"}, {"outcome", "onboarded"}});
@@ -755,7 +701,19 @@ class KvBlockManagerImpl {
                     .Name("kvbm_onboard_cancelled_total")
                     .Help("Onboardings cancelled by their caller")
                     .Register(*config_.metrics_registry);
+    onboard_cancelled_family_ = &req;
     counters_.cancelled = &req.Add({});
+  }
+
+  // Takes this manager's onboarding series out of the (possibly shared)
+  // registry. Every onboarding has ended: none touches a counter again.
+  void remove_onboard_metrics() noexcept {
+    auto& c = counters_;
+    for (auto* counter : {c.from_device, c.from_host, c.from_disk, c.failed}) {
+      if (counter != nullptr) onboard_blocks_family_->Remove(counter);
+    }
+    if (c.cancelled != nullptr) onboard_cancelled_family_->Remove(c.cancelled);
+    c = {};
   }
 
   void track(const TransferHandle& h, std::vector<TransferHandle>& v) {
@@ -780,8 +738,23 @@ class KvBlockManagerImpl {
     for (auto& b : held) ImmutableBlock<Below> release = std::move(b);  // in order: most recent last
   }
 
+  // Every block must be a valid handle on a block of this manager's G1 pool;
+  // checked before anything is registered or enqueued.
+  template <class Block>
+  void check_own(const std::vector<Block>& blocks, const char* call) const {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      KVBM_CHECK(blocks[i].valid(), "KvBlockManager::", call, ": block ", i,
+                 " is a moved-from handle; pass the G1 blocks themselves");
+      KVBM_CHECK(g1_->owns(blocks[i]), "KvBlockManager::", call, ": block ", i, " (id ",
+                 blocks[i].block_id(),
+                 ") belongs to another manager's G1 pool, not this KvBlockManager's; pass "
+                 "blocks of this manager's device() pool (each manager moves only its own)");
+    }
+  }
+
   std::vector<ImmutableBlock<G1>> register_blocks(std::vector<CompleteBlock<G1>>&& blocks,
                                                   std::shared_ptr<Precondition> pre) {
+    check_own(blocks, "register_blocks");
     auto out = g1_->register_blocks(std::move(blocks));
     if (p12_ && !out.empty()) {
       if (config_.device_to_host_policy.skip_present) refresh_present(*g2_, out);
@@ -792,12 +765,18 @@ class KvBlockManagerImpl {
 
   TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
                          std::shared_ptr<Precondition> pre) {
+    check_own(blocks, "offload");
     if (!g2_) return {};
     OffloadPipeline<G1, G2>* pipeline = p12_.get();
     if (pipeline == nullptr) {
       // Not write-through: build a pipeline on first use.
       std::lock_guard lock(explicit_mu_);
-      if (!explicit12_) explicit12_ = g1_to_g2_builder().name("G1_to_G2_explicit").build();
+      if (!explicit12_) {
+        auto b = g1_to_g2_builder();
+        b.name("G1_to_G2_explicit");
+        if (auto to_disk = g2_to_g3_handoff()) b.on_registered(std::move(to_disk));
+        explicit12_ = b.build();
+      }
       pipeline = explicit12_.get();
     }
     auto h = pipeline->enqueue(blocks, std::move(pre));
@@ -1033,6 +1012,8 @@ class KvBlockManagerImpl {
   std::unique_ptr<TransferEngine> e3b_, eb1_;
   std::shared_ptr<TransferEngine> e31_;  // uses e3b_ and eb1_: destroyed before them
   detail::OnboardState::Counters counters_;
+  prometheus::Family<prometheus::Counter>* onboard_blocks_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* onboard_cancelled_family_ = nullptr;
   std::mutex handles_mu_;
   std::vector<TransferHandle> handles12_, handles23_;  // guarded by handles_mu_
   std::mutex inflight_mu_;

@@ -40,14 +40,15 @@ void LayoutConfig::validate() const {
   KVBM_CHECK(inner_dim > 0, "LayoutConfig: inner_dim (heads x head size) must be > 0 (got 0)");
   KVBM_CHECK(dtype_bytes == 1 || dtype_bytes == 2 || dtype_bytes == 4 || dtype_bytes == 8,
              "LayoutConfig: dtype_bytes must be 1, 2, 4 or 8, got ", dtype_bytes);
-  std::size_t region = 0;
-  std::size_t block = 0;
-  const bool fits = mul_fits(page_size, inner_dim, region) &&
-                    mul_fits(region, dtype_bytes, region) &&
-                    mul_fits(regions_per_block(), region, block);
-  KVBM_CHECK(fits, "LayoutConfig: page_size x inner_dim x dtype_bytes x num_layers x outer_dim (",
-             page_size, " x ", inner_dim, " x ", dtype_bytes, " x ", num_layers, " x ", outer_dim,
-             ") overflows size_t; the block size must fit in memory");
+  (void)block_bytes();  // throws when the product overflows
+}
+
+void LayoutConfig::throw_overflow() const {
+  detail::throw_usage_error(
+      __FILE__, __LINE__,
+      detail::concat("LayoutConfig: page_size x inner_dim x dtype_bytes x num_layers x outer_dim (",
+                     page_size, " x ", inner_dim, " x ", dtype_bytes, " x ", num_layers, " x ",
+                     outer_dim, ") overflows size_t; the block size must fit in memory"));
 }
 
 std::string_view to_string(LayoutKind kind) noexcept {

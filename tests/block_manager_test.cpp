@@ -376,6 +376,28 @@ TEST(BlockManager, RegisteringABlockOfAnotherManagerThrowsAndKeepsTheBlock) {
   expect_balanced(m2);
 }
 
+TEST(BlockManager, OwnsTellsItsBlocksFromOthersAndMovedFromHandles) {
+  auto m1 = make_manager(4);
+  auto m2 = make_manager(4);
+  auto mutable_blocks = m1.allocate_blocks(2);
+  ASSERT_TRUE(mutable_blocks);
+  EXPECT_TRUE(m1.owns((*mutable_blocks)[0]));
+  EXPECT_FALSE(m2.owns((*mutable_blocks)[0]));
+  auto complete = stage_ok(std::move((*mutable_blocks)[0]), seq(0));
+  EXPECT_FALSE(m1.owns((*mutable_blocks)[0]));  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(m1.owns(complete));
+  EXPECT_FALSE(m2.owns(complete));
+  auto immutable = m1.register_block(std::move(complete));
+  EXPECT_FALSE(m1.owns(complete));  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(m1.owns(immutable));
+  EXPECT_FALSE(m2.owns(immutable));
+  auto taken = std::move(immutable);
+  EXPECT_FALSE(m1.owns(immutable));  // NOLINT(bugprone-use-after-move)
+  mutable_blocks.reset();
+  expect_balanced(m1);
+  expect_balanced(m2);
+}
+
 TEST(BlockManager, RegisterBlocksRegistersAllInOrder) {
   auto m = make_manager(4);
   const auto h = chain(3);
@@ -488,6 +510,63 @@ TEST(BlockManager, RegisterBlocksRejectsAMovedFromBlock) {
   EXPECT_TRUE(staged[0].valid());  // NOLINT(bugprone-use-after-move)
   EXPECT_FALSE(m.registry()->is_present<G1>(seq(0)));
   expect_balanced(m);
+}
+
+// ---- Moved from ----------------------------------------------------------
+
+// Every member of a moved-from manager throws UsageError naming the call;
+// blocks handed out before the move stay with the manager moved into.
+TEST(BlockManager, MovedFromManagerThrowsOnEveryMember) {
+  auto src = make_manager(4);
+  auto held = make_registered(src, chain(2));
+  auto dst = std::move(src);
+  EXPECT_FALSE(src.valid());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(dst.valid());
+
+  auto check = [&](const char* call, auto&& f) {
+    SCOPED_TRACE(call);
+    expect_usage_error(f, {call, "moved from"});
+  };
+  const auto hashes = chain(2);
+  check("allocate_blocks", [&] { (void)src.allocate_blocks(1); });
+  check("allocate_block", [&] { (void)src.allocate_block(); });
+  check("allocate_at_most", [&] { (void)src.allocate_at_most(1); });
+  check("match_blocks", [&] { (void)src.match_blocks(hashes); });
+  check("scan_matches", [&] { (void)src.scan_matches(hashes); });
+  check("reset_inactive_pool", [&] { (void)src.reset_inactive_pool(); });
+  check("available_blocks", [&] { (void)src.available_blocks(); });
+  check("total_blocks", [&] { (void)src.total_blocks(); });
+  check("block_size", [&] { (void)src.block_size(); });
+  check("pool_counts", [&] { (void)src.pool_counts(); });
+  check("audit", [&] { (void)src.audit(); });
+  check("pool_name", [&] { (void)src.pool_name(); });
+  check("registry", [&] { (void)src.registry(); });
+  check("metrics_registry", [&] { (void)src.metrics_registry(); });
+  check("eviction_policy", [&] { (void)src.eviction_policy(); });
+  check("duplicate_policy", [&] { (void)src.duplicate_policy(); });
+  check("owns", [&] { (void)src.owns(held[0]); });
+  {
+    auto block = dst.allocate_blocks(1);
+    ASSERT_TRUE(block);
+    auto staged = stage_ok(std::move(block->front()), seq(5));
+    check("register_block", [&] { (void)src.register_block(std::move(staged)); });
+    EXPECT_TRUE(staged.valid());  // NOLINT(bugprone-use-after-move): left with the caller
+    std::vector<CompleteBlock<G1>> batch;
+    batch.push_back(std::move(staged));
+    check("register_blocks", [&] { (void)src.register_blocks(std::move(batch)); });
+    EXPECT_EQ(batch.size(), 1U);  // NOLINT(bugprone-use-after-move)
+  }
+  // Move-assigning into the empty manager makes it usable again.
+  auto other = make_manager(2);
+  src = std::move(other);
+  EXPECT_TRUE(src.valid());
+  EXPECT_EQ(src.total_blocks(), 2U);
+  expect_balanced(src);
+
+  EXPECT_EQ(dst.pool_counts().in_use, 2U);
+  held.clear();
+  EXPECT_EQ(dst.pool_counts().inactive, 2U);
+  expect_balanced(dst);
 }
 
 // ---- Matching ------------------------------------------------------------

@@ -19,6 +19,10 @@
 // handles may be dropped on any thread and may outlive the manager.
 // Errors: misuse throws UsageError; an allocation the pool cannot satisfy
 // returns nullopt and changes nothing.
+//
+// Moving: a moved-from BlockManager is empty. valid() says so; destroying or
+// assigning to it is fine, any other member throws UsageError naming the call.
+// Blocks it handed out stay valid (they belong to the manager moved into).
 
 #pragma once
 
@@ -164,11 +168,15 @@ class BlockManager {
     if (store_) store_->orphan();
   }
 
+  /// Returns false for a moved-from manager (every other member then throws).
+  [[nodiscard]] bool valid() const noexcept { return store_ != nullptr; }
+
   /// Takes `count` blocks: first from the reset pool, then by evicting
   /// inactive blocks. Returns nullopt, changing nothing, when fewer than
   /// `count` blocks are available. Throws UsageError for count 0 or a count
   /// larger than the pool.
   [[nodiscard]] std::optional<std::vector<MutableBlock<T>>> allocate_blocks(std::size_t count) {
+    check("allocate_blocks");
     KVBM_CHECK(count > 0, "allocate_blocks(0): ask for at least one block");
     KVBM_CHECK(count <= store_->total_blocks(), "allocate_blocks(", count, "): pool ",
                store_->name(), " has only ", store_->total_blocks(),
@@ -192,6 +200,7 @@ class BlockManager {
   /// Takes one block, as allocate_blocks(1) does, without building a vector.
   /// Returns nullopt when no block is available.
   [[nodiscard]] std::optional<MutableBlock<T>> allocate_block() {
+    check("allocate_block");
     BlockId id = 0;
     if (!store_->allocate(1, &id)) return std::nullopt;
     return MutableBlock<T>(store_.get(), id);
@@ -202,6 +211,7 @@ class BlockManager {
   /// available_blocks() says fit, fewer still when a backend protects some
   /// (lineage). Returns them (possibly none) in allocate_blocks' order.
   [[nodiscard]] std::vector<MutableBlock<T>> allocate_at_most(std::size_t count) {
+    check("allocate_at_most");
     std::size_t want = std::min(count, store_->total_blocks());
     while (want > 0) {
       if (auto blocks = allocate_blocks(want)) return std::move(*blocks);
@@ -216,6 +226,7 @@ class BlockManager {
   /// returned. Throws UsageError (leaving `block` with the caller) when the
   /// block is empty or belongs to another manager.
   ImmutableBlock<T> register_block(CompleteBlock<T>&& block) {
+    check("register_block");
     KVBM_CHECK(block.valid(), "register_block: the CompleteBlock was moved from");
     KVBM_CHECK(block.store_ == store_.get(), "register_block: block ", block.id_,
                " belongs to another manager (pool ", block.store_->name(),
@@ -230,6 +241,7 @@ class BlockManager {
   /// Registers every block; see register_block. All blocks are checked first,
   /// so on a UsageError none is registered and all stay with the caller.
   std::vector<ImmutableBlock<T>> register_blocks(std::vector<CompleteBlock<T>>&& blocks) {
+    check("register_blocks");
     for (const auto& b : blocks) {
       KVBM_CHECK(b.valid(), "register_blocks: a CompleteBlock was moved from");
       KVBM_CHECK(b.store_ == store_.get(), "register_blocks: block ", b.id_,
@@ -256,6 +268,7 @@ class BlockManager {
   /// registered, stopping at the first miss. Inactive blocks are taken back
   /// out of the inactive pool.
   [[nodiscard]] std::vector<ImmutableBlock<T>> match_blocks(std::span<const SequenceHash> hashes) {
+    check("match_blocks");
     std::vector<BlockId> ids;
     store_->match(hashes, ids);
     return wrap(ids);
@@ -263,6 +276,7 @@ class BlockManager {
 
   /// Every registered block among `hashes`, in request order, skipping misses.
   [[nodiscard]] std::vector<ImmutableBlock<T>> scan_matches(std::span<const SequenceHash> hashes) {
+    check("scan_matches");
     std::vector<BlockId> ids;
     store_->scan(hashes, ids);
     return wrap(ids);
@@ -270,42 +284,91 @@ class BlockManager {
 
   /// Evicts every inactive block (for a model reload); blocks in use are not
   /// touched. Returns the number evicted.
-  std::size_t reset_inactive_pool() { return store_->evict_all_inactive(); }
+  std::size_t reset_inactive_pool() {
+    check("reset_inactive_pool");
+    return store_->evict_all_inactive();
+  }
 
   /// Returns reset + evictable inactive blocks: what allocate_blocks can take
   /// at least. Under the lineage backend, evicting a leaf can make its parent
   /// evictable, so an allocation may succeed beyond this figure; it never
   /// takes a block that an in-use block descends from.
   [[nodiscard]] std::size_t available_blocks() const {
+    check("available_blocks");
     const auto c = store_->counts();
     return c.reset + c.evictable;
   }
   /// Returns the number of blocks in the pool.
-  [[nodiscard]] std::size_t total_blocks() const noexcept { return store_->total_blocks(); }
+  [[nodiscard]] std::size_t total_blocks() const {
+    check("total_blocks");
+    return store_->total_blocks();
+  }
   /// Returns the tokens per block.
-  [[nodiscard]] std::uint32_t block_size() const noexcept { return store_->block_size(); }
+  [[nodiscard]] std::uint32_t block_size() const {
+    check("block_size");
+    return store_->block_size();
+  }
   /// Returns a consistent snapshot of the pool's accounting.
-  [[nodiscard]] PoolCounts pool_counts() const { return store_->counts(); }
+  [[nodiscard]] PoolCounts pool_counts() const {
+    check("pool_counts");
+    return store_->counts();
+  }
   /// Recounts every block's state; returns "" when consistent, else what is wrong.
-  [[nodiscard]] std::string audit() const { return store_->audit(); }
+  [[nodiscard]] std::string audit() const {
+    check("audit");
+    return store_->audit();
+  }
   /// Returns the pool's name (the `pool` label).
-  [[nodiscard]] const std::string& pool_name() const noexcept { return store_->name(); }
+  [[nodiscard]] const std::string& pool_name() const {
+    check("pool_name");
+    return store_->name();
+  }
+  /// Returns true when `block` is a valid handle on a block of this manager
+  /// (false for a moved-from handle or a block of another manager).
+  [[nodiscard]] bool owns(const ImmutableBlock<T>& block) const {
+    check("owns");
+    return block.store_ == store_.get();
+  }
+  /// Returns true when `block` is a valid handle on a block of this manager.
+  [[nodiscard]] bool owns(const CompleteBlock<T>& block) const {
+    check("owns");
+    return block.store_ == store_.get();
+  }
+  /// Returns true when `block` is a valid handle on a block of this manager.
+  [[nodiscard]] bool owns(const MutableBlock<T>& block) const {
+    check("owns");
+    return block.store_ == store_.get();
+  }
   /// Returns the registry shared with other tiers.
-  [[nodiscard]] const std::shared_ptr<BlockRegistry>& registry() const noexcept { return registry_; }
+  [[nodiscard]] const std::shared_ptr<BlockRegistry>& registry() const {
+    check("registry");
+    return registry_;
+  }
   /// Returns the prometheus registry the pool's series live in.
-  [[nodiscard]] const std::shared_ptr<prometheus::Registry>& metrics_registry() const noexcept {
+  [[nodiscard]] const std::shared_ptr<prometheus::Registry>& metrics_registry() const {
+    check("metrics_registry");
     return store_->metrics().registry();
   }
   /// Returns the eviction policy of the inactive pool.
-  [[nodiscard]] EvictionPolicy eviction_policy() const noexcept { return store_->eviction_policy(); }
+  [[nodiscard]] EvictionPolicy eviction_policy() const {
+    check("eviction_policy");
+    return store_->eviction_policy();
+  }
   /// Returns the duplicate policy.
-  [[nodiscard]] DuplicatePolicy duplicate_policy() const noexcept {
+  [[nodiscard]] DuplicatePolicy duplicate_policy() const {
+    check("duplicate_policy");
     return store_->duplicate_policy();
   }
 
  private:
   BlockManager(std::shared_ptr<detail::BlockStore> store, std::shared_ptr<BlockRegistry> registry)
       : store_(std::move(store)), registry_(std::move(registry)) {}
+
+  // A moved-from manager has no store: one null test, then the message.
+  void check(const char* call) const {
+    KVBM_CHECK(store_ != nullptr, "BlockManager::", call,
+               ": this BlockManager was moved from; use the manager it was moved into");
+  }
 
   std::vector<ImmutableBlock<T>> wrap(const std::vector<BlockId>& ids) {
     std::vector<ImmutableBlock<T>> out;

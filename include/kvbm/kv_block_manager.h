@@ -230,12 +230,18 @@ class KvBlockManager {
   [[nodiscard]] const std::shared_ptr<prometheus::Registry>& metrics_registry() const noexcept;
 
   /// Registers computed G1 blocks and, in write-through mode, enqueues them
-  /// for offload to G2 once `forward_pass_done` (if any) is met.
+  /// for offload to G2 once `forward_pass_done` (if any) is met. Throws
+  /// UsageError, registering none and leaving every block with the caller,
+  /// when a block is moved from or belongs to another manager.
   std::vector<ImmutableBlock<G1>> register_blocks(
       std::vector<CompleteBlock<G1>>&& blocks,
       std::shared_ptr<Precondition> forward_pass_done = nullptr);
-  /// Enqueues registered G1 blocks for offload to G2, whatever the mode.
-  /// Returns an empty handle when there is no G2.
+  /// Enqueues registered G1 blocks for offload to G2, whatever the mode;
+  /// from G2 they go on to G3 as any block registered there does (through
+  /// the G2 -> G3 pipeline when host_to_disk is write-through). The handle
+  /// follows the G1 -> G2 copy. Returns an empty handle when there is no G2.
+  /// Throws UsageError, enqueuing none, when a block is moved from or
+  /// belongs to another manager (whatever the tiers).
   TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
                          std::shared_ptr<Precondition> forward_pass_done = nullptr);
 

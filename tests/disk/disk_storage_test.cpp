@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "disk/disk_test_util.h"
 #include "test_util.h"
@@ -314,6 +315,44 @@ TEST_P(DiskStorageTest, BadOptionsAreUsageErrors) {
   o = options();
   o.config.num_layers = 0;
   EXPECT_THROW((void)DiskStorage::create(o), UsageError);
+  EXPECT_TRUE(fs::is_empty(dir_->path()));
+}
+
+// A block so large that the slot (block + footer, rounded up to 4096) or the
+// file size no longer fits in 64 bits is refused before anything is created.
+// Unchecked, round_up(2^64 - 64 + 64, 4096) was 0 and the offset check divided by it.
+TEST_P(DiskStorageTest, BlocksTooLargeForASlotAreUsageErrors) {
+  LayoutConfig wraps_to_zero;  // 2 x (2^31 - 4) x (2^29 + 1) x 8 = 2^64 - 64 bytes
+  wraps_to_zero.num_layers = 1;
+  wraps_to_zero.outer_dim = 2;
+  wraps_to_zero.page_size = (1U << 31) - 4;
+  wraps_to_zero.inner_dim = (1U << 29) + 1;
+  wraps_to_zero.dtype_bytes = 8;
+  ASSERT_NO_THROW(wraps_to_zero.validate());
+  LayoutConfig wraps_small;  // 42007935 x 6700417 x 65537 = 2^64 - 1 bytes
+  wraps_small.num_layers = 42007935;
+  wraps_small.outer_dim = 1;
+  wraps_small.page_size = 6700417;
+  wraps_small.inner_dim = 65537;
+  wraps_small.dtype_bytes = 1;
+  ASSERT_NO_THROW(wraps_small.validate());
+  LayoutConfig big_file;  // 2^39-byte blocks: 2^25 of their slots pass 2^63 bytes
+  big_file.num_layers = 1U << 10;
+  big_file.outer_dim = 2;
+  big_file.page_size = 1U << 9;
+  big_file.inner_dim = 1U << 19;
+  big_file.dtype_bytes = 1;
+  for (const auto& [config, blocks, needle] :
+       {std::tuple{wraps_to_zero, std::size_t{1}, "slot"},
+        std::tuple{wraps_small, std::size_t{1}, "slot"},
+        std::tuple{big_file, std::size_t{1} << 25, "file offset"}}) {
+    try {
+      (void)DiskStorage::create(options(blocks, config));
+      ADD_FAILURE() << "expected a UsageError for a block of " << config.block_bytes() << " bytes";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
   EXPECT_TRUE(fs::is_empty(dir_->path()));
 }
 

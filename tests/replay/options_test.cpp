@@ -37,7 +37,9 @@ TEST(ReplayOptions, DefaultsShowEveryTier) {
   EXPECT_GT(o.device.blocks, 0u);
   EXPECT_GT(o.host.blocks, 0u);
   EXPECT_GT(o.disk.blocks, 0u);
-  EXPECT_EQ(o.g1_g2, OffloadMode::kWriteThrough);
+  EXPECT_EQ(o.g1_g2, OffloadMode::kOnEviction);  // deterministic, and exact against the tier model
+  EXPECT_EQ(o.g2_g3, OffloadMode::kOnEviction);
+  EXPECT_FALSE(o.overlap_offload);
   EXPECT_FALSE(o.metadata_only);
   EXPECT_FALSE(o.metrics_port.has_value());
 }

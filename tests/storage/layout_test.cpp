@@ -106,6 +106,36 @@ TEST(LayoutConfig, ValidateNamesTheField) {
   EXPECT_THAT(block_overflow, HasSubstr("overflows"));
 }
 
+// The sizes of a config never wrap: an overflowing product throws instead
+// of returning a small, wrong figure (validate() or not).
+TEST(LayoutConfig, SizesThatOverflowThrowInsteadOfWrapping) {
+  LayoutConfig region = small_config();
+  region.page_size = 0xFFFFFFFFU;
+  region.inner_dim = 0xFFFFFFFFU;
+  region.dtype_bytes = 2;  // (2^32 - 1)^2 x 2 > 2^64
+  EXPECT_THAT(usage_error_of([&] { (void)region.region_bytes(); }), HasSubstr("overflows"));
+  EXPECT_THAT(usage_error_of([&] { (void)region.block_bytes(); }), HasSubstr("overflows"));
+
+  LayoutConfig block = small_config();
+  block.num_layers = 1U << 22;
+  block.page_size = 1U << 20;
+  block.inner_dim = 1U << 20;  // a region fits (2^41 bytes), the block does not (2^23 x 2^41)
+  block.dtype_bytes = 2;
+  EXPECT_NO_THROW((void)block.region_bytes());
+  EXPECT_THAT(usage_error_of([&] { (void)block.block_bytes(); }), HasSubstr("overflows"));
+  EXPECT_THAT(usage_error_of([&] { block.validate(); }), HasSubstr("overflows"));
+
+  // The largest block that fits is accepted to the byte: 64 x (2^58 - 1) = 2^64 - 64.
+  LayoutConfig edge;
+  edge.num_layers = 1;
+  edge.outer_dim = 2;
+  edge.page_size = (1U << 31) - 4;
+  edge.inner_dim = (1U << 29) + 1;
+  edge.dtype_bytes = 8;
+  EXPECT_NO_THROW(edge.validate());
+  EXPECT_EQ(edge.block_bytes(), ~std::size_t{0} - 63);
+}
+
 TEST(LayoutKind, ToString) {
   EXPECT_EQ(to_string(LayoutKind::kFullyContiguous), "fully_contiguous");
   EXPECT_EQ(to_string(LayoutKind::kLayerSeparated), "layer_separated");

@@ -64,10 +64,14 @@ namespace kvbm {
 
 /// How a disk engine runs.
 struct DiskEngineOptions {
-  /// Most whole-slot preads/pwrites in flight at once. Must be in [1, 256].
+  /// The largest queue_depth.
+  static constexpr std::size_t kMaxQueueDepth = 256;
+  /// The most workers.
+  static constexpr std::size_t kMaxWorkers = 512;
+  /// Most whole-slot preads/pwrites in flight at once. Must be in [1, kMaxQueueDepth].
   std::size_t queue_depth = 4;
   /// Worker threads (each with one staging buffer of slot_bytes()); 0 means
-  /// 2 x queue_depth. Must be 0 or in [queue_depth, 512].
+  /// 2 x queue_depth. Must be 0 or in [queue_depth, kMaxWorkers].
   std::size_t workers = 0;
   /// The path's name: name() and the `path` label of the metrics. Empty:
   /// "host_to_disk" or "disk_to_host".

@@ -41,22 +41,36 @@ struct LayoutConfig {
   std::uint32_t inner_dim = 0;    ///< elements per token per (layer, outer): heads x head size
   std::uint32_t dtype_bytes = 2;  ///< bytes per element
 
-  /// Bytes of one (layer, outer) region of one block.
-  [[nodiscard]] std::size_t region_bytes() const noexcept {
-    return std::size_t{page_size} * inner_dim * dtype_bytes;
+  /// Bytes of one (layer, outer) region of one block. Throws UsageError when
+  /// the product overflows size_t (never for a config that validate() accepts).
+  [[nodiscard]] std::size_t region_bytes() const {
+    std::size_t n = 0;  // two 32-bit factors cannot overflow; the third can
+    if (__builtin_mul_overflow(std::size_t{page_size} * inner_dim, dtype_bytes, &n)) [[unlikely]] {
+      throw_overflow();
+    }
+    return n;
   }
   /// Number of regions of one block: num_layers x outer_dim.
   [[nodiscard]] std::size_t regions_per_block() const noexcept {
     return std::size_t{num_layers} * outer_dim;
   }
-  /// Bytes of one whole block.
-  [[nodiscard]] std::size_t block_bytes() const noexcept {
-    return regions_per_block() * region_bytes();
+  /// Bytes of one whole block. Throws UsageError when the product overflows
+  /// size_t (never for a config that validate() accepts).
+  [[nodiscard]] std::size_t block_bytes() const {
+    std::size_t n = 0;
+    if (__builtin_mul_overflow(regions_per_block(), region_bytes(), &n)) [[unlikely]] {
+      throw_overflow();
+    }
+    return n;
   }
-  /// Throws UsageError naming the first field that is out of range.
+  /// Throws UsageError naming the first field that is out of range, or the
+  /// product of the dimensions when the block size overflows size_t.
   void validate() const;
 
   friend bool operator==(const LayoutConfig&, const LayoutConfig&) = default;
+
+ private:
+  [[noreturn]] void throw_overflow() const;
 };
 
 /// How a pool arranges its blocks in memory.

@@ -40,7 +40,9 @@ using HostCopyFn = void (*)(void* dst, const void* src, std::size_t bytes) noexc
 
 /// Options of a HostTransferEngine.
 struct HostEngineOptions {
-  /// Worker threads; 0 picks min(4, hardware threads).
+  /// The most worker threads an engine takes.
+  static constexpr std::size_t kMaxThreads = 256;
+  /// Worker threads (0 .. kMaxThreads); 0 picks min(4, hardware threads).
   std::size_t threads = 0;
   /// A batch is split over several workers only so far as each gets at least
   /// this many bytes.
