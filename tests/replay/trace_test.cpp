@@ -140,6 +140,109 @@ TEST(ReplayTrace, ReportsEveryInvalidLineWithItsNumberAndKeepsTheRest) {
   EXPECT_NE(message(14).find("not an integer"), std::string::npos) << message(14);
 }
 
+TEST(ReplayTrace, NumberOverflowIsALineErrorNotAnAbort) {
+  // A number too large for a double makes the JSON parser throw out_of_range
+  // rather than parse_error; it must stay one bad line of the trace.
+  const std::string good =
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n";
+  const Trace t =
+      read(good +
+           R"({"timestamp": 0, "input_length": 1e999, "output_length": 1, "hash_ids": [1]})"
+           "\n"
+           R"({"timestamp": 1e999, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+           "\n"
+           R"({"timestamp": 0, "input_length": 4, "output_length": -1e999, "hash_ids": [1]})"
+           "\n"
+           R"({"timestamp": 0, "output_length": 1, "input_ids": [1, 2, 3, 1e400]})"
+           "\n" +
+           good);
+  ASSERT_EQ(t.requests.size(), 2u);
+  EXPECT_EQ(t.requests[1].line, 6u);
+  ASSERT_EQ(t.error_count, 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(t.errors[i].line, i + 2);
+    EXPECT_NE(t.errors[i].message.find("overflow"), std::string::npos) << t.errors[i].message;
+  }
+}
+
+TEST(ReplayTrace, LengthsOverTheLimitAreLineErrorsAndNeverReachTheTotals) {
+  // 2^64 - 1 tokens: ceil(input_length / block_tokens) used to wrap to 0, so
+  // an empty hash_ids passed and the length went into input_tokens.
+  const std::string max = std::to_string(kMaxTraceTokens);
+  const std::string over = std::to_string(kMaxTraceTokens + 1);
+  const Trace t = read(
+      R"({"timestamp": 0, "input_length": 18446744073709551615, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 18446744073709551613, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": )" +
+      over +
+      R"(, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 4, "output_length": )" +
+      over +
+      R"(, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "output_length": 1, "input_length": )" +
+      over +
+      R"(, "input_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 4, "output_length": )" +
+      max +
+      R"(, "hash_ids": [1]})"
+      "\n");
+  ASSERT_EQ(t.error_count, 6u);
+  for (const auto& e : t.errors) {
+    EXPECT_NE(e.message.find("over the limit of " + max), std::string::npos)
+        << e.line << ": " << e.message;
+  }
+  ASSERT_EQ(t.requests.size(), 1u);  // the limit itself is allowed
+  EXPECT_EQ(t.requests[0].output_length, kMaxTraceTokens);
+  EXPECT_EQ(t.input_tokens, 4u);
+  EXPECT_EQ(t.blocks, 1u);
+}
+
+TEST(ReplayTrace, DeeplyNestedValuesAreLineErrors) {
+  // Describing a value in a message must not recurse through it.
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  const std::string deep_object =
+      "{\"a\": " + std::string(50'000, '[') + std::string(50'000, ']') + "}";
+  const Trace t = read(
+      R"({"timestamp": )" + deep +
+      R"(, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "input_length": )" +
+      deep_object +
+      R"(, "output_length": 1, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [)" +
+      deep + "]}\n" + R"({"timestamp": 0, "output_length": 1, "input_ids": [)" + deep + "]}\n" +
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1], "extra": )" +
+      deep + "}\n");
+  ASSERT_EQ(t.error_count, 4u);
+  for (const auto& e : t.errors) EXPECT_LT(e.message.size(), 300u) << e.message;
+  ASSERT_EQ(t.requests.size(), 1u);  // a nested field that is ignored is fine
+  EXPECT_EQ(t.requests[0].line, 5u);
+}
+
+TEST(ReplayTrace, ErrorMessagesArePrintableAscii) {
+  // Raw bytes from the line (control characters, invalid UTF-8) are escaped.
+  const Trace t = read(
+      std::string("{\"timestamp\": \x1b[2J\xff}\n") +
+      R"({"timestamp": "\u001b[31mred", "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n");
+  ASSERT_EQ(t.error_count, 2u);
+  for (const auto& e : t.errors) {
+    for (const char c : e.message) {
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f)
+          << "byte " << int(static_cast<unsigned char>(c)) << " in " << e.message;
+    }
+  }
+}
+
 TEST(ReplayTrace, StopsAtMaxRequestsAndCapsKeptErrors) {
   std::string text;
   for (int i = 0; i < 5; ++i) text += "garbage\n";
