@@ -4,6 +4,7 @@
 #include "replay/trace.h"
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "kvbm/hashing.h"
 #include "kvbm/token_block_sequence.h"
+#include "replay_test_util.h"
 
 namespace kvbm::replay {
 namespace {
@@ -262,6 +264,43 @@ TEST(ReplayTrace, StopsAtMaxRequestsAndCapsKeptErrors) {
 TEST(ReplayTrace, MissingFileThrows) {
   EXPECT_THROW((void)read_trace_file("/nonexistent/trace.jsonl", TraceOptions{}),
                std::runtime_error);
+}
+
+TEST(ReplayTrace, DirectoryThrowsInsteadOfReadingAsEmpty) {
+  const test::ScratchDir dir("kvbm-trace-dir");
+  try {
+    (void)read_trace_file(dir.path(), TraceOptions{});
+    FAIL() << "a directory was read as an empty trace";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReplayTrace, UnreadableFileThrowsWithTheReason) {
+  const test::ScratchDir dir("kvbm-trace-unreadable");
+  const auto p = dir.path() / "trace.jsonl";
+  std::ofstream(p) << R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+                   << "\n";
+  std::filesystem::permissions(p, std::filesystem::perms::none);
+  if (std::ifstream(p)) GTEST_SKIP() << "running as root: a mode-000 file is still readable";
+  try {
+    (void)read_trace_file(p, TraceOptions{});
+    FAIL() << "an unreadable file did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ermission denied"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReplayTrace, OpenFailureSaysWhy) {
+  // Runs as root too: no permission bit makes a path under a file openable.
+  const test::ScratchDir dir("kvbm-trace-notdir");
+  std::ofstream(dir.path() / "file") << "x\n";
+  try {
+    (void)read_trace_file(dir.path() / "file" / "trace.jsonl", TraceOptions{});
+    FAIL() << "a path under a regular file did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Not a directory"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ReplayTrace, ShippedTraceHasTheDocumentedShape) {

@@ -1,6 +1,8 @@
 #include "replay/trace.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -230,9 +232,22 @@ Trace read_trace(std::istream& in, const TraceOptions& options, std::string sour
 }
 
 Trace read_trace_file(const std::filesystem::path& path, const TraceOptions& options) {
+  // A directory opens like a file and then reads as empty: an empty trace
+  // that would replay "successfully".
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw std::runtime_error("cannot read trace " + path.string() + ": it is a directory");
+  }
+  errno = 0;
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open trace " + path.string());
-  return read_trace(in, options, path.string());
+  if (!in) {
+    const int err = errno;
+    throw std::runtime_error("cannot open trace " + path.string() +
+                             (err != 0 ? std::string(": ") + std::strerror(err) : std::string()));
+  }
+  Trace t = read_trace(in, options, path.string());
+  if (in.bad()) throw std::runtime_error("error reading trace " + path.string());
+  return t;
 }
 
 std::size_t unique_blocks(const Trace& trace) {

@@ -95,7 +95,8 @@ struct Trace {
 [[nodiscard]] Trace read_trace(std::istream& in, const TraceOptions& options,
                                std::string source = "<stream>");
 
-/// Reads a trace file. Throws std::runtime_error when the file cannot be opened.
+/// Reads a trace file. Throws std::runtime_error, with the reason, when the
+/// path is a directory or cannot be opened for reading.
 [[nodiscard]] Trace read_trace_file(const std::filesystem::path& path, const TraceOptions& options);
 
 /// Returns the number of distinct sequence hashes in the trace.
