@@ -1,6 +1,6 @@
 // Tests of the kvbm-replay program (tools/replay/main.cpp), run as a child
-// process: exit status and messages for bad traces, and valid --json whatever
-// the trace path holds.
+// process: exit status and messages for bad traces, valid --json whatever the
+// trace path holds, and a prompt stop on SIGINT during a --realtime wait.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -112,6 +112,16 @@ Outcome run(const std::vector<std::string>& args, const fs::path& dir) {
   return {status, c.out(), c.err()};
 }
 
+// Returns the line of /proc/<pid>/status that starts with `key`, or "".
+std::string proc_status(pid_t pid, const std::string& key) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key, 0) == 0) return line.substr(key.size());
+  }
+  return {};
+}
+
 TEST(ReplayCli, DirectoryAsTraceFailsWithAMessage) {
   const test::ScratchDir dir("kvbm-cli-dir");
   const fs::path trace_dir = dir.path() / "traces";
@@ -165,6 +175,51 @@ TEST(ReplayCli, JsonIsValidWhenTheTracePathIsNotUtf8) {
     EXPECT_NE(j["plot"].get<std::string>().find("plot-" + replacement), std::string::npos);
     EXPECT_EQ(j["sweep"].size(), 2u);
   }
+}
+
+TEST(ReplayCli, SigintDuringARealtimeWaitStopsPromptly) {
+  const test::ScratchDir dir("kvbm-cli-sigint");
+  const fs::path trace = dir.path() / "trace.jsonl";
+  // The second request is due a minute after the first.
+  std::ofstream(trace)
+      << kLine << "\n"
+      << R"({"timestamp": 60000, "input_length": 8, "output_length": 1, "hash_ids": [1, 3]})"
+      << "\n";
+  auto args = small_replay(trace);
+  args.erase(args.end() - 1);  // not --quiet: the "interrupted" note is checked
+  args.insert(args.end(), {"--realtime", "--json"});
+  Child c(args, dir.path());
+  ASSERT_GT(c.pid(), 0);
+
+  // Wait until the SIGINT handler is installed (SigCgt bit 1), then until the
+  // main thread has been asleep for 100 ms: waiting for the second request.
+  const auto give_up = Clock::now() + std::chrono::seconds(60);
+  auto handler_installed = [&] {
+    const std::string mask = proc_status(c.pid(), "SigCgt:");
+    return !mask.empty() && (std::stoull(mask, nullptr, 16) & (1ULL << (SIGINT - 1))) != 0;
+  };
+  while (!handler_installed()) {
+    ASSERT_LT(Clock::now(), give_up) << "the SIGINT handler was never installed\n" << c.err();
+    ASSERT_EQ(c.wait(std::chrono::milliseconds(5)), -1) << "exited early\n" << c.err();
+  }
+  for (int asleep = 0; asleep < 20;) {
+    ASSERT_LT(Clock::now(), give_up) << "the replay never went to sleep\n" << c.err();
+    const std::string state = proc_status(c.pid(), "State:");
+    asleep = state.find('S') != std::string::npos ? asleep + 1 : 0;
+    ASSERT_EQ(c.wait(std::chrono::milliseconds(5)), -1) << "exited early\n" << c.err();
+  }
+
+  const auto sent = Clock::now();
+  ASSERT_EQ(::kill(c.pid(), SIGINT), 0);
+  const int status = c.wait(std::chrono::seconds(10));
+  const double seconds = std::chrono::duration<double>(Clock::now() - sent).count();
+  ASSERT_NE(status, -1) << "still waiting 10 s after SIGINT\n" << c.err();
+  std::cout << "stopped " << seconds * 1e3 << " ms after SIGINT\n";
+  EXPECT_EQ(status, 130) << c.err();
+  EXPECT_LT(seconds, 1.0);  // ~10 ms; slack for a loaded sanitizer build
+  EXPECT_NE(c.err().find("interrupted after 1 requests"), std::string::npos) << c.err();
+  const auto j = nlohmann::json::parse(c.out());
+  EXPECT_EQ(j["result"]["requests"], 1);
 }
 
 }  // namespace
