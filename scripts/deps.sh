@@ -4,9 +4,11 @@
 #   bash scripts/deps.sh           install what is missing (apt-get; root, or sudo)
 #   bash scripts/deps.sh --check   only report; exit 1 if a required package is missing
 #
-# `apt-get update` runs only when something has to be installed. ninja-build is optional: if
-# it cannot be installed, CMake's Makefile generator is used instead. Set KVBM_SKIP_DEPS=1 to
-# skip this script entirely (e.g. on a machine provisioned some other way).
+# `apt-get update` runs only when something has to be installed. Optional packages are
+# installed one by one, and one that cannot be is only reported: without ninja-build CMake's
+# Makefile generator is used; without clang and libclang-rt-14-dev (clang's libFuzzer runtime)
+# the fuzz stage of scripts/test.sh is skipped. Set KVBM_SKIP_DEPS=1 to skip this script
+# entirely (e.g. on a machine provisioned some other way).
 set -euo pipefail
 
 readonly REQUIRED=(
@@ -16,7 +18,7 @@ readonly REQUIRED=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcurl4-openssl-dev
 )
-readonly OPTIONAL=(ninja-build)
+readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev)
 
 log() { printf '[deps] %s\n' "$*"; }
 
@@ -87,10 +89,10 @@ apt update
 if ((${#missing[@]})); then
   apt install --no-install-recommends "${missing[@]}"
 fi
-if ((${#missing_optional[@]})); then
-  apt install --no-install-recommends "${missing_optional[@]}" ||
-    log "optional packages not installed (${missing_optional[*]}); continuing without them"
-fi
+for pkg in "${missing_optional[@]}"; do
+  apt install --no-install-recommends "$pkg" ||
+    log "optional package $pkg not installed; continuing without it"
+done
 
 still_missing=()
 for pkg in "${missing[@]}"; do

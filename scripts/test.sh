@@ -12,14 +12,19 @@
 #             TSan from starting ("unexpected memory mapping")
 #   package   scripts/package_test.sh: install, then build consumers with find_package()
 #             and add_subdirectory()
+#   fuzz      preset `fuzz` (clang, libFuzzer + ASan + UBSan): builds the targets in fuzz/ and
+#             runs each for KVBM_FUZZ_SECONDS from its seed corpus; any crash, leak, timeout
+#             or broken invariant fails the stage (docs/fuzzing.md). SKIP when clang or its
+#             libFuzzer runtime is missing.
 #
 # Environment:
-#   KVBM_QUICK=1        only deps, release and package (no sanitizer builds)
+#   KVBM_QUICK=1        only deps, release and package (no sanitizer builds, no fuzzing)
 #   KVBM_STAGES="..."   run exactly these stages, e.g. KVBM_STAGES="release tsan"
 #   KVBM_FAIL_FAST=1    stop at the first failed stage
 #   KVBM_STRESS_SCALE   scale of the randomized stress tests in the sanitizer stages
 #                       (default 0.1; the release stage runs them at full size)
 #   KVBM_CTEST_ARGS     extra ctest arguments, word-split, e.g. "-L pools" or "-R Lru"
+#   KVBM_FUZZ_SECONDS   how long the fuzz stage runs each target (default 60)
 #   KVBM_BUILD_ROOT, KVBM_JOBS, CMAKE_GENERATOR: see scripts/common.sh
 set -uo pipefail
 
@@ -33,13 +38,14 @@ if [[ -n "${KVBM_STAGES:-}" ]]; then
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
   stages=(release package)
 else
-  stages=(release asan tsan package)
+  stages=(release asan tsan package fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
 summary=()
 failed_stages=()
 detail=""
+readonly KVBM_SKIPPED=77  # a stage returns this to be recorded as SKIP (not FAIL)
 
 record() {  # <stage> <PASS|FAIL|SKIP> <seconds> <detail>
   summary+=("$(printf '%-8s %-4s %6ss  %s' "$1" "$2" "$3" "$4")")
@@ -184,6 +190,73 @@ stage_package() {
   fi
 }
 
+# Runs the libFuzzer targets of fuzz/ (preset `fuzz`), each for $KVBM_FUZZ_SECONDS, one after
+# the other. A target's new inputs go to build/fuzz/corpus/<target> (kept between runs), the
+# committed seeds in fuzz/corpus/<target> are only read; a crashing input is written to
+# build/fuzz/artifacts/<target>/ and its path printed.
+stage_fuzz() {
+  local seconds="${KVBM_FUZZ_SECONDS:-60}"
+  if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
+    detail="KVBM_FUZZ_SECONDS must be a positive number of seconds, not '$seconds'"
+    return 1
+  fi
+  if ! command -v clang++ >/dev/null 2>&1; then
+    kvbm_err "fuzz: clang++ not found; scripts/deps.sh installs clang and libclang-rt-14-dev"
+    detail="clang++ not found"
+    return "$KVBM_SKIPPED"
+  fi
+  local dir="$KVBM_BUILD_ROOT/fuzz"
+  mkdir -p "$dir"
+  # libFuzzer's runtime comes with clang's compiler-rt, packaged apart on Debian.
+  printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
+    'extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t*, std::size_t) { return 0; }' \
+    >"$dir/kvbm_fuzzer_probe.cpp"
+  if ! clang++ -fsanitize=fuzzer,address,undefined "$dir/kvbm_fuzzer_probe.cpp" \
+    -o "$dir/kvbm_fuzzer_probe" 2>"$dir/kvbm_fuzzer_probe.log"; then
+    kvbm_err "fuzz: clang++ cannot link a libFuzzer program (libclang-rt-*-dev missing?):"
+    head -n 3 "$dir/kvbm_fuzzer_probe.log" >&2
+    detail="libFuzzer runtime not installed"
+    return "$KVBM_SKIPPED"
+  fi
+  configure fuzz || return 1
+  kvbm_log "fuzz: build (-j$KVBM_JOBS)"
+  if ! kvbm_build_preset fuzz --target fuzzers; then
+    detail="build failed"
+    return 1
+  fi
+
+  local src target bin log runs failed=() ran=()
+  for src in "$KVBM_ROOT"/fuzz/*_fuzz.cpp; do
+    target="$(basename "$src" .cpp)"
+    bin="$dir/fuzz/$target"
+    log="$dir/$target.log"
+    mkdir -p "$dir/corpus/$target" "$dir/artifacts/$target"
+    local -a args=(-max_total_time="$seconds" -timeout=25 -print_final_stats=1
+      -artifact_prefix="$dir/artifacts/$target/")
+    [[ -f "$KVBM_ROOT/fuzz/$target.dict" ]] && args+=(-dict="$KVBM_ROOT/fuzz/$target.dict")
+    kvbm_log "fuzz: $target for ${seconds} s"
+    UBSAN_OPTIONS="$KVBM_UBSAN_OPTIONS${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+      "$bin" "${args[@]}" "$dir/corpus/$target" "$KVBM_ROOT/fuzz/corpus/$target" >"$log" 2>&1
+    local rc=$?
+    runs="$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log" | tail -n 1)"
+    if ((rc != 0)); then
+      kvbm_err "fuzz: $target failed (exit $rc); the end of $log:"
+      tail -n 40 "$log" >&2
+      grep -h 'Test unit written to' "$log" >&2
+      failed+=("$target")
+    else
+      kvbm_log "fuzz: $target: ${runs:-?} runs, no failure"
+      ran+=("$target ${runs:-?} runs")
+    fi
+  done
+  if ((${#failed[@]})); then
+    detail="failed: ${failed[*]} (inputs in $dir/artifacts/)"
+    return 1
+  fi
+  detail="${seconds} s each: $(printf '%s, ' "${ran[@]}")"
+  detail="${detail%, }"
+}
+
 if [[ "${CI:-}" == true ]]; then
   kvbm_log "CI: $(uname -srm), $(nproc) CPUs, bash $BASH_VERSION"
 fi
@@ -201,7 +274,7 @@ kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null 
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_$stage" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: release asan tsan package)"
+    record "$stage" FAIL 0 "unknown stage (known: release asan tsan package fuzz)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then
@@ -211,11 +284,12 @@ for stage in "${stages[@]}"; do
   kvbm_log "===== stage: $stage ====="
   start=$SECONDS
   detail=""
-  if "stage_$stage"; then
-    record "$stage" PASS $((SECONDS - start)) "$detail"
-  else
-    record "$stage" FAIL $((SECONDS - start)) "$detail"
-  fi
+  "stage_$stage"
+  case $? in
+    0) record "$stage" PASS $((SECONDS - start)) "$detail" ;;
+    "$KVBM_SKIPPED") record "$stage" SKIP $((SECONDS - start)) "$detail" ;;
+    *) record "$stage" FAIL $((SECONDS - start)) "$detail" ;;
+  esac
 done
 
 print_summary

@@ -365,5 +365,19 @@ TEST(TokenBlockSequenceTest, TruncateDropsKeysPastTheCutAndRehashes) {
   EXPECT_EQ(k.block_hashes()[2], with_key);
 }
 
+TEST(TokenBlockSequenceTest, TruncateToSizeKeepsKeysForTokensNotYetSeen) {
+  // Truncating to size() changes nothing, so a key attached ahead of its
+  // tokens survives it; any shorter cut drops the key with the tokens.
+  TokenBlockSequence s(3);
+  s.add_multimodal(45, 1);
+  EXPECT_EQ(s.truncate(0), 0U);
+  ASSERT_EQ(s.block_keys().size(), 1U);
+  s.extend(iota_tokens(4, 1));
+  EXPECT_EQ(s.truncate(4), 0U);
+  ASSERT_EQ(s.block_keys().size(), 1U);
+  EXPECT_EQ(s.truncate(3), 0U);
+  EXPECT_TRUE(s.block_keys().empty());
+}
+
 }  // namespace
 }  // namespace kvbm

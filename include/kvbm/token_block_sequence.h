@@ -86,7 +86,8 @@ class TokenBlockSequence {
   /// Keeps the first `new_token_count` tokens; returns how many complete
   /// blocks were dropped. A cut inside a block makes that block the tail
   /// again; block keys at or past the cut are dropped. Truncating to size()
-  /// changes nothing. Precondition: new_token_count <= total_tokens().
+  /// changes nothing: keys attached for tokens not yet seen stay.
+  /// Precondition: new_token_count <= total_tokens().
   std::size_t truncate(std::size_t new_token_count);
 
   /// Drops every token, block and block key; keeps block size and salt.

@@ -5,12 +5,14 @@
 #include "replay/replay.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
-
-#include <atomic>
 
 #include "replay/pattern.h"
 #include "replay_test_util.h"
@@ -139,6 +141,43 @@ TEST(ReplaySoak, PassesRepeatUntilTheDeadlineThroughOneManager) {
   EXPECT_EQ(r.requests, 200u * requests_after_pass.size());
   EXPECT_GT(r.hits(), 0u);
   EXPECT_EQ(r.verify_failures, 0u);
+  EXPECT_EQ(r.audit, "");
+}
+
+// --realtime: a stop set while the replay waits for the next request's
+// timestamp ends the wait at once, not when the request falls due.
+TEST(ReplayRealtime, StopEndsTheWaitForTheNextRequest) {
+  std::istringstream in(
+      R"({"timestamp": 0, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]})"
+      "\n"
+      R"({"timestamp": 3600000, "input_length": 8, "output_length": 1, "hash_ids": [1, 3]})"
+      "\n");
+  const Trace trace = read_trace(in, TraceOptions{.block_tokens = 4});
+  ASSERT_EQ(trace.requests.size(), 2u);
+  ReplayConfig c;
+  c.device = TierConfig{.blocks = 16};
+  c.host = TierConfig{};
+  c.disk = TierConfig{};
+  c.realtime = true;
+  c.progress_every = 1;
+  std::atomic<bool> stop{false};
+  c.stop = &stop;
+  std::promise<void> first_done;
+  c.progress = [&](std::size_t done, std::size_t) {
+    if (done == 1) first_done.set_value();
+  };
+  std::chrono::steady_clock::time_point stopped_at;
+  std::thread stopper([&] {
+    first_done.get_future().wait();  // the replay now waits an hour for request 2
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stopped_at = std::chrono::steady_clock::now();
+    stop = true;
+  });
+  const ReplayResult r = run_replay(trace, c);
+  const auto returned = std::chrono::steady_clock::now();
+  stopper.join();
+  EXPECT_EQ(r.requests, 1u);
+  EXPECT_LT(std::chrono::duration<double>(returned - stopped_at).count(), 1.0);
   EXPECT_EQ(r.audit, "");
 }
 

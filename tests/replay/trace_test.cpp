@@ -4,6 +4,7 @@
 #include "replay/trace.h"
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "kvbm/hashing.h"
 #include "kvbm/token_block_sequence.h"
+#include "replay_test_util.h"
 
 namespace kvbm::replay {
 namespace {
@@ -140,6 +142,109 @@ TEST(ReplayTrace, ReportsEveryInvalidLineWithItsNumberAndKeepsTheRest) {
   EXPECT_NE(message(14).find("not an integer"), std::string::npos) << message(14);
 }
 
+TEST(ReplayTrace, NumberOverflowIsALineErrorNotAnAbort) {
+  // A number too large for a double makes the JSON parser throw out_of_range
+  // rather than parse_error; it must stay one bad line of the trace.
+  const std::string good =
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n";
+  const Trace t =
+      read(good +
+           R"({"timestamp": 0, "input_length": 1e999, "output_length": 1, "hash_ids": [1]})"
+           "\n"
+           R"({"timestamp": 1e999, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+           "\n"
+           R"({"timestamp": 0, "input_length": 4, "output_length": -1e999, "hash_ids": [1]})"
+           "\n"
+           R"({"timestamp": 0, "output_length": 1, "input_ids": [1, 2, 3, 1e400]})"
+           "\n" +
+           good);
+  ASSERT_EQ(t.requests.size(), 2u);
+  EXPECT_EQ(t.requests[1].line, 6u);
+  ASSERT_EQ(t.error_count, 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(t.errors[i].line, i + 2);
+    EXPECT_NE(t.errors[i].message.find("overflow"), std::string::npos) << t.errors[i].message;
+  }
+}
+
+TEST(ReplayTrace, LengthsOverTheLimitAreLineErrorsAndNeverReachTheTotals) {
+  // 2^64 - 1 tokens: ceil(input_length / block_tokens) used to wrap to 0, so
+  // an empty hash_ids passed and the length went into input_tokens.
+  const std::string max = std::to_string(kMaxTraceTokens);
+  const std::string over = std::to_string(kMaxTraceTokens + 1);
+  const Trace t = read(
+      R"({"timestamp": 0, "input_length": 18446744073709551615, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 18446744073709551613, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": )" +
+      over +
+      R"(, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 1, "hash_ids": []})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 4, "output_length": )" +
+      over +
+      R"(, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "output_length": 1, "input_length": )" +
+      over +
+      R"(, "input_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 4, "output_length": )" +
+      max +
+      R"(, "hash_ids": [1]})"
+      "\n");
+  ASSERT_EQ(t.error_count, 6u);
+  for (const auto& e : t.errors) {
+    EXPECT_NE(e.message.find("over the limit of " + max), std::string::npos)
+        << e.line << ": " << e.message;
+  }
+  ASSERT_EQ(t.requests.size(), 1u);  // the limit itself is allowed
+  EXPECT_EQ(t.requests[0].output_length, kMaxTraceTokens);
+  EXPECT_EQ(t.input_tokens, 4u);
+  EXPECT_EQ(t.blocks, 1u);
+}
+
+TEST(ReplayTrace, DeeplyNestedValuesAreLineErrors) {
+  // Describing a value in a message must not recurse through it.
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  const std::string deep_object =
+      "{\"a\": " + std::string(50'000, '[') + std::string(50'000, ']') + "}";
+  const Trace t = read(
+      R"({"timestamp": )" + deep +
+      R"(, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "input_length": )" +
+      deep_object +
+      R"(, "output_length": 1, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [)" +
+      deep + "]}\n" + R"({"timestamp": 0, "output_length": 1, "input_ids": [)" + deep + "]}\n" +
+      R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1], "extra": )" +
+      deep + "}\n");
+  ASSERT_EQ(t.error_count, 4u);
+  for (const auto& e : t.errors) EXPECT_LT(e.message.size(), 300u) << e.message;
+  ASSERT_EQ(t.requests.size(), 1u);  // a nested field that is ignored is fine
+  EXPECT_EQ(t.requests[0].line, 5u);
+}
+
+TEST(ReplayTrace, ErrorMessagesArePrintableAscii) {
+  // Raw bytes from the line (control characters, invalid UTF-8) are escaped.
+  const Trace t = read(
+      std::string("{\"timestamp\": \x1b[2J\xff}\n") +
+      R"({"timestamp": "\u001b[31mred", "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+      "\n");
+  ASSERT_EQ(t.error_count, 2u);
+  for (const auto& e : t.errors) {
+    for (const char c : e.message) {
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f)
+          << "byte " << int(static_cast<unsigned char>(c)) << " in " << e.message;
+    }
+  }
+}
+
 TEST(ReplayTrace, StopsAtMaxRequestsAndCapsKeptErrors) {
   std::string text;
   for (int i = 0; i < 5; ++i) text += "garbage\n";
@@ -159,6 +264,43 @@ TEST(ReplayTrace, StopsAtMaxRequestsAndCapsKeptErrors) {
 TEST(ReplayTrace, MissingFileThrows) {
   EXPECT_THROW((void)read_trace_file("/nonexistent/trace.jsonl", TraceOptions{}),
                std::runtime_error);
+}
+
+TEST(ReplayTrace, DirectoryThrowsInsteadOfReadingAsEmpty) {
+  const test::ScratchDir dir("kvbm-trace-dir");
+  try {
+    (void)read_trace_file(dir.path(), TraceOptions{});
+    FAIL() << "a directory was read as an empty trace";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReplayTrace, UnreadableFileThrowsWithTheReason) {
+  const test::ScratchDir dir("kvbm-trace-unreadable");
+  const auto p = dir.path() / "trace.jsonl";
+  std::ofstream(p) << R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
+                   << "\n";
+  std::filesystem::permissions(p, std::filesystem::perms::none);
+  if (std::ifstream(p)) GTEST_SKIP() << "running as root: a mode-000 file is still readable";
+  try {
+    (void)read_trace_file(p, TraceOptions{});
+    FAIL() << "an unreadable file did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ermission denied"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReplayTrace, OpenFailureSaysWhy) {
+  // Runs as root too: no permission bit makes a path under a file openable.
+  const test::ScratchDir dir("kvbm-trace-notdir");
+  std::ofstream(dir.path() / "file") << "x\n";
+  try {
+    (void)read_trace_file(dir.path() / "file" / "trace.jsonl", TraceOptions{});
+    FAIL() << "a path under a regular file did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Not a directory"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ReplayTrace, ShippedTraceHasTheDocumentedShape) {

@@ -257,7 +257,7 @@ int run(int argc, char** argv) {
     ok = r.verify_failures == 0 && r.audit.empty() && r.onboard_failed == 0;
     if (o.json) {
       nlohmann::json j = {{"trace", trace_json(ts)}, {"result", result_json(r)}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j) << "\n";
     } else {
       print_summary(std::cout, ts, r);
     }
@@ -304,7 +304,7 @@ int run(int argc, char** argv) {
                           {"sweep", arr},
                           {"plot", o.plot},
                           {"png", png ? png->string() : ""}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j) << "\n";
     } else {
       std::cout << "\n";
       print_sweep(std::cout, points);

@@ -76,6 +76,31 @@ class ReplaySeries {
   std::array<prometheus::Counter*, 3> hits_{};
 };
 
+// Returns when the replay has been running `timestamp_ms / speed`: the start
+// of a request under --realtime, capped at a century so that no timestamp or
+// speed can overflow the clock.
+Clock::duration due_offset(double timestamp_ms, double speed) {
+  constexpr double kMaxMs = 100.0 * 365 * 24 * 3600 * 1000;
+  double ms = timestamp_ms / speed;
+  if (!(ms < kMaxMs)) ms = kMaxMs;  // NaN too
+  if (!(ms > 0)) ms = 0;
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+// Sleeps until `due` or until `stop` turns true; returns false when stopped.
+// A signal handler can only set a flag, and nothing can wake a thread from a
+// handler portably, so the sleep goes in slices of kStopPoll and looks at the
+// flag between them: a stop ends the wait within one slice.
+bool sleep_until_or_stopped(Clock::time_point due, const std::atomic<bool>* stop) {
+  constexpr Clock::duration kStopPoll = std::chrono::milliseconds(10);
+  for (;;) {
+    if (stop != nullptr && stop->load(std::memory_order_relaxed)) return false;
+    const auto now = Clock::now();
+    if (now >= due) return true;
+    std::this_thread::sleep_for(std::min(due - now, kStopPoll));
+  }
+}
+
 // Writes the pattern of `hash` into every region of G1 block `id`.
 void write_block(const Layout& layout, BlockId id, std::uint64_t hash) {
   const auto& c = layout.config();
@@ -262,11 +287,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   for (std::size_t ri = 0; ri < total; ++ri) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
-    if (config.realtime) {
-      const auto due =
-          start + std::chrono::duration_cast<Clock::duration>(
-                      std::chrono::duration<double, std::milli>(req.timestamp_ms / config.speed));
-      std::this_thread::sleep_until(due);
+    if (config.realtime &&
+        !sleep_until_or_stopped(start + due_offset(req.timestamp_ms, config.speed), config.stop)) {
+      break;
     }
     const std::size_t n = req.hashes.size();
     ++r.requests;

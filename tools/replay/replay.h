@@ -21,7 +21,8 @@
 // bytes between tiers but cannot look at them, and says so in one log line.
 //
 // With realtime, request i starts no earlier than its timestamp divided by
-// `speed` after the replay's start.
+// `speed` after the replay's start (at most a century after it); `stop` ends
+// the wait within 10 ms.
 //
 // Thread-safety: run_replay() is a plain function; it builds and owns its
 // manager. The progress callback runs on the calling thread.
@@ -84,7 +85,8 @@ struct ReplayConfig {
   /// Called every `progress_every` requests and once at the end.
   std::function<void(std::size_t done, std::size_t total)> progress;
   std::size_t progress_every = 256;
-  /// When set and true, the replay stops before its next request (Ctrl-C).
+  /// When set and true, the replay stops before its next request (Ctrl-C); a
+  /// realtime wait for the next request's timestamp looks at it every 10 ms.
   const std::atomic<bool>* stop = nullptr;
   /// Called once after the last request, with every block released and the
   /// pipelines drained, while the manager (and its series) still exist.

@@ -187,6 +187,10 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   out << fmt::format("  audit: {}\n", r.audit.empty() ? "every pool balanced" : r.audit);
 }
 
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json trace_json(const TraceSummary& t) {
   return {{"source", t.source},
           {"lines", t.lines},

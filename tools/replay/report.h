@@ -2,6 +2,7 @@
 //
 //   print_summary   the human-readable table (stdout)
 //   result_json     the same numbers for machines (--json)
+//   json_text       JSON text that is valid whatever bytes its strings hold
 //   sweep_svg       the hit-ratio-versus-G1-capacity plot of a sweep, as SVG
 //   convert_to_png  an SVG to PNG through rsvg-convert or ImageMagick, if found
 //
@@ -36,6 +37,12 @@ void print_summary(std::ostream& out, const TraceSummary& trace, const ReplayRes
 [[nodiscard]] nlohmann::json result_json(const ReplayResult& r);
 /// Returns {"source", "lines", "invalid_lines", "unique_blocks"}.
 [[nodiscard]] nlohmann::json trace_json(const TraceSummary& t);
+
+/// Returns `j` as JSON text indented by `indent` (-1: one line). Strings that
+/// are not valid UTF-8 (a trace path may be any bytes) have each invalid byte
+/// replaced by U+FFFD, so the text is always valid JSON; the tool writes all
+/// its JSON through this.
+[[nodiscard]] std::string json_text(const nlohmann::json& j, int indent = 2);
 
 /// One replay of a sweep.
 struct SweepPoint {

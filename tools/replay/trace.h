@@ -17,11 +17,15 @@
 //     kvbm::hash_blocks (no salt); a partial tail block has no hash and is
 //     never cached.
 //
-// `timestamp` is the arrival time in milliseconds (a number; fractions are
-// kept). Other fields are ignored. A line that is not valid JSON, lacks a
-// field, has a negative or non-integer length or id, or has the wrong number of
-// hash_ids is reported as a TraceError with its 1-based line number and left
-// out; empty lines are skipped.
+// `timestamp` is the arrival time in milliseconds (a finite, non-negative
+// number; fractions are kept). Other fields are ignored. A line that is not
+// valid JSON (a number too large for a double, such as 1e999, included), lacks
+// a field, has a negative or non-integer length or id, a length over
+// kMaxTraceTokens (2^32 - 1), or the wrong number of hash_ids is reported as a
+// TraceError with its 1-based line number and left out; empty lines are
+// skipped. A message is printable ASCII (other bytes of the line appear as
+// \xNN) of at most about 200 bytes. No line can overflow Trace::blocks or
+// Trace::input_tokens: one that would is an error too.
 //
 // Thread-safety: plain functions over values.
 
@@ -37,6 +41,11 @@
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm::replay {
+
+/// The most tokens one line may give as `input_length` or `output_length`:
+/// 2^32 - 1. Within it, ceil(input_length / block_tokens) cannot overflow and a
+/// request's block positions fit a SequenceHash position (u32).
+inline constexpr std::uint64_t kMaxTraceTokens = 0xFFFF'FFFF;
 
 /// One request of a trace.
 struct TraceRequest {
@@ -78,6 +87,7 @@ struct Trace {
 };
 
 /// Parses one line. Returns "" and fills `out` on success, else the reason.
+/// Throws nothing but std::bad_alloc.
 [[nodiscard]] std::string parse_trace_line(std::string_view line, const TraceOptions& options,
                                            TraceRequest& out);
 
@@ -85,7 +95,8 @@ struct Trace {
 [[nodiscard]] Trace read_trace(std::istream& in, const TraceOptions& options,
                                std::string source = "<stream>");
 
-/// Reads a trace file. Throws std::runtime_error when the file cannot be opened.
+/// Reads a trace file. Throws std::runtime_error, with the reason, when the
+/// path is a directory or cannot be opened for reading.
 [[nodiscard]] Trace read_trace_file(const std::filesystem::path& path, const TraceOptions& options);
 
 /// Returns the number of distinct sequence hashes in the trace.
