@@ -285,17 +285,21 @@ class OnboardState {
       }
     }
     std::vector<ImmutableBlock<G1>> out;
+    std::vector<TierId> sources;
     out.reserve(walk.size());
+    sources.reserve(walk.size());
     std::size_t next_hit = 0, next_below = 0;
     for (const std::uint8_t tier : walk) {
       if (tier == 1) {
         out.push_back(std::move(hits[next_hit++]));
+        sources.push_back(TierId::kG1);
         ++c.device;
         continue;
       }
       auto& copy = arrived[next_below++];
       if (!copy) break;
       out.push_back(std::move(*copy));
+      sources.push_back(tier == 2 ? TierId::kG2 : TierId::kG3);
       (tier == 2 ? c.host : c.disk)++;
     }
     hits.clear();
@@ -320,6 +324,7 @@ class OnboardState {
       return;
     }
     counts_ = c;
+    sources_ = std::move(sources);
     blocks_ = std::move(out);
     status_ = any_failed ? TransferStatus::kFailed : TransferStatus::kDone;
     cv_.notify_all();
@@ -371,6 +376,11 @@ class OnboardState {
     std::lock_guard lock(mu_);
     return counts_;
   }
+  std::vector<TierId> sources() const {
+    wait();
+    std::lock_guard lock(mu_);
+    return sources_;
+  }
   std::string error() const {
     wait();
     std::lock_guard lock(mu_);
@@ -394,6 +404,7 @@ class OnboardState {
   std::string error_;                                     // guarded by mu_
   std::size_t no_space_ = 0;
   OnboardCounts counts_;                                  // guarded by mu_
+  std::vector<TierId> sources_;                             // guarded by mu_
   std::vector<ImmutableBlock<G1>> blocks_;                // guarded by mu_
 };
 
@@ -425,6 +436,10 @@ std::vector<ImmutableBlock<G1>> OnboardHandle::take_blocks() {
 OnboardCounts OnboardHandle::counts() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::counts on an empty handle");
   return s_->counts();
+}
+std::vector<TierId> OnboardHandle::sources() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::sources on an empty handle");
+  return s_->sources();
 }
 std::string OnboardHandle::error() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::error on an empty handle");

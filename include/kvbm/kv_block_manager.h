@@ -193,6 +193,9 @@ class OnboardHandle {
   [[nodiscard]] std::vector<ImmutableBlock<G1>> take_blocks();
   /// Waits, then returns where the prefix came from.
   [[nodiscard]] OnboardCounts counts() const;
+  /// Waits, then returns the tier each block of the prefix came from, in
+  /// order (one entry per block take_blocks() returns).
+  [[nodiscard]] std::vector<TierId> sources() const;
   /// Waits, then returns the first copy error, if any.
   [[nodiscard]] std::string error() const;
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <string_view>
 #include <type_traits>
 
@@ -33,6 +34,15 @@ struct G2 {
 struct G3 {
   static constexpr std::string_view kName = "G3";
 };
+
+/// The built-in tiers as a value, for reports (e.g. where an onboarded block
+/// came from); the numbers are the tiers' levels.
+enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3 };
+
+/// Returns "G1", "G2" or "G3".
+[[nodiscard]] constexpr std::string_view to_string(TierId t) noexcept {
+  return t == TierId::kG1 ? G1::kName : t == TierId::kG2 ? G2::kName : G3::kName;
+}
 
 /// Returns the default pool name of a tier marker: its kName, or "custom".
 template <TierMarker T>

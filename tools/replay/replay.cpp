@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <span>
 #include <thread>
 #include <utility>
 
@@ -298,13 +299,28 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     held.clear();
     held.resize(n);
 
-    // 1. The prefix held anywhere, brought into G1.
+    // 1. The prefix held anywhere, each block from the fastest tier holding
+    //    it, brought into G1. A block after the prefix that G1 still holds
+    //    (its parent was evicted everywhere) is taken first, as an engine
+    //    recomputes into the cached block instead of allocating another.
     OnboardCounts counts;
     std::size_t prefix = 0;
+    std::vector<TierId> sources;
+    std::vector<std::optional<ImmutableBlock<G1>>> in_g1(n);  // after the prefix
     if (n > 0) {
+      const std::size_t found = kvbm->probe(req.hashes).total();
+      if (found < n) {
+        const auto rest = std::span<const SequenceHash>(req.hashes).subspan(found);
+        auto cached = kvbm->device().scan_matches(rest);
+        std::size_t next = 0;
+        for (std::size_t i = 0; i < rest.size() && next < cached.size(); ++i) {
+          if (cached[next].sequence_hash() == rest[i]) in_g1[found + i] = std::move(cached[next++]);
+        }
+      }
       OnboardHandle h = kvbm->onboard(req.hashes);
       h.wait();
       counts = h.counts();
+      sources = h.sources();
       auto blocks = h.take_blocks();
       prefix = blocks.size();
       for (std::size_t i = 0; i < prefix; ++i) held[i] = std::move(blocks[i]);
@@ -316,21 +332,10 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     onboarded[1] += counts.disk;
     r.onboard_failed += counts.failed;
     r.onboard_no_space += counts.no_space;
-    // Token hits: every prefix block holds block_tokens tokens except a
-    // partial last block of the request; its shortfall is charged to the
-    // deepest tier that contributed (lower tiers hold the prefix's far end).
-    {
-      std::uint64_t prefix_tokens = 0;
-      for (std::size_t i = 0; i < prefix; ++i) prefix_tokens += req.tokens_in_block(i, bt);
-      std::array<std::uint64_t, 3> t = {counts.device * bt, counts.host * bt, counts.disk * bt};
-      std::uint64_t shortfall =
-          t[0] + t[1] + t[2] - std::min<std::uint64_t>(prefix_tokens, t[0] + t[1] + t[2]);
-      for (std::size_t k = 3; k-- > 0 && shortfall > 0;) {
-        const std::uint64_t d = std::min(shortfall, t[k]);
-        t[k] -= d;
-        shortfall -= d;
-      }
-      for (std::size_t k = 0; k < 3; ++k) r.hit_tokens[k] += t[k];
+    // Token hits: each prefix block's own tokens (a partial last block holds
+    // fewer), charged to the tier it came from.
+    for (std::size_t i = 0; i < prefix; ++i) {
+      r.hit_tokens[static_cast<std::size_t>(sources[i]) - 1] += req.tokens_in_block(i, bt);
     }
     std::uint64_t failures = 0;
     if (g1_layout != nullptr) {
@@ -341,8 +346,21 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
       r.verify_failures += failures;
     }
 
-    // 2. Allocate the rest; take what fits when G1 is short.
-    std::size_t need = n - prefix;
+    // 2. The rest is computed: blocks G1 still holds are recomputed in place,
+    //    the others need G1 blocks; take what fits when G1 is short.
+    std::size_t reused = 0;
+    for (std::size_t i = prefix; i < n; ++i) {
+      if (in_g1[i]) {
+        held[i] = std::move(in_g1[i]);
+        ++reused;
+      }
+    }
+    r.computed_blocks += reused;
+    std::vector<std::size_t> missing;
+    for (std::size_t i = prefix; i < n; ++i) {
+      if (!held[i]) missing.push_back(i);
+    }
+    std::size_t need = missing.size();
     if (need > 0) {
       auto& g1 = kvbm->device();
       auto allocate = [&g1](std::size_t k) -> std::optional<std::vector<MutableBlock<G1>>> {
@@ -366,7 +384,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
         staged.clear();
         staged.reserve(need);
         for (std::size_t k = 0; k < need; ++k) {
-          const SequenceHash& hash = req.hashes[prefix + k];
+          const SequenceHash& hash = req.hashes[missing[k]];
           if (g1_layout != nullptr) write_block(*g1_layout, (*fresh)[k].block_id(), hash.value());
           auto s = std::move((*fresh)[k]).stage(hash, bt);
           KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
@@ -374,8 +392,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
         }
         r.computed_blocks += need;
         auto registered = kvbm->register_blocks(std::move(staged));
-        for (std::size_t k = 0; k < registered.size(); ++k)
-          held[prefix + k] = std::move(registered[k]);
+        for (std::size_t k = 0; k < registered.size(); ++k) held[missing[k]] = std::move(registered[k]);
       }
     }
 
