@@ -2,6 +2,8 @@
 
 #include "replay/options.h"
 
+#include "replay/model_preset.h"
+
 #include <string>
 #include <vector>
 
@@ -165,8 +167,52 @@ TEST(ReplayOptions, UsageMentionsEveryOption) {
         "--eviction",    "--g1-g2",         "--g2-g3",         "--offload-mode", "--min-frequency",
         "--disk-dir",    "--metadata-only", "--realtime",      "--speed",        "--limit",
         "--sweep",       "--plot",          "--json",          "--quiet",        "--strict",
-        "--metrics-port", "--soak"}) {
+        "--metrics-port", "--soak",       "--model",         "--overlap-offload", "--prefill-tokens-per-s",
+        "--g2-gbps",      "--g3-gbps"}) {
     EXPECT_NE(u.find(opt), std::string::npos) << opt;
+  }
+}
+
+TEST(ReplayOptions, ModelPresetsSetTheRealLayout) {
+  std::string error;
+  const Options o = parse({"--model", "llama3-8b"}, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.layers, 32u);
+  EXPECT_EQ(o.outer_dim, 2u);
+  EXPECT_EQ(o.inner_dim, 8u * 128);
+  EXPECT_EQ(o.dtype_bytes, 2u);
+  // 128 KiB of K and V per token: a 512-token block weighs 64 MiB.
+  EXPECT_EQ(std::uint64_t{o.layers} * o.outer_dim * o.inner_dim * o.dtype_bytes * 512, 64ull << 20);
+  const auto qwen = find_model_preset("qwen2.5-7b");
+  ASSERT_TRUE(qwen.has_value());
+  EXPECT_EQ(qwen->bytes_per_token() * 512, 28ull << 20);
+  EXPECT_EQ(find_model_preset("llama3-70b")->bytes_per_token() * 512, 160ull << 20);
+
+  (void)parse({"--model", "gpt-7"}, error);
+  EXPECT_NE(error.find("unknown model 'gpt-7'; known: llama3-8b"), std::string::npos) << error;
+  (void)parse({"--model", "llama3-8b", "--layers", "4"}, error);
+  EXPECT_NE(error.find("give --model or the layout options, not both"), std::string::npos) << error;
+}
+
+TEST(ReplayOptions, OverlapOffloadNeedsWriteThrough) {
+  std::string error;
+  (void)parse({"--overlap-offload"}, error);
+  EXPECT_NE(error.find("--overlap-offload applies to write-through copies"), std::string::npos) << error;
+  const Options o = parse({"--overlap-offload", "--offload-mode", "write_through"}, error);
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(o.overlap_offload);
+}
+
+TEST(ReplayOptions, SavingsInputsArePositiveNumbers) {
+  std::string error;
+  const Options o = parse({"--prefill-tokens-per-s", "12000", "--g2-gbps", "50", "--g3-gbps", "3.5"}, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.prefill_tokens_per_s, 12000);
+  EXPECT_EQ(o.g2_gb_per_s, 50);
+  EXPECT_EQ(o.g3_gb_per_s, 3.5);
+  for (const char* bad : {"0", "-3", "fast", "1e999", "nan"}) {
+    (void)parse({"--g3-gbps", bad}, error);
+    EXPECT_NE(error.find("--g3-gbps: expected a positive number"), std::string::npos) << bad << ": " << error;
   }
 }
 
