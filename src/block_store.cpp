@@ -101,6 +101,29 @@ bool BlockStore::allocate(std::uint32_t n, BlockId* out) {
   return true;
 }
 
+bool BlockStore::allocate_ids(std::span<const BlockId> ids) {
+  {
+    std::lock_guard lock(mu_);
+    // Every id must be free and named once; nothing changes otherwise.
+    std::vector<bool> wanted(slots_.size(), false);
+    for (const BlockId id : ids) {
+      if (id >= slots_.size() || wanted[id] || slots_[id].state != SlotState::kReset) return false;
+      wanted[id] = true;
+    }
+    std::erase_if(reset_, [&](BlockId id) { return wanted[id]; });
+    for (const BlockId id : ids) slots_[id].state = SlotState::kMutable;
+    in_use_ += ids.size();
+    mutable_out_ += ids.size();
+    if (orphaned_ && !keepalive_) keepalive_ = shared_from_this();
+    publish_gauges_locked();
+  }
+  PoolCounterDelta delta;
+  delta.allocations = ids.size();
+  delta.allocations_from_reset = ids.size();
+  metrics_->add(delta);
+  return true;
+}
+
 bool BlockStore::evict_locked(std::size_t n, BlockId* victims) noexcept {
   // Take the victims out of the backend first. Lineage makes a parent
   // evictable only once its last cached child has left the tier, so each pop

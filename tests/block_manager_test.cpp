@@ -812,3 +812,48 @@ TEST(BlockManager, ConcurrentWorkersKeepTheInvariant) {
 
 }  // namespace
 }  // namespace kvbm
+
+namespace kvbm {
+namespace {
+
+TEST(BlockManagerAllocateIds, TakesExactlyTheNamedFreeBlocks) {
+  auto m = make_manager(8);
+  const std::vector<BlockId> ids = {5, 1, 6};
+  auto blocks = m.allocate_ids(ids);
+  ASSERT_TRUE(blocks.has_value());
+  ASSERT_EQ(blocks->size(), 3u);
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ((*blocks)[i].block_id(), ids[i]);
+  EXPECT_EQ(m.pool_counts().in_use, 3u);
+  expect_balanced(m);
+  // Restored blocks register like any other and become matchable.
+  const auto h = chain(3, 40);
+  std::vector<ImmutableBlock<G1>> registered;
+  for (std::size_t i = 0; i < 3; ++i) {
+    registered.push_back(m.register_block(stage_ok(std::move((*blocks)[i]), h[i])));
+  }
+  registered.clear();
+  const auto hit = m.match_blocks(h);
+  ASSERT_EQ(hit.size(), 3u);
+  EXPECT_EQ(hit[0].block_id(), 5u);
+  EXPECT_EQ(hit[2].block_id(), 6u);
+}
+
+TEST(BlockManagerAllocateIds, AllOrNothingOnABadId) {
+  auto m = make_manager(4);
+  auto held = m.allocate_ids(std::vector<BlockId>{2});
+  ASSERT_TRUE(held.has_value());
+  EXPECT_FALSE(m.allocate_ids(std::vector<BlockId>{0, 2}).has_value());  // 2 is not free
+  EXPECT_FALSE(m.allocate_ids(std::vector<BlockId>{0, 0}).has_value());  // repeated
+  EXPECT_FALSE(m.allocate_ids(std::vector<BlockId>{0, 4}).has_value());  // out of range
+  EXPECT_EQ(m.pool_counts().in_use, 1u);
+  EXPECT_EQ(m.pool_counts().reset, 3u);
+  expect_balanced(m);
+  held.reset();
+  EXPECT_EQ(m.pool_counts().reset, 4u);
+  // The freed ids come back in the order allocate_blocks uses.
+  auto all = m.allocate_blocks(4);
+  EXPECT_TRUE(all.has_value());
+}
+
+}  // namespace
+}  // namespace kvbm

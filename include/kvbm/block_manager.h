@@ -206,6 +206,20 @@ class BlockManager {
     return MutableBlock<T>(store_.get(), id);
   }
 
+  /// Takes exactly the free blocks `ids`, for restoring blocks whose bytes
+  /// already sit in those slots (a persistent tier recovering its file): stage
+  /// and register each under the hash its bytes belong to. Returns nullopt,
+  /// taking nothing, when an id is out of range, repeated or not free
+  /// (the reset pool); never evicts.
+  [[nodiscard]] std::optional<std::vector<MutableBlock<T>>> allocate_ids(std::span<const BlockId> ids) {
+    check("allocate_ids");
+    if (!store_->allocate_ids(ids)) return std::nullopt;
+    std::vector<MutableBlock<T>> out;
+    out.reserve(ids.size());
+    for (const BlockId id : ids) out.push_back(MutableBlock<T>(store_.get(), id));
+    return out;
+  }
+
   /// Takes as many blocks as it can, up to `count` (0 or more): all of them
   /// when allocate_blocks(count) would succeed, else as many as
   /// available_blocks() says fit, fewer still when a backend protects some

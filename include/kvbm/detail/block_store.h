@@ -118,6 +118,11 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   /// Takes n blocks (reset pool first, then evictions) or none. Writes their
   /// ids to out[0, n) and returns true, or returns false and changes nothing.
   bool allocate(std::uint32_t n, BlockId* out);
+  /// Takes exactly the blocks `ids` out of the reset pool (for restoring
+  /// blocks whose bytes already sit in those slots, e.g. a recovered disk
+  /// file). All or nothing: false, and no change, when an id is out of range,
+  /// repeated or not free. Evicts nothing.
+  bool allocate_ids(std::span<const BlockId> ids);
 
   /// Returns a mutable or complete block to the reset pool.
   void release_mutable(BlockId id) noexcept;
