@@ -363,8 +363,8 @@ TEST_P(DiskEngineTest, FileCorruptedBehindTheLibrarysBackIsDetectedOnRead) {
   src.fill_random(rng_);
   const auto perm = permutation(n);
   ASSERT_TRUE(write_all(src, *disk, perm).ok());
-  // Pair 2: one data byte flipped; pair 5: one footer byte flipped; pair 6:
-  // its slot overwritten with pair 1's slot, footer and all (a misdirected write).
+  // Pair 2: one data byte flipped; pair 5: one header byte flipped; pair 6:
+  // its slot overwritten with pair 1's slot, header and all (a misdirected write).
   test::flip_byte_behind_the_back(disk->path(), disk->slot_offset(perm[2]) + kOdd.block_bytes() / 2);
   test::flip_byte_behind_the_back(disk->path(), disk->slot_offset(perm[5]) + disk->slot_bytes() - 40);
   {
