@@ -70,6 +70,10 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
   std::unique_ptr<DiskStorage> make_storage(const LayoutConfig& config, std::size_t blocks) {
     DiskStorageOptions o{.directory = dir_->path(), .config = config, .num_blocks = blocks,
                          .file_name = {}, .direct_io = target().direct_io};
+    if (target().persistent) {
+      o.persistent = true;
+      o.file_name = "pool-" + std::to_string(storages_++) + ".slots";
+    }
     auto r = DiskStorage::create(o);
     if (!r.ok() && r.error().code == EINVAL && o.direct_io == DirectIo::kRequired) {
       skip_ = "no O_DIRECT on " + dir_->path().string();
@@ -97,6 +101,7 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
 
   std::unique_ptr<TempDir> dir_;
   std::string skip_;
+  int storages_ = 0;
   std::uint32_t seed_ = 0;
   std::mt19937_64 rng_;
 };
@@ -446,7 +451,7 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
 
 INSTANTIATE_TEST_SUITE_P(
     Targets, DiskEngineTest,
-    ::testing::Combine(::testing::ValuesIn(test::kTargets),
+    ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
                        ::testing::Values(LayoutKind::kFullyContiguous, LayoutKind::kLayerSeparated)),
     [](const auto& param_info) {
       return std::string(std::get<0>(param_info.param).name) + "_" +
