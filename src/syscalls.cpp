@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -39,6 +41,11 @@ int real_ftruncate(int fd, std::int64_t length) { return ::ftruncate(fd, static_
 int real_fdatasync(int fd) { return ::fdatasync(fd); }
 int real_fcntl(int fd, int cmd, int arg) { return ::fcntl(fd, cmd, arg); }
 int real_unlinkat(int dirfd, const char* path, int flags) { return ::unlinkat(dirfd, path, flags); }
+int real_flock(int fd, int operation) { return ::flock(fd, operation); }
+int real_fstat(int fd, struct stat* st) { return ::fstat(fd, st); }
+int real_mkdirat(int dirfd, const char* path, unsigned mode) {
+  return ::mkdirat(dirfd, path, static_cast<mode_t>(mode));
+}
 
 constexpr SyscallTable kRealTable{
     .openat = real_openat,
@@ -51,6 +58,9 @@ constexpr SyscallTable kRealTable{
     .fdatasync = real_fdatasync,
     .fcntl = real_fcntl,
     .unlinkat = real_unlinkat,
+    .flock = real_flock,
+    .fstat = real_fstat,
+    .mkdirat = real_mkdirat,
 };
 
 std::atomic<const SyscallTable*> g_table{&kRealTable};

@@ -70,6 +70,10 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
   std::unique_ptr<DiskStorage> make_storage(const LayoutConfig& config, std::size_t blocks) {
     DiskStorageOptions o{.directory = dir_->path(), .config = config, .num_blocks = blocks,
                          .file_name = {}, .direct_io = target().direct_io};
+    if (target().persistent) {
+      o.persistent = true;
+      o.file_name = "pool-" + std::to_string(storages_++) + ".slots";
+    }
     auto r = DiskStorage::create(o);
     if (!r.ok() && r.error().code == EINVAL && o.direct_io == DirectIo::kRequired) {
       skip_ = "no O_DIRECT on " + dir_->path().string();
@@ -97,6 +101,7 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
 
   std::unique_ptr<TempDir> dir_;
   std::string skip_;
+  int storages_ = 0;
   std::uint32_t seed_ = 0;
   std::mt19937_64 rng_;
 };
@@ -363,8 +368,8 @@ TEST_P(DiskEngineTest, FileCorruptedBehindTheLibrarysBackIsDetectedOnRead) {
   src.fill_random(rng_);
   const auto perm = permutation(n);
   ASSERT_TRUE(write_all(src, *disk, perm).ok());
-  // Pair 2: one data byte flipped; pair 5: one footer byte flipped; pair 6:
-  // its slot overwritten with pair 1's slot, footer and all (a misdirected write).
+  // Pair 2: one data byte flipped; pair 5: one header byte flipped; pair 6:
+  // its slot overwritten with pair 1's slot, header and all (a misdirected write).
   test::flip_byte_behind_the_back(disk->path(), disk->slot_offset(perm[2]) + kOdd.block_bytes() / 2);
   test::flip_byte_behind_the_back(disk->path(), disk->slot_offset(perm[5]) + disk->slot_bytes() - 40);
   {
@@ -446,7 +451,7 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
 
 INSTANTIATE_TEST_SUITE_P(
     Targets, DiskEngineTest,
-    ::testing::Combine(::testing::ValuesIn(test::kTargets),
+    ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
                        ::testing::Values(LayoutKind::kFullyContiguous, LayoutKind::kLayerSeparated)),
     [](const auto& param_info) {
       return std::string(std::get<0>(param_info.param).name) + "_" +

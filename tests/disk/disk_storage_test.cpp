@@ -75,8 +75,8 @@ class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
 TEST_P(DiskStorageTest, CreatesAPreallocatedFileWithMode0600) {
   KVBM_MAKE_OR_SKIP(s, options(5));
   EXPECT_EQ(s->block_bytes(), 420U);
-  EXPECT_EQ(s->slot_bytes(), 4096U);
-  EXPECT_EQ(s->file_bytes(), 5U * 4096U);
+  EXPECT_EQ(s->slot_bytes(), 8192U);  // the data sector, then the header sector
+  EXPECT_EQ(s->file_bytes(), 5U * 8192U + DiskStorage::kSuperblockBytes);
   EXPECT_EQ(s->path().parent_path(), dir_->path());
   if (GetParam().direct_io != DirectIo::kPreferred) {
     EXPECT_EQ(s->direct_io(), GetParam().direct_io == DirectIo::kRequired);
@@ -116,18 +116,18 @@ TEST_P(DiskStorageTest, DefaultFileNamesAreUnique) {
   EXPECT_NE(a->path(), b->path());
 }
 
-TEST_P(DiskStorageTest, SlotSizesAreAlignedAndLeaveRoomForTheFooter) {
+TEST_P(DiskStorageTest, SlotSizesAreAlignedAndGiveTheHeaderASectorOfItsOwn) {
   struct Case {
     LayoutConfig config;
     std::size_t block;
     std::size_t slot;
   };
   const Case cases[] = {
-      {small_config(), 420, 4096},
-      // 4032 + 64 footer = 4096 exactly
-      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2016, .dtype_bytes = 2}, 4032, 4096},
-      // 4034 + 64 > 4096
-      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2017, .dtype_bytes = 2}, 4034, 8192},
+      {small_config(), 420, 8192},
+      // 4096 of data fill one sector exactly; the header takes the next
+      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2048, .dtype_bytes = 2}, 4096, 8192},
+      // 4098 > 4096: two data sectors
+      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2049, .dtype_bytes = 2}, 4098, 12288},
       // the realistic 32 x 2 x 16 x 8 x 128 x 2 bytes = 2 MiB block
       {{.num_layers = 32, .outer_dim = 2, .page_size = 16, .inner_dim = 1024, .dtype_bytes = 2}, 2 << 20,
        (2 << 20) + 4096},
@@ -154,19 +154,19 @@ TEST_P(DiskStorageTest, SlotRoundTripAndVerification) {
   ASSERT_TRUE(s->write_slot(2, out.span()));
   ASSERT_TRUE(s->read_slot(2, in.span()));
   EXPECT_EQ(std::memcmp(in.p, out.p, s->block_bytes()), 0);
-  for (std::size_t i = s->block_bytes(); i < s->slot_bytes() - DiskStorage::kFooterBytes; ++i) {
+  for (std::size_t i = s->block_bytes(); i < s->slot_bytes() - DiskStorage::kHeaderBytes; ++i) {
     ASSERT_EQ(in.p[i], std::byte{0}) << "padding byte " << i;
   }
   EXPECT_EQ(DiskStorage::checksum(std::span<const std::byte>(in.p, s->block_bytes())),
             DiskStorage::checksum(std::span<const std::byte>(out.p, s->block_bytes())));
 
-  // A slot never written has no footer.
+  // A slot never written has no header.
   const io::IoStatus never = s->read_slot(0, in.span());
   ASSERT_FALSE(never);
   EXPECT_EQ(never.code(), EBADMSG);
   EXPECT_NE(never.message().find("never written"), std::string::npos) << never.message();
 
-  // Verification catches flipped data, a flipped footer and data of another slot.
+  // Verification catches flipped data, a flipped header and data of another slot.
   ASSERT_TRUE(s->read_slot(2, in.span()));
   in.p[17] ^= std::byte{0x04};
   const io::IoStatus data = s->verify_slot(2, in.span());
@@ -174,10 +174,10 @@ TEST_P(DiskStorageTest, SlotRoundTripAndVerification) {
   EXPECT_NE(data.message().find("checksum mismatch"), std::string::npos) << data.message();
   in.p[17] ^= std::byte{0x04};
   ASSERT_TRUE(s->verify_slot(2, in.span()));
-  in.p[s->slot_bytes() - 30] ^= std::byte{0x01};  // inside the footer (the data checksum field)
-  const io::IoStatus footer = s->verify_slot(2, in.span());
-  EXPECT_EQ(footer.code(), EBADMSG);
-  EXPECT_NE(footer.message().find("footer is corrupt"), std::string::npos) << footer.message();
+  in.p[s->slot_bytes() - 30] ^= std::byte{0x01};  // inside the header (the data checksum field)
+  const io::IoStatus header = s->verify_slot(2, in.span());
+  EXPECT_EQ(header.code(), EBADMSG);
+  EXPECT_NE(header.message().find("header is corrupt"), std::string::npos) << header.message();
   in.p[s->slot_bytes() - 30] ^= std::byte{0x01};
   const io::IoStatus other = s->verify_slot(1, in.span());
   EXPECT_EQ(other.code(), EBADMSG);
@@ -202,7 +202,7 @@ TEST_P(DiskStorageTest, SlotIsBoundToTheSequenceHashItWasWrittenFor) {
   std::memset(buf.p, 0x3C, s->block_bytes());
   ASSERT_TRUE(s->write_slot(1, buf.span(), 0xAAAA));
   ASSERT_TRUE(s->read_slot(1, buf.span(), 0xAAAA));
-  // Valid bytes, valid footer, but for another block: never served as this one.
+  // Valid bytes, valid header, but for another block: never served as this one.
   const io::IoStatus other = s->read_slot(1, buf.span(), 0xBBBB);
   ASSERT_FALSE(other);
   EXPECT_EQ(other.code(), EBADMSG);
@@ -318,7 +318,7 @@ TEST_P(DiskStorageTest, BadOptionsAreUsageErrors) {
   EXPECT_TRUE(fs::is_empty(dir_->path()));
 }
 
-// A block so large that the slot (block + footer, rounded up to 4096) or the
+// A block so large that the slot (block rounded up to 4096, header sector) or the
 // file size no longer fits in 64 bits is refused before anything is created.
 // Unchecked, round_up(2^64 - 64 + 64, 4096) was 0 and the offset check divided by it.
 TEST_P(DiskStorageTest, BlocksTooLargeForASlotAreUsageErrors) {

@@ -80,12 +80,20 @@ struct StorageTarget {
   const char* name;
   DirectIo direct_io;
   bool tmpfs;  // true: a tmpfs directory (/dev/shm); false: a real file system
+  bool persistent = false;  // DiskStorageOptions::persistent (the engines' durable write order)
 };
 
 inline const StorageTarget kTargets[] = {
     {"odirect", DirectIo::kRequired, false},
     {"buffered", DirectIo::kOff, false},
     {"tmpfs", DirectIo::kPreferred, true},
+};
+
+/// The targets of the engine tests: kTargets and a persistent pool on a real
+/// file system (O_DIRECT where it can be had).
+inline const StorageTarget kEngineTargets[] = {
+    kTargets[0], kTargets[1], kTargets[2],
+    {"persistent", DirectIo::kPreferred, false, true},
 };
 
 /// Returns the base directory for a target, or nullopt (with the reason in

@@ -18,6 +18,18 @@
 // scatters it into the host block's regions: a failed read leaves the
 // destination block untouched.
 //
+// On a persistent DiskStorage a write batch runs in three stages, each pair
+// of the batch through each stage before the next begins, with one
+// fdatasync of the file between stages: (1) the header sector of every
+// destination slot whose header may be live is overwritten with zeros;
+// (2) the payloads (data and padding, straight from host memory when
+// allowed) are written; (3) the header sectors are written. The batch
+// completes after the last fdatasync, so a completed pair is durable, and a
+// crash at any instant leaves each slot absent or whole (docs/disk_tier.md).
+// A stage with nothing to write (no live header) is skipped with its sync.
+// A pair that fails in a stage is skipped by the later ones (its slot is
+// left absent); a failed fdatasync fails every pair still standing.
+//
 // Queue depth and workers: at most `queue_depth` preads/pwrites are in flight
 // at once (a semaphore around the syscall). The default has twice as many
 // workers as that, so that while queue_depth workers wait on the disk the

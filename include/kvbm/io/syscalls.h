@@ -35,6 +35,7 @@
 #include "kvbm/error.h"
 
 struct iovec;  // <sys/uio.h>
+struct stat;   // <sys/stat.h>
 
 namespace kvbm::io {
 
@@ -51,6 +52,12 @@ struct SyscallTable {
   /// fcntl with an int argument (F_GETFL, F_SETFL).
   int (*fcntl)(int fd, int cmd, int arg);
   int (*unlinkat)(int dirfd, const char* path, int flags);
+  /// flock(2): LOCK_EX | LOCK_NB and friends.
+  int (*flock)(int fd, int operation);
+  /// fstat(2).
+  int (*fstat)(int fd, struct stat* st);
+  /// mkdirat(2).
+  int (*mkdirat)(int dirfd, const char* path, unsigned mode);
 };
 
 /// Returns the table of the real syscalls.
