@@ -469,6 +469,7 @@ class KvBlockManagerImpl {
 
     build_storage();
     build_managers();
+    recover_disk();
     build_engines();
     build_offload();
     build_onboard_metrics();
@@ -478,6 +479,27 @@ class KvBlockManagerImpl {
         g1_blocks_, device_emulated_ ? " (emulated in host memory)" : "", g2_blocks_, g3_blocks_,
         c.layout.page_size, bb, to_string(c.device_to_host), to_string(c.host_to_disk),
         c.move_bytes ? "" : " (metadata only)");
+  }
+
+  // A persistent G3: every intact block of the file goes into G3 at its own
+  // slot, as a cached block (registered, then released: inactive), before any
+  // engine can write. Its hash is the one recorded with its bytes; the file
+  // keeps no parent or position, so the block enters as a first block (the
+  // pools match by value; a lineage backend sees it as a root).
+  void recover_disk() {
+    if (!g3_storage_ || !config_.disk_persistent) return;
+    Recovery r = g3_storage_->recover();
+    std::vector<BlockId> ids;
+    ids.reserve(r.slots.size());
+    for (const auto& s : r.slots) ids.push_back(s.slot);
+    auto blocks = g3_->allocate_ids(ids);
+    KVBM_CHECK(blocks.has_value(), "KvBlockManager: recovered disk slots are not free in a new G3 pool");
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      auto staged = std::move((*blocks)[i]).stage(SequenceHash(r.slots[i].hash, std::nullopt, 0), g3_->block_size());
+      KVBM_CHECK(staged.ok(), "KvBlockManager: a recovered disk block could not be staged");
+      ImmutableBlock<G3> release = g3_->register_block(std::move(staged).value());
+    }
+    disk_recovery_ = r.summary;
   }
 
   void build_storage() {
@@ -524,6 +546,8 @@ class KvBlockManagerImpl {
       o.config = c.layout;
       o.num_blocks = g3_blocks_;
       o.direct_io = c.disk_direct_io;
+      o.persistent = c.disk_persistent;
+      o.namespace_id = c.disk_namespace;
       auto r = [&] {
         try {
           return DiskStorage::create(o);
@@ -998,6 +1022,8 @@ class KvBlockManagerImpl {
     logger()->debug("kvbm: shut down");
   }
 
+  std::optional<RecoverySummary> disk_recovery() const { return disk_recovery_; }
+
   std::string audit() const {
     std::string out;
     auto add = [&](std::string_view tier, std::string a) {
@@ -1021,6 +1047,7 @@ class KvBlockManagerImpl {
   std::optional<BlockManager<G1>> g1_;
   std::optional<BlockManager<G2>> g2_;
   std::optional<BlockManager<G3>> g3_;
+  std::optional<RecoverySummary> disk_recovery_;
   std::shared_ptr<EvictionOffloader<G1, G2>> g1_evict_;
   std::shared_ptr<EvictionOffloader<G2, G3>> g2_evict_;
   std::shared_ptr<TransferEngine> e12_, e21_, e23_;
@@ -1087,5 +1114,6 @@ OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const 
 void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }
 std::string KvBlockManager::audit() const { return impl_->audit(); }
+std::optional<RecoverySummary> KvBlockManager::disk_recovery() const { return impl_->disk_recovery(); }
 
 }  // namespace kvbm

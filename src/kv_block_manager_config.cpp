@@ -209,6 +209,11 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
                        std::to_string(kMaxSpanBytes) + " bytes); use fewer blocks");
     }
   }
+  if (c.disk_persistent && (n.disk == 0 || !c.move_bytes)) {
+    config_error("disk_persistent", n.disk == 0 ? "a persistent disk tier needs a disk tier; set disk.blocks or disk.bytes"
+                                                : "nothing is written with move_bytes false, so nothing can persist; "
+                                                  "set move_bytes or leave disk_persistent off");
+  }
   if (n.disk > 0 && c.move_bytes && c.disk_directory.empty()) {
     config_error("disk_directory", "the disk tier needs an existing directory for its file");
   }

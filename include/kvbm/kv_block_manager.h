@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/disk/disk_recovery.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/offload/config.h"
@@ -108,9 +109,19 @@ struct KvBlockManagerConfig {
   TierConfig device;  ///< G1 (required)
   TierConfig host;    ///< G2 (optional)
   TierConfig disk;    ///< G3 (optional; needs G2 and disk_directory)
-  /// Existing directory for the G3 file (created 0600, removed at shutdown).
+  /// Existing directory for the G3 file (created 0600, removed at shutdown
+  /// unless disk_persistent).
   std::filesystem::path disk_directory;
   DirectIo disk_direct_io = DirectIo::kPreferred;
+  /// Keep G3 across restarts and crashes (docs/disk_tier.md): the file
+  /// (`kvbm.slots` in disk_directory, which this process then owns through a
+  /// lock) is kept at shutdown, and a manager built later on the same
+  /// directory recovers every intact block of this layout and namespace into
+  /// G3, as cached (inactive) blocks, before build() returns. Needs move_bytes.
+  bool disk_persistent = false;
+  /// What makes blocks reusable beyond the layout: the model's name and
+  /// revision, say. Blocks written under another namespace are never served.
+  std::string disk_namespace;
   OffloadMode device_to_host = OffloadMode::kWriteThrough;
   OffloadMode host_to_disk = OffloadMode::kWriteThrough;
   OffloadPolicyConfig device_to_host_policy;
@@ -268,6 +279,9 @@ class KvBlockManager {
 
   /// Returns "" when every pool's counts balance, else what is wrong.
   [[nodiscard]] std::string audit() const;
+  /// What build() recovered from a persistent G3 (disk_persistent); nullopt
+  /// otherwise.
+  [[nodiscard]] std::optional<RecoverySummary> disk_recovery() const;
 
  private:
   explicit KvBlockManager(std::unique_ptr<KvBlockManagerImpl> impl);

@@ -196,6 +196,7 @@ int run(int argc, char** argv) {
   rc.min_frequency = o.min_frequency;
   rc.hold_queued_blocks = o.hold_queued_blocks;
   rc.overlap_offload = o.overlap_offload;
+  rc.persist = o.persist;
   rc.model = o.model;
   {
     const auto preset = find_model_preset(o.model);

@@ -215,6 +215,9 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       if (arg != "--g1-g2") o.g2_g3 = *m;
     } else if (arg == "--min-frequency") {
       KVBM_U32(min_frequency, "a count", 0u);
+    } else if (arg == "--persist") {
+      if (!flag()) return fail("--persist takes no value");
+      o.persist = true;
     } else if (arg == "--overlap-offload") {
       if (!flag()) return fail("--overlap-offload takes no value");
       o.overlap_offload = true;
@@ -324,6 +327,10 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     o.inner_dim = m.kv_heads * m.head_dim;
     o.dtype_bytes = m.dtype_bytes;
   }
+  if (o.persist && o.disk_dir.empty())
+    return fail("--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR");
+  if (o.persist && o.metadata_only)
+    return fail("--persist keeps G3's bytes: not with --metadata-only, which writes none");
   if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough && o.g2_g3 != OffloadMode::kWriteThrough)
     return fail("--overlap-offload applies to write-through copies: add --offload-mode write_through");
   return o;
@@ -379,6 +386,9 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          lost, and G1 waits for the copies when full
   --disk-dir DIR         where the G3 file goes (default: a temporary directory,
                          removed at exit)
+  --persist              keep G3 in --disk-dir across runs: the file stays, and the
+                         next run on the directory starts with every intact block
+                         of the same layout in G3 (checked byte for byte when served)
   --metadata-only        move no bytes (simulation: pools and pipelines only)
 timing
   --soak SECONDS         replay the trace over and over through one KvBlockManager

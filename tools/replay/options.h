@@ -46,6 +46,7 @@ struct Options {
   std::uint32_t min_frequency = 0;
   bool hold_queued_blocks = false;
   bool overlap_offload = false;     ///< write-through copies run behind the requests
+  bool persist = false;             ///< keep G3 in --disk-dir across runs (a warm restart)
   double prefill_tokens_per_s = 0;  ///< savings estimate; 0 = the model's assumed figure
   double g2_gb_per_s = 25;          ///< savings estimate: G2 -> G1 bandwidth
   double g3_gb_per_s = 6;           ///< savings estimate: G3 -> G1 bandwidth

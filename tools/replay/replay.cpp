@@ -222,6 +222,8 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   c.host = config.host;
   c.disk = config.disk;
   c.disk_directory = config.disk_directory;
+  c.disk_persistent = config.persist;
+  c.disk_namespace = "kvbm-replay/" + (config.model.empty() ? std::string("layout") : config.model);
   c.device_to_host = config.device_to_host;
   c.host_to_disk = config.host_to_disk;
   c.device_to_host_policy.min_frequency = config.min_frequency;
@@ -263,6 +265,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   r.hold_queued_blocks = config.hold_queued_blocks;
   r.overlap_offload = config.overlap_offload;
   r.model = config.model;
+  r.persist = config.persist;
+  if (const auto rec = kvbm->disk_recovery()) r.recovered_blocks = rec->recovered;
   r.savings_inputs = config.savings;
   r.savings_inputs.block_bytes = r.block_bytes;
   r.device_emulated = kvbm->device_emulated();

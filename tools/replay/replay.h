@@ -72,6 +72,9 @@ struct ReplayConfig {
   bool overlap_offload = false;
   /// The --model preset's name ("" = the layout above), for the report.
   std::string model;
+  /// Keep G3 in disk_directory across runs (KvBlockManagerConfig::disk_persistent),
+  /// under a namespace naming the replay and its model.
+  bool persist = false;
   /// The savings estimate's inputs; block_bytes is filled in by run_replay.
   SavingsInputs savings;
   std::uint32_t min_frequency = 0;       ///< offload policy of both boundaries
@@ -122,6 +125,8 @@ struct ReplayResult {
   bool hold_queued_blocks = false;
   bool overlap_offload = false;
   std::string model;             ///< the --model preset, or "" (the layout options)
+  bool persist = false;          ///< G3 kept across runs
+  std::uint64_t recovered_blocks = 0;  ///< blocks a persistent G3 held at the start
   SavingsInputs savings_inputs;  ///< the cost model of the savings estimate
   bool device_emulated = false;
   bool bytes_checked = false;  ///< pattern written and verified

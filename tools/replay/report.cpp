@@ -126,6 +126,10 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                      r.block_tokens, human_bytes(static_cast<double>(r.block_bytes)),
                      capacity_text(r.capacity[0]), capacity_text(r.capacity[1]),
                      capacity_text(r.capacity[2]), r.eviction);
+  if (r.persist) {
+    out << fmt::format("  G3 persistent: {} blocks recovered from the directory at the start\n",
+                       group_digits(r.recovered_blocks));
+  }
   if (!r.model.empty()) {
     out << fmt::format("  model {}: {} per block\n", r.model, human_bytes(static_cast<double>(r.block_bytes)));
   }
@@ -252,6 +256,7 @@ nlohmann::json result_json(const ReplayResult& r) {
         {"hold_queued_blocks", r.hold_queued_blocks},
         {"overlap_offload", r.overlap_offload},
         {"model", r.model},
+        {"persist", r.persist},
         {"device_emulated", r.device_emulated}}},
       {"requests", r.requests},
       {"blocks", r.blocks},
@@ -265,6 +270,7 @@ nlohmann::json result_json(const ReplayResult& r) {
       {"paths", paths},
       {"lost_to_lag", {{"G1->G2", r.lost_to_lag[0]}, {"G2->G3", r.lost_to_lag[1]}}},
       {"savings", savings},
+      {"recovered_blocks", r.recovered_blocks},
       {"engine_paths", engines},
       {"verification",
        {{"checked", r.bytes_checked},

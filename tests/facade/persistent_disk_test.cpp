@@ -1,0 +1,237 @@
+// Tests of KvBlockManager with a persistent G3 (disk_persistent): blocks
+// survive a restart and a crash (fork and SIGKILL) with every byte checked,
+// one process owns the directory, and another namespace is never served.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvbm/kv_block_manager.h"
+#include "kvbm/storage/storage.h"
+#include "test_util.h"
+
+namespace kvbm {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kvbm-persist-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+KvBlockManagerConfig persistent_config(const std::filesystem::path& dir, std::string ns = "model-a@1") {
+  KvBlockManagerConfig c;
+  c.layout = {.num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 64, .dtype_bytes = 2};
+  c.device.blocks = 8;
+  c.host.blocks = 8;
+  c.disk.blocks = 64;
+  c.disk_directory = dir;
+  c.disk_direct_io = DirectIo::kOff;
+  c.disk_persistent = true;
+  c.disk_namespace = std::move(ns);
+  c.device_to_host = OffloadMode::kWriteThrough;
+  c.host_to_disk = OffloadMode::kWriteThrough;
+  c.pipeline.batch_config.flush_interval = std::chrono::milliseconds(1);
+  c.bounce_blocks = 4;
+  return c;
+}
+
+// The bytes of the block with hash value `v`: a function of the value alone,
+// since that is all a recovered block keeps.
+Bytes pattern(std::uint64_t v, std::size_t n) {
+  Bytes out(n);
+  std::mt19937_64 rng(v);
+  for (auto& b : out) b = static_cast<std::uint8_t>(rng());
+  return out;
+}
+
+void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
+  std::vector<Region> regions;
+  l.append_regions(id, regions);
+  std::size_t off = 0;
+  for (const Region& r : regions) {
+    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
+    off += r.size;
+  }
+}
+
+Bytes read_block(const Layout& l, BlockId id) {
+  std::vector<Region> regions;
+  l.append_regions(id, regions);
+  Bytes out;
+  for (const Region& r : regions) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
+    out.insert(out.end(), p, p + r.size);
+  }
+  return out;
+}
+
+// Computes `hashes` into G1 (bytes from pattern()) and registers them.
+void compute(KvBlockManager& kv, const std::vector<SequenceHash>& hashes) {
+  auto blocks = kv.device().allocate_blocks(hashes.size());
+  ASSERT_TRUE(blocks.has_value());
+  std::vector<CompleteBlock<G1>> complete;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    write_block(kv.device_layout(), (*blocks)[i].block_id(), pattern(hashes[i].value(), kv.block_bytes()));
+    complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv.block_size()).value());
+  }
+  (void)kv.register_blocks(std::move(complete));
+}
+
+// Onboards each hash alone (recovered blocks are first blocks) and checks the
+// bytes; returns how many came from G3.
+std::size_t onboard_and_check(KvBlockManager& kv, const std::vector<std::uint64_t>& values) {
+  std::size_t from_disk = 0;
+  for (const std::uint64_t v : values) {
+    const std::vector<SequenceHash> one = {SequenceHash(v, std::nullopt, 0)};
+    OnboardHandle h = kv.onboard(one);
+    EXPECT_EQ(h.wait(), TransferStatus::kDone) << h.error();
+    from_disk += h.counts().disk;
+    const auto blocks = h.take_blocks();
+    if (blocks.size() != 1) {
+      ADD_FAILURE() << "block " << v << " was not served";
+      continue;
+    }
+    EXPECT_EQ(read_block(kv.device_layout(), blocks[0].block_id()), pattern(v, kv.block_bytes()))
+        << "block " << v << " came back with other bytes";
+  }
+  return from_disk;
+}
+
+bool skip_on_gpu() { return !std::getenv("KVBM_FORCE") && cuda_device_available(); }
+
+std::vector<SequenceHash> roots(std::uint64_t first, std::size_t n) {
+  std::vector<SequenceHash> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(test::root(first + i));
+  return out;
+}
+
+TEST(PersistentDiskTest, BlocksSurviveARestartWithEveryByte) {
+  if (skip_on_gpu()) GTEST_SKIP() << "this test writes G1 through host pointers";
+  TempDir dir;
+  const auto hashes = roots(0x5000, 20);
+  {
+    auto kv = KvBlockManager::build(persistent_config(dir.path()));
+    ASSERT_TRUE(kv->disk_recovery().has_value());
+    EXPECT_EQ(kv->disk_recovery()->recovered, 0U);
+    for (std::size_t i = 0; i < hashes.size(); i += 4) {
+      compute(*kv, {hashes.begin() + static_cast<std::ptrdiff_t>(i), hashes.begin() + static_cast<std::ptrdiff_t>(i + 4)});
+      kv->drain();
+    }
+    EXPECT_EQ(kv->disk()->pool_counts().inactive, hashes.size());
+  }
+  auto kv = KvBlockManager::build(persistent_config(dir.path()));
+  ASSERT_TRUE(kv->disk_recovery().has_value());
+  EXPECT_EQ(kv->disk_recovery()->recovered, hashes.size());
+  EXPECT_EQ(kv->disk()->pool_counts().inactive, hashes.size()) << "recovered blocks are cached, not in use";
+  EXPECT_TRUE(kv->disk()->pool_counts().balanced());
+  std::vector<std::uint64_t> values;
+  for (const auto& h : hashes) values.push_back(h.value());
+  EXPECT_EQ(onboard_and_check(*kv, values), hashes.size());
+  kv->drain();
+  EXPECT_EQ(kv->audit(), "");
+}
+
+TEST(PersistentDiskTest, OneProcessOwnsTheDirectory) {
+  TempDir dir;
+  auto first = KvBlockManager::build(persistent_config(dir.path()));
+  try {
+    (void)KvBlockManager::build(persistent_config(dir.path()));
+    ADD_FAILURE() << "a second manager on a held directory must be refused";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("KvBlockManagerConfig.disk_directory"), std::string::npos) << what;
+    EXPECT_NE(what.find("in use by process " + std::to_string(::getpid())), std::string::npos) << what;
+  }
+}
+
+TEST(PersistentDiskTest, AnotherNamespaceIsNeverServed) {
+  if (skip_on_gpu()) GTEST_SKIP() << "this test writes G1 through host pointers";
+  TempDir dir;
+  const auto hashes = roots(0x6000, 4);
+  {
+    auto kv = KvBlockManager::build(persistent_config(dir.path(), "model-a@1"));
+    compute(*kv, hashes);
+    kv->drain();
+  }
+  auto other = KvBlockManager::build(persistent_config(dir.path(), "model-b@1"));
+  ASSERT_TRUE(other->disk_recovery().has_value());
+  EXPECT_EQ(other->disk_recovery()->recovered, 0U);
+  EXPECT_EQ(other->probe(hashes).total(), 0U);
+}
+
+TEST(PersistentDiskTest, PersistenceNeedsBytesAndADiskTier) {
+  TempDir dir;
+  auto c = persistent_config(dir.path());
+  c.move_bytes = false;
+  EXPECT_THROW((void)KvBlockManager::build(c), UsageError);
+  c = persistent_config(dir.path());
+  c.disk.blocks = 0;
+  EXPECT_THROW((void)KvBlockManager::build(c), UsageError);
+}
+
+TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
+  if (skip_on_gpu()) GTEST_SKIP() << "this test writes G1 through host pointers";
+  const std::uint32_t seed = test::test_seed();
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 6; ++trial) {
+    TempDir dir;
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      // Computes blocks forever; every one goes down to G3.
+      try {
+        auto kv = KvBlockManager::build(persistent_config(dir.path()));
+        for (std::uint64_t v = 0x7000;; v += 4) {
+          compute(*kv, roots(v, 4));
+          kv->drain();
+        }
+      } catch (...) {
+      }
+      ::_exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 120));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "trial " << trial << ": the writer ended on its own";
+
+    auto kv = KvBlockManager::build(persistent_config(dir.path()));
+    ASSERT_TRUE(kv->disk_recovery().has_value());
+    const auto& summary = *kv->disk_recovery();
+    // Every recovered block is whole: onboarding checks every byte.
+    std::vector<std::uint64_t> values;
+    for (std::uint64_t v = 0x7000; values.size() < summary.recovered && v < 0x7000 + 64 * 1024; ++v) {
+      if (kv->probe(std::vector<SequenceHash>{SequenceHash(v, std::nullopt, 0)}).disk == 1) values.push_back(v);
+    }
+    EXPECT_EQ(values.size(), summary.recovered) << "trial " << trial << " (seed " << seed << ")";
+    EXPECT_EQ(onboard_and_check(*kv, values), values.size()) << "trial " << trial << " (seed " << seed << ")";
+    kv->drain();
+    EXPECT_EQ(kv->audit(), "");
+  }
+}
+
+}  // namespace
+}  // namespace kvbm
