@@ -860,11 +860,11 @@ class KvBlockManagerImpl {
       // a disk slot is read only if its footer records that hash.
       const std::uint64_t asked = s->below_hashes[k].value();
       if (s->below_tier[k] == 2) {
-        assert(s->host_src[k2].sequence_hash() == s->below_hashes[k]);
+        assert(s->host_src[k2].sequence_hash().value() == s->below_hashes[k].value());
         p2.push_back({s->host_src[k2++].block_id(), s->targets[k].block_id(), asked});
         pos2->push_back(k);
       } else {
-        assert(s->disk_src[k3].sequence_hash() == s->below_hashes[k]);
+        assert(s->disk_src[k3].sequence_hash().value() == s->below_hashes[k].value());
         p3.push_back({s->disk_src[k3++].block_id(), s->targets[k].block_id(), asked});
         pos3->push_back(k);
       }
