@@ -140,7 +140,7 @@ class EvictionOffloader final : public PoolListener {
       std::vector<ImmutableBlock<Dst>> held = dst_->scan_matches(hashes);
       std::size_t next = 0;
       for (std::size_t i = 0; i < blocks.size(); ++i) {
-        if (next < held.size() && held[next].sequence_hash() == blocks[i].hash) {
+        if (next < held.size() && held[next].sequence_hash().value() == blocks[i].hash.value()) {
           ++next;
         } else {
           todo.push_back(i);

@@ -318,7 +318,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
         auto cached = kvbm->device().scan_matches(rest);
         std::size_t next = 0;
         for (std::size_t i = 0; i < rest.size() && next < cached.size(); ++i) {
-          if (cached[next].sequence_hash() == rest[i]) in_g1[found + i] = std::move(cached[next++]);
+          if (cached[next].sequence_hash().value() == rest[i].value()) in_g1[found + i] = std::move(cached[next++]);
         }
       }
       OnboardHandle h = kvbm->onboard(req.hashes);
