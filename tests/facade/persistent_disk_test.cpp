@@ -220,7 +220,7 @@ TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
 
     auto kv = KvBlockManager::build(persistent_config(dir.path()));
     ASSERT_TRUE(kv->disk_recovery().has_value());
-    const auto& summary = *kv->disk_recovery();
+    const RecoverySummary summary = *kv->disk_recovery();
     // Every recovered block is whole: onboarding checks every byte.
     std::vector<std::uint64_t> values;
     for (std::uint64_t v = 0x7000; values.size() < summary.recovered && v < 0x7000 + 64 * 1024; ++v) {
