@@ -12,6 +12,7 @@
 #include "kvbm/eviction/backend.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/hashing.h"
+#include "kvbm/admission.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
 #include "kvbm/metrics.h"
