@@ -13,7 +13,7 @@
 // store's audit() must pass and presence, reference counts and hashes of every
 // held handle are compared as well.
 //
-// Environment: KVBM_SEED fixes the seed (printed as `[random_ops] seed=...`
+// Environment: KVBM_TEST_SEED fixes the seed (printed as `[random_ops] seed=...`
 // and recorded as the `seed` property); KVBM_STRESS_SCALE scales the number of
 // operations (sanitizer builds use 0.1).
 
@@ -40,6 +40,7 @@
 #include "kvbm/error.h"
 #include "kvbm/eviction/multi_level_lru.h"
 #include "kvbm/frequency_tracker.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -58,12 +59,7 @@ double stress_scale() {
 
 std::uint64_t master_seed() {
   static const std::uint64_t seed = [] {
-    if (const char* s = std::getenv("KVBM_SEED"); s != nullptr && *s != '\0') {
-      std::uint64_t v = 0;
-      const auto [p, ec] = std::from_chars(s, s + std::char_traits<char>::length(s), v);
-      if (ec == std::errc()) return v;
-      ADD_FAILURE() << "KVBM_SEED=" << s << " is not an unsigned integer";
-    }
+    if (const auto env = test::env_test_seed()) return *env;
     std::random_device rd;
     return (std::uint64_t{rd()} << 32) ^ rd();
   }();
@@ -452,7 +448,7 @@ class Runner {
  private:
   std::string ctx() const {
     std::ostringstream o;
-    o << "[seed=" << seed_ << " (rerun with KVBM_SEED=" << seed_ << ") config="
+    o << "[seed=" << seed_ << " (rerun with KVBM_TEST_SEED=" << seed_ << ") config="
       << config_name(config_) << " op#" << op_ << " " << op_name_ << "]";
     return o.str();
   }
@@ -971,7 +967,7 @@ TEST_P(RandomOps, MatchesReferenceModel) {
   const std::uint64_t seed = master_seed();
   std::cout << "[random_ops] seed=" << seed << std::endl;
   RecordProperty("seed", std::to_string(seed));
-  SCOPED_TRACE("seed=" + std::to_string(seed) + " (rerun with KVBM_SEED=" +
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " (rerun with KVBM_TEST_SEED=" +
                std::to_string(seed) + ")");
   const auto ops = std::max<std::size_t>(
       2 * kDeepCheckEvery, static_cast<std::size_t>(static_cast<double>(kOpsPerConfig) * stress_scale()));
