@@ -17,8 +17,6 @@
 // and recorded as the `seed` property); KVBM_STRESS_SCALE scales the number of
 // operations (sanitizer builds use 0.1).
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -34,6 +32,8 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
@@ -448,8 +448,8 @@ class Runner {
  private:
   std::string ctx() const {
     std::ostringstream o;
-    o << "[seed=" << seed_ << " (rerun with KVBM_TEST_SEED=" << seed_ << ") config="
-      << config_name(config_) << " op#" << op_ << " " << op_name_ << "]";
+    o << "[seed=" << seed_ << " (rerun with KVBM_TEST_SEED=" << seed_
+      << ") config=" << config_name(config_) << " op#" << op_ << " " << op_name_ << "]";
     return o.str();
   }
 
@@ -967,8 +967,8 @@ TEST_P(RandomOps, MatchesReferenceModel) {
   const std::uint64_t seed = master_seed();
   std::cout << "[random_ops] seed=" << seed << std::endl;
   RecordProperty("seed", std::to_string(seed));
-  SCOPED_TRACE("seed=" + std::to_string(seed) + " (rerun with KVBM_TEST_SEED=" +
-               std::to_string(seed) + ")");
+  SCOPED_TRACE("seed=" + std::to_string(seed) +
+               " (rerun with KVBM_TEST_SEED=" + std::to_string(seed) + ")");
   const auto ops = std::max<std::size_t>(
       2 * kDeepCheckEvery, static_cast<std::size_t>(static_cast<double>(kOpsPerConfig) * stress_scale()));
   Runner runner(GetParam(), seed);

@@ -21,9 +21,6 @@
 // KVBM_STRESS_SCALE scales the operation counts (sanitizer builds use 0.1);
 // KVBM_TEST_SEED fixes the seed (printed as `[stress] seed=...`).
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-
 #include <atomic>
 #include <charconv>
 #include <cstdint>
@@ -41,6 +38,9 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
@@ -75,8 +75,8 @@ std::uint64_t master_seed() {
 }
 
 std::string seed_note() {
-  return "seed=" + std::to_string(master_seed()) + " (rerun with KVBM_TEST_SEED=" +
-         std::to_string(master_seed()) + ")";
+  return "seed=" + std::to_string(master_seed()) +
+         " (rerun with KVBM_TEST_SEED=" + std::to_string(master_seed()) + ")";
 }
 
 void announce_seed() {

@@ -3,8 +3,6 @@
 
 #include "kvbm/token_block_sequence.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/error.h"
 #include "kvbm/hashing.h"

@@ -1,6 +1,7 @@
 // kvbm/kvbm.h: everything a scheduler needs, in one include.
 #pragma once
 
+#include "kvbm/admission.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
 #include "kvbm/blocks/complete_block.h"
@@ -12,7 +13,6 @@
 #include "kvbm/eviction/backend.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/hashing.h"
-#include "kvbm/admission.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
 #include "kvbm/metrics.h"

@@ -2,11 +2,12 @@
 // and G2, a full prefix hit (nothing to allocate), a partial tail block, no
 // room in G1, and misuse.
 
-#include <gtest/gtest.h>
+#include "kvbm/admission.h"
 
 #include <numeric>
 
-#include "kvbm/admission.h"
+#include <gtest/gtest.h>
+
 #include "kvbm/kv_block_manager.h"
 #include "test_util.h"
 
@@ -54,8 +55,8 @@ TEST(Admission, ReusesThePrefixFromG1AndG2) {
   const auto hashes = chain(5, 2);
   compute(*kv, hashes);
   kv->drain();
-  kv->device().reset_inactive_pool();           // all 5 now only in G2
-  compute(*kv, {hashes[0], hashes[1]});         // 2 back in G1
+  kv->device().reset_inactive_pool();    // all 5 now only in G2
+  compute(*kv, {hashes[0], hashes[1]});  // 2 back in G1
   auto a = admit(*kv, std::span(hashes).first(4), 6);
   ASSERT_TRUE(a);
   ASSERT_EQ(a->prefix.size(), 4u);
