@@ -268,7 +268,8 @@ class OffloadPipeline {
         policy_queue_(),
         evaluator_(b.policies_, config_.policy_timeout, clock_, metrics_),
         awaiter_([this](OffloadContainer<Src>&& c) {
-          if (!batch_queue_.push(std::move(c))) c.cancel();  // closed: shutting down
+          // push moves only when it accepts; closed: shutting down.
+          if (!batch_queue_.push(std::move(c))) c.cancel();  // NOLINT(bugprone-use-after-move)
         }),
         batch_queue_([this] { wake(); }),
         batcher_(config_.batch_config, clock_),
@@ -319,7 +320,8 @@ class OffloadPipeline {
       awaiter_.submit(std::move(c));  // cancels it once the awaiter is closed
       return;
     }
-    if (!policy_queue_.push(std::move(c))) c.cancel();  // shut down
+    // push moves only when it accepts; refused: shut down.
+    if (!policy_queue_.push(std::move(c))) c.cancel();  // NOLINT(bugprone-use-after-move)
   }
 
   // Tells the dispatcher to look at its queues. Only the first call after the
@@ -353,8 +355,8 @@ class OffloadPipeline {
       while (auto c = batch_queue_.try_pop()) batcher_.add(std::move(*c), ready);
       batcher_.poll(ready);
       for (auto& b : ready) {
-        if (!transfer_queue_.push(std::move(b))) {
-          for (auto& c : b.containers) c.cancel();
+        if (!transfer_queue_.push(std::move(b))) {  // moves only when it accepts
+          for (auto& c : b.containers) c.cancel();  // NOLINT(bugprone-use-after-move)
         }
       }
       ready.clear();
