@@ -12,6 +12,12 @@
 #             TSan from starting ("unexpected memory mapping")
 #   package   scripts/package_test.sh: install, then build consumers with find_package()
 #             and add_subdirectory()
+#   threadsafety  preset `threadsafety`: the library and its tests built with clang and
+#             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
+#             (kvbm/detail/thread_annotations.h); nothing is run. SKIP when clang is missing.
+#   lint      scripts/lint.sh: clang-format on the lines changed since the merge base with
+#             main (KVBM_LINT_BASE), clang-tidy on the library sources. SKIP when
+#             clang-format or clang-tidy is missing.
 #   fuzz      preset `fuzz` (clang, libFuzzer + ASan + UBSan): builds the targets in fuzz/ and
 #             runs each for KVBM_FUZZ_SECONDS from its seed corpus; any crash, leak, timeout
 #             or broken invariant fails the stage (docs/fuzzing.md). SKIP when clang or its
@@ -25,6 +31,8 @@
 #                       (default 0.1; the release stage runs them at full size)
 #   KVBM_CTEST_ARGS     extra ctest arguments, word-split, e.g. "-L pools" or "-R Lru"
 #   KVBM_FUZZ_SECONDS   how long the fuzz stage runs each target (default 60)
+#   KVBM_LINT_BASE      the ref whose merge base the lint stage formats from (default main)
+#   KVBM_TEST_SEED      the seed of every randomized test (printed by each; docs/building.md)
 #   KVBM_BUILD_ROOT, KVBM_JOBS, CMAKE_GENERATOR: see scripts/common.sh
 set -uo pipefail
 
@@ -38,7 +46,7 @@ if [[ -n "${KVBM_STAGES:-}" ]]; then
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
   stages=(release package)
 else
-  stages=(release asan tsan package fuzz)
+  stages=(release asan tsan package threadsafety lint fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
@@ -48,7 +56,7 @@ detail=""
 readonly KVBM_SKIPPED=77  # a stage returns this to be recorded as SKIP (not FAIL)
 
 record() {  # <stage> <PASS|FAIL|SKIP> <seconds> <detail>
-  summary+=("$(printf '%-8s %-4s %6ss  %s' "$1" "$2" "$3" "$4")")
+  summary+=("$(printf '%-12s %-4s %6ss  %s' "$1" "$2" "$3" "$4")")
   if [[ "$2" == FAIL ]]; then failed_stages+=("$1"); fi
 }
 
@@ -190,6 +198,38 @@ stage_package() {
   fi
 }
 
+# Builds the preset threadsafety: clang with -Wthread-safety as an error, library and tests.
+stage_threadsafety() {
+  if ! command -v clang++ >/dev/null 2>&1; then
+    kvbm_err "threadsafety: clang++ not found; scripts/deps.sh installs clang"
+    detail="clang++ not found"
+    return "$KVBM_SKIPPED"
+  fi
+  configure threadsafety || return 1
+  kvbm_log "threadsafety: build (-j$KVBM_JOBS)"
+  if ! kvbm_build_preset threadsafety; then
+    detail="build failed: see the -Wthread-safety errors above"
+    return 1
+  fi
+  detail="library and tests build with clang -Werror=thread-safety"
+}
+
+stage_lint() {
+  bash "$KVBM_ROOT/scripts/lint.sh"
+  local rc=$?
+  case $rc in
+    0) detail="clang-format (changed lines) and clang-tidy (library sources) clean" ;;
+    77)
+      detail="clang-format or clang-tidy not installed"
+      return "$KVBM_SKIPPED"
+      ;;
+    *)
+      detail="findings: see the lint output above (bash scripts/lint.sh)"
+      return 1
+      ;;
+  esac
+}
+
 # Runs the libFuzzer targets of fuzz/ (preset `fuzz`), each for $KVBM_FUZZ_SECONDS, one after
 # the other. A target's new inputs go to build/fuzz/corpus/<target> (kept between runs), the
 # committed seeds in fuzz/corpus/<target> are only read; a crashing input is written to
@@ -274,7 +314,7 @@ kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null 
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_$stage" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: release asan tsan package fuzz)"
+    record "$stage" FAIL 0 "unknown stage (known: release asan tsan package threadsafety lint fuzz)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then

@@ -25,7 +25,7 @@ BlockStore::BlockStore(Options options)
   // Free stack popped from the back: block 0 is handed out first.
   reset_.resize(options.block_count);
   for (std::uint32_t i = 0; i < options.block_count; ++i) reset_[i] = options.block_count - 1 - i;
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   metrics_->set_reset_pool_size(reset_.size());
   metrics_->set_inactive_pool_size(0);
   metrics_->set_inflight_mutable(0);
@@ -53,7 +53,7 @@ void BlockStore::touch(std::span<const SequenceHash> hashes, std::size_t n) noex
 }
 
 std::uint32_t BlockStore::generation(BlockId id) const noexcept {
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return slots_[id].generation;
 }
 
@@ -61,7 +61,7 @@ bool BlockStore::allocate(std::uint32_t n, BlockId* out) {
   PoolCounterDelta delta;
   std::vector<EvictedBlock> evicted;  // filled only when a listener wants them
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (static_cast<std::size_t>(n) > reset_.size() + backend_->size()) return false;
     const std::size_t from_reset = std::min<std::size_t>(n, reset_.size());
     const std::size_t to_evict = n - from_reset;
@@ -198,7 +198,7 @@ void BlockStore::leave_in_use_locked(std::shared_ptr<BlockStore>& keepalive) noe
 
 void BlockStore::release_mutable(BlockId id) noexcept {
   std::shared_ptr<BlockStore> keepalive;  // destroyed after the lock is released
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return_to_reset_locked(id);
   --mutable_out_;
   leave_in_use_locked(keepalive);
@@ -262,7 +262,7 @@ void BlockStore::register_blocks(std::span<Registration> batch) {
   PoolCounterDelta delta;
   std::shared_ptr<BlockStore> keepalive;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     prefetch_next_victim_locked();
     // Each registration touches a random line of the index and the block's
     // slot: ask for all of them first so that the misses overlap.
@@ -281,7 +281,7 @@ void BlockStore::register_blocks(std::span<Registration> batch) {
 
 void BlockStore::release_last_reference(BlockId id) noexcept {
   std::shared_ptr<BlockStore> keepalive;
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   Slot& s = slots_[id];
   // Only a holder adds a reference without the lock; when ours is the only
   // one left nobody else can, so a plain store ends it.
@@ -324,7 +324,7 @@ std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> has
 std::size_t BlockStore::match(std::span<const SequenceHash> hashes, std::vector<BlockId>& out) {
   std::size_t found = 0;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     found = find_and_revive_locked(hashes, out, /*prefix=*/true);
   }
   PoolCounterDelta delta;
@@ -339,7 +339,7 @@ std::size_t BlockStore::match(std::span<const SequenceHash> hashes, std::vector<
 std::size_t BlockStore::scan(std::span<const SequenceHash> hashes, std::vector<BlockId>& out) {
   std::size_t found = 0;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     found = find_and_revive_locked(hashes, out, /*prefix=*/false);
   }
   PoolCounterDelta delta;
@@ -351,7 +351,7 @@ std::size_t BlockStore::scan(std::span<const SequenceHash> hashes, std::vector<B
 
 void BlockStore::presence(std::span<const SequenceHash> hashes, std::vector<bool>& out) const {
   out.assign(hashes.size(), false);
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   // An orphaned pool (its manager is gone, blocks still out) holds nothing a
   // caller could match or upgrade, so it answers like an absent tier.
   if (orphaned_) return;
@@ -362,7 +362,7 @@ std::optional<BlockId> BlockStore::upgrade(BlockId id, std::uint32_t generation,
                                            const SequenceHash& hash) {
   std::optional<BlockId> result;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (orphaned_) return std::nullopt;
     const Slot& s = slots_[id];
     const bool same = s.generation == generation && s.hash == hash &&
@@ -384,7 +384,7 @@ std::optional<BlockId> BlockStore::upgrade(BlockId id, std::uint32_t generation,
 std::size_t BlockStore::evict_all_inactive() {
   PoolCounterDelta delta;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     std::vector<SequenceHash> removed;
     while (const auto id = evict_one_locked()) {
       slots_[*id].generation++;
@@ -402,7 +402,7 @@ std::size_t BlockStore::evict_all_inactive() {
 }
 
 PoolCounts BlockStore::counts() const {
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   PoolCounts c;
   c.total = slots_.size();
   c.reset = reset_.size();
@@ -415,7 +415,7 @@ PoolCounts BlockStore::counts() const {
 }
 
 std::string BlockStore::audit() const {
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   std::size_t reset = 0, mut = 0, active = 0, inactive = 0, dup = 0, registered_in_table = 0;
   for (BlockId id = 0; id < slots_.size(); ++id) {
     const Slot& s = slots_[id];
@@ -458,7 +458,7 @@ std::string BlockStore::audit() const {
 }
 
 void BlockStore::orphan() noexcept {
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   orphaned_ = true;
   if (in_use_ > 0) keepalive_ = shared_from_this();
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 
 namespace kvbm {
@@ -60,10 +61,10 @@ struct BounceTransferEngine::Impl {
   TransferEngine& first;
   TransferEngine& second;
   BounceEngineOptions options;
-  std::mutex mu;
+  detail::Mutex mu;
   std::condition_variable cv;
-  std::deque<Job> queue;  // guarded by mu
-  bool stop = false;      // guarded by mu
+  std::deque<Job> queue KVBM_GUARDED_BY(mu);
+  bool stop KVBM_GUARDED_BY(mu) = false;
   std::thread thread;
 
   // Hop 1: source blocks -> bounce blocks.
@@ -155,8 +156,8 @@ struct BounceTransferEngine::Impl {
     for (;;) {
       Job job;
       {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stop || !queue.empty(); });
+        detail::UniqueLock lock(mu);
+        cv.wait(lock.native(), [&]() KVBM_REQUIRES(mu) { return stop || !queue.empty(); });
         if (queue.empty()) return;
         job = std::move(queue.front());
         queue.pop_front();
@@ -198,7 +199,7 @@ BounceTransferEngine::BounceTransferEngine(TransferEngine& first, TransferEngine
 BounceTransferEngine::~BounceTransferEngine() {
   if (!impl_) return;
   {
-    std::lock_guard lock(impl_->mu);
+    detail::LockGuard lock(impl_->mu);
     impl_->stop = true;
   }
   impl_->cv.notify_all();
@@ -231,7 +232,7 @@ std::shared_ptr<TransferCompletion> BounceTransferEngine::submit(
                 std::make_shared<TransferCompletion>()};
   auto completion = job.completion;
   {
-    std::lock_guard lock(im.mu);
+    detail::LockGuard lock(im.mu);
     im.queue.push_back(std::move(job));
   }
   im.cv.notify_one();

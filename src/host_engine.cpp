@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
@@ -50,10 +51,10 @@ struct HostTransferEngine::Impl {
   const HostEngineOptions options;
   std::unique_ptr<TransferMetrics> metrics;
 
-  std::mutex mu;
+  detail::Mutex mu;
   std::condition_variable cv;
-  std::deque<Piece> queue;  // guarded by mu
-  bool stopping = false;    // guarded by mu
+  std::deque<Piece> queue KVBM_GUARDED_BY(mu);
+  bool stopping KVBM_GUARDED_BY(mu) = false;
   std::vector<std::thread> workers;
 
   void run() noexcept;
@@ -65,8 +66,8 @@ void HostTransferEngine::Impl::run() noexcept {
   for (;;) {
     Piece piece;
     {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      detail::UniqueLock lock(mu);
+      cv.wait(lock.native(), [&]() KVBM_REQUIRES(mu) { return stopping || !queue.empty(); });
       if (queue.empty()) return;  // stopping, and every accepted piece is done
       piece = std::move(queue.front());
       queue.pop_front();
@@ -128,7 +129,7 @@ HostTransferEngine::HostTransferEngine(Layout src, Layout dst, HostEngineOptions
     }
   } catch (...) {
     {
-      std::lock_guard lock(impl.mu);
+      detail::LockGuard lock(impl.mu);
       impl.stopping = true;
     }
     impl.cv.notify_all();
@@ -139,7 +140,7 @@ HostTransferEngine::HostTransferEngine(Layout src, Layout dst, HostEngineOptions
 
 HostTransferEngine::~HostTransferEngine() {
   {
-    std::lock_guard lock(impl_->mu);
+    detail::LockGuard lock(impl_->mu);
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
@@ -216,7 +217,7 @@ std::shared_ptr<TransferCompletion> HostTransferEngine::submit(
   }
   batch->pieces_left.store(pieces.size(), std::memory_order_relaxed);
   {
-    std::lock_guard lock(impl.mu);
+    detail::LockGuard lock(impl.mu);
     for (auto& p : pieces) impl.queue.push_back(std::move(p));
   }
   if (pieces.size() == 1) {

@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 
@@ -51,16 +52,16 @@ struct KvEventPublisher::State {
   const KvEventPublisherOptions options;
 
   // Collecting: a leaf lock, taken under pools' locks; held only to append.
-  mutable std::mutex mu;
+  mutable detail::Mutex mu;
   std::condition_variable cv;
-  std::vector<KvEvent> pending;    // guarded by mu
-  std::size_t pending_blocks = 0;  // guarded by mu
-  bool wake = false;               // guarded by mu: max_batch_size blocks wait
-  bool stop = false;               // guarded by mu
+  std::vector<KvEvent> pending KVBM_GUARDED_BY(mu);
+  std::size_t pending_blocks KVBM_GUARDED_BY(mu) = 0;
+  bool wake KVBM_GUARDED_BY(mu) = false;  // max_batch_size blocks wait
+  bool stop KVBM_GUARDED_BY(mu) = false;
 
   // Publishing: one flush at a time, so sequence numbers reach the sink in order.
-  std::mutex publish_mu;
-  std::uint64_t next_sequence = 0;  // guarded by publish_mu
+  detail::Mutex publish_mu;
+  std::uint64_t next_sequence KVBM_GUARDED_BY(publish_mu) = 0;
 
   std::atomic<std::uint64_t> batches_published{0};
   std::atomic<std::uint64_t> events_published{0};
@@ -71,7 +72,7 @@ struct KvEventPublisher::State {
 
   /// Reserves room for `blocks` more pending blocks; false (and counted as
   /// dropped) when the buffer is full. Caller holds mu.
-  bool admit(std::size_t blocks) {
+  bool admit(std::size_t blocks) KVBM_REQUIRES(mu) {
     if (pending_blocks + blocks > options.max_pending_blocks) {
       dropped_blocks.fetch_add(blocks, std::memory_order_relaxed);
       return false;
@@ -87,7 +88,7 @@ struct KvEventPublisher::State {
   /// Appends stored blocks, growing the last event when it is a BlockStored
   /// of the same medium and shape whose last block is the new first block's
   /// parent. Caller holds mu.
-  void add_stored(BlockStored&& e) {
+  void add_stored(BlockStored&& e) KVBM_REQUIRES(mu) {
     if (!admit(e.block_hashes.size())) return;
     if (!pending.empty() && e.parent_block_hash) {
       auto* last = std::get_if<BlockStored>(&pending.back());
@@ -106,7 +107,7 @@ struct KvEventPublisher::State {
 
   /// Appends removed blocks, growing a last BlockRemoved of the same medium.
   /// Caller holds mu.
-  void add_removed(BlockRemoved&& e) {
+  void add_removed(BlockRemoved&& e) KVBM_REQUIRES(mu) {
     if (!admit(e.block_hashes.size())) return;
     if (!pending.empty()) {
       auto* last = std::get_if<BlockRemoved>(&pending.back());
@@ -121,7 +122,7 @@ struct KvEventPublisher::State {
   }
 
   void add(KvEvent&& event) {
-    std::lock_guard lock(mu);
+    detail::LockGuard lock(mu);
     if (auto* s = std::get_if<BlockStored>(&event)) {
       add_stored(std::move(*s));
     } else if (auto* r = std::get_if<BlockRemoved>(&event)) {
@@ -131,7 +132,7 @@ struct KvEventPublisher::State {
     }
   }
 
-  void publish_one(KvEventBatch& batch) {
+  void publish_one(KvEventBatch& batch) KVBM_REQUIRES(publish_mu) {
     batch.ts = options.clock ? options.clock() : system_seconds();
     batch.data_parallel_rank = options.data_parallel_rank;
     const std::uint64_t sequence = next_sequence++;
@@ -154,10 +155,10 @@ struct KvEventPublisher::State {
   }
 
   std::size_t flush() {
-    std::lock_guard publishing(publish_mu);
+    detail::LockGuard publishing(publish_mu);
     std::vector<KvEvent> taken;
     {
-      std::lock_guard lock(mu);
+      detail::LockGuard lock(mu);
       taken.swap(pending);
       pending_blocks = 0;
       wake = false;
@@ -184,9 +185,10 @@ struct KvEventPublisher::State {
   }
 
   void run() noexcept {
-    std::unique_lock lock(mu);
+    detail::UniqueLock lock(mu);
     while (!stop) {
-      cv.wait_for(lock, options.flush_interval, [this] { return stop || wake; });
+      cv.wait_for(lock.native(), options.flush_interval,
+                  [this]() KVBM_REQUIRES(mu) { return stop || wake; });
       if (stop) break;
       lock.unlock();
       try {
@@ -213,7 +215,7 @@ class PublisherListener final : public PoolListener {
     const auto state = state_.lock();
     if (!state || hashes.empty()) return;
     try {
-      std::lock_guard lock(state->mu);
+      detail::LockGuard lock(state->mu);
       for (const SequenceHash& h : hashes) {
         BlockStored e;
         e.block_hashes.push_back(h.value());
@@ -235,7 +237,7 @@ class PublisherListener final : public PoolListener {
       e.block_hashes.reserve(hashes.size());
       for (const SequenceHash& h : hashes) e.block_hashes.push_back(h.value());
       e.medium = medium_;
-      std::lock_guard lock(state->mu);
+      detail::LockGuard lock(state->mu);
       state->add_removed(std::move(e));
     } catch (...) {
       state->dropped_blocks.fetch_add(hashes.size(), std::memory_order_relaxed);
@@ -270,7 +272,7 @@ KvEventPublisher::KvEventPublisher(std::shared_ptr<EventSink> sink,
 KvEventPublisher::~KvEventPublisher() {
   if (state_->flusher.joinable()) {
     {
-      std::lock_guard lock(state_->mu);
+      detail::LockGuard lock(state_->mu);
       state_->stop = true;
     }
     state_->cv.notify_all();
@@ -309,7 +311,7 @@ void KvEventPublisher::clear_all(std::string medium) {
 std::size_t KvEventPublisher::flush() { return state_->flush(); }
 
 std::size_t KvEventPublisher::pending_events() const {
-  std::lock_guard lock(state_->mu);
+  detail::LockGuard lock(state_->mu);
   return state_->pending.size();
 }
 

@@ -3,18 +3,19 @@
 #include <utility>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/offload/cancel.h"
 #include "kvbm/offload/precondition.h"
 
 namespace kvbm {
 
 struct CancellationToken::State {
-  std::mutex mu;
+  detail::Mutex mu;
   std::atomic<bool> cancelled{false};  // written under mu
   std::atomic<bool> requested{false};
   std::atomic<bool> sealed{false};                                      // written under mu
-  CallbackId next_id = 1;                                               // guarded by mu
-  std::vector<std::pair<CallbackId, std::function<void()>>> callbacks;  // guarded by mu
+  CallbackId next_id KVBM_GUARDED_BY(mu) = 1;
+  std::vector<std::pair<CallbackId, std::function<void()>>> callbacks KVBM_GUARDED_BY(mu);
 };
 
 CancellationToken::CancellationToken() : s_(std::make_shared<State>()) {}
@@ -22,7 +23,7 @@ CancellationToken::CancellationToken() : s_(std::make_shared<State>()) {}
 bool CancellationToken::cancel() const {
   std::vector<std::pair<CallbackId, std::function<void()>>> callbacks;
   {
-    std::lock_guard lock(s_->mu);
+    detail::LockGuard lock(s_->mu);
     s_->requested.store(true, std::memory_order_release);
     if (s_->cancelled.load(std::memory_order_relaxed) ||
         s_->sealed.load(std::memory_order_relaxed)) {
@@ -44,7 +45,7 @@ bool CancellationToken::cancel_requested() const noexcept {
 }
 
 bool CancellationToken::try_seal() const {
-  std::lock_guard lock(s_->mu);
+  detail::LockGuard lock(s_->mu);
   if (s_->cancelled.load(std::memory_order_relaxed)) return false;
   if (!s_->sealed.load(std::memory_order_relaxed)) {
     s_->sealed.store(true, std::memory_order_release);
@@ -59,7 +60,7 @@ bool CancellationToken::is_sealed() const noexcept {
 
 CancellationToken::CallbackId CancellationToken::on_cancel(std::function<void()> cb) const {
   {
-    std::lock_guard lock(s_->mu);
+    detail::LockGuard lock(s_->mu);
     if (s_->sealed.load(std::memory_order_relaxed)) return 0;
     if (!s_->cancelled.load(std::memory_order_relaxed)) {
       const CallbackId id = s_->next_id++;
@@ -74,7 +75,7 @@ CancellationToken::CallbackId CancellationToken::on_cancel(std::function<void()>
 void CancellationToken::remove_callback(CallbackId id) const noexcept {
   if (id == 0) return;
   std::function<void()> dropped;  // destroyed outside the lock
-  std::lock_guard lock(s_->mu);
+  detail::LockGuard lock(s_->mu);
   auto& cbs = s_->callbacks;
   for (auto it = cbs.begin(); it != cbs.end(); ++it) {
     if (it->first == id) {
@@ -88,7 +89,7 @@ void CancellationToken::remove_callback(CallbackId id) const noexcept {
 void HostEvent::signal() {
   std::vector<std::function<void()>> callbacks;
   {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     if (met_) return;
     met_ = true;
     callbacks.swap(callbacks_);
@@ -98,13 +99,13 @@ void HostEvent::signal() {
 }
 
 bool HostEvent::is_met() const {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   return met_;
 }
 
 void HostEvent::on_met(std::function<void()> cb) {
   {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     if (!met_) {
       callbacks_.push_back(std::move(cb));
       return;
@@ -114,8 +115,8 @@ void HostEvent::on_met(std::function<void()> cb) {
 }
 
 bool HostEvent::wait_for(std::chrono::nanoseconds timeout) const {
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return met_; });
+  detail::UniqueLock lock(mu_);
+  return cv_.wait_for(lock.native(), timeout, [&]() KVBM_REQUIRES(mu_) { return met_; });
 }
 
 }  // namespace kvbm

@@ -4,8 +4,8 @@
 namespace kvbm {
 
 std::shared_ptr<Clock> Clock::steady() {
-  static const std::shared_ptr<Clock> clock = std::make_shared<SteadyClock>();
-  return clock;
+  static const std::shared_ptr<Clock> kClock = std::make_shared<SteadyClock>();
+  return kClock;
 }
 
 Clock::time_point SteadyClock::now() const noexcept {

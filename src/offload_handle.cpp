@@ -1,5 +1,6 @@
 #include <utility>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/transfer_handle.h"
@@ -69,31 +70,31 @@ std::vector<BlockResult> OffloadReport::failed() const {
 namespace detail {
 
 void OffloadState::advance(TransferStatus s) {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   if (is_terminal(status_) || is_terminal(s) || s <= status_) return;
   status_ = s;
 }
 
 void OffloadState::add_result(const SequenceHash& hash, BlockOutcome o) {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   if (is_terminal(status_)) return;
   report_.blocks.push_back(BlockResult{hash, o});
   failed_ = failed_ || is_failure(o);
 }
 
 void OffloadState::add_error(std::string_view error) {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   if (is_terminal(status_) || !report_.error.empty()) return;
   report_.error = std::string(error);
 }
 
 void OffloadState::finish() {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   finish_locked(failed_ ? TransferStatus::kFailed : TransferStatus::kDone);
 }
 
 void OffloadState::finish_cancelled() {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   finish_locked(TransferStatus::kCancelled);
 }
 
@@ -110,12 +111,12 @@ void OffloadState::finish_locked(TransferStatus s) {
 }
 
 TransferStatus OffloadState::status() const {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   return status_;
 }
 
 OffloadReport OffloadState::report() const {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   return report_;
 }
 
@@ -127,15 +128,15 @@ void OffloadState::note_waiter() const {
 
 TransferStatus OffloadState::wait_for(std::chrono::nanoseconds timeout) const {
   if (timeout.count() > 0) note_waiter();
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return is_terminal(status_); });
+  detail::UniqueLock lock(mu_);
+  cv_.wait_for(lock.native(), timeout, [&]() KVBM_REQUIRES(mu_) { return is_terminal(status_); });
   return status_;
 }
 
 TransferStatus OffloadState::wait() const {
   note_waiter();
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return is_terminal(status_); });
+  detail::UniqueLock lock(mu_);
+  cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return is_terminal(status_); });
   return status_;
 }
 

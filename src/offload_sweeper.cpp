@@ -1,3 +1,4 @@
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/cancel_sweeper.h"
 
@@ -21,11 +22,11 @@ void CancelSweeper::add_target(std::function<std::size_t()> sweep) {
 std::size_t CancelSweeper::sweep_once() {
   std::size_t n = 0;
   {
-    std::lock_guard one(sweep_mu_);
+    detail::LockGuard one(sweep_mu_);
     for (const auto& t : targets_) n += t();
   }
   {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     ++passes_;
     swept_ += n;
   }
@@ -35,14 +36,14 @@ std::size_t CancelSweeper::sweep_once() {
 
 void CancelSweeper::start() {
   KVBM_CHECK(!thread_.joinable(), "CancelSweeper::start called twice");
-  subscription_ = clock_->subscribe(mu_, cv_);
+  subscription_ = clock_->subscribe(mu_.native(), cv_);
   const Clock::time_point first = clock_->now() + interval_;  // not when the thread gets going
   thread_ = std::thread([this, first] { run(first); });
 }
 
 void CancelSweeper::stop() {
   {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -51,7 +52,7 @@ void CancelSweeper::stop() {
 }
 
 void CancelSweeper::run(Clock::time_point next) {
-  std::unique_lock lock(mu_);
+  detail::UniqueLock lock(mu_);
   while (!stop_) {
     if (clock_->now() >= next) {
       lock.unlock();
@@ -60,23 +61,24 @@ void CancelSweeper::run(Clock::time_point next) {
       next = clock_->now() + interval_;
       continue;
     }
-    clock_->wait_until(lock, cv_, next);
+    clock_->wait_until(lock.native(), cv_, next);
   }
 }
 
 std::uint64_t CancelSweeper::passes() const {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   return passes_;
 }
 
 std::uint64_t CancelSweeper::swept() const {
-  std::lock_guard lock(mu_);
+  detail::LockGuard lock(mu_);
   return swept_;
 }
 
 bool CancelSweeper::wait_passes(std::uint64_t n, std::chrono::nanoseconds timeout) const {
-  std::unique_lock lock(mu_);
-  return passes_cv_.wait_for(lock, timeout, [&] { return passes_ >= n; });
+  detail::UniqueLock lock(mu_);
+  return passes_cv_.wait_for(lock.native(), timeout,
+                             [&]() KVBM_REQUIRES(mu_) { return passes_ >= n; });
 }
 
 }  // namespace kvbm

@@ -1,6 +1,5 @@
 #include "kvbm/storage/storage.h"
 
-#include <errno.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <linux/mempolicy.h>
 #endif
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -49,7 +49,7 @@ struct CudaProbe {
 };
 
 const CudaProbe& cuda_probe() noexcept {
-  static const CudaProbe probe = [] {
+  static const CudaProbe kProbe = [] {
     CudaProbe p;
 #if KVBM_HAVE_CUDA
     int n = 0;
@@ -68,7 +68,7 @@ const CudaProbe& cuda_probe() noexcept {
 #endif
     return p;
   }();
-  return probe;
+  return kProbe;
 }
 
 /// posix_memalign'ed host memory (plain host, or host emulating the device).

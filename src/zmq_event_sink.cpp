@@ -20,6 +20,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 
 namespace kvbm::events {
@@ -91,7 +92,7 @@ struct ZmqEventSink::Impl {
     pub.send(zmq::buffer(seq), zmq::send_flags::sndmore);
     pub.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
     if (replay) {
-      std::lock_guard lock(buffer_mu);
+      detail::LockGuard lock(buffer_mu);
       buffer.emplace_back(sequence, std::vector<std::uint8_t>(payload.begin(), payload.end()));
       while (buffer.size() > options.replay_buffer_batches) buffer.pop_front();
     }
@@ -120,7 +121,7 @@ struct ZmqEventSink::Impl {
         const std::uint64_t start = from_big_endian(frames[2]);
         std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> due;
         {
-          std::lock_guard lock(buffer_mu);
+          detail::LockGuard lock(buffer_mu);
           for (const auto& entry : buffer) {
             if (entry.first >= start) due.push_back(entry);
           }
@@ -154,8 +155,8 @@ struct ZmqEventSink::Impl {
   std::string bound_replay_endpoint;
   std::thread replay_thread;
   std::atomic<bool> stop{false};
-  std::mutex buffer_mu;
-  std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> buffer;  // guarded by buffer_mu
+  detail::Mutex buffer_mu;
+  std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> buffer KVBM_GUARDED_BY(buffer_mu);
 };
 
 ZmqEventSink::ZmqEventSink(ZmqEventSinkOptions options)

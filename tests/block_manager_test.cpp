@@ -175,9 +175,20 @@ TEST(BlockManager, AllocateAtMostTakesWhatFits) {
   expect_balanced(m);
 }
 
-TEST(BlockManager, AllocateZeroOrMoreThanTotalThrows) {
+TEST(BlockManager, AllocateZeroReturnsAnEmptyAllocation) {
   auto m = make_manager(4);
-  expect_usage_error([&] { (void)m.allocate_blocks(0); }, {"allocate_blocks(0)"});
+  auto all = m.allocate_blocks(4);  // even from a full pool
+  ASSERT_TRUE(all);
+  auto none = m.allocate_blocks(0);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(m.pool_counts().in_use, 4U);
+  all->clear();
+  expect_balanced(m);
+}
+
+TEST(BlockManager, AllocateMoreThanTotalThrows) {
+  auto m = make_manager(4);
   expect_usage_error([&] { (void)m.allocate_blocks(5); }, {"allocate_blocks(5)", "G1", "4"});
   EXPECT_EQ(m.pool_counts().reset, 4U);
   auto all = m.allocate_blocks(4);

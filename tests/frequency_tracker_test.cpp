@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/error.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -119,8 +120,7 @@ TEST(FrequencyTracker, ClearZeroesCountsAndSample) {
 // 1 - exp(-40000 / 16384) = 91% of the counters end up nonzero.
 TEST(FrequencyTracker, DistinctKeysSpreadOverAllCounters) {
   FrequencyTracker t(1024);
-  const std::uint64_t seed = std::random_device{}();
-  std::cout << "seed " << seed << "\n";
+  const std::uint64_t seed = test::test_seed64();
   std::mt19937_64 rng(seed);
   for (int i = 0; i < 10000; ++i) {
     t.touch(rng());

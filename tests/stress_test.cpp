@@ -19,10 +19,7 @@
 // last block is back, and upgrades after the manager is gone must fail.
 //
 // KVBM_STRESS_SCALE scales the operation counts (sanitizer builds use 0.1);
-// KVBM_SEED fixes the seed (printed as `[stress] seed=...`).
-
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
+// KVBM_TEST_SEED fixes the seed (printed as `[stress] seed=...`).
 
 #include <atomic>
 #include <charconv>
@@ -42,9 +39,13 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
 #include "kvbm/frequency_tracker.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -66,11 +67,7 @@ std::size_t scaled(std::size_t n, std::size_t at_least) {
 
 std::uint64_t master_seed() {
   static const std::uint64_t seed = [] {
-    if (const char* s = std::getenv("KVBM_SEED"); s != nullptr && *s != '\0') {
-      std::uint64_t v = 0;
-      const auto [p, ec] = std::from_chars(s, s + std::char_traits<char>::length(s), v);
-      if (ec == std::errc()) return v;
-    }
+    if (const auto env = test::env_test_seed()) return *env;
     std::random_device rd;
     return (std::uint64_t{rd()} << 32) ^ rd();
   }();
@@ -78,8 +75,8 @@ std::uint64_t master_seed() {
 }
 
 std::string seed_note() {
-  return "seed=" + std::to_string(master_seed()) + " (rerun with KVBM_SEED=" +
-         std::to_string(master_seed()) + ")";
+  return "seed=" + std::to_string(master_seed()) +
+         " (rerun with KVBM_TEST_SEED=" + std::to_string(master_seed()) + ")";
 }
 
 void announce_seed() {

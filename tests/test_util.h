@@ -7,6 +7,9 @@
 //   metric_value(m, name) the value of `name{pool="<m's pool>"}`, or nullopt
 //   make_registered(...)  allocates, stages and registers blocks in one go
 //   test_seed()           a random seed (or $KVBM_TEST_SEED), printed for replay
+//   test_seed64()         the same, 64 bits
+//   env_test_seed()       $KVBM_TEST_SEED if set: the one variable that fixes every
+//                         randomized test's seed (docs/testing.md)
 //   eventually(pred)      waits (yielding, up to 10 s) for another thread's work
 
 #pragma once
@@ -53,12 +56,41 @@ inline std::vector<SequenceHash> chain(std::uint32_t n, std::uint32_t chain_id =
 /// with chain values used in the same test: chains use small low words).
 inline SequenceHash root(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
 
+/// Returns $KVBM_TEST_SEED, the one environment variable that fixes the seed of
+/// every randomized test, or nullopt when it is unset or empty. A value that is
+/// not an unsigned decimal integer fails the calling test (and yields nullopt).
+inline std::optional<std::uint64_t> env_test_seed() {
+  const char* env = std::getenv("KVBM_TEST_SEED");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(env, &end, 10);
+  if (*end != '\0' || *env == '-') {
+    ADD_FAILURE() << "KVBM_TEST_SEED=" << env << " is not an unsigned integer";
+    return std::nullopt;
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
 /// Returns the seed for a randomized test: $KVBM_TEST_SEED when set, else a
 /// fresh random one. Prints it so a failure can be replayed.
+inline std::uint64_t test_seed64() {
+  std::uint64_t seed = 0;
+  if (const auto env = env_test_seed()) {
+    seed = *env;
+  } else {
+    std::random_device rd;
+    seed = (std::uint64_t{rd()} << 32) ^ rd();
+  }
+  std::cout << "seed: " << seed << " (replay with KVBM_TEST_SEED=" << seed << ")\n";
+  return seed;
+}
+
+/// test_seed64() for 32-bit engines: $KVBM_TEST_SEED (its low 32 bits) or a
+/// fresh random seed, printed.
 inline std::uint32_t test_seed() {
   std::uint32_t seed = 0;
-  if (const char* env = std::getenv("KVBM_TEST_SEED"); env != nullptr && *env != '\0') {
-    seed = static_cast<std::uint32_t>(std::strtoul(env, nullptr, 10));
+  if (const auto env = env_test_seed()) {
+    seed = static_cast<std::uint32_t>(*env);
   } else {
     seed = std::random_device{}();
   }

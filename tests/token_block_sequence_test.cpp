@@ -3,8 +3,6 @@
 
 #include "kvbm/token_block_sequence.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -16,8 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "kvbm/error.h"
 #include "kvbm/hashing.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -29,8 +30,7 @@ std::vector<Token> iota_tokens(std::size_t n, Token first) {
 }
 
 std::uint64_t test_seed() {
-  const char* env = std::getenv("KVBM_TEST_SEED");
-  const std::uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20240611ULL;
+  const std::uint64_t seed = test::env_test_seed().value_or(20240611ULL);
   std::cout << "[ seed     ] KVBM_TEST_SEED=" << seed << "\n";
   return seed;
 }

@@ -173,11 +173,13 @@ class BlockManager {
 
   /// Takes `count` blocks: first from the reset pool, then by evicting
   /// inactive blocks. Returns nullopt, changing nothing, when fewer than
-  /// `count` blocks are available. Throws UsageError for count 0 or a count
+  /// `count` blocks are available. allocate_blocks(0) returns an empty
+  /// vector (not nullopt) and touches nothing, so a request whose every block
+  /// was a prefix hit needs no special case. Throws UsageError for a count
   /// larger than the pool.
   [[nodiscard]] std::optional<std::vector<MutableBlock<T>>> allocate_blocks(std::size_t count) {
     check("allocate_blocks");
-    KVBM_CHECK(count > 0, "allocate_blocks(0): ask for at least one block");
+    if (count == 0) return std::vector<MutableBlock<T>>{};  // nothing asked, nothing taken
     KVBM_CHECK(count <= store_->total_blocks(), "allocate_blocks(", count, "): pool ",
                store_->name(), " has only ", store_->total_blocks(),
                " blocks; ask for at most that many");

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvbm/detail/block_store.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/sequence_hash.h"
 #include "kvbm/tier.h"
@@ -88,7 +89,7 @@ class BlockRegistry {
 
   /// Attaches a tier's store (called by BlockManager's builder).
   void attach(std::type_index tier, const std::shared_ptr<detail::BlockStore>& store) {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     std::erase_if(tiers_, [](const Entry& e) { return e.store.expired(); });
     tiers_.push_back(Entry{tier, store});
   }
@@ -104,7 +105,7 @@ class BlockRegistry {
   std::vector<std::shared_ptr<detail::BlockStore>> stores_of(
       std::optional<std::type_index> tier) const {
     std::vector<std::shared_ptr<detail::BlockStore>> out;
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     for (const auto& e : tiers_) {
       if (tier && e.tier != *tier) continue;
       if (auto s = e.store.lock()) out.push_back(std::move(s));
@@ -113,8 +114,8 @@ class BlockRegistry {
   }
 
   std::shared_ptr<FrequencyTracker> tracker_;
-  mutable std::mutex mu_;
-  std::vector<Entry> tiers_;  // guarded by mu_
+  mutable detail::Mutex mu_;
+  std::vector<Entry> tiers_ KVBM_GUARDED_BY(mu_);
 };
 
 }  // namespace kvbm

@@ -27,6 +27,9 @@
 //   OnboardHandle h = kvbm->onboard(request_hashes);    // overlap with compute
 //   h.wait(); auto prefix = h.take_blocks();            // G1 blocks, in order
 //
+// Admission in one call (onboard, wait, allocate the rest): kvbm::admit in
+// kvbm/admission.h.
+//
 // Block addresses: device_layout(), host_layout() say where each block's bytes
 // are (the engine writes into G1 blocks at those addresses).
 //

@@ -1,6 +1,7 @@
 // kvbm/kvbm.h: everything a scheduler needs, in one include.
 #pragma once
 
+#include "kvbm/admission.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
 #include "kvbm/blocks/complete_block.h"

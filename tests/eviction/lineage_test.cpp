@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/error.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -254,8 +255,7 @@ TEST(LineageBackend, ManyAbsentParentsGrowTheTable) {
 // The table against std::unordered_map, with a small key space so probe runs
 // wrap around and deletions shift entries back. Prints its seed.
 TEST(LineageTable, MatchesReferenceMap) {
-  const std::uint64_t seed = std::random_device{}();
-  std::cout << "seed " << seed << "\n";
+  const std::uint64_t seed = test::test_seed64();
   std::mt19937_64 rng(seed);
   detail::LineageTable table(4);
   std::unordered_map<std::uint64_t, std::uint32_t> model;
@@ -291,8 +291,7 @@ TEST(LineageTable, MatchesReferenceMap) {
 // Random store traffic over random trees; checks the lineage invariant and
 // the evictable count against a model. Prints its seed.
 TEST(LineageBackend, NeverEvictsAParentOfARegisteredBlock) {
-  const std::uint64_t seed = std::random_device{}();
-  std::cout << "seed " << seed << "\n";
+  const std::uint64_t seed = test::test_seed64();
   std::mt19937_64 rng(seed);
   constexpr BlockId kCapacity = 48;
   LineageBackend lb(kCapacity);

@@ -13,6 +13,7 @@
 #include "kvbm/error.h"
 #include "kvbm/eviction/make_backend.h"
 #include "kvbm/frequency_tracker.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -102,8 +103,7 @@ TEST(LruBackend, MisuseIsAUsageErrorAndRemoveOfAbsentIsANoOp) {
 
 // Random operations against a std::list model; prints its seed.
 TEST(LruBackend, MatchesReferenceModel) {
-  const std::uint64_t seed = std::random_device{}();
-  std::cout << "seed " << seed << "\n";
+  const std::uint64_t seed = test::test_seed64();
   std::mt19937_64 rng(seed);
   constexpr BlockId kCapacity = 64;
   LruBackend lru(kCapacity);

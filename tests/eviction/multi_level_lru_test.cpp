@@ -12,6 +12,7 @@
 
 #include "kvbm/error.h"
 #include "kvbm/frequency_tracker.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
@@ -128,8 +129,7 @@ TEST(MultiLevelLruBackend, RemoveAndReinsertTakesTheCurrentLevel) {
 
 // Random operations against a model of four std::lists; prints its seed.
 TEST(MultiLevelLruBackend, MatchesReferenceModel) {
-  const std::uint64_t seed = std::random_device{}();
-  std::cout << "seed " << seed << "\n";
+  const std::uint64_t seed = test::test_seed64();
   std::mt19937_64 rng(seed);
   constexpr BlockId kCapacity = 64;
   auto tracker = std::make_shared<FrequencyTracker>(4096, 1U << 30);

@@ -592,7 +592,7 @@ TEST_F(ExecutorFixture, CancelAfterTheSealWaitsForCompletion) {
     cancelled = h.cancel();
     returned = true;
   });
-  ASSERT_TRUE(eventually([&] { return h.token().cancel_requested(); }));
+  ASSERT_TRUE(eventually([&, h = h] { return h.token().cancel_requested(); }));
   EXPECT_FALSE(returned);
   EXPECT_EQ(t.g1.pool_counts().in_use, 2u);  // pinned by the transfer (and `blocks`)
   gated->release_all();

@@ -24,7 +24,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,9 +32,10 @@
 
 #include "kvbm/detail/hash_index.h"
 #include "kvbm/detail/huge_page_allocator.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/eviction/backend.h"
-#include "kvbm/pool_listener.h"
 #include "kvbm/metrics.h"
+#include "kvbm/pool_listener.h"
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {
@@ -112,7 +112,10 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   [[nodiscard]] std::size_t total_blocks() const noexcept { return slots_.size(); }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] DuplicatePolicy duplicate_policy() const noexcept { return duplicate_policy_; }
-  [[nodiscard]] EvictionPolicy eviction_policy() const noexcept { return backend_->policy(); }
+  // Unlocked: the backend, and so its policy, is fixed at construction.
+  [[nodiscard]] EvictionPolicy eviction_policy() const noexcept KVBM_NO_THREAD_SAFETY_ANALYSIS {
+    return backend_->policy();
+  }
   [[nodiscard]] PoolMetrics& metrics() noexcept { return *metrics_; }
 
   /// Takes n blocks (reset pool first, then evictions) or none. Writes their
@@ -129,7 +132,8 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
 
   /// Counts a staging (MutableBlock -> CompleteBlock) in the metrics, and
   /// starts loading the registry line the block's registration will need.
-  void note_staged(const SequenceHash& hash) noexcept {
+  /// Unlocked: a prefetch only hints the CPU's cache, and the table's storage is fixed.
+  void note_staged(const SequenceHash& hash) noexcept KVBM_NO_THREAD_SAFETY_ANALYSIS {
     metrics_->add_staging();
     table_.prefetch(hash.value());
   }
@@ -190,21 +194,20 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
 
  private:
   void release_last_reference(BlockId id) noexcept;
-  // All below: lock held.
-  void return_to_reset_locked(BlockId id) noexcept;
-  std::optional<BlockId> evict_one_locked() noexcept;
-  bool evict_locked(std::size_t n, BlockId* victims) noexcept;
-  void prefetch_next_victim_locked() const noexcept;
+  void return_to_reset_locked(BlockId id) noexcept KVBM_REQUIRES(mu_);
+  std::optional<BlockId> evict_one_locked() noexcept KVBM_REQUIRES(mu_);
+  bool evict_locked(std::size_t n, BlockId* victims) noexcept KVBM_REQUIRES(mu_);
+  void prefetch_next_victim_locked() const noexcept KVBM_REQUIRES(mu_);
   // Prefix (stop at the first miss) or scan (skip misses): the found blocks,
   // revived, appended to `out`; returns how many.
   std::size_t find_and_revive_locked(std::span<const SequenceHash> hashes,
-                                     std::vector<BlockId>& out, bool prefix);
+                                     std::vector<BlockId>& out, bool prefix) KVBM_REQUIRES(mu_);
   void register_locked(Registration& r, PoolCounterDelta& delta,
-                       std::shared_ptr<BlockStore>& keepalive);
-  void undo_evictions_locked(std::span<const BlockId> evicted) noexcept;
-  void revive_locked(BlockId id) noexcept;
-  void publish_gauges_locked() noexcept;
-  void leave_in_use_locked(std::shared_ptr<BlockStore>& keepalive) noexcept;
+                       std::shared_ptr<BlockStore>& keepalive) KVBM_REQUIRES(mu_);
+  void undo_evictions_locked(std::span<const BlockId> evicted) noexcept KVBM_REQUIRES(mu_);
+  void revive_locked(BlockId id) noexcept KVBM_REQUIRES(mu_);
+  void publish_gauges_locked() noexcept KVBM_REQUIRES(mu_);
+  void leave_in_use_locked(std::shared_ptr<BlockStore>& keepalive) noexcept KVBM_REQUIRES(mu_);
   void touch(std::span<const SequenceHash> hashes, std::size_t n) noexcept;
 
   const std::uint32_t block_size_;
@@ -214,19 +217,19 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   std::shared_ptr<FrequencyTracker> tracker_;
   const std::vector<std::shared_ptr<PoolListener>> listeners_;  // fixed at construction
 
-  mutable std::mutex mu_;
-  std::vector<Slot, HugePageAllocator<Slot>> slots_;  // fixed size
-  std::vector<BlockId> reset_;                        // guarded by mu_: free stack
-  std::unique_ptr<EvictionBackend> backend_;          // guarded by mu_
-  HashIndex table_;                                   // guarded by mu_: hash -> registered block
-  std::size_t in_use_ = 0;                            // guarded by mu_
-  std::size_t mutable_out_ = 0;                       // guarded by mu_
-  bool orphaned_ = false;                             // guarded by mu_
-  std::shared_ptr<BlockStore> keepalive_;             // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;                  // fixed size
+  std::vector<BlockId> reset_ KVBM_GUARDED_BY(mu_);                   // free stack
+  std::unique_ptr<EvictionBackend> backend_ KVBM_PT_GUARDED_BY(mu_);  // fixed; its state guarded
+  HashIndex table_ KVBM_GUARDED_BY(mu_);                              // hash -> registered block
+  std::size_t in_use_ KVBM_GUARDED_BY(mu_) = 0;
+  std::size_t mutable_out_ KVBM_GUARDED_BY(mu_) = 0;
+  bool orphaned_ KVBM_GUARDED_BY(mu_) = false;
+  std::shared_ptr<BlockStore> keepalive_ KVBM_GUARDED_BY(mu_);
   struct Published {
     std::size_t reset, inactive, mutable_out, immutable_out;
   };
-  Published published_{};                             // guarded by mu_: last gauge values set
+  Published published_ KVBM_GUARDED_BY(mu_){};  // last gauge values set
 };
 
 }  // namespace detail

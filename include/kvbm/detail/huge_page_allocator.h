@@ -33,7 +33,9 @@ class HugePageAllocator {
   using value_type = T;
 
   HugePageAllocator() noexcept = default;
+  // Implicit, as the allocator requirements want for rebinding.
   template <class U>
+  // NOLINTNEXTLINE(google-explicit-constructor)
   HugePageAllocator(const HugePageAllocator<U>& /*other*/) noexcept {}
 
   [[nodiscard]] T* allocate(std::size_t n) {

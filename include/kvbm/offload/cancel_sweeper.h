@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/offload/clock.h"
 
 namespace kvbm {
@@ -60,13 +61,13 @@ class CancelSweeper {
   std::shared_ptr<Clock> clock_;
   const std::chrono::nanoseconds interval_;
   std::vector<std::function<std::size_t()>> targets_;
-  mutable std::mutex mu_;
+  mutable detail::Mutex mu_;
   mutable std::condition_variable cv_;         // wakes the thread
   mutable std::condition_variable passes_cv_;  // wakes wait_passes()
-  bool stop_ = false;                          // guarded by mu_
-  std::uint64_t passes_ = 0;                   // guarded by mu_
-  std::uint64_t swept_ = 0;                    // guarded by mu_
-  std::mutex sweep_mu_;                        // one pass at a time
+  bool stop_ KVBM_GUARDED_BY(mu_) = false;
+  std::uint64_t passes_ KVBM_GUARDED_BY(mu_) = 0;
+  std::uint64_t swept_ KVBM_GUARDED_BY(mu_) = 0;
+  detail::Mutex sweep_mu_;  // one pass at a time
   Clock::Subscription subscription_;
   std::thread thread_;
 };

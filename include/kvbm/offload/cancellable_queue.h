@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
+
 namespace kvbm {
 
 /// A closable FIFO with cancellation sweeps; see the file comment.
@@ -39,7 +41,7 @@ class CancellableQueue {
   /// Appends `item` (moved from only on success); returns false when closed.
   bool push(T&& item) {
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       if (closed_) return false;
       items_.push_back(std::move(item));
     }
@@ -50,33 +52,33 @@ class CancellableQueue {
   /// Blocks until an item is available (returns it) or the queue is closed
   /// (returns nullopt, even if items remain: drain() takes those).
   std::optional<T> pop() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return closed_ || !items_.empty(); });
+    detail::UniqueLock lock(mu_);
+    cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return closed_ || !items_.empty(); });
     if (closed_) return std::nullopt;
     return take_front_locked();
   }
   /// Returns the first item, or nullopt when the queue is empty or closed.
   std::optional<T> try_pop() {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     if (closed_ || items_.empty()) return std::nullopt;
     return take_front_locked();
   }
   /// Removes the items whose sweep() returns true; returns how many.
   std::size_t sweep() {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     return std::erase_if(items_, [](T& item) { return item.sweep(); });
   }
   /// Refuses further pushes and wakes pop(). Idempotent.
   void close() {
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       closed_ = true;
     }
     cv_.notify_all();
   }
   /// Takes every queued item (also after close()).
   std::vector<T> drain() {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     std::vector<T> out;
     out.reserve(items_.size());
     for (auto& item : items_) out.push_back(std::move(item));
@@ -85,27 +87,27 @@ class CancellableQueue {
   }
   /// Returns the number of queued items.
   [[nodiscard]] std::size_t size() const {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     return items_.size();
   }
   /// Returns true once close() was called.
   [[nodiscard]] bool closed() const {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     return closed_;
   }
 
  private:
-  T take_front_locked() {
+  T take_front_locked() KVBM_REQUIRES(mu_) {
     T item = std::move(items_.front());
     items_.pop_front();
     return item;
   }
 
   const std::function<void()> on_push_;
-  mutable std::mutex mu_;
+  mutable detail::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<T> items_;  // guarded by mu_
-  bool closed_ = false;  // guarded by mu_
+  std::deque<T> items_ KVBM_GUARDED_BY(mu_);
+  bool closed_ KVBM_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvbm

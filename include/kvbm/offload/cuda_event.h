@@ -35,7 +35,7 @@ class CudaEventPrecondition final : public Precondition {
  public:
   /// `cuda_event` is a cudaEvent_t of `device`. Throws UsageError when CUDA
   /// is not available, std::runtime_error when a CUDA call fails.
-  CudaEventPrecondition(void* cuda_event, int device = 0);
+  explicit CudaEventPrecondition(void* cuda_event, int device = 0);
   ~CudaEventPrecondition() override;
   CudaEventPrecondition(const CudaEventPrecondition&) = delete;
   CudaEventPrecondition& operator=(const CudaEventPrecondition&) = delete;

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/batcher.h"
 #include "kvbm/offload/cancel_sweeper.h"
@@ -203,7 +204,7 @@ class OffloadPipeline {
   /// point, waits for what has, joins the threads. Idempotent.
   void shutdown() {
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       if (stopped_) return;
       stopped_ = true;
     }
@@ -220,7 +221,11 @@ class OffloadPipeline {
     subscription_.reset();
     for (auto& c : policy_queue_.drain()) c.cancel();
     for (auto& c : batch_queue_.drain()) c.cancel();
-    for (auto& c : batcher_.take_all()) c.cancel();
+    auto batched = [this] {
+      detail::LockGuard lock(mu_);
+      return batcher_.take_all();
+    }();
+    for (auto& c : batched) c.cancel();
     for (auto& b : transfer_queue_.drain()) {
       for (auto& c : b.containers) c.cancel();
     }
@@ -233,7 +238,7 @@ class OffloadPipeline {
     PipelineStats s;
     s.queued = policy_queue_.size();
     s.waiting = awaiter_.waiting();
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     s.to_batch = batch_queue_.size();
     s.batcher_containers = batcher_.pending_containers();
     s.batcher_blocks = batcher_.pending_blocks();
@@ -263,7 +268,8 @@ class OffloadPipeline {
         policy_queue_(),
         evaluator_(b.policies_, config_.policy_timeout, clock_, metrics_),
         awaiter_([this](OffloadContainer<Src>&& c) {
-          if (!batch_queue_.push(std::move(c))) c.cancel();  // closed: shutting down
+          // push moves only when it accepts; closed: shutting down.
+          if (!batch_queue_.push(std::move(c))) c.cancel();  // NOLINT(bugprone-use-after-move)
         }),
         batch_queue_([this] { wake(); }),
         batcher_(config_.batch_config, clock_),
@@ -276,15 +282,15 @@ class OffloadPipeline {
     sweeper_.add_target([this] { return policy_queue_.sweep(); });
     sweeper_.add_target([this] { return batch_queue_.sweep(); });
     sweeper_.add_target([this] {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       return batcher_.sweep() + transfer_queue_.sweep();
     });
     wait_link_->wake = [this] { wake(); };
     executor_.set_space_wait(config_.space_wait, [this] {
-      std::lock_guard lock(mu_);  // the dispatcher launches without it
+      detail::LockGuard lock(mu_);  // the dispatcher launches without it
       return stopped_;
     });
-    subscription_ = clock_->subscribe(mu_, cv_);
+    subscription_ = clock_->subscribe(mu_.native(), cv_);
     // Cheap policies (or none) run on the enqueuing thread: no policy thread.
     const auto& ps = evaluator_.policies();
     inline_policies_ = std::all_of(ps.begin(), ps.end(), [](const auto& p) { return p->cheap(); });
@@ -305,7 +311,7 @@ class OffloadPipeline {
         return;
       }
       {
-        std::lock_guard lock(evaluate_mu_);  // the evaluator is not reentrant
+        detail::LockGuard lock(evaluate_mu_);  // the evaluator is not reentrant
         if (!evaluator_.evaluate(c)) {
           c.finish();  // every block filtered
           return;
@@ -314,7 +320,8 @@ class OffloadPipeline {
       awaiter_.submit(std::move(c));  // cancels it once the awaiter is closed
       return;
     }
-    if (!policy_queue_.push(std::move(c))) c.cancel();  // shut down
+    // push moves only when it accepts; refused: shut down.
+    if (!policy_queue_.push(std::move(c))) c.cancel();  // NOLINT(bugprone-use-after-move)
   }
 
   // Tells the dispatcher to look at its queues. Only the first call after the
@@ -323,7 +330,7 @@ class OffloadPipeline {
   // it sees their work).
   void wake() {
     if (wake_pending_.exchange(true)) return;
-    { std::lock_guard lock(mu_); }
+    { detail::LockGuard lock(mu_); }
     cv_.notify_all();
   }
 
@@ -342,14 +349,14 @@ class OffloadPipeline {
   // The batcher and the executor.
   void run_dispatch() {
     std::vector<OffloadBatch<Src>> ready;
-    std::unique_lock lock(mu_);
+    detail::UniqueLock lock(mu_);
     while (!stopped_) {
       wake_pending_.store(false);
       while (auto c = batch_queue_.try_pop()) batcher_.add(std::move(*c), ready);
       batcher_.poll(ready);
       for (auto& b : ready) {
-        if (!transfer_queue_.push(std::move(b))) {
-          for (auto& c : b.containers) c.cancel();
+        if (!transfer_queue_.push(std::move(b))) {  // moves only when it accepts
+          for (auto& c : b.containers) c.cancel();  // NOLINT(bugprone-use-after-move)
         }
       }
       ready.clear();
@@ -366,7 +373,8 @@ class OffloadPipeline {
       // A wake that came after the flag was cleared may have found the
       // queues as they were looked at: look again rather than sleep.
       if (wake_pending_.load()) continue;
-      clock_->wait_until(lock, cv_, batcher_.deadline().value_or(Clock::time_point::max()));
+      clock_->wait_until(lock.native(), cv_,
+                         batcher_.deadline().value_or(Clock::time_point::max()));
     }
   }
 
@@ -374,21 +382,21 @@ class OffloadPipeline {
   const std::shared_ptr<Clock> clock_;
   const std::shared_ptr<OffloadMetrics> metrics_;
 
-  mutable std::mutex mu_;  // the dispatcher's: batcher_, stopped_
+  mutable detail::Mutex mu_;  // the dispatcher's: batcher_, stopped_
   std::condition_variable cv_;
-  bool stopped_ = false;  // guarded by mu_
+  bool stopped_ KVBM_GUARDED_BY(mu_) = false;
   std::atomic<bool> wake_pending_{false};  // see wake()
   // A waiter wakes the dispatcher, whose batcher then flushes the waited-for
   // container's batch.
   std::shared_ptr<detail::WaitLink> wait_link_ = std::make_shared<detail::WaitLink>();
   bool inline_policies_ = false;           // fixed at construction
-  std::mutex evaluate_mu_;                 // inline evaluation
+  detail::Mutex evaluate_mu_;              // inline evaluation
 
   CancellableQueue<OffloadContainer<Src>> policy_queue_;
   PolicyEvaluator<Src> evaluator_;
   PreconditionAwaiter<Src> awaiter_;
   CancellableQueue<OffloadContainer<Src>> batch_queue_;
-  Batcher<Src> batcher_;  // guarded by mu_
+  Batcher<Src> batcher_ KVBM_GUARDED_BY(mu_);
   CancellableQueue<OffloadBatch<Src>> transfer_queue_;
   TransferExecutor<Src, Dst> executor_;
   CancelSweeper sweeper_;

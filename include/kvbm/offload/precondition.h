@@ -24,6 +24,8 @@
 #include <mutex>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
+
 namespace kvbm {
 
 /// An event that is met once and stays met.
@@ -52,10 +54,10 @@ class HostEvent final : public Precondition {
   bool wait_for(std::chrono::nanoseconds timeout) const;
 
  private:
-  mutable std::mutex mu_;
+  mutable detail::Mutex mu_;
   mutable std::condition_variable cv_;
-  bool met_ = false;                              // guarded by mu_
-  std::vector<std::function<void()>> callbacks_;  // guarded by mu_
+  bool met_ KVBM_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void()>> callbacks_ KVBM_GUARDED_BY(mu_);
 };
 
 }  // namespace kvbm

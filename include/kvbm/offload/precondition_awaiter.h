@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/offload/container.h"
 
 namespace kvbm {
@@ -64,7 +65,7 @@ class PreconditionAwaiter {
     const std::shared_ptr<Precondition> pre = c.precondition;
     std::uint64_t id = 0;
     {
-      std::lock_guard lock(core_->mu);
+      detail::LockGuard lock(core_->mu);
       if (core_->closed) {
         c.cancel();  // NOLINT(bugprone-use-after-move): not moved on this path
         return;
@@ -80,7 +81,7 @@ class PreconditionAwaiter {
       }
     });
     {
-      std::lock_guard lock(core_->mu);
+      detail::LockGuard lock(core_->mu);
       if (auto it = core_->waiting.find(id); it != core_->waiting.end())
         it->second.cancel_cb = cb_id;
     }
@@ -98,7 +99,7 @@ class PreconditionAwaiter {
 
   /// Returns the number of containers waiting.
   [[nodiscard]] std::size_t waiting() const {
-    std::lock_guard lock(core_->mu);
+    detail::LockGuard lock(core_->mu);
     return core_->waiting.size();
   }
 
@@ -107,10 +108,10 @@ class PreconditionAwaiter {
   void close() {
     std::unordered_map<std::uint64_t, Entry> dropped;
     {
-      std::unique_lock lock(core_->mu);
+      detail::UniqueLock lock(core_->mu);
       core_->closed = true;
       dropped.swap(core_->waiting);
-      core_->cv.wait(lock, [&] { return core_->sinking == 0; });
+      core_->cv.wait(lock.native(), [&]() KVBM_REQUIRES(core_->mu) { return core_->sinking == 0; });
     }
     for (auto& [id, e] : dropped) e.container.cancel();
   }
@@ -121,18 +122,18 @@ class PreconditionAwaiter {
     CancellationToken::CallbackId cancel_cb;
   };
   struct Core {
-    std::mutex mu;
+    detail::Mutex mu;
     std::condition_variable cv;
-    bool closed = false;                               // guarded by mu
-    std::uint64_t next_id = 1;                         // guarded by mu
-    std::size_t sinking = 0;                           // guarded by mu
-    std::unordered_map<std::uint64_t, Entry> waiting;  // guarded by mu
+    bool closed KVBM_GUARDED_BY(mu) = false;
+    std::uint64_t next_id KVBM_GUARDED_BY(mu) = 1;
+    std::size_t sinking KVBM_GUARDED_BY(mu) = 0;
+    std::unordered_map<std::uint64_t, Entry> waiting KVBM_GUARDED_BY(mu);
     Sink sink;
 
     // Removes and returns the entry; when `for_sink`, also counts a sink call
     // (refused once closed).
     std::optional<Entry> claim(std::uint64_t id, bool for_sink) {
-      std::lock_guard lock(mu);
+      detail::LockGuard lock(mu);
       const auto it = waiting.find(id);
       if (it == waiting.end()) return std::nullopt;
       Entry e = std::move(it->second);
@@ -141,13 +142,13 @@ class PreconditionAwaiter {
       return e;
     }
     bool begin_sink() {
-      std::lock_guard lock(mu);
+      detail::LockGuard lock(mu);
       if (closed) return false;
       ++sinking;
       return true;
     }
     void end_sink() {
-      std::lock_guard lock(mu);
+      detail::LockGuard lock(mu);
       if (--sinking == 0) cv.notify_all();
     }
   };

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/container.h"
 #include "kvbm/offload/offload_metrics.h"
@@ -161,8 +162,8 @@ class TransferExecutor {
 
   /// Blocks until no batch is in flight.
   void wait_idle() {
-    std::unique_lock lock(core_->mu);
-    core_->cv.wait(lock, [&] { return core_->flights == 0; });
+    detail::UniqueLock lock(core_->mu);
+    core_->cv.wait(lock.native(), [&]() KVBM_REQUIRES(core_->mu) { return core_->flights == 0; });
   }
 
  private:
@@ -180,9 +181,9 @@ class TransferExecutor {
     std::vector<std::uint32_t> owner;      // per pair
     std::vector<BlockOutcome> outcome;     // per pair, once known
     std::vector<Dup> dups;
-    std::mutex mu;
-    std::vector<bool> failed;  // per pair; guarded by mu
-    std::string error;         // guarded by mu
+    detail::Mutex mu;
+    std::vector<bool> failed KVBM_GUARDED_BY(mu);  // per pair
+    std::string error KVBM_GUARDED_BY(mu);
     std::atomic<std::size_t> pieces_left{0};
   };
   struct Core {
@@ -191,15 +192,23 @@ class TransferExecutor {
     RegisteredCallback on_registered;
     std::atomic<std::size_t> in_flight{0};
     std::atomic<std::size_t> peak{0};
-    std::mutex mu;
+    detail::Mutex mu;
     std::condition_variable cv;
-    std::size_t flights = 0;  // guarded by mu: submitted and not finished
+    std::size_t flights KVBM_GUARDED_BY(mu) = 0;  // submitted and not finished
 
     // Step 6 (and the end of batches that copy nothing).
     static void finish(Core& core, Flight& f, bool submitted) noexcept {
+      // Every piece has ended: nothing writes failed or error any more.
+      std::vector<bool> failed;
+      std::string error;
+      {
+        detail::LockGuard lock(f.mu);
+        failed.swap(f.failed);
+        error.swap(f.error);
+      }
       f.outcome.resize(f.src.size(), BlockOutcome::kTransferred);
       for (std::size_t i = 0; i < f.src.size(); ++i) {
-        if (submitted && f.failed[i]) {
+        if (submitted && failed[i]) {
           f.outcome[i] = BlockOutcome::kCopyFailed;
           continue;  // f.dst[i] goes back to the reset pool below
         }
@@ -229,14 +238,14 @@ class TransferExecutor {
       for (const Dup& d : f.dups) {
         f.owners[d.owner]->add_result(f.hashes[d.primary], f.outcome[d.primary]);
       }
-      if (!f.error.empty()) {
-        for (const auto& s : f.owners) s->add_error(f.error);
+      if (!error.empty()) {
+        for (const auto& s : f.owners) s->add_error(error);
       }
       for (const auto& s : f.owners) s->finish();
       if (!submitted) return;
       core.in_flight.fetch_sub(1, std::memory_order_acq_rel);
       if (core.on_slot_free) core.on_slot_free();
-      std::lock_guard lock(core.mu);
+      detail::LockGuard lock(core.mu);
       if (--core.flights == 0) core.cv.notify_all();
     }
   };
@@ -315,11 +324,14 @@ class TransferExecutor {
     for (std::size_t i = 0; i < n; ++i) {
       pairs[i] = {f->src[i].block_id(), f->dst[i].block_id(), f->src[i].sequence_hash().value()};
     }
-    f->failed.assign(n, false);
+    {
+      detail::LockGuard lock(f->mu);  // not shared yet; the lock costs one uncontended pair
+      f->failed.assign(n, false);
+    }
     const std::size_t pieces = (n + max_submit_ - 1) / max_submit_;
     f->pieces_left.store(pieces, std::memory_order_relaxed);
     {
-      std::lock_guard lock(core_->mu);
+      detail::LockGuard lock(core_->mu);
       ++core_->flights;
     }
     const std::size_t now = core_->in_flight.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -333,7 +345,7 @@ class TransferExecutor {
       const std::size_t count = std::min(max_submit_, n - begin);
       auto done = [core, f, begin, count](const TransferOutcome& o) {
         {
-          std::lock_guard lock(f->mu);
+          detail::LockGuard lock(f->mu);
           for (const std::size_t k : o.failed) {
             if (k < count) f->failed[begin + k] = true;
           }

@@ -49,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/offload/cancel.h"
 #include "kvbm/sequence_hash.h"
 
@@ -119,15 +120,15 @@ namespace detail {
 /// What a handle's first wait reaches: the pipeline's wake-up, until the
 /// pipeline shuts down (not part of the public API).
 struct WaitLink {
-  std::mutex mu;
-  std::function<void()> wake;  // guarded by mu; empty once cut
+  detail::Mutex mu;
+  std::function<void()> wake KVBM_GUARDED_BY(mu);  // empty once cut
 
   void notify() {
-    std::lock_guard lock(mu);
+    detail::LockGuard lock(mu);
     if (wake) wake();
   }
   void cut() {
-    std::lock_guard lock(mu);
+    detail::LockGuard lock(mu);
     wake = nullptr;
   }
 };
@@ -170,16 +171,16 @@ class OffloadState {
   [[nodiscard]] bool waited() const noexcept { return waited_.load(std::memory_order_acquire); }
 
  private:
-  void finish_locked(TransferStatus s);
+  void finish_locked(TransferStatus s) KVBM_REQUIRES(mu_);
   void note_waiter() const;
 
   const std::size_t block_count_;
   const std::weak_ptr<OffloadMetrics> metrics_;
-  mutable std::mutex mu_;
+  mutable detail::Mutex mu_;
   mutable std::condition_variable cv_;
-  TransferStatus status_ = TransferStatus::kQueued;  // guarded by mu_
-  bool failed_ = false;                              // guarded by mu_
-  OffloadReport report_;                             // guarded by mu_
+  TransferStatus status_ KVBM_GUARDED_BY(mu_) = TransferStatus::kQueued;
+  bool failed_ KVBM_GUARDED_BY(mu_) = false;
+  OffloadReport report_ KVBM_GUARDED_BY(mu_);
   std::weak_ptr<WaitLink> wait_link_;                // fixed before sharing
   mutable std::atomic<bool> waited_{false};
 };

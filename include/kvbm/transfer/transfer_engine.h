@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/eviction/backend.h"  // BlockId
 
 namespace kvbm {
@@ -63,7 +64,7 @@ class TransferCompletion {
   void complete(TransferOutcome outcome) noexcept {
     std::vector<std::function<void(const TransferOutcome&)>> callbacks;
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       if (completing_) return;
       completing_ = true;
       outcome_ = std::move(outcome);
@@ -72,7 +73,7 @@ class TransferCompletion {
     for (;;) {
       for (auto& cb : callbacks) cb(outcome_);
       callbacks.clear();
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       if (callbacks_.empty()) {  // none registered while the others ran
         done_ = true;
         break;
@@ -83,26 +84,26 @@ class TransferCompletion {
   }
   /// Returns true once the outcome is known.
   [[nodiscard]] bool done() const {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     return done_;
   }
   /// Blocks until done; returns the outcome.
   const TransferOutcome& wait() const {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
+    detail::UniqueLock lock(mu_);
+    cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return done_; });
     return outcome_;
   }
   /// Blocks until done or the timeout; returns whether it is done.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return done_; });
+    detail::UniqueLock lock(mu_);
+    return cv_.wait_for(lock.native(), timeout, [&]() KVBM_REQUIRES(mu_) { return done_; });
   }
   /// Runs `cb` with the outcome when done (at once, on this thread, if it
   /// already is; else on the thread that completes). `cb` must not throw.
   void on_complete(std::function<void(const TransferOutcome&)> cb) {
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       if (!done_) {
         callbacks_.push_back(std::move(cb));
         return;
@@ -112,12 +113,12 @@ class TransferCompletion {
   }
 
  private:
-  mutable std::mutex mu_;
+  mutable detail::Mutex mu_;
   mutable std::condition_variable cv_;
-  bool completing_ = false;  // guarded by mu_; set by the first complete()
-  bool done_ = false;        // guarded by mu_; set once the callbacks have run
+  bool completing_ KVBM_GUARDED_BY(mu_) = false;  // set by the first complete()
+  bool done_ KVBM_GUARDED_BY(mu_) = false;        // set once the callbacks have run
   TransferOutcome outcome_;  // written once, under mu_, before completing_ is set
-  std::vector<std::function<void(const TransferOutcome&)>> callbacks_;  // guarded by mu_
+  std::vector<std::function<void(const TransferOutcome&)>> callbacks_ KVBM_GUARDED_BY(mu_);
 };
 
 /// Moves blocks along one path.
