@@ -64,7 +64,7 @@ void KvBlockManagerImpl::build_pools() {
 }
 
 // A pool with its listeners: the config's, then its boundary's copier (on
-// eviction).
+// eviction); write-through below it sees what callers register there.
 template <std::size_t I>
 void KvBlockManagerImpl::build_pool() {
   using T = TierAt<I>;
@@ -77,6 +77,11 @@ void KvBlockManagerImpl::build_pool() {
   if constexpr (I + 1 < kTierCount) {
     if (auto* boundary = std::get<I>(boundaries_).get()) {
       if (auto l = boundary->eviction_listener()) b.listener(std::move(l));
+      if (boundary->mode() == OffloadMode::kWriteThrough) {
+        b.on_register([boundary](const std::vector<ImmutableBlock<T>>& blocks) {
+          boundary->take(blocks, nullptr);
+        });
+      }
     }
   }
   std::get<I>(pools_).emplace(b.build());

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/offload/precondition.h"
 #include "kvbm/storage/storage.h"
 #include "test_util.h"
 
@@ -504,6 +505,100 @@ TEST(KvBlockManagerTest, NoneModeMovesNothingButExplicitOffloadDoes) {
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
   EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(3, true));
   g1.clear();
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// Registering through device() (the G1 BlockManager) writes through as
+// KvBlockManager::register_blocks does: both paths reach G2 and G3, in one
+// call or block by block.
+TEST(KvBlockManagerTest, RegisteringThroughDeviceWritesThroughLikeTheFacade) {
+  enum class Path { kFacade, kDeviceBatch, kDeviceOne };
+  for (const Path path : {Path::kFacade, Path::kDeviceBatch, Path::kDeviceOne}) {
+    SCOPED_TRACE(static_cast<int>(path));
+    auto c = config(8, 8, 8);
+    c.move_bytes = false;
+    auto kv = KvBlockManager::build(c);
+    const auto hashes = chain(3, 11);
+    auto blocks = kv->device().allocate_blocks(hashes.size());
+    ASSERT_TRUE(blocks.has_value());
+    std::vector<CompleteBlock<G1>> complete;
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv->block_size()).value());
+    }
+    std::vector<ImmutableBlock<G1>> g1;
+    if (path == Path::kFacade) {
+      g1 = kv->register_blocks(std::move(complete));
+    } else if (path == Path::kDeviceBatch) {
+      g1 = kv->device().register_blocks(std::move(complete));
+    } else {
+      for (auto& b : complete) g1.push_back(kv->device().register_block(std::move(b)));
+    }
+    kv->drain();
+    EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(3, true));
+    EXPECT_EQ(test::present(*kv->disk(), hashes), std::vector<bool>(3, true));
+    g1.clear();
+    kv->shutdown();
+    expect_clean(*kv);
+  }
+}
+
+// Blocks enqueued in the offload pipeline named `pipeline` (e.g. "G1_to_G2").
+double enqueued(KvBlockManager& kv, std::string_view pipeline) {
+  for (const auto& family : kv.metrics_registry()->Collect()) {
+    if (family.name != "kvbm_offload_enqueued_blocks_total") continue;
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "pipeline" && label.value == pipeline) return metric.counter.value;
+      }
+    }
+  }
+  return -1;
+}
+
+// The facade's registration goes down once, with its precondition: the
+// device() hook does not enqueue it a second time without one.
+TEST(KvBlockManagerTest, FacadeRegistrationIsEnqueuedOnceWithItsPrecondition) {
+  auto c = config(8, 8, 0);
+  c.move_bytes = false;
+  auto kv = KvBlockManager::build(c);
+  const auto hashes = chain(2, 12);
+  auto blocks = kv->device().allocate_blocks(hashes.size());
+  ASSERT_TRUE(blocks.has_value());
+  std::vector<CompleteBlock<G1>> complete;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv->block_size()).value());
+  }
+  auto done = std::make_shared<HostEvent>();
+  auto g1 = kv->register_blocks(std::move(complete), done);
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 2.0);
+  EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(2, false));
+  done->signal();
+  kv->drain();
+  EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(2, true));
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 2.0);
+  g1.clear();
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// Onboarded copies are registered in G1 without the hook: they are not
+// written back down to the tier they came from.
+TEST(KvBlockManagerTest, OnboardedBlocksAreNotWrittenBackDown) {
+  auto c = config(4, 8, 0);
+  c.move_bytes = false;
+  auto kv = KvBlockManager::build(c);
+  const auto hashes = chain(4, 13);
+  compute(*kv, hashes);  // dropped at once: inactive in G1
+  kv->drain();
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 4.0);
+  EXPECT_EQ(kv->device().reset_inactive_pool(), 4u);
+  auto h = kv->onboard(hashes);
+  EXPECT_EQ(h.wait(), TransferStatus::kDone);
+  EXPECT_EQ(h.counts().host, 4u);
+  EXPECT_EQ(h.take_blocks().size(), 4u);
+  kv->drain();
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 4.0);
   kv->shutdown();
   expect_clean(*kv);
 }
