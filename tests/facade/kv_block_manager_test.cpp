@@ -18,80 +18,26 @@
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/storage/storage.h"
+#include "facade/facade_test_util.h"
 #include "test_util.h"
 
 namespace kvbm {
 namespace {
 
 using test::chain;
-using Bytes = std::vector<std::uint8_t>;
+using test::Bytes;
 
-LayoutConfig small_layout() {
-  LayoutConfig c;
-  c.num_layers = 2;
-  c.outer_dim = 2;
-  c.page_size = 4;
-  c.inner_dim = 64;  // 512-byte regions, 2 KiB blocks
-  c.dtype_bytes = 2;
-  return c;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvbm-facade-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-KvBlockManagerConfig config(std::size_t g1, std::size_t g2, std::size_t g3,
-                            const std::filesystem::path& dir = {}) {
-  KvBlockManagerConfig c;
-  c.layout = small_layout();
-  c.device.blocks = g1;
-  c.host.blocks = g2;
-  c.disk.blocks = g3;
-  c.disk_directory = dir;
-  c.disk_direct_io = DirectIo::kOff;
-  c.pipeline.batch_config.flush_interval = std::chrono::milliseconds(1);
-  c.bounce_blocks = 4;
-  return c;
-}
+using test::config;
+using test::small_layout;
+using test::read_block;
+using test::TempDir;
+using test::write_block;
 
 // The expected bytes of the block with `hash`.
 Bytes pattern(const SequenceHash& h, std::size_t n) {
   Bytes out(n);
   std::mt19937_64 rng(h.value() * 0x9E3779B97F4A7C15ULL + h.position());
   for (auto& b : out) b = static_cast<std::uint8_t>(rng());
-  return out;
-}
-
-void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  std::size_t off = 0;
-  for (const Region& r : regions) {
-    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
-    off += r.size;
-  }
-}
-
-Bytes read_block(const Layout& l, BlockId id) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  Bytes out;
-  for (const Region& r : regions) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
-    out.insert(out.end(), p, p + r.size);
-  }
   return out;
 }
 
