@@ -15,6 +15,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -52,6 +53,19 @@ inline std::vector<SequenceHash> chain(std::uint32_t n, std::uint32_t chain_id =
 /// Returns an independent first-block hash with value `v` (v must not collide
 /// with chain values used in the same test: chains use small low words).
 inline SequenceHash root(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
+
+/// $KVBM_STRESS_SCALE (the sanitizer stages set 0.1); 1 when unset or not positive.
+inline double stress_scale() {
+  const char* s = std::getenv("KVBM_STRESS_SCALE");
+  if (s == nullptr || *s == '\0') return 1.0;
+  const double v = std::strtod(s, nullptr);
+  return v > 0.0 ? v : 1.0;
+}
+
+/// `n` scaled by stress_scale(), at least `at_least`.
+inline std::size_t scaled(std::size_t n, std::size_t at_least) {
+  return std::max(at_least, static_cast<std::size_t>(static_cast<double>(n) * stress_scale()));
+}
 
 /// Returns the seed for a randomized test: $KVBM_TEST_SEED when set, else a
 /// fresh random one. Prints it so a failure can be replayed.
