@@ -62,9 +62,12 @@ class TierBoundary {
 
   /// `lower` describes the tier below (its mode, policy and pipeline config).
   TierBoundary(const TierSpec& lower, BoundaryContext ctx)
-      : mode_(lower.mode), policy_(*lower.policy), pipeline_config_(lower.pipeline),
+      : mode_(lower.mode),
+        policy_(*lower.policy),
+        pipeline_config_(lower.pipeline),
         ctx_(std::move(ctx)) {
-    if (mode_ == OffloadMode::kOnEviction) copier_ = std::make_shared<EvictionCopier<Upper, Lower>>();
+    if (mode_ == OffloadMode::kOnEviction)
+      copier_ = std::make_shared<EvictionCopier<Upper, Lower>>();
   }
   TierBoundary(const TierBoundary&) = delete;
   TierBoundary& operator=(const TierBoundary&) = delete;
@@ -161,7 +164,10 @@ class TierBoundary {
   // presence policy when asked for.
   typename OffloadPipeline<Upper, Lower>::Builder builder() {
     auto b = OffloadPipeline<Upper, Lower>::builder();
-    b.source(*upper_).destination(*lower_).engine(engine_).config(pipeline_config_)
+    b.source(*upper_)
+        .destination(*lower_)
+        .engine(engine_)
+        .config(pipeline_config_)
         .metrics_registry(ctx_.metrics);
     if (policy_.skip_present) b.policy(std::make_shared<PresencePolicy<Lower>>(ctx_.registry));
     return b;
@@ -184,7 +190,8 @@ class TierBoundary {
     hashes.reserve(blocks.size());
     for (const auto& b : blocks) hashes.push_back(b.sequence_hash());
     std::vector<ImmutableBlock<Lower>> held = lower_->scan_matches(hashes);
-    for (auto& b : held) ImmutableBlock<Lower> release = std::move(b);  // in order: most recent last
+    for (auto& b : held)
+      ImmutableBlock<Lower> release = std::move(b);  // in order: most recent last
   }
 
   void track(const TransferHandle& h) {

@@ -6,9 +6,9 @@
 // the boundaries, bottom-up (each hands its copies on to the one below);
 // onboarding.
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
+
+#include <spdlog/spdlog.h>
 
 #include "facade/config.h"
 #include "facade/impl.h"
@@ -39,8 +39,8 @@ void KvBlockManagerImpl::build() {
     if (specs_[i].blocks > 0) facade::build_engines(ctx, i, engines_[i]);
   }
   build_boundaries();
-  onboarding_ = std::make_unique<facade::Onboarding>(pools_, engines_, registry_,
-                                                     *c.metrics_registry);
+  onboarding_ =
+      std::make_unique<facade::Onboarding>(pools_, engines_, registry_, *c.metrics_registry);
   logger()->info(
       "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "
       "G1->G2 {}, G2->G3 {}{}",
@@ -70,8 +70,11 @@ void KvBlockManagerImpl::build_pool() {
   using T = TierAt<I>;
   const facade::TierSpec& spec = specs_[I];
   auto b = BlockManager<T>::builder();
-  b.block_count(spec.blocks).block_size(config_.layout.page_size).registry(registry_)
-      .eviction(spec.size->eviction).duplicate_policy(config_.duplicate_policy)
+  b.block_count(spec.blocks)
+      .block_size(config_.layout.page_size)
+      .registry(registry_)
+      .eviction(spec.size->eviction)
+      .duplicate_policy(config_.duplicate_policy)
       .metrics_registry(config_.metrics_registry);
   for (const auto& l : *spec.listeners) b.listener(l);
   if constexpr (I + 1 < kTierCount) {
@@ -96,7 +99,7 @@ void KvBlockManagerImpl::build_boundaries() {
     auto* boundary = std::get<I>(boundaries_).get();
     if (boundary == nullptr) return;
     using Lower = TierAt<I + 1>;
-    std::function<void(std::vector<ImmutableBlock<Lower>>&&)> next;
+    std::function<void(std::vector<ImmutableBlock<Lower>> &&)> next;
     if constexpr (I + 1 < kBoundaries) {
       if (auto* below = std::get<I + 1>(boundaries_).get()) next = below->intake();
     }

@@ -23,8 +23,6 @@
 
 #pragma once
 
-#include <spdlog/spdlog.h>
-
 #include <atomic>
 #include <exception>
 #include <functional>
@@ -34,6 +32,8 @@
 #include <span>
 #include <utility>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/logging.h"
@@ -79,8 +79,8 @@ class EvictionCopier final : public PoolListener {
     try {
       copy(blocks);
     } catch (const std::exception& e) {
-      logger()->error("on-eviction offload {}_to_{} failed: {}", tier_name<Src>(),
-                      tier_name<Dst>(), e.what());
+      logger()->error("on-eviction offload {}_to_{} failed: {}", tier_name<Src>(), tier_name<Dst>(),
+                      e.what());
       metrics_->add_blocks(BlockOutcome::kCopyFailed, blocks.size());
     }
   }

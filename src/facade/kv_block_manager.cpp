@@ -23,7 +23,9 @@ BlockManager<G1>& KvBlockManager::device() noexcept { return *impl_->pool<0>(); 
 BlockManager<G2>* KvBlockManager::host() noexcept { return impl_->pool<1>(); }
 BlockManager<G3>* KvBlockManager::disk() noexcept { return impl_->pool<2>(); }
 const KvBlockManagerConfig& KvBlockManager::config() const noexcept { return impl_->config_; }
-std::uint32_t KvBlockManager::block_size() const noexcept { return impl_->config_.layout.page_size; }
+std::uint32_t KvBlockManager::block_size() const noexcept {
+  return impl_->config_.layout.page_size;
+}
 std::size_t KvBlockManager::block_bytes() const noexcept {
   return impl_->config_.layout.block_bytes();
 }

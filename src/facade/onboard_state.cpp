@@ -2,11 +2,11 @@
 
 #include "facade/onboard_state.h"
 
-#include <prometheus/counter.h>
-
 #include <algorithm>
 #include <optional>
 #include <utility>
+
+#include <prometheus/counter.h>
 
 #include "kvbm/error.h"
 #include "kvbm/transfer/stage_and_register.h"

@@ -99,10 +99,10 @@ class OnboardState {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   TransferStatus status_ = TransferStatus::kTransferring;  // guarded by mu_
-  bool cancel_requested_ = false;                         // guarded by mu_
-  std::size_t pending_ = 0;                               // guarded by mu_
-  std::vector<bool> failed_;                              // guarded by mu_ until finish
-  std::string error_;                                     // guarded by mu_
+  bool cancel_requested_ = false;                          // guarded by mu_
+  std::size_t pending_ = 0;                                // guarded by mu_
+  std::vector<bool> failed_;                               // guarded by mu_ until finish
+  std::string error_;                                      // guarded by mu_
   std::size_t no_space_ = 0;
   OnboardCounts counts_;                    // guarded by mu_
   std::vector<ImmutableBlock<G1>> blocks_;  // guarded by mu_

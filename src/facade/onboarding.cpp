@@ -2,14 +2,14 @@
 
 #include "facade/onboarding.h"
 
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/registry.h>
-
 #include <cassert>
 #include <exception>
 #include <string>
 #include <utility>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
 
 namespace kvbm::facade {
 
@@ -18,8 +18,9 @@ Onboarding::Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& 
     : pools_(pools), engines_(engines), registry_(std::move(registry)) {
   auto& fam = prometheus::BuildCounter()
                   .Name("kvbm_onboard_blocks_total")
-                  .Help("Blocks handed back by onboarding, by the tier they came from "
-                        "(outcome=failed: copies that failed)")
+                  .Help(
+                      "Blocks handed back by onboarding, by the tier they came from "
+                      "(outcome=failed: copies that failed)")
                   .Register(metrics);
   blocks_family_ = &fam;
   for_each_index<kTierCount>([&](auto I) {

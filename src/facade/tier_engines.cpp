@@ -80,7 +80,8 @@ void build_disk_engines(const EngineContext& ctx, std::size_t index, TierEngines
   out.down = std::make_shared<DiskWriteEngine>(*ctx.memory[index - 1]->layout, *self.file, w);
   DiskEngineOptions r = w;
   r.name = path_name(index, 0);
-  auto& read = *out.parts.emplace_back(std::make_unique<DiskReadEngine>(*self.file, *self.bounce_layout, r));
+  auto& read =
+      *out.parts.emplace_back(std::make_unique<DiskReadEngine>(*self.file, *self.bounce_layout, r));
   std::unique_ptr<TransferEngine> to_device;
   if (!device.emulated) {
     CudaEngineOptions o;

@@ -57,9 +57,9 @@ std::unique_ptr<DiskStorage> create_disk(const KvBlockManagerConfig& c, std::siz
     }
   }();
   if (!r.ok()) {
-    detail::config_error("disk_directory", "cannot create the disk pool in '" +
-                                               c.disk_directory.string() +
-                                               "': " + r.error().message);
+    detail::config_error(
+        "disk_directory",
+        "cannot create the disk pool in '" + c.disk_directory.string() + "': " + r.error().message);
   }
   return std::move(r).value();
 }
@@ -68,7 +68,8 @@ void build_disk(const KvBlockManagerConfig& c, const TierSpec& spec, TierMemory&
   out.file = create_disk(c, spec.blocks);
   out.bounce = allocate(c, "bounce_blocks", c.bounce_blocks,
                         [](std::size_t bytes) { return make_pinned_storage(bytes); });
-  out.bounce_layout.emplace(Layout::fully_contiguous(c.layout, c.bounce_blocks, out.bounce->base()));
+  out.bounce_layout.emplace(
+      Layout::fully_contiguous(c.layout, c.bounce_blocks, out.bounce->base()));
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ using Index = std::integral_constant<std::size_t, I>;
 /// Calls f(Index<I>{}) for I = 0 .. N-1, in order.
 template <std::size_t N, class F>
 void for_each_index(F&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(Index<I>{}), ...); }(
-      std::make_index_sequence<N>{});
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(Index<I>{}), ...); }
+  (std::make_index_sequence<N>{});
 }
 
 /// Calls f(Index<I>{}) for the I equal to `i` (< N).

@@ -28,7 +28,8 @@ using Bytes = std::vector<std::uint8_t>;
 class TempDir {
  public:
   explicit TempDir(const std::string& tag = "facade") {
-    std::string tmpl = (std::filesystem::temp_directory_path() / ("kvbm-" + tag + "-XXXXXX")).string();
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / ("kvbm-" + tag + "-XXXXXX")).string();
     path_ = ::mkdtemp(tmpl.data());
   }
   ~TempDir() {
