@@ -18,6 +18,7 @@ readonly REQUIRED=(
   libmsgpack-cxx-dev libzmq3-dev cppzmq-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcurl4-openssl-dev
+  python3
 )
 readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev clang-format clang-tidy)
 

@@ -5,6 +5,7 @@
 #
 # Stages, in order (each one's output is shown as it runs; a summary comes last):
 #   deps      scripts/deps.sh installs missing packages (apt-get)
+#   layers    scripts/check_layers.py: no lower layer includes a higher one (a second, no build)
 #   release   preset `release`: configure, build everything, run ctest
 #   asan      preset `asan` (ASan + LSan + UBSan): the whole suite again
 #   tsan      preset `tsan` (ThreadSanitizer): the whole suite again; run under
@@ -24,7 +25,7 @@
 #             libFuzzer runtime is missing.
 #
 # Environment:
-#   KVBM_QUICK=1        only deps, release and package (no sanitizer builds, no fuzzing)
+#   KVBM_QUICK=1        only deps, layers, release and package (no sanitizer builds, no fuzzing)
 #   KVBM_STAGES="..."   run exactly these stages, e.g. KVBM_STAGES="release tsan"
 #   KVBM_FAIL_FAST=1    stop at the first failed stage
 #   KVBM_STRESS_SCALE   scale of the randomized stress tests in the sanitizer stages
@@ -44,9 +45,9 @@ cd "$KVBM_ROOT" || exit 1
 if [[ -n "${KVBM_STAGES:-}" ]]; then
   read -r -a stages <<<"$KVBM_STAGES"
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
-  stages=(release package)
+  stages=(layers release package)
 else
-  stages=(release asan tsan package threadsafety lint fuzz)
+  stages=(layers release asan tsan package threadsafety lint fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
@@ -124,6 +125,15 @@ EOF
   # shellcheck disable=SC2086  # $flags holds several flags
   "$cxx" -std=c++20 -g $flags -pthread "$probe.cpp" -o "$probe" >&2 || return 1
   printf '%s\n' "$probe"
+}
+
+stage_layers() {
+  if python3 "$KVBM_ROOT/scripts/check_layers.py"; then
+    detail="every #include of include/kvbm/ and src/ keeps the layers (docs/architecture.md)"
+  else
+    detail="a lower layer includes a higher one; see above"
+    return 1
+  fi
 }
 
 stage_release() {
@@ -314,7 +324,7 @@ kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null 
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_$stage" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: release asan tsan package threadsafety lint fuzz)"
+    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package threadsafety lint fuzz)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then

@@ -18,6 +18,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -69,6 +70,19 @@ inline std::optional<std::uint64_t> env_test_seed() {
     return std::nullopt;
   }
   return static_cast<std::uint64_t>(v);
+}
+
+/// $KVBM_STRESS_SCALE (the sanitizer stages set 0.1); 1 when unset or not positive.
+inline double stress_scale() {
+  const char* s = std::getenv("KVBM_STRESS_SCALE");
+  if (s == nullptr || *s == '\0') return 1.0;
+  const double v = std::strtod(s, nullptr);
+  return v > 0.0 ? v : 1.0;
+}
+
+/// `n` scaled by stress_scale(), at least `at_least`.
+inline std::size_t scaled(std::size_t n, std::size_t at_least) {
+  return std::max(at_least, static_cast<std::size_t>(static_cast<double>(n) * stress_scale()));
 }
 
 /// Returns the seed for a randomized test: $KVBM_TEST_SEED when set, else a

@@ -15,6 +15,13 @@
 // backend). At every moment reset + inactive + in use == total
 // (pool_counts().balanced()).
 //
+// Registration hook: Builder::on_register() names a function that sees every
+// block registered through register_block() / register_blocks(), after the
+// pool's lock is released, on the registering thread (the facade enqueues
+// them for write-through there). register_copy() / register_copies()
+// register without it: for copies that arrive from another tier, whose path
+// hands them on itself, and for the hook's owner, which does the same.
+//
 // Thread-safety: every member may be called from several threads at once;
 // handles may be dropped on any thread and may outlive the manager.
 // Errors: misuse throws UsageError; an allocation the pool cannot satisfy
@@ -28,6 +35,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -70,6 +78,11 @@ inline constexpr std::uint32_t kMaxBlockCount = (1u << 31);
 template <TierMarker T>
 class BlockManager {
  public:
+  /// Sees the blocks each register_block() / register_blocks() call
+  /// registered; see the file comment. May throw (the caller of the
+  /// registration sees it; the blocks stay registered).
+  using RegisterHook = std::function<void(const std::vector<ImmutableBlock<T>>&)>;
+
   /// Builds a BlockManager<T>; every option is checked by build().
   class Builder {
    public:
@@ -121,6 +134,11 @@ class BlockManager {
       listeners_.push_back(std::move(l));
       return *this;
     }
+    /// Sets the registration hook (see the file comment); empty: none.
+    Builder& on_register(RegisterHook hook) {
+      on_register_ = std::move(hook);
+      return *this;
+    }
 
     /// Returns the manager. Throws UsageError naming the first invalid option.
     [[nodiscard]] BlockManager build() {
@@ -136,7 +154,7 @@ class BlockManager {
           duplicate_policy_, eviction_, registry_, std::move(metrics_),
           name_.empty() ? std::string(tier_name<T>()) : std::move(name_), std::move(listeners_));
       registry_->attach(typeid(T), store);
-      return BlockManager(std::move(store), std::move(registry_));
+      return BlockManager(std::move(store), std::move(registry_), std::move(on_register_));
     }
 
    private:
@@ -148,6 +166,7 @@ class BlockManager {
     std::shared_ptr<prometheus::Registry> metrics_;
     std::string name_;
     std::vector<std::shared_ptr<PoolListener>> listeners_;
+    RegisterHook on_register_;
   };
 
   /// Returns a builder.
@@ -159,6 +178,7 @@ class BlockManager {
       if (store_) store_->orphan();
       store_ = std::move(other.store_);
       registry_ = std::move(other.registry_);
+      on_register_ = std::move(other.on_register_);
     }
     return *this;
   }
@@ -240,8 +260,24 @@ class BlockManager {
   /// Registers a staged block, making it matchable. Under DuplicatePolicy::kReject
   /// a block whose hash is already registered is freed and the existing block
   /// returned. Throws UsageError (leaving `block` with the caller) when the
-  /// block is empty or belongs to another manager.
+  /// block is empty or belongs to another manager. Runs the on_register hook.
   ImmutableBlock<T> register_block(CompleteBlock<T>&& block) {
+    ImmutableBlock<T> out = register_copy(std::move(block));
+    if (on_register_) on_register_(std::vector<ImmutableBlock<T>>{out});
+    return out;
+  }
+
+  /// Registers every block; see register_block. All blocks are checked first,
+  /// so on a UsageError none is registered and all stay with the caller.
+  /// Runs the on_register hook once, with every block.
+  std::vector<ImmutableBlock<T>> register_blocks(std::vector<CompleteBlock<T>>&& blocks) {
+    std::vector<ImmutableBlock<T>> out = register_copies(std::move(blocks));
+    if (on_register_ && !out.empty()) on_register_(out);
+    return out;
+  }
+
+  /// As register_block(), without the on_register hook (see the file comment).
+  ImmutableBlock<T> register_copy(CompleteBlock<T>&& block) {
     check("register_block");
     KVBM_CHECK(block.valid(), "register_block: the CompleteBlock was moved from");
     KVBM_CHECK(block.store_ == store_.get(), "register_block: block ", block.id_,
@@ -254,9 +290,8 @@ class BlockManager {
     return ImmutableBlock<T>(store_.get(), outcome.id);
   }
 
-  /// Registers every block; see register_block. All blocks are checked first,
-  /// so on a UsageError none is registered and all stay with the caller.
-  std::vector<ImmutableBlock<T>> register_blocks(std::vector<CompleteBlock<T>>&& blocks) {
+  /// As register_blocks(), without the on_register hook (see the file comment).
+  std::vector<ImmutableBlock<T>> register_copies(std::vector<CompleteBlock<T>>&& blocks) {
     check("register_blocks");
     for (const auto& b : blocks) {
       KVBM_CHECK(b.valid(), "register_blocks: a CompleteBlock was moved from");
@@ -265,7 +300,7 @@ class BlockManager {
     }
     std::vector<ImmutableBlock<T>> out;
     if (blocks.size() == 1) {
-      out.push_back(register_block(std::move(blocks.front())));
+      out.push_back(register_copy(std::move(blocks.front())));
       blocks.clear();
       return out;
     }
@@ -377,8 +412,11 @@ class BlockManager {
   }
 
  private:
-  BlockManager(std::shared_ptr<detail::BlockStore> store, std::shared_ptr<BlockRegistry> registry)
-      : store_(std::move(store)), registry_(std::move(registry)) {}
+  BlockManager(std::shared_ptr<detail::BlockStore> store, std::shared_ptr<BlockRegistry> registry,
+               RegisterHook on_register)
+      : store_(std::move(store)),
+        registry_(std::move(registry)),
+        on_register_(std::move(on_register)) {}
 
   // A moved-from manager has no store: one null test, then the message.
   void check(const char* call) const {
@@ -395,6 +433,7 @@ class BlockManager {
 
   std::shared_ptr<detail::BlockStore> store_;
   std::shared_ptr<BlockRegistry> registry_;
+  RegisterHook on_register_;
 };
 
 }  // namespace kvbm

@@ -10,8 +10,9 @@
 //                    G2->G3 and G3->G1 (disk reads through a pinned bounce buffer)
 //   offload          G1->G2 and G2->G3, each in the mode of its tier boundary:
 //                      kWriteThrough  a block is offloaded when it is registered
-//                                     (G1: register_blocks(); G2: when its
-//                                     copy from G1 lands), through an
+//                                     (G1: register_blocks() here or on
+//                                     device(), alike; G2: when its copy
+//                                     from G1 lands), through an
 //                                     OffloadPipeline with its policies
 //                      kOnEviction    a block is copied down when the pool
 //                                     evicts it, before the allocation that

@@ -17,6 +17,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "kvbm/kv_block_manager.h"
+#include "facade/facade_test_util.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -26,9 +27,8 @@ using test::chain;
 
 constexpr std::size_t kSizeMax = std::numeric_limits<std::size_t>::max();
 
-LayoutConfig small_layout() {  // 2 KiB blocks
-  return {.num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 64, .dtype_bytes = 2};
-}
+using test::config;
+using test::small_layout;
 
 /// A layout of 2^34-byte blocks (never allocated: the configs using it fail first).
 LayoutConfig huge_layout() {
@@ -36,37 +36,11 @@ LayoutConfig huge_layout() {
       .num_layers = 1024, .outer_dim = 2, .page_size = 4096, .inner_dim = 1024, .dtype_bytes = 2};
 }
 
-class TempDir {
+// A fresh directory for the G3 file.
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvbm-misuse-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : test::TempDir("misuse") {}
 };
-
-KvBlockManagerConfig config(std::size_t g1, std::size_t g2, std::size_t g3,
-                            const std::filesystem::path& dir = {}) {
-  KvBlockManagerConfig c;
-  c.layout = small_layout();
-  c.device.blocks = g1;
-  c.host.blocks = g2;
-  c.disk.blocks = g3;
-  c.disk_directory = dir;
-  c.disk_direct_io = DirectIo::kOff;
-  c.pipeline.batch_config.flush_interval = std::chrono::milliseconds(1);
-  c.bounce_blocks = 4;
-  return c;
-}
 
 /// A metadata-only config (nothing is allocated or written).
 KvBlockManagerConfig metadata(std::size_t g1, std::size_t g2, std::size_t g3) {

@@ -16,81 +16,28 @@
 #include <thread>
 
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/offload/precondition.h"
 #include "kvbm/storage/storage.h"
+#include "facade/facade_test_util.h"
 #include "test_util.h"
 
 namespace kvbm {
 namespace {
 
 using test::chain;
-using Bytes = std::vector<std::uint8_t>;
+using test::Bytes;
 
-LayoutConfig small_layout() {
-  LayoutConfig c;
-  c.num_layers = 2;
-  c.outer_dim = 2;
-  c.page_size = 4;
-  c.inner_dim = 64;  // 512-byte regions, 2 KiB blocks
-  c.dtype_bytes = 2;
-  return c;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvbm-facade-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-KvBlockManagerConfig config(std::size_t g1, std::size_t g2, std::size_t g3,
-                            const std::filesystem::path& dir = {}) {
-  KvBlockManagerConfig c;
-  c.layout = small_layout();
-  c.device.blocks = g1;
-  c.host.blocks = g2;
-  c.disk.blocks = g3;
-  c.disk_directory = dir;
-  c.disk_direct_io = DirectIo::kOff;
-  c.pipeline.batch_config.flush_interval = std::chrono::milliseconds(1);
-  c.bounce_blocks = 4;
-  return c;
-}
+using test::config;
+using test::small_layout;
+using test::read_block;
+using test::TempDir;
+using test::write_block;
 
 // The expected bytes of the block with `hash`.
 Bytes pattern(const SequenceHash& h, std::size_t n) {
   Bytes out(n);
   std::mt19937_64 rng(h.value() * 0x9E3779B97F4A7C15ULL + h.position());
   for (auto& b : out) b = static_cast<std::uint8_t>(rng());
-  return out;
-}
-
-void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  std::size_t off = 0;
-  for (const Region& r : regions) {
-    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
-    off += r.size;
-  }
-}
-
-Bytes read_block(const Layout& l, BlockId id) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  Bytes out;
-  for (const Region& r : regions) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
-    out.insert(out.end(), p, p + r.size);
-  }
   return out;
 }
 
@@ -504,6 +451,100 @@ TEST(KvBlockManagerTest, NoneModeMovesNothingButExplicitOffloadDoes) {
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
   EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(3, true));
   g1.clear();
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// Registering through device() (the G1 BlockManager) writes through as
+// KvBlockManager::register_blocks does: both paths reach G2 and G3, in one
+// call or block by block.
+TEST(KvBlockManagerTest, RegisteringThroughDeviceWritesThroughLikeTheFacade) {
+  enum class Path { kFacade, kDeviceBatch, kDeviceOne };
+  for (const Path path : {Path::kFacade, Path::kDeviceBatch, Path::kDeviceOne}) {
+    SCOPED_TRACE(static_cast<int>(path));
+    auto c = config(8, 8, 8);
+    c.move_bytes = false;
+    auto kv = KvBlockManager::build(c);
+    const auto hashes = chain(3, 11);
+    auto blocks = kv->device().allocate_blocks(hashes.size());
+    ASSERT_TRUE(blocks.has_value());
+    std::vector<CompleteBlock<G1>> complete;
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv->block_size()).value());
+    }
+    std::vector<ImmutableBlock<G1>> g1;
+    if (path == Path::kFacade) {
+      g1 = kv->register_blocks(std::move(complete));
+    } else if (path == Path::kDeviceBatch) {
+      g1 = kv->device().register_blocks(std::move(complete));
+    } else {
+      for (auto& b : complete) g1.push_back(kv->device().register_block(std::move(b)));
+    }
+    kv->drain();
+    EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(3, true));
+    EXPECT_EQ(test::present(*kv->disk(), hashes), std::vector<bool>(3, true));
+    g1.clear();
+    kv->shutdown();
+    expect_clean(*kv);
+  }
+}
+
+// Blocks enqueued in the offload pipeline named `pipeline` (e.g. "G1_to_G2").
+double enqueued(KvBlockManager& kv, std::string_view pipeline) {
+  for (const auto& family : kv.metrics_registry()->Collect()) {
+    if (family.name != "kvbm_offload_enqueued_blocks_total") continue;
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "pipeline" && label.value == pipeline) return metric.counter.value;
+      }
+    }
+  }
+  return -1;
+}
+
+// The facade's registration goes down once, with its precondition: the
+// device() hook does not enqueue it a second time without one.
+TEST(KvBlockManagerTest, FacadeRegistrationIsEnqueuedOnceWithItsPrecondition) {
+  auto c = config(8, 8, 0);
+  c.move_bytes = false;
+  auto kv = KvBlockManager::build(c);
+  const auto hashes = chain(2, 12);
+  auto blocks = kv->device().allocate_blocks(hashes.size());
+  ASSERT_TRUE(blocks.has_value());
+  std::vector<CompleteBlock<G1>> complete;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv->block_size()).value());
+  }
+  auto done = std::make_shared<HostEvent>();
+  auto g1 = kv->register_blocks(std::move(complete), done);
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 2.0);
+  EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(2, false));
+  done->signal();
+  kv->drain();
+  EXPECT_EQ(test::present(*kv->host(), hashes), std::vector<bool>(2, true));
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 2.0);
+  g1.clear();
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// Onboarded copies are registered in G1 without the hook: they are not
+// written back down to the tier they came from.
+TEST(KvBlockManagerTest, OnboardedBlocksAreNotWrittenBackDown) {
+  auto c = config(4, 8, 0);
+  c.move_bytes = false;
+  auto kv = KvBlockManager::build(c);
+  const auto hashes = chain(4, 13);
+  compute(*kv, hashes);  // dropped at once: inactive in G1
+  kv->drain();
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 4.0);
+  EXPECT_EQ(kv->device().reset_inactive_pool(), 4u);
+  auto h = kv->onboard(hashes);
+  EXPECT_EQ(h.wait(), TransferStatus::kDone);
+  EXPECT_EQ(h.counts().host, 4u);
+  EXPECT_EQ(h.take_blocks().size(), 4u);
+  kv->drain();
+  EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 4.0);
   kv->shutdown();
   expect_clean(*kv);
 }

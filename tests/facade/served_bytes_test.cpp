@@ -17,32 +17,23 @@
 
 #include "kvbm/hashing.h"
 #include "kvbm/kv_block_manager.h"
+#include "facade/facade_test_util.h"
 #include "kvbm/storage/storage.h"
 
 namespace kvbm {
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
+using test::Bytes;
 constexpr std::uint32_t kBlockTokens = 4;
 
-LayoutConfig small_layout() {
-  return {.num_layers = 2, .outer_dim = 2, .page_size = kBlockTokens, .inner_dim = 64, .dtype_bytes = 2};
-}
+using test::read_block;
+using test::small_layout;
+using test::write_block;
 
-class TempDir {
+// A fresh directory for the G3 file.
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvbm-served-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : test::TempDir("served") {}
 };
 
 // The bytes a model would compute for the block that ends the first `tokens`
@@ -60,27 +51,6 @@ Bytes kv_bytes(std::span<const Token> prefix, std::size_t n) {
     x ^= x >> 29;
     x *= 0xBF58476D1CE4E5B9ULL;
     out[i] = static_cast<std::uint8_t>(x >> 56);
-  }
-  return out;
-}
-
-void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  std::size_t off = 0;
-  for (const Region& r : regions) {
-    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
-    off += r.size;
-  }
-}
-
-Bytes read_block(const Layout& l, BlockId id) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  Bytes out;
-  for (const Region& r : regions) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
-    out.insert(out.end(), p, p + r.size);
   }
   return out;
 }

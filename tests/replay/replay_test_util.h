@@ -10,16 +10,11 @@
 #include <string>
 
 #include "replay/trace.h"
+#include "test_util.h"
 
 namespace kvbm::replay::test {
 
-/// KVBM_STRESS_SCALE (sanitizer builds set 0.1), 1 when unset.
-inline double stress_scale() {
-  const char* s = std::getenv("KVBM_STRESS_SCALE");
-  if (s == nullptr || *s == '\0') return 1.0;
-  const double v = std::strtod(s, nullptr);
-  return v > 0.0 ? v : 1.0;
-}
+using kvbm::test::stress_scale;
 
 /// The shipped trace (examples/data first, then ../shared/data), or nullopt.
 inline std::optional<std::string> shipped_trace_path() {

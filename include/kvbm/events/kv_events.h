@@ -114,7 +114,7 @@ class KvEventPublisher {
   /// Returns the counters.
   [[nodiscard]] KvEventPublisherStats stats() const;
 
-  struct State;  // defined in src/kv_events.cpp
+  struct State;  // defined in src/events/kv_events.cpp
 
  private:
   std::shared_ptr<State> state_;

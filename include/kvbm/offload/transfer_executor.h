@@ -56,6 +56,7 @@
 #include "kvbm/error.h"
 #include "kvbm/offload/container.h"
 #include "kvbm/offload/offload_metrics.h"
+#include "kvbm/transfer/stage_and_register.h"
 #include "kvbm/transfer/transfer_engine.h"
 
 namespace kvbm {
@@ -207,25 +208,20 @@ class TransferExecutor {
         error.swap(f.error);
       }
       f.outcome.resize(f.src.size(), BlockOutcome::kTransferred);
-      for (std::size_t i = 0; i < f.src.size(); ++i) {
-        if (submitted && failed[i]) {
-          f.outcome[i] = BlockOutcome::kCopyFailed;
-          continue;  // f.dst[i] goes back to the reset pool below
-        }
-        try {
-          auto staged = std::move(f.dst[i]).stage(f.hashes[i], core.dst->block_size());
-          if (!staged.ok()) {
-            f.outcome[i] = BlockOutcome::kCopyFailed;
-            continue;
-          }
-          // Registered, then dropped (after on_registered, if set): the copy
-          // stays matchable in the inactive pool.
-          auto registered = core.dst->register_block(std::move(staged).value());
-          if (core.on_registered) f.registered.push_back(std::move(registered));
-        } catch (...) {
-          f.outcome[i] = BlockOutcome::kCopyFailed;
-        }
-      }
+      // Registered, then dropped (after on_registered, if set): the copy
+      // stays matchable in the inactive pool. A failed copy's f.dst[i] goes
+      // back to the reset pool below.
+      // (`failed` is empty when nothing was submitted.)
+      stage_and_register_copies(
+          *core.dst, f.dst, failed,
+          [&](std::size_t i) { return f.hashes[i]; },
+          [&](std::size_t i, std::optional<ImmutableBlock<Dst>>&& registered) {
+            if (!registered) {
+              f.outcome[i] = BlockOutcome::kCopyFailed;
+            } else if (core.on_registered) {
+              f.registered.push_back(std::move(*registered));
+            }
+          });
       if (core.on_registered && !f.registered.empty()) core.on_registered(std::move(f.registered));
       // Release every block before any handle ends, so that nothing is pinned
       // once a waiter returns.

@@ -1,4 +1,4 @@
-// src/kv_event_encode.cpp: msgpack encoding of KV event batches (kvbm/events/kv_event.h).
+// src/events/kv_event.cpp: msgpack encoding of KV event batches (kvbm/events/kv_event.h).
 //
 // The layout follows vLLM's event structs field by field; docs/events.md lists
 // it. Integers take msgpack's smallest form, the timestamp is always a float64,

@@ -50,20 +50,12 @@
 namespace kvbm {
 namespace {
 
+using test::stress_scale;
+using test::scaled;
+
 constexpr std::size_t kWorkers = 4;
 constexpr std::size_t kOpsPerWorker = 100'000;  // at scale 1.0
 constexpr std::uint32_t kBlockSize = 16;
-
-double stress_scale() {
-  const char* s = std::getenv("KVBM_STRESS_SCALE");
-  if (s == nullptr || *s == '\0') return 1.0;
-  const double v = std::strtod(s, nullptr);
-  return v > 0.0 ? v : 1.0;
-}
-
-std::size_t scaled(std::size_t n, std::size_t at_least) {
-  return std::max(at_least, static_cast<std::size_t>(static_cast<double>(n) * stress_scale()));
-}
 
 std::uint64_t master_seed() {
   static const std::uint64_t seed = [] {

@@ -49,22 +49,18 @@
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
 #include "kvbm/frequency_tracker.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace {
+
+using test::stress_scale;
 
 constexpr std::size_t kRequests = 12'031;
 constexpr std::size_t kTotalBlocks = 288'500;
 constexpr std::size_t kUniqueBlocks = 182'790;
 constexpr std::size_t kUnlimitedHits = 105'710;
 constexpr std::uint32_t kBlockSize = 512;
-
-double stress_scale() {
-  const char* s = std::getenv("KVBM_STRESS_SCALE");
-  if (s == nullptr || *s == '\0') return 1.0;
-  const double v = std::strtod(s, nullptr);
-  return v > 0.0 ? v : 1.0;
-}
 
 struct Trace {
   std::string path;

@@ -45,17 +45,12 @@
 namespace kvbm {
 namespace {
 
+using test::stress_scale;
+
 /// Operations per configuration at scale 1.0 (six configurations).
 constexpr std::size_t kOpsPerConfig = 1'000'000;
 /// Full audit, presence and per-handle comparison every this many operations.
 constexpr std::size_t kDeepCheckEvery = 1000;
-
-double stress_scale() {
-  const char* s = std::getenv("KVBM_STRESS_SCALE");
-  if (s == nullptr || *s == '\0') return 1.0;
-  const double v = std::strtod(s, nullptr);
-  return v > 0.0 ? v : 1.0;
-}
 
 std::uint64_t master_seed() {
   static const std::uint64_t seed = [] {

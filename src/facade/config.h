@@ -1,4 +1,4 @@
-// kv_block_manager_config.h (internal): checks a KvBlockManagerConfig.
+// src/facade/config.h (internal): checks a KvBlockManagerConfig.
 //
 // Every option is checked before anything is built or allocated, so that an
 // invalid one fails as "KvBlockManagerConfig.<option>: what is wrong; what to

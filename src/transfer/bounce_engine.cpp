@@ -1,4 +1,4 @@
-// src/bounce_engine.cpp: BounceTransferEngine. See kvbm/transfer/bounce_engine.h.
+// src/transfer/bounce_engine.cpp: BounceTransferEngine. See kvbm/transfer/bounce_engine.h.
 
 #include "kvbm/transfer/bounce_engine.h"
 

@@ -1,4 +1,4 @@
-// src/cuda_event_precondition.cpp: CudaEventPrecondition (kvbm/offload/cuda_event.h).
+// src/offload/cuda_event.cpp: CudaEventPrecondition (kvbm/offload/cuda_event.h).
 
 #include "kvbm/offload/cuda_event.h"
 

@@ -1,4 +1,4 @@
-// src/cuda_engine.cpp: CudaTransferEngine. See kvbm/transfer/cuda_engine.h.
+// src/transfer/cuda_engine.cpp: CudaTransferEngine. See kvbm/transfer/cuda_engine.h.
 //
 // Built in every configuration: without CUDA (KVBM_HAVE_CUDA == 0) only the
 // stubs at the bottom are compiled and the constructor throws.

@@ -1,4 +1,4 @@
-// src/kv_events.cpp: the KV event publisher (kvbm/events/kv_events.h) and the
+// src/events/kv_events.cpp: the KV event publisher (kvbm/events/kv_events.h) and the
 // callback sink.
 
 #include "kvbm/events/kv_events.h"

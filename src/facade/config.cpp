@@ -1,6 +1,7 @@
-// Checks of KvBlockManagerConfig; see kv_block_manager_config.h.
+// src/facade/config.cpp: the names of the offload modes and the checks of
+// KvBlockManagerConfig (facade/config.h).
 
-#include "kv_block_manager_config.h"
+#include "facade/config.h"
 
 #include <algorithm>
 #include <array>
@@ -159,8 +160,10 @@ std::string tier_size_option(const TierConfig& t, std::string_view tier) {
   return std::string(tier) + (t.bytes != 0 ? ".bytes" : ".blocks");
 }
 
-TierBlocks check_config(KvBlockManagerConfig& c) {
-  // layout, device_layout
+namespace {
+
+// The layout and device_layout.
+void check_layout(const KvBlockManagerConfig& c) {
   try {
     c.layout.validate();
   } catch (const UsageError& e) {
@@ -183,8 +186,10 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
                                       std::to_string(static_cast<int>(c.device_layout)) +
                                       "; use kLayerSeparated or kFullyContiguous");
   }
+}
 
-  // device, host, disk, disk_directory, disk_direct_io
+// The tiers' sizes and the disk tier's options; returns the sizes.
+TierBlocks check_tiers(const KvBlockManagerConfig& c, std::size_t bb) {
   TierBlocks n;
   n.device = tier_blocks(c.device, "device", bb, true);
   n.host = tier_blocks(c.host, "host", bb, false);
@@ -223,8 +228,11 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
                                        std::to_string(static_cast<int>(c.disk_direct_io)) +
                                        "; use kPreferred, kRequired or kOff");
   }
+  return n;
+}
 
-  // device_to_host, host_to_disk, their policies and pipelines, duplicate_policy
+// The boundaries' modes, policies and pipelines, and the duplicate policy.
+void check_offload(const KvBlockManagerConfig& c) {
   check_mode(c.device_to_host, "device_to_host");
   check_mode(c.host_to_disk, "host_to_disk");
   check_min_frequency(c.device_to_host_policy, "device_to_host_policy");
@@ -247,8 +255,10 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
                                          std::to_string(static_cast<int>(c.duplicate_policy)) +
                                          "; use kReject or kAllow");
   }
+}
 
-  // bounce_blocks, copy_threads, disk_workers, disk_queue_depth, cuda_device
+// The engines' options.
+void check_engines(const KvBlockManagerConfig& c, std::size_t bb) {
   if (c.bounce_blocks == 0) config_error("bounce_blocks", "must be at least 1");
   if (std::size_t span = 0;
       __builtin_mul_overflow(c.bounce_blocks, bb, &span) || span > kMaxSpanBytes) {
@@ -284,8 +294,10 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
   if (c.cuda_device < 0) {
     config_error("cuda_device", std::to_string(c.cuda_device) + " is not a device; use 0 or more");
   }
+}
 
-  // metrics_registry, the listeners
+// The metrics registry (a new one when unset) and the listeners.
+void check_listeners(KvBlockManagerConfig& c) {
   if (c.metrics_registry) {
     check_registry(*c.metrics_registry);
   } else {
@@ -300,6 +312,17 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
   for (const auto& l : c.disk_listeners) {
     if (!l) config_error("disk_listeners", "a listener is null; pass PoolListeners");
   }
+}
+
+}  // namespace
+
+TierBlocks check_config(KvBlockManagerConfig& c) {
+  check_layout(c);
+  const std::size_t bb = c.layout.block_bytes();
+  const TierBlocks n = check_tiers(c, bb);
+  check_offload(c);
+  check_engines(c, bb);
+  check_listeners(c);
 
   // A boundary without its lower tier moves nothing.
   if (n.host == 0) c.device_to_host = OffloadMode::kNone;
@@ -308,3 +331,24 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
 }
 
 }  // namespace kvbm::detail
+
+namespace kvbm {
+
+std::string_view to_string(OffloadMode m) noexcept {
+  switch (m) {
+    case OffloadMode::kNone: return "none";
+    case OffloadMode::kWriteThrough: return "write_through";
+    case OffloadMode::kOnEviction: return "on_eviction";
+  }
+  return "unknown";
+}
+
+OffloadMode parse_offload_mode(std::string_view name) {
+  for (const auto m : {OffloadMode::kNone, OffloadMode::kWriteThrough, OffloadMode::kOnEviction}) {
+    if (to_string(m) == name) return m;
+  }
+  KVBM_CHECK(false, "unknown offload mode '", name, "'; use none, write_through or on_eviction");
+  return OffloadMode::kNone;
+}
+
+}  // namespace kvbm

@@ -1,4 +1,4 @@
-// src/zmq_event_sink.cpp: the ZeroMQ PUB sink of KV events (kvbm/events/event_sink.h).
+// src/events/zmq_event_sink.cpp: the ZeroMQ PUB sink of KV events (kvbm/events/event_sink.h).
 //
 // Without KVBM_HAVE_ZMQ only the stubs at the end are compiled: the
 // constructor throws UsageError naming the build option.

@@ -23,18 +23,10 @@
 namespace kvbm {
 namespace {
 
+using test::stress_scale;
+using test::scaled;
+
 using namespace std::chrono_literals;
-
-double stress_scale() {
-  const char* s = std::getenv("KVBM_STRESS_SCALE");
-  if (s == nullptr || *s == '\0') return 1.0;
-  const double v = std::strtod(s, nullptr);
-  return v > 0.0 ? v : 1.0;
-}
-
-std::size_t scaled(std::size_t n, std::size_t at_least) {
-  return std::max(at_least, static_cast<std::size_t>(static_cast<double>(n) * stress_scale()));
-}
 
 /// An engine that "copies" a content tag per block on its own thread and
 /// fails a random share of the pairs.

@@ -1,0 +1,60 @@
+// src/facade/kv_block_manager.cpp: the public KvBlockManager, forwarding to its
+// parts (facade/impl.h lists them).
+
+#include "kvbm/kv_block_manager.h"
+
+#include "facade/impl.h"
+#include "kvbm/error.h"
+
+namespace kvbm {
+
+std::unique_ptr<KvBlockManager> KvBlockManager::build(KvBlockManagerConfig config) {
+  auto impl = std::make_unique<KvBlockManagerImpl>(std::move(config));
+  impl->build();
+  return std::unique_ptr<KvBlockManager>(new KvBlockManager(std::move(impl)));
+}
+
+KvBlockManager::KvBlockManager(std::unique_ptr<KvBlockManagerImpl> impl) : impl_(std::move(impl)) {}
+KvBlockManager::~KvBlockManager() {
+  if (impl_) impl_->shutdown();
+}
+
+BlockManager<G1>& KvBlockManager::device() noexcept { return *impl_->pool<0>(); }
+BlockManager<G2>* KvBlockManager::host() noexcept { return impl_->pool<1>(); }
+BlockManager<G3>* KvBlockManager::disk() noexcept { return impl_->pool<2>(); }
+const KvBlockManagerConfig& KvBlockManager::config() const noexcept { return impl_->config_; }
+std::uint32_t KvBlockManager::block_size() const noexcept {
+  return impl_->config_.layout.page_size;
+}
+std::size_t KvBlockManager::block_bytes() const noexcept {
+  return impl_->config_.layout.block_bytes();
+}
+bool KvBlockManager::device_emulated() const noexcept { return impl_->memory_[0].emulated; }
+const Layout& KvBlockManager::device_layout() const noexcept { return *impl_->memory_[0].layout; }
+const Layout& KvBlockManager::host_layout() const {
+  KVBM_CHECK(impl_->pool<1>() != nullptr, "host_layout: this KvBlockManager has no host tier");
+  return *impl_->memory_[1].layout;
+}
+const std::shared_ptr<prometheus::Registry>& KvBlockManager::metrics_registry() const noexcept {
+  return impl_->config_.metrics_registry;
+}
+std::vector<ImmutableBlock<G1>> KvBlockManager::register_blocks(
+    std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> forward_pass_done) {
+  return impl_->register_blocks(std::move(blocks), std::move(forward_pass_done));
+}
+TransferHandle KvBlockManager::offload(const std::vector<ImmutableBlock<G1>>& blocks,
+                                       std::shared_ptr<Precondition> forward_pass_done) {
+  return impl_->offload(blocks, std::move(forward_pass_done));
+}
+OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
+  return impl_->onboarding_->onboard(hashes);
+}
+OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const {
+  return impl_->onboarding_->probe(hashes);
+}
+void KvBlockManager::drain() { impl_->drain(); }
+void KvBlockManager::shutdown() { impl_->shutdown(); }
+std::string KvBlockManager::audit() const { return impl_->audit(); }
+std::optional<RecoverySummary> KvBlockManager::disk_recovery() const { return impl_->disk_recovery(); }
+
+}  // namespace kvbm

@@ -1,0 +1,241 @@
+// src/facade/onboard_state.cpp: one onboarding and its handle (facade/onboard_state.h).
+
+#include "facade/onboard_state.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include <prometheus/counter.h>
+
+#include "kvbm/error.h"
+#include "kvbm/transfer/stage_and_register.h"
+
+namespace kvbm::facade {
+
+// OnboardCounts names a field per tier (public API): one more tier, one more field.
+static_assert(kTierCount == 3, "to_counts: give the new tier its OnboardCounts field");
+
+OnboardCounts to_counts(const std::array<std::size_t, kTierCount>& per_tier) {
+  OnboardCounts c;
+  c.device = per_tier[0];
+  c.host = per_tier[1];
+  c.disk = per_tier[2];
+  return c;
+}
+
+}  // namespace kvbm::facade
+
+namespace kvbm::detail {
+
+void OnboardState::on_batch(const TransferOutcome& o,
+                            const std::vector<std::size_t>& positions) noexcept {
+  bool last = false;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_.size() < below_hashes.size()) failed_.resize(below_hashes.size(), false);
+    for (const auto k : o.failed) {
+      if (k < positions.size()) failed_[positions[k]] = true;
+    }
+    if (!o.ok() && error_.empty()) error_ = o.error.empty() ? "copy failed" : o.error;
+    last = --pending_ == 0;
+  }
+  if (last) finish();
+}
+
+void OnboardState::finish() noexcept {
+  std::unique_lock lock(mu_);
+  failed_.resize(below_hashes.size(), false);
+  if (cancel_requested_) {
+    lock.unlock();
+    release_all();
+    lock.lock();
+    end_cancelled(lock);
+    return;
+  }
+  const bool any_failed = std::find(failed_.begin(), failed_.end(), true) != failed_.end();
+  lock.unlock();
+  std::array<std::size_t, facade::kTierCount> per_tier{};
+  std::size_t failed = 0;
+  std::vector<TierId> origins;
+  std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
+  OnboardCounts c = facade::to_counts(per_tier);
+  c.failed = failed;
+  c.no_space = no_space_;
+  if (counters.failed != nullptr) {
+    for (std::size_t t = 0; t < facade::kTierCount; ++t) {
+      counters.from_tier[t]->Increment(static_cast<double>(per_tier[t]));
+    }
+    counters.failed->Increment(static_cast<double>(c.failed));
+  }
+  lock.lock();
+  if (cancel_requested_) {  // cancelled while the copies were registered
+    lock.unlock();
+    out.clear();
+    lock.lock();
+    end_cancelled(lock);
+    return;
+  }
+  counts_ = c;
+  origins_ = std::move(origins);
+  blocks_ = std::move(out);
+  status_ = any_failed ? TransferStatus::kFailed : TransferStatus::kDone;
+  cv_.notify_all();
+}
+
+// Every copy that arrived is registered (it is a valid G1 block); the prefix
+// handed back ends before the first copy that did not.
+std::vector<ImmutableBlock<G1>> OnboardState::assemble(
+    std::array<std::size_t, facade::kTierCount>& per_tier, std::size_t& failed,
+    std::vector<TierId>& origins) noexcept {
+  std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
+  stage_and_register_copies(
+      *g1, targets, failed_, [&](std::size_t i) { return below_hashes[i]; },
+      [&](std::size_t i, std::optional<ImmutableBlock<G1>>&& r) {
+        if (!r) ++failed;  // the target goes back to the reset pool
+        arrived[i] = std::move(r);
+      });
+  std::vector<ImmutableBlock<G1>> out;
+  out.reserve(walk.size());
+  origins.reserve(walk.size());
+  std::size_t next_hit = 0, next_below = 0;
+  for (const std::uint8_t tier : walk) {
+    if (tier == 0) {
+      out.push_back(std::move(hits[next_hit++]));
+      origins.push_back(TierId::kG1);
+      ++per_tier[0];
+      continue;
+    }
+    auto& copy = arrived[next_below++];
+    if (!copy) break;
+    out.push_back(std::move(*copy));
+    origins.push_back(static_cast<TierId>(tier + 1));
+    ++per_tier[tier];
+  }
+  hits.clear();
+  arrived.clear();
+  targets.clear();
+  release_sources();
+  return out;
+}
+
+void OnboardState::end_cancelled(std::unique_lock<std::mutex>& lock) noexcept {
+  (void)lock;  // held
+  status_ = TransferStatus::kCancelled;
+  if (counters.cancelled) counters.cancelled->Increment();
+  cv_.notify_all();
+}
+
+TransferStatus OnboardState::status() const {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+TransferStatus OnboardState::wait() const {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return is_terminal(status_); });
+  return status_;
+}
+
+bool OnboardState::wait_for(std::chrono::nanoseconds t) const {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, t, [&] { return is_terminal(status_); });
+}
+
+bool OnboardState::cancel() {
+  {
+    std::lock_guard lock(mu_);
+    if (is_terminal(status_)) return status_ == TransferStatus::kCancelled;
+    cancel_requested_ = true;
+  }
+  return wait() == TransferStatus::kCancelled;
+}
+
+void OnboardState::abandon() noexcept {
+  std::vector<ImmutableBlock<G1>> drop;
+  {
+    std::lock_guard lock(mu_);
+    if (!is_terminal(status_)) {
+      cancel_requested_ = true;
+      return;
+    }
+    drop = std::move(blocks_);
+    blocks_.clear();
+  }
+}
+
+std::vector<ImmutableBlock<G1>> OnboardState::take_blocks() {
+  wait();
+  std::lock_guard lock(mu_);
+  return std::move(blocks_);
+}
+
+OnboardCounts OnboardState::counts() const {
+  wait();
+  std::lock_guard lock(mu_);
+  return counts_;
+}
+
+std::vector<TierId> OnboardState::sources() const {
+  wait();
+  std::lock_guard lock(mu_);
+  return origins_;
+}
+
+std::string OnboardState::error() const {
+  wait();
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+void OnboardState::release_sources() noexcept {
+  std::apply([](auto&... v) { (v.clear(), ...); }, sources);
+}
+
+void OnboardState::release_all() noexcept {
+  hits.clear();
+  targets.clear();
+  release_sources();
+}
+
+}  // namespace kvbm::detail
+
+namespace kvbm {
+
+void OnboardHandle::abandon() noexcept {
+  if (s_) std::exchange(s_, nullptr)->abandon();
+}
+TransferStatus OnboardHandle::status() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::status on an empty handle");
+  return s_->status();
+}
+TransferStatus OnboardHandle::wait() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::wait on an empty handle");
+  return s_->wait();
+}
+bool OnboardHandle::wait_for(std::chrono::nanoseconds timeout) const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::wait_for on an empty handle");
+  return s_->wait_for(timeout);
+}
+bool OnboardHandle::cancel() {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::cancel on an empty handle");
+  return s_->cancel();
+}
+std::vector<ImmutableBlock<G1>> OnboardHandle::take_blocks() {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::take_blocks on an empty handle");
+  return s_->take_blocks();
+}
+OnboardCounts OnboardHandle::counts() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::counts on an empty handle");
+  return s_->counts();
+}
+std::vector<TierId> OnboardHandle::sources() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::sources on an empty handle");
+  return s_->sources();
+}
+std::string OnboardHandle::error() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::error on an empty handle");
+  return s_->error();
+}
+
+}  // namespace kvbm

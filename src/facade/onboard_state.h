@@ -1,0 +1,113 @@
+// src/facade/onboard_state.h (internal): one onboarding, shared by its handle and its copies.
+//
+// The facade's onboarding (facade/onboarding.h) fills an OnboardState: the
+// prefix's walk (per position, the tier it comes from), the G1 hits, the
+// source blocks below G1 (held until their copies end) and the G1 targets
+// they are copied into. Each engine batch reports through on_batch(); the
+// last one runs finish(), which registers every copy that arrived (in G1,
+// without the on_register hook: onboarded blocks are not written back down)
+// and hands back the prefix up to the first copy that did not.
+//
+// Thread-safety: the public members are filled by the onboarding thread
+// before the first batch is submitted and read by finish() afterwards; the
+// status, result and cancellation are guarded by one mutex.
+
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "facade/tiers.h"
+#include "kvbm/block_manager.h"
+#include "kvbm/kv_block_manager.h"
+#include "kvbm/transfer/transfer_engine.h"
+
+namespace prometheus {
+class Counter;
+}
+
+namespace kvbm::facade {
+
+/// The source blocks of each tier below G1, in the order of their positions.
+template <class Tuple>
+struct SourcesOf;
+template <TierMarker First, TierMarker... Below>
+struct SourcesOf<std::tuple<First, Below...>> {
+  using type = std::tuple<std::vector<ImmutableBlock<Below>>...>;
+};
+using Sources = SourcesOf<TierTypes>::type;
+
+/// Returns the counts of where a prefix came from (per tier, fastest first).
+[[nodiscard]] OnboardCounts to_counts(const std::array<std::size_t, kTierCount>& per_tier);
+
+}  // namespace kvbm::facade
+
+namespace kvbm::detail {
+
+/// One onboarding; see the file comment.
+class OnboardState {
+ public:
+  struct Counters {
+    std::array<prometheus::Counter*, facade::kTierCount> from_tier{};  ///< G1: hits
+    prometheus::Counter* failed = nullptr;
+    prometheus::Counter* cancelled = nullptr;
+  };
+
+  std::vector<std::uint8_t> walk;          // per prefix position: the index of its tier
+  std::vector<ImmutableBlock<G1>> hits;    // the G1 positions' blocks, in order
+  std::vector<SequenceHash> below_hashes;  // the positions below G1: their hashes, in order
+  std::vector<std::uint8_t> below_tier;    // ... and their tiers (index 1 ..)
+  facade::Sources sources;                 // per tier below G1, in order of their positions
+  std::vector<MutableBlock<G1>> targets;   // per below position
+  BlockManager<G1>* g1 = nullptr;
+  Counters counters;
+
+  void start_pending(std::size_t n) { pending_ = n; }
+  void set_no_space(std::size_t n) { no_space_ = n; }
+
+  /// Records one engine batch's outcome; `positions` maps batch index to below position.
+  void on_batch(const TransferOutcome& o, const std::vector<std::size_t>& positions) noexcept;
+  /// Ends the onboarding (when every copy is back, or at once when none ran).
+  void finish() noexcept;
+
+  TransferStatus status() const;
+  TransferStatus wait() const;
+  bool wait_for(std::chrono::nanoseconds t) const;
+  bool cancel();
+  /// The last handle is gone: releases the result now, or when the copies end.
+  void abandon() noexcept;
+  std::vector<ImmutableBlock<G1>> take_blocks();
+  OnboardCounts counts() const;
+  std::vector<TierId> sources() const;
+  std::string error() const;
+
+ private:
+  void release_sources() noexcept;
+  void release_all() noexcept;
+  void end_cancelled(std::unique_lock<std::mutex>& lock) noexcept;
+  // Registers the copies that arrived; returns the prefix handed back and
+  // counts where it came from and the copies that failed.
+  std::vector<ImmutableBlock<G1>> assemble(std::array<std::size_t, facade::kTierCount>& per_tier,
+                                           std::size_t& failed, std::vector<TierId>& origins) noexcept;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  TransferStatus status_ = TransferStatus::kTransferring;  // guarded by mu_
+  bool cancel_requested_ = false;                          // guarded by mu_
+  std::size_t pending_ = 0;                                // guarded by mu_
+  std::vector<bool> failed_;                               // guarded by mu_ until finish
+  std::string error_;                                      // guarded by mu_
+  std::size_t no_space_ = 0;
+  OnboardCounts counts_;                    // guarded by mu_
+  std::vector<TierId> origins_;             // guarded by mu_: the tier of each returned block
+  std::vector<ImmutableBlock<G1>> blocks_;  // guarded by mu_
+};
+
+}  // namespace kvbm::detail

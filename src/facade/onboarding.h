@@ -1,0 +1,75 @@
+// src/facade/onboarding.h (internal): onboarding and probing.
+//
+// onboard(hashes) walks the prefix, each block from the fastest tier that
+// holds it (tiers in TierTypes order, G1 first), up to the first block no
+// tier holds; allocates G1 targets for the positions below G1 (cutting the
+// prefix where G1 has no more room); and submits one batch per source tier
+// with that tier's `up` engine. probe() is the same walk without taking or
+// copying anything. Each onboarding's counters (kvbm_onboard_blocks_total by
+// tier, kvbm_onboard_cancelled_total) are made once here.
+//
+// Lifetime: the pools and engines outlive the Onboarding; wait_all() before
+// they go (shutdown does).
+// Thread-safety: every member from any thread.
+
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "facade/onboard_state.h"
+#include "facade/tier_engines.h"
+#include "facade/tiers.h"
+#include "kvbm/block_registry.h"
+#include "kvbm/kv_block_manager.h"
+
+namespace prometheus {
+class Registry;
+template <class T>
+class Family;
+}  // namespace prometheus
+
+namespace kvbm::facade {
+
+/// The facade's onboarding; see the file comment.
+class Onboarding {
+ public:
+  Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& engines,
+             std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics);
+  /// Takes the onboarding series out of the (possibly shared) registry; call
+  /// wait_all() first (no onboarding touches a counter afterwards).
+  ~Onboarding();
+  Onboarding(const Onboarding&) = delete;
+  Onboarding& operator=(const Onboarding&) = delete;
+
+  /// See KvBlockManager::onboard.
+  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
+  /// See KvBlockManager::probe.
+  [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
+  /// Waits for every onboarding started so far.
+  void wait_all();
+
+ private:
+  using State = detail::OnboardState;
+  // Per prefix position, the index of the fastest tier that holds it.
+  std::vector<std::uint8_t> fastest_tiers(std::span<const SequenceHash> hashes) const;
+  void walk_prefix(std::span<const SequenceHash> hashes, State& s);
+  void cut(State& s, std::size_t got);
+  void submit(const std::shared_ptr<State>& s);
+  void remember(const std::shared_ptr<State>& s);
+
+  Pools& pools_;
+  const std::array<TierEngines, kTierCount>& engines_;
+  std::shared_ptr<BlockRegistry> registry_;
+  State::Counters counters_;
+  prometheus::Family<prometheus::Counter>* blocks_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* cancelled_family_ = nullptr;
+  std::mutex inflight_mu_;
+  std::vector<std::weak_ptr<State>> inflight_;  // guarded by inflight_mu_
+};
+
+}  // namespace kvbm::facade

@@ -1,0 +1,90 @@
+// tests/facade/facade_test_util.h: helpers shared by the KvBlockManager tests.
+//
+//   TempDir            a fresh directory for the G3 file, removed with its contents
+//   small_layout()     2 KiB blocks of 4 tokens (2 layers x 2 outer x 64 x 2 bytes)
+//   config(g1, g2, g3) a small config: direct I/O off, 1 ms flushes, 4 bounce blocks
+//   write_block / read_block   a block's bytes through a layout's host pointers
+
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "kvbm/kv_block_manager.h"
+#include "kvbm/storage/layout.h"
+
+namespace kvbm::test {
+
+using Bytes = std::vector<std::uint8_t>;
+
+/// A fresh directory under the temporary directory, named kvbm-<tag>-XXXXXX.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "facade") {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / ("kvbm-" + tag + "-XXXXXX")).string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// 2 KiB blocks of 4 tokens (512-byte regions).
+inline LayoutConfig small_layout() {
+  return {.num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 64, .dtype_bytes = 2};
+}
+
+/// A small config with tiers of g1, g2, g3 blocks (0: absent), G3's file in `dir`.
+inline KvBlockManagerConfig config(std::size_t g1, std::size_t g2, std::size_t g3,
+                                   const std::filesystem::path& dir = {}) {
+  KvBlockManagerConfig c;
+  c.layout = small_layout();
+  c.device.blocks = g1;
+  c.host.blocks = g2;
+  c.disk.blocks = g3;
+  c.disk_directory = dir;
+  c.disk_direct_io = DirectIo::kOff;
+  c.pipeline.batch_config.flush_interval = std::chrono::milliseconds(1);
+  c.bounce_blocks = 4;
+  return c;
+}
+
+/// Writes `bytes` into block `id` of `l` through host pointers.
+inline void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
+  std::vector<Region> regions;
+  l.append_regions(id, regions);
+  std::size_t off = 0;
+  for (const Region& r : regions) {
+    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
+    off += r.size;
+  }
+}
+
+/// Reads block `id` of `l` through host pointers.
+inline Bytes read_block(const Layout& l, BlockId id) {
+  std::vector<Region> regions;
+  l.append_regions(id, regions);
+  Bytes out;
+  for (const Region& r : regions) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
+    out.insert(out.end(), p, p + r.size);
+  }
+  return out;
+}
+
+}  // namespace kvbm::test
