@@ -176,7 +176,7 @@ OnboardCounts OnboardState::counts() const {
   return counts_;
 }
 
-std::vector<TierId> OnboardState::sources() const {
+std::vector<TierId> OnboardState::origins() const {
   wait();
   std::lock_guard lock(mu_);
   return origins_;
@@ -231,7 +231,7 @@ OnboardCounts OnboardHandle::counts() const {
 }
 std::vector<TierId> OnboardHandle::sources() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::sources on an empty handle");
-  return s_->sources();
+  return s_->origins();
 }
 std::string OnboardHandle::error() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::error on an empty handle");

@@ -85,7 +85,7 @@ class OnboardState {
   void abandon() noexcept;
   std::vector<ImmutableBlock<G1>> take_blocks();
   OnboardCounts counts() const;
-  std::vector<TierId> sources() const;
+  std::vector<TierId> origins() const;
   std::string error() const;
 
  private:
