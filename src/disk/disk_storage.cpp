@@ -15,7 +15,7 @@
 #include <system_error>
 #include <vector>
 
-#include "disk_format.h"
+#include "disk/disk_format.h"
 #include "kvbm/logging.h"
 
 namespace kvbm {

@@ -1,4 +1,4 @@
-// src/disk_format.h: the on-disk records of a disk pool file (private to src/).
+// src/disk/disk_format.h: the on-disk records of a disk pool file (private to src/).
 //
 // Both records are 64 bytes, in host byte order, each ending in an XXH3-64
 // of the bytes before it. docs/disk_tier.md draws the file.

@@ -23,7 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "disk_format.h"
+#include "disk/disk_format.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/logging.h"
 

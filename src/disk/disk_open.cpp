@@ -16,7 +16,7 @@
 #include <string>
 #include <system_error>
 
-#include "disk_format.h"
+#include "disk/disk_format.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/logging.h"
 
