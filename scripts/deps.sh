@@ -7,7 +7,8 @@
 # `apt-get update` runs only when something has to be installed. Optional packages are
 # installed one by one, and one that cannot be is only reported: without ninja-build CMake's
 # Makefile generator is used; without clang and libclang-rt-14-dev (clang's libFuzzer runtime)
-# the fuzz stage of scripts/test.sh is skipped. Set KVBM_SKIP_DEPS=1 to skip this script
+# the fuzz stage of scripts/test.sh is skipped; without libhiredis-dev kvbm builds without the
+# remote tier (G4) and without redis-server its tests (tests/remote/) skip with a message. Set KVBM_SKIP_DEPS=1 to skip this script
 # entirely (e.g. on a machine provisioned some other way).
 set -euo pipefail
 
@@ -18,7 +19,7 @@ readonly REQUIRED=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcurl4-openssl-dev
 )
-readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev)
+readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev libhiredis-dev redis-server)
 
 log() { printf '[deps] %s\n' "$*"; }
 

@@ -99,6 +99,10 @@ class RedisServer {
   void stop() { signal_and_wait(SIGTERM); }
   /// Kills the server with SIGKILL.
   void kill() { signal_and_wait(SIGKILL); }
+  /// Freezes the server (SIGSTOP): connections stay open and nothing answers.
+  void pause() const { ::kill(pid_, SIGSTOP); }
+  /// Thaws a paused server (SIGCONT).
+  void resume() const { ::kill(pid_, SIGCONT); }
 
   struct Free {
     void operator()(redisContext* c) const { redisFree(c); }
@@ -171,6 +175,7 @@ class RedisServer {
   void signal_and_wait(int sig) {
     if (pid_ <= 0) return;
     ::kill(pid_, sig);
+    ::kill(pid_, SIGCONT);  // a paused server must see the signal
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;

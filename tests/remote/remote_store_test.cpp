@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
@@ -342,6 +344,66 @@ TEST(RemoteStoreTest, KilledServerGivesMissesWithinTheTimeoutThenRecoversAfterRe
   sink->flush();
   EXPECT_NE(log_text.str().find("answers again"), std::string::npos);
   set_logger(nullptr);
+}
+
+TEST(RemoteStoreTest, FrozenServerTimesOutWithinTheDeadlineThenRecovers) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  auto o = options_for({server.url()});
+  o.backoff_initial = 2s;  // long enough that the second call below surely lands in it
+  o.backoff_max = 2s;
+  auto store = RemoteStore::create(o);
+  Blocks blocks(1, 32, store->block_bytes());
+  ASSERT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), 32u);
+  server.pause();  // connected, silent: only the deadline ends the wait
+  Destinations dst(blocks.hashes, store->block_bytes());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = store->get(dst.gets);
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(elapsed, o.command_timeout - 10ms);
+  EXPECT_LT(elapsed, o.command_timeout + 250ms);
+  EXPECT_EQ(count(got, RemoteStatus::kTimeout), 32u);
+  EXPECT_EQ(store->stats().count(RemoteStatus::kTimeout), 32u);
+  // In backoff now: the next call fails at once instead of waiting again.
+  const auto t1 = std::chrono::steady_clock::now();
+  auto again = store->get(dst.gets);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, o.command_timeout / 2);
+  EXPECT_EQ(count(again, RemoteStatus::kOk), 0u);
+  server.resume();
+  const auto until = std::chrono::steady_clock::now() + 8s;
+  do {
+    got = store->get(dst.gets);
+  } while (count(got, RemoteStatus::kOk) != 32 && std::chrono::steady_clock::now() < until);
+  for (std::size_t i = 0; i < 32; ++i) {
+    ASSERT_EQ(got[i], RemoteStatus::kOk);
+    ASSERT_EQ(dst.data[i], blocks.data[i]);
+  }
+}
+
+TEST(RemoteStoreTest, ManyThreadsWriteAndReadOverlappingPrefixes) {
+  KVBM_NEED_REDIS();
+  RedisServer a, b;
+  auto store = RemoteStore::create(options_for({a.url(), b.url()}));
+  constexpr int kThreads = 4;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread writes blocks [t*20, t*20+60): neighbours overlap by 40 blocks, same bytes.
+      for (int round = 0; round < 5; ++round) {
+        Blocks blocks(static_cast<std::uint64_t>(t) * 20, 60, store->block_bytes());
+        if (count(store->put(blocks.puts), RemoteStatus::kOk) != 60) ++bad;
+        Destinations dst(blocks.hashes, store->block_bytes());
+        auto got = store->get(dst.gets);
+        for (std::size_t i = 0; i < 60; ++i) {
+          if (got[i] != RemoteStatus::kOk || dst.data[i] != blocks.data[i]) ++bad;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(store->stats().hits, 4u * 5 * 60);
 }
 
 TEST(RemoteStoreTest, RestartedServerIsReconnectedInsideTheCall) {
