@@ -1,5 +1,8 @@
 #include "redis_connection.h"
 
+extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
+#include <hiredis/sds.h>
+}
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,7 +22,7 @@
 namespace kvbm::remote {
 namespace {
 
-constexpr std::size_t kReadChunk = 256 * 1024;
+constexpr std::size_t kReadChunk = 256 * 1024;  // least room offered to one read()
 
 int parse_int(std::string_view s, std::string_view url, std::string_view what) {
   int v = 0;
@@ -287,17 +290,24 @@ RemoteStatus RedisConnection::connect(Clock::time_point deadline, std::chrono::m
 }
 
 RemoteStatus RedisConnection::read_available(ReplySink& sink, std::size_t expected) {
-  if (read_buffer_.empty()) read_buffer_.resize(kReadChunk);
-  const ssize_t n = ::read(ctx_->fd, read_buffer_.data(), read_buffer_.size());
+  // Read straight into the reader's buffer (an sds string) instead of through redisReaderFeed,
+  // which would copy every byte of every value once more.
+  redisReader* reader = ctx_->reader;
+  if (reader->err != 0) return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
+  if (sdsavail(reader->buf) < kReadChunk) {
+    sds grown = sdsMakeRoomFor(reader->buf, kReadChunk);
+    if (grown == nullptr) return fail(RemoteStatus::kServerError, "out of memory for the read buffer");
+    reader->buf = grown;
+  }
+  const std::size_t room = std::min<std::size_t>(sdsavail(reader->buf), INT_MAX);
+  const ssize_t n = ::read(ctx_->fd, reader->buf + reader->len, room);
   if (n == 0) return fail(RemoteStatus::kConnectionLost, "the server closed the connection");
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return RemoteStatus::kOk;
     return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
   }
-  redisReader* reader = ctx_->reader;
-  if (redisReaderFeed(reader, read_buffer_.data(), static_cast<std::size_t>(n)) != REDIS_OK) {
-    return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
-  }
+  sdsIncrLen(reader->buf, static_cast<int>(n));
+  reader->len = sdslen(reader->buf);
   for (;;) {
     void* obj = nullptr;
     if (redisReaderGetReply(reader, &obj) != REDIS_OK) {

@@ -10,9 +10,10 @@
 //   - SET values written straight from the caller's regions with sendmsg
 //     (hiredis would copy each value twice: formatting, then its output
 //     buffer);
-//   - bulk replies handed to a sink while still in the reader's buffer (the
-//     reply functions are replaced), so a GET's bytes are verified in place
-//     and copied once, into the destination, only when they verify.
+//   - replies read from the socket straight into the reader's buffer, and
+//     bulk replies handed to a sink while still there (the reply functions
+//     are replaced), so a GET's bytes are verified in place and copied once,
+//     into the destination, only when they verify.
 //
 // Thread-safety: none; one thread uses a connection at a time.
 
@@ -123,7 +124,6 @@ class RedisConnection {
   RedisEndpoint endpoint_;
   redisContext* ctx_ = nullptr;
   std::string last_error_{};
-  std::vector<char> read_buffer_{};
   // State of the reply being parsed (used by the reply functions).
   ReplySink* sink_ = nullptr;
   std::size_t replies_read_ = 0;
