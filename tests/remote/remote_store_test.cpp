@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -96,6 +97,23 @@ struct Destinations {
   }
 };
 
+/// The value of a counter or gauge series whose labels include `labels`; -1 when absent.
+double metric(prometheus::Registry& registry, const std::string& name,
+              const std::map<std::string, std::string>& labels = {}) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& m : family.metric) {
+      bool match = true;
+      for (const auto& [k, v] : labels) {
+        match &= std::any_of(m.label.begin(), m.label.end(),
+                             [&](const prometheus::ClientMetric::Label& l) { return l.name == k && l.value == v; });
+      }
+      if (match) return family.type == prometheus::MetricType::Gauge ? m.gauge.value : m.counter.value;
+    }
+  }
+  return -1;
+}
+
 std::size_t count(const std::vector<RemoteStatus>& v, RemoteStatus s) {
   return static_cast<std::size_t>(std::count(v.begin(), v.end(), s));
 }
@@ -142,7 +160,12 @@ TEST(RemoteStoreTest, RoundTripOfManyBlocksEveryByteCompared) {
   EXPECT_EQ(s.read_bytes, n * store->block_bytes());
   EXPECT_EQ(s.written_bytes, n * store->block_bytes());
   EXPECT_EQ(server.command({"DBSIZE"}), std::to_string(n));
-  EXPECT_FALSE(registry->Collect().empty());
+  EXPECT_EQ(metric(*registry, "kvbm_remote_hits_total", {{"pool", "G4"}}), static_cast<double>(n));
+  EXPECT_EQ(metric(*registry, "kvbm_remote_misses_total"), 50.0);
+  EXPECT_EQ(metric(*registry, "kvbm_remote_puts_total"), static_cast<double>(n));
+  EXPECT_EQ(metric(*registry, "kvbm_remote_read_bytes_total"), static_cast<double>(n * store->block_bytes()));
+  EXPECT_EQ(metric(*registry, "kvbm_remote_written_bytes_total"), static_cast<double>(n * store->block_bytes()));
+  EXPECT_EQ(metric(*registry, "kvbm_remote_servers_available"), 1.0);
 }
 
 TEST(RemoteStoreTest, UnixSocketRoundTripAndScatteredDestination) {
@@ -225,6 +248,8 @@ TEST(RemoteStoreTest, CorruptedValueIsACountedMissAndTheDestinationIsUntouched) 
   EXPECT_EQ(s.hits, 5u);
   EXPECT_EQ(s.misses, 3u);
   EXPECT_EQ(s.count(RemoteStatus::kCorrupt), 3u);
+  EXPECT_EQ(metric(*registry, "kvbm_remote_errors_total", {{"kind", "corrupt"}}), 3.0);
+  EXPECT_EQ(metric(*registry, "kvbm_remote_hits_total"), 5.0);
 }
 
 TEST(RemoteStoreTest, PrefixHashIsExtraIdentity) {
@@ -320,6 +345,10 @@ TEST(RemoteStoreTest, KilledServerGivesMissesWithinTheTimeoutThenRecoversAfterRe
   const auto s = store->stats();
   EXPECT_GT(s.count(RemoteStatus::kUnavailable) + s.count(RemoteStatus::kConnectionLost), 0u);
   EXPECT_EQ(s.hits, 0u);
+  EXPECT_GT(metric(*registry, "kvbm_remote_errors_total", {{"kind", "unavailable"}}) +
+                metric(*registry, "kvbm_remote_errors_total", {{"kind", "connection_lost"}}),
+            0.0);
+  EXPECT_EQ(metric(*registry, "kvbm_remote_servers_available"), 0.0);
   EXPECT_EQ(dst.data[0], std::vector<std::byte>(store->block_bytes(), std::byte{0xEE}));
   // One line for the change of state, not one per block or per call.
   sink->flush();
@@ -343,7 +372,42 @@ TEST(RemoteStoreTest, KilledServerGivesMissesWithinTheTimeoutThenRecoversAfterRe
   }
   sink->flush();
   EXPECT_NE(log_text.str().find("answers again"), std::string::npos);
+  EXPECT_EQ(metric(*registry, "kvbm_remote_servers_available"), 1.0);
   set_logger(nullptr);
+}
+
+TEST(RemoteStoreTest, ServerKilledDuringCallsFailsOnlyThoseBlocksWithinTheTimeout) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  auto o = options_for({server.url()});
+  auto store = RemoteStore::create(o);
+  Blocks blocks(1, 400, store->block_bytes());  // 3.2 MB per call: a kill lands inside some
+  ASSERT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), 400u);
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong_bytes{0}, slow_calls{0}, calls{0};
+  std::thread reader([&] {
+    Destinations dst(blocks.hashes, store->block_bytes());
+    while (!stop) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto got = store->get(dst.gets);
+      if (std::chrono::steady_clock::now() - t0 > o.command_timeout + 200ms) ++slow_calls;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (got[i] == RemoteStatus::kOk && dst.data[i] != blocks.data[i]) ++wrong_bytes;
+      }
+      ++calls;
+    }
+  });
+  while (calls < 3) std::this_thread::yield();
+  server.kill();
+  const int at_kill = calls;
+  while (calls < at_kill + 5) std::this_thread::yield();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(wrong_bytes.load(), 0);
+  EXPECT_EQ(slow_calls.load(), 0);
+  EXPECT_FALSE(store->server_available(0));
+  const auto s = store->stats();
+  EXPECT_GT(s.count(RemoteStatus::kConnectionLost) + s.count(RemoteStatus::kUnavailable), 0u);
 }
 
 TEST(RemoteStoreTest, FrozenServerTimesOutWithinTheDeadlineThenRecovers) {
