@@ -12,16 +12,16 @@
 // Each iteration moves one batch; the batch's keys are overwritten every
 // iteration, so the server's memory stays at one batch per size.
 
-#include <benchmark/benchmark.h>
-#include <hiredis/hiredis.h>
-
 #include <cstdlib>
 #include <cstring>
+#include <hiredis/hiredis.h>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "kvbm/remote/remote_store.h"
 
@@ -48,7 +48,8 @@ RemoteStore& store_for(std::size_t kib) {
   if (!s) {
     RemoteStoreOptions o;
     o.urls = {redis_url()};
-    o.name_space = {.model = "bench", .dtype = "bf16", .layout = layout_of(kib), .user_namespace = "bench"};
+    o.name_space = {
+        .model = "bench", .dtype = "bf16", .layout = layout_of(kib), .user_namespace = "bench"};
     o.connections_per_server = kConnections;
     o.command_timeout = std::chrono::milliseconds(10000);
     s = RemoteStore::create(o);
@@ -83,13 +84,15 @@ struct Data {
 
 bool need_url(benchmark::State& state) {
   if (redis_url() != nullptr) return true;
-  state.SkipWithError("set KVBM_REDIS_URL (benchmarks/remote_vs_redis.sh starts a server and does)");
+  state.SkipWithError(
+      "set KVBM_REDIS_URL (benchmarks/remote_vs_redis.sh starts a server and does)");
   return false;
 }
 
 void BM_RemoteStore_Put(benchmark::State& state) {
   if (!need_url(state)) return;
-  const auto kib = static_cast<std::size_t>(state.range(0)), batch = static_cast<std::size_t>(state.range(1));
+  const auto kib = static_cast<std::size_t>(state.range(0)),
+             batch = static_cast<std::size_t>(state.range(1));
   auto& store = store_for(kib);
   Data d(store.block_bytes(), batch);
   for (auto _ : state) {
@@ -98,13 +101,15 @@ void BM_RemoteStore_Put(benchmark::State& state) {
       if (s != RemoteStatus::kOk) state.SkipWithError(std::string(to_string(s)).c_str());
     }
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * batch * store.block_bytes()));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * batch * store.block_bytes()));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
 }
 
 void BM_RemoteStore_Get(benchmark::State& state) {
   if (!need_url(state)) return;
-  const auto kib = static_cast<std::size_t>(state.range(0)), batch = static_cast<std::size_t>(state.range(1));
+  const auto kib = static_cast<std::size_t>(state.range(0)),
+             batch = static_cast<std::size_t>(state.range(1));
   auto& store = store_for(kib);
   Data d(store.block_bytes(), batch);
   (void)store.put(d.puts);
@@ -114,7 +119,8 @@ void BM_RemoteStore_Get(benchmark::State& state) {
       if (s != RemoteStatus::kOk) state.SkipWithError(std::string(to_string(s)).c_str());
     }
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * batch * store.block_bytes()));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * batch * store.block_bytes()));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
 }
 
@@ -130,16 +136,19 @@ redisContext* bare_connection() {
 /// The baseline: SET or GET of the same values on one connection, pipelined `batch` deep.
 void bare(benchmark::State& state, bool set) {
   if (!need_url(state)) return;
-  const auto kib = static_cast<std::size_t>(state.range(0)), batch = static_cast<std::size_t>(state.range(1));
+  const auto kib = static_cast<std::size_t>(state.range(0)),
+             batch = static_cast<std::size_t>(state.range(1));
   const std::size_t bytes = kib * 1024;
   std::unique_ptr<redisContext, void (*)(redisContext*)> c(bare_connection(), redisFree);
   Data d(bytes, batch);
   std::vector<std::string> keys;
-  for (std::size_t i = 0; i < batch; ++i) keys.push_back("bare:" + std::to_string(kib) + ":" + std::to_string(i));
+  for (std::size_t i = 0; i < batch; ++i)
+    keys.push_back("bare:" + std::to_string(kib) + ":" + std::to_string(i));
   auto round = [&](bool do_set) {
     for (std::size_t i = 0; i < batch; ++i) {
       if (do_set) {
-        const char* argv[3] = {"SET", keys[i].data(), reinterpret_cast<const char*>(d.blocks[i].data())};
+        const char* argv[3] = {"SET", keys[i].data(),
+                               reinterpret_cast<const char*>(d.blocks[i].data())};
         const std::size_t lens[3] = {3, keys[i].size(), bytes};
         redisAppendCommandArgv(c.get(), 3, argv, lens);
       } else {

@@ -3,7 +3,6 @@
 extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
 #include <hiredis/sds.h>
 }
-#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -16,6 +15,7 @@ extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
 #include <charconv>
 #include <climits>
 #include <cstring>
+#include <hiredis/hiredis.h>
 
 #include "kvbm/error.h"
 
@@ -27,13 +27,15 @@ constexpr std::size_t kReadChunk = 256 * 1024;  // least room offered to one rea
 int parse_int(std::string_view s, std::string_view url, std::string_view what) {
   int v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  KVBM_CHECK(ec == std::errc() && p == s.data() + s.size() && v >= 0, "remote store URL '", url, "': bad ", what,
-             " '", s, "'; expected redis://[:password@]host:port/db or unix:///path.sock?db=N");
+  KVBM_CHECK(ec == std::errc() && p == s.data() + s.size() && v >= 0, "remote store URL '", url,
+             "': bad ", what, " '", s,
+             "'; expected redis://[:password@]host:port/db or unix:///path.sock?db=N");
   return v;
 }
 
 int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
   return static_cast<int>(std::min<long long>((left + 999) / 1000, INT_MAX));
 }
@@ -48,7 +50,8 @@ RedisEndpoint parse_redis_url(std::string_view url) {
     if (auto q = rest.find('?'); q != std::string_view::npos) {
       std::string_view query = rest.substr(q + 1);
       rest = rest.substr(0, q);
-      KVBM_CHECK(query.starts_with("db="), "remote store URL '", url, "': only ?db=N is understood after a socket path");
+      KVBM_CHECK(query.starts_with("db="), "remote store URL '", url,
+                 "': only ?db=N is understood after a socket path");
       e.db = parse_int(query.substr(3), url, "database number");
     }
     KVBM_CHECK(rest.starts_with('/'), "remote store URL '", url,
@@ -66,7 +69,8 @@ RedisEndpoint parse_redis_url(std::string_view url) {
     userinfo = rest.substr(0, at);
     rest = rest.substr(at + 1);
     auto colon = userinfo.find(':');
-    e.password = std::string(colon == std::string_view::npos ? userinfo : userinfo.substr(colon + 1));
+    e.password =
+        std::string(colon == std::string_view::npos ? userinfo : userinfo.substr(colon + 1));
   }
   std::string_view hostport = rest;
   if (auto slash = rest.find('/'); slash != std::string_view::npos) {
@@ -76,7 +80,8 @@ RedisEndpoint parse_redis_url(std::string_view url) {
   }
   if (hostport.starts_with('[')) {  // [ipv6]:port
     auto close = hostport.find(']');
-    KVBM_CHECK(close != std::string_view::npos, "remote store URL '", url, "': unclosed '[' in the host");
+    KVBM_CHECK(close != std::string_view::npos, "remote store URL '", url,
+               "': unclosed '[' in the host");
     e.host = std::string(hostport.substr(1, close - 1));
     hostport = hostport.substr(close + 1);
     if (hostport.starts_with(':')) e.port = parse_int(hostport.substr(1), url, "port");
@@ -88,8 +93,9 @@ RedisEndpoint parse_redis_url(std::string_view url) {
   }
   KVBM_CHECK(!e.host.empty(), "remote store URL '", url, "' names no host");
   KVBM_CHECK(e.port > 0 && e.port < 65536, "remote store URL '", url, "': port out of range");
-  e.display = "redis://" + std::string(e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host) + ":" +
-              std::to_string(e.port) + "/" + std::to_string(e.db);
+  e.display = "redis://" +
+              std::string(e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host) +
+              ":" + std::to_string(e.port) + "/" + std::to_string(e.db);
   return e;
 }
 
@@ -114,7 +120,8 @@ void RedisRequest::add_command(std::initializer_list<std::string_view> args) {
     lens.push_back(a.size());
   }
   char* cmd = nullptr;
-  const int n = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), argv.data(), lens.data());
+  const int n =
+      redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), argv.data(), lens.data());
   if (n < 0 || cmd == nullptr) throw std::bad_alloc();
   append_internal(std::string_view(cmd, static_cast<std::size_t>(n)));
   redisFreeCommand(cmd);
@@ -122,7 +129,8 @@ void RedisRequest::add_command(std::initializer_list<std::string_view> args) {
 }
 
 void RedisRequest::add_set(std::string_view key, std::span<const std::byte> header,
-                           std::span<const std::span<const std::byte>> regions, std::uint64_t ttl_seconds) {
+                           std::span<const std::span<const std::byte>> regions,
+                           std::uint64_t ttl_seconds) {
   std::size_t value_bytes = header.size();
   for (auto r : regions) value_bytes += r.size();
   std::string head = ttl_seconds != 0 ? "*5\r\n$3\r\nSET\r\n$" : "*3\r\n$3\r\nSET\r\n$";
@@ -155,7 +163,9 @@ void RedisRequest::clear() noexcept {
 // --- reply functions: every reply lands in the connection's one RedisReply ---
 
 struct ReplyFunctions {
-  static RedisConnection* conn(const redisReadTask* t) { return static_cast<RedisConnection*>(t->privdata); }
+  static RedisConnection* conn(const redisReadTask* t) {
+    return static_cast<RedisConnection*>(t->privdata);
+  }
 
   static void* create_string(const redisReadTask* t, char* str, std::size_t len) {
     RedisConnection* c = conn(t);
@@ -175,7 +185,8 @@ struct ReplyFunctions {
       default:
         r.kind = RedisReply::Kind::kBulk;
         r.status = c->sink_ != nullptr
-                       ? c->sink_->on_bulk(c->replies_read_, std::as_bytes(std::span<const char>(str, len)))
+                       ? c->sink_->on_bulk(c->replies_read_,
+                                           std::as_bytes(std::span<const char>(str, len)))
                        : RemoteStatus::kServerError;
         break;
     }
@@ -209,7 +220,8 @@ struct ReplyFunctions {
   static void free_object(void*) {}
 
   static redisReplyObjectFunctions* table() {
-    static redisReplyObjectFunctions fns{create_string, create_array, create_integer, create_nil, free_object};
+    static redisReplyObjectFunctions fns{create_string, create_array, create_integer, create_nil,
+                                         free_object};
     return &fns;
   }
 };
@@ -230,11 +242,13 @@ void RedisConnection::close() noexcept {
   sink_ = nullptr;
 }
 
-RemoteStatus RedisConnection::connect(Clock::time_point deadline, std::chrono::milliseconds connect_timeout) {
+RemoteStatus RedisConnection::connect(Clock::time_point deadline,
+                                      std::chrono::milliseconds connect_timeout) {
   close();
   const auto dl = std::min(deadline, Clock::now() + connect_timeout);
-  redisContext* c = endpoint_.unix_socket ? redisConnectUnixNonBlock(endpoint_.path.c_str())
-                                          : redisConnectNonBlock(endpoint_.host.c_str(), endpoint_.port);
+  redisContext* c = endpoint_.unix_socket
+                        ? redisConnectUnixNonBlock(endpoint_.path.c_str())
+                        : redisConnectNonBlock(endpoint_.host.c_str(), endpoint_.port);
   if (c == nullptr) return fail(RemoteStatus::kUnavailable, "cannot allocate a connection");
   if (c->err != 0) {
     std::string msg = c->errstr;
@@ -275,7 +289,9 @@ RemoteStatus RedisConnection::connect(Clock::time_point deadline, std::chrono::m
   if (setup.replies() == 0) return RemoteStatus::kOk;
   struct SetupSink final : ReplySink {
     RemoteStatus result = RemoteStatus::kOk;
-    RemoteStatus on_bulk(std::size_t, std::span<const std::byte>) override { return RemoteStatus::kServerError; }
+    RemoteStatus on_bulk(std::size_t, std::span<const std::byte>) override {
+      return RemoteStatus::kServerError;
+    }
     void on_reply(std::size_t, const RedisReply& r) override {
       if (r.kind != RedisReply::Kind::kStatus) result = RemoteStatus::kServerError;
     }
@@ -293,10 +309,12 @@ RemoteStatus RedisConnection::read_available(ReplySink& sink, std::size_t expect
   // Read straight into the reader's buffer (an sds string) instead of through redisReaderFeed,
   // which would copy every byte of every value once more.
   redisReader* reader = ctx_->reader;
-  if (reader->err != 0) return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
+  if (reader->err != 0)
+    return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
   if (sdsavail(reader->buf) < kReadChunk) {
     sds grown = sdsMakeRoomFor(reader->buf, kReadChunk);
-    if (grown == nullptr) return fail(RemoteStatus::kServerError, "out of memory for the read buffer");
+    if (grown == nullptr)
+      return fail(RemoteStatus::kServerError, "out of memory for the read buffer");
     reader->buf = grown;
   }
   const std::size_t room = std::min<std::size_t>(sdsavail(reader->buf), INT_MAX);
@@ -314,14 +332,16 @@ RemoteStatus RedisConnection::read_available(ReplySink& sink, std::size_t expect
       return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
     }
     if (obj == nullptr) return RemoteStatus::kOk;
-    if (replies_read_ >= expected) return fail(RemoteStatus::kServerError, "a reply nobody asked for");
+    if (replies_read_ >= expected)
+      return fail(RemoteStatus::kServerError, "a reply nobody asked for");
     sink.on_reply(replies_read_, reply_);
     ++replies_read_;
     reply_ = {};
   }
 }
 
-RemoteStatus RedisConnection::exchange(const RedisRequest& request, ReplySink& sink, Clock::time_point deadline) {
+RemoteStatus RedisConnection::exchange(const RedisRequest& request, ReplySink& sink,
+                                       Clock::time_point deadline) {
   replies_read_ = 0;
   reply_ = {};
   if (ctx_ == nullptr) return fail(RemoteStatus::kConnectionLost, "not connected");
@@ -329,14 +349,16 @@ RemoteStatus RedisConnection::exchange(const RedisRequest& request, ReplySink& s
   std::vector<iovec> iov;
   iov.reserve(request.segments_.size());
   for (const auto& s : request.segments_) {
-    const void* base = s.external != nullptr ? static_cast<const void*>(s.external)
-                                             : static_cast<const void*>(request.bytes_.data() + s.offset);
+    const void* base = s.external != nullptr
+                           ? static_cast<const void*>(s.external)
+                           : static_cast<const void*>(request.bytes_.data() + s.offset);
     iov.push_back({const_cast<void*>(base), s.size});
   }
   std::size_t next = 0;
   const std::size_t expected = request.replies();
   while (replies_read_ < expected) {
-    if (Clock::now() >= deadline) return fail(RemoteStatus::kTimeout, "no answer within the command timeout");
+    if (Clock::now() >= deadline)
+      return fail(RemoteStatus::kTimeout, "no answer within the command timeout");
     pollfd p{ctx_->fd, static_cast<short>(POLLIN | (next < iov.size() ? POLLOUT : 0)), 0};
     const int rc = ::poll(&p, 1, remaining_ms(deadline));
     if (rc < 0) {

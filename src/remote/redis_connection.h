@@ -38,12 +38,12 @@ using Clock = std::chrono::steady_clock;
 /// Where a server is, parsed from its URL.
 struct RedisEndpoint {
   bool unix_socket = false;
-  std::string host{};      ///< TCP
-  int port = 6379;         ///< TCP
-  std::string path{};      ///< Unix socket
+  std::string host{};  ///< TCP
+  int port = 6379;     ///< TCP
+  std::string path{};  ///< Unix socket
   int db = 0;
   std::string password{};
-  std::string display{};   ///< the URL without its password, for logs
+  std::string display{};  ///< the URL without its password, for logs
 };
 
 /// Parses redis://[:password@]host[:port][/db] or unix:///path[?db=N].
@@ -52,9 +52,17 @@ struct RedisEndpoint {
 
 /// One reply, as the connection classifies it.
 struct RedisReply {
-  enum class Kind : std::uint8_t { kStatus, kError, kInteger, kNil, kBulk, kArray } kind = Kind::kNil;
+  enum class Kind : std::uint8_t {
+    kStatus,
+    kError,
+    kInteger,
+    kNil,
+    kBulk,
+    kArray
+  } kind = Kind::kNil;
   long long integer = 0;
-  RemoteStatus status = RemoteStatus::kOk;  ///< kBulk: the sink's verdict; kError: kOutOfMemory or kServerError
+  RemoteStatus status =
+      RemoteStatus::kOk;  ///< kBulk: the sink's verdict; kError: kOutOfMemory or kServerError
 };
 
 /// Receives the replies of one exchange, in order.

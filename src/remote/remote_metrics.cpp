@@ -1,13 +1,13 @@
 #include "remote_metrics.h"
 
+#include <functional>
+#include <vector>
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
-
-#include <functional>
-#include <vector>
 
 #include "kvbm/error.h"
 
@@ -32,7 +32,8 @@ struct RemoteMetrics::Series {
     auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(*registry);
     prometheus::Labels l = labels;
     l.insert(extra.begin(), extra.end());
-    KVBM_CHECK(!family.Has(l), "metrics registry already holds ", name, " for pool '", labels.at("pool"),
+    KVBM_CHECK(!family.Has(l), "metrics registry already holds ", name, " for pool '",
+               labels.at("pool"),
                "': give each remote store that shares a registry its own pool_name");
     auto* c = &family.Add(l);
     removers.push_back([&family, c] { family.Remove(c); });
@@ -40,7 +41,8 @@ struct RemoteMetrics::Series {
   }
 };
 
-RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& pool) {
+RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry,
+                             const std::string& pool) {
   if (!registry) return;
   s_ = std::make_unique<Series>();
   auto& s = *s_;
@@ -48,11 +50,14 @@ RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry, con
   s.labels = {{"pool", pool}};
   try {
     s.hits = s.counter("kvbm_remote_hits_total", "Blocks found and verified by get");
-    s.misses = s.counter("kvbm_remote_misses_total", "Blocks get did not return (absent, corrupt or failed)");
+    s.misses = s.counter("kvbm_remote_misses_total",
+                         "Blocks get did not return (absent, corrupt or failed)");
     s.puts = s.counter("kvbm_remote_puts_total", "Blocks stored by put");
     s.failed_puts = s.counter("kvbm_remote_failed_puts_total", "Blocks put failed to store");
-    s.read_bytes = s.counter("kvbm_remote_read_bytes_total", "Payload bytes of blocks returned by get");
-    s.written_bytes = s.counter("kvbm_remote_written_bytes_total", "Payload bytes of blocks stored by put");
+    s.read_bytes =
+        s.counter("kvbm_remote_read_bytes_total", "Payload bytes of blocks returned by get");
+    s.written_bytes =
+        s.counter("kvbm_remote_written_bytes_total", "Payload bytes of blocks stored by put");
     for (std::size_t i = 0; i < kRemoteStatusCount; ++i) {
       const auto st = static_cast<RemoteStatus>(i);
       if (st == RemoteStatus::kOk || st == RemoteStatus::kNotFound) continue;
@@ -63,14 +68,14 @@ RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry, con
                      .Name("kvbm_remote_seconds")
                      .Help("Latency of one remote call (a whole batch)")
                      .Register(*s.registry);
-    const prometheus::Histogram::BucketBoundaries buckets{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                          0.025,  0.05,    0.1,    0.25,  0.5,    1.0,  2.5};
+    const prometheus::Histogram::BucketBoundaries buckets{
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
     const char* ops[3] = {"exists", "get", "put"};
     for (std::size_t i = 0; i < 3; ++i) {
       prometheus::Labels l = s.labels;
       l["op"] = ops[i];
-      KVBM_CHECK(!hist.Has(l), "metrics registry already holds kvbm_remote_seconds for pool '", pool,
-                 "': give each remote store that shares a registry its own pool_name");
+      KVBM_CHECK(!hist.Has(l), "metrics registry already holds kvbm_remote_seconds for pool '",
+                 pool, "': give each remote store that shares a registry its own pool_name");
       auto* h = &hist.Add(l, buckets);
       s.removers.push_back([&hist, h] { hist.Remove(h); });
       s.seconds[i] = {&hist, h};
@@ -79,8 +84,9 @@ RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry, con
                       .Name("kvbm_remote_servers_available")
                       .Help("Remote servers whose last attempt succeeded")
                       .Register(*s.registry);
-    KVBM_CHECK(!gauge.Has(s.labels), "metrics registry already holds kvbm_remote_servers_available for pool '",
-               pool, "'");
+    KVBM_CHECK(!gauge.Has(s.labels),
+               "metrics registry already holds kvbm_remote_servers_available for pool '", pool,
+               "'");
     auto* g = &gauge.Add(s.labels);
     s.removers.push_back([&gauge, g] { gauge.Remove(g); });
     s.servers_available = {&gauge, g};

@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 #define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -12,6 +10,8 @@
 #include <latch>
 #include <mutex>
 #include <thread>
+
+#include <xxhash.h>
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
@@ -88,7 +88,8 @@ struct RemoteStore::Impl {
   std::atomic<std::size_t> servers_available{0};
   std::atomic<bool> corrupt_logged{false};
   struct Counters {
-    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, failed_puts{0}, read_bytes{0}, written_bytes{0};
+    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, failed_puts{0}, read_bytes{0},
+        written_bytes{0};
     std::array<std::atomic<std::uint64_t>, kRemoteStatusCount> by_status{};
   } counters;
 
@@ -133,9 +134,11 @@ struct RemoteStore::Impl {
       s.available_flag.store(false);
       metrics.set_servers_available(--servers_available);
       logger()->warn(
-          "remote store {}: server {} failed ({}: {}); its blocks are misses and its puts fail until it "
+          "remote store {}: server {} failed ({}: {}); its blocks are misses and its puts fail "
+          "until it "
           "answers again (next attempt in {} ms, backoff up to {} ms)",
-          options.pool_name, s.endpoint.display, to_string(kind), why, wait.count(), options.backoff_max.count());
+          options.pool_name, s.endpoint.display, to_string(kind), why, wait.count(),
+          options.backoff_max.count());
     }
   }
 
@@ -151,7 +154,8 @@ struct RemoteStore::Impl {
     if (changed) {
       s.available_flag.store(true);
       metrics.set_servers_available(++servers_available);
-      logger()->info("remote store {}: server {} answers again", options.pool_name, s.endpoint.display);
+      logger()->info("remote store {}: server {} answers again", options.pool_name,
+                     s.endpoint.display);
     }
   }
 
@@ -165,11 +169,13 @@ struct RemoteStore::Impl {
     if (!changed) return;
     if (full) {
       logger()->warn(
-          "remote store {}: server {} is full ({}); puts fail until it has room (maxmemory-policy allkeys-lru "
+          "remote store {}: server {} is full ({}); puts fail until it has room (maxmemory-policy "
+          "allkeys-lru "
           "evicts old blocks instead)",
           options.pool_name, s.endpoint.display, why);
     } else {
-      logger()->info("remote store {}: server {} accepts puts again", options.pool_name, s.endpoint.display);
+      logger()->info("remote store {}: server {} accepts puts again", options.pool_name,
+                     s.endpoint.display);
     }
   }
 
@@ -198,12 +204,14 @@ struct RemoteStore::Impl {
     RemoteStatus on_bulk(std::size_t index, std::span<const std::byte> value) override {
       if (batch->op != RemoteOp::kGet) return RemoteStatus::kServerError;
       const RemoteGet& g = batch->gets[(*items)[index]];
-      const auto e = verify_remote_value(value, impl->fingerprint, g.hash, g.prefix_hash, impl->block_bytes);
+      const auto e =
+          verify_remote_value(value, impl->fingerprint, g.hash, g.prefix_hash, impl->block_bytes);
       if (e != RemoteValueError::kNone) {
         if (!impl->corrupt_logged.exchange(true)) {
-          logger()->warn("remote store {}: block {} failed verification ({}); it is a miss (logged once; see "
-                         "kvbm_remote_errors_total{{kind=\"corrupt\"}})",
-                         impl->options.pool_name, impl->key_of(g.hash), to_string(e));
+          logger()->warn(
+              "remote store {}: block {} failed verification ({}); it is a miss (logged once; see "
+              "kvbm_remote_errors_total{{kind=\"corrupt\"}})",
+              impl->options.pool_name, impl->key_of(g.hash), to_string(e));
         }
         return RemoteStatus::kCorrupt;
       }
@@ -234,7 +242,8 @@ struct RemoteStore::Impl {
           }
           break;
         case RemoteOp::kPut:
-          if (r.kind == RedisReply::Kind::kStatus || r.kind == RedisReply::Kind::kError) st = r.status;
+          if (r.kind == RedisReply::Kind::kStatus || r.kind == RedisReply::Kind::kError)
+            st = r.status;
           break;
       }
       batch->status[item] = st;
@@ -245,8 +254,12 @@ struct RemoteStore::Impl {
     req.clear();
     for (std::size_t i : items) {
       switch (b.op) {
-        case RemoteOp::kExists: req.add_command({"EXISTS", key_of(b.hashes[i])}); break;
-        case RemoteOp::kGet: req.add_command({"GET", key_of(b.gets[i].hash)}); break;
+        case RemoteOp::kExists:
+          req.add_command({"EXISTS", key_of(b.hashes[i])});
+          break;
+        case RemoteOp::kGet:
+          req.add_command({"GET", key_of(b.gets[i].hash)});
+          break;
         case RemoteOp::kPut: {
           const RemotePut& p = b.puts[i];
           XXH3_state_t state;
@@ -261,7 +274,8 @@ struct RemoteStore::Impl {
           h.payload_checksum = XXH3_64bits_digest(&state);
           std::array<std::byte, kRemoteHeaderBytes> header;
           encode_remote_header(h, header);
-          req.add_set(key_of(p.hash), header, p.regions, static_cast<std::uint64_t>(options.ttl.count()));
+          req.add_set(key_of(p.hash), header, p.regions,
+                      static_cast<std::uint64_t>(options.ttl.count()));
           break;
         }
       }
@@ -275,7 +289,8 @@ struct RemoteStore::Impl {
     };
     if (Clock::now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
     bool was_connected = conn.connected();
-    if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk) return fail_all(t.items, st);
+    if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk)
+      return fail_all(t.items, st);
     std::vector<std::size_t> items = t.items;
     TaskSink sink;
     sink.impl = this;
@@ -291,7 +306,8 @@ struct RemoteStore::Impl {
       // Replies already read keep their outcome; the rest get the failure, or one retry on a new
       // connection when an established one turned out broken (a restarted server).
       items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(conn.replies_read()));
-      if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected && Clock::now() < b.deadline) {
+      if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected &&
+          Clock::now() < b.deadline) {
         was_connected = false;
         const RemoteStatus c = conn.connect(b.deadline, options.connect_timeout);
         if (c == RemoteStatus::kOk) continue;
@@ -307,8 +323,10 @@ struct RemoteStore::Impl {
         oom |= b.status[i] == RemoteStatus::kOutOfMemory;
         stored |= b.status[i] == RemoteStatus::kOk;
       }
-      if (oom) server_full(s, true, conn.last_error());
-      else if (stored) server_full(s, false, {});
+      if (oom)
+        server_full(s, true, conn.last_error());
+      else if (stored)
+        server_full(s, false, {});
     }
   }
 
@@ -347,8 +365,9 @@ struct RemoteStore::Impl {
       const std::size_t per = (items.size() + parts - 1) / parts;
       for (std::size_t p = 0; p < items.size(); p += per) {
         Task t;
-        t.items.assign(items.begin() + static_cast<std::ptrdiff_t>(p),
-                       items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), p + per)));
+        t.items.assign(
+            items.begin() + static_cast<std::ptrdiff_t>(p),
+            items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), p + per)));
         tasks.push_back(std::move(t));
       }
     }
@@ -359,7 +378,8 @@ struct RemoteStore::Impl {
     const auto start = Clock::now();
     std::vector<Task> tasks;
     tasks.reserve(servers.size() * options.connections_per_server);
-    dispatch(n, hash_of, tasks, op != RemoteOp::kExists);  // before the batch: its latch needs the count
+    dispatch(n, hash_of, tasks,
+             op != RemoteOp::kExists);  // before the batch: its latch needs the count
     auto b = std::make_unique<Batch>(op, n, static_cast<std::ptrdiff_t>(tasks.size()),
                                      start + options.command_timeout);
     fill(*b);
@@ -377,7 +397,8 @@ struct RemoteStore::Impl {
     remote::RemoteCallCounts c;
     for (std::size_t i = 0; i < n; ++i) {
       const RemoteStatus st = b->status[i];
-      if (st != RemoteStatus::kOk && st != RemoteStatus::kNotFound) ++c.by_status[static_cast<std::size_t>(st)];
+      if (st != RemoteStatus::kOk && st != RemoteStatus::kNotFound)
+        ++c.by_status[static_cast<std::size_t>(st)];
       if (op == RemoteOp::kGet) {
         if (st == RemoteStatus::kOk) {
           ++c.hits;
@@ -410,10 +431,12 @@ RemoteStore::RemoteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteStore::~RemoteStore() = default;
 
 std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions options) {
-  KVBM_CHECK(!options.urls.empty(), "RemoteStoreOptions::urls is empty; name at least one server, e.g. "
-                                    "redis://127.0.0.1:6379/0");
+  KVBM_CHECK(!options.urls.empty(),
+             "RemoteStoreOptions::urls is empty; name at least one server, e.g. "
+             "redis://127.0.0.1:6379/0");
   options.name_space.layout.validate();
-  KVBM_CHECK(options.connections_per_server >= 1, "RemoteStoreOptions::connections_per_server must be at least 1");
+  KVBM_CHECK(options.connections_per_server >= 1,
+             "RemoteStoreOptions::connections_per_server must be at least 1");
   KVBM_CHECK(options.connect_timeout.count() > 0 && options.command_timeout.count() > 0,
              "RemoteStoreOptions: connect_timeout and command_timeout must be positive");
   KVBM_CHECK(options.backoff_initial.count() > 0 && options.backoff_initial <= options.backoff_max,
@@ -448,14 +471,16 @@ std::vector<bool> RemoteStore::exists(std::span<const std::uint64_t> hashes) {
       RemoteOp::kExists, hashes.size(), [&](std::size_t i) { return hashes[i]; },
       [&](Batch& batch) { batch.hashes = hashes; });
   std::vector<bool> out(hashes.size());
-  for (std::size_t i = 0; i < hashes.size(); ++i) out[i] = b->status[i] == RemoteStatus::kOk && b->present[i] != 0;
+  for (std::size_t i = 0; i < hashes.size(); ++i)
+    out[i] = b->status[i] == RemoteStatus::kOk && b->present[i] != 0;
   return out;
 }
 
 std::vector<RemoteStatus> RemoteStore::put(std::span<const RemotePut> blocks) {
   for (const auto& p : blocks) {
-    KVBM_CHECK(total_bytes(p.regions) == impl_->block_bytes, "RemoteStore::put: block ", p.hash, " has ",
-               total_bytes(p.regions), " bytes in its regions; the store's blocks have ", impl_->block_bytes);
+    KVBM_CHECK(total_bytes(p.regions) == impl_->block_bytes, "RemoteStore::put: block ", p.hash,
+               " has ", total_bytes(p.regions), " bytes in its regions; the store's blocks have ",
+               impl_->block_bytes);
   }
   auto b = impl_->execute(
       RemoteOp::kPut, blocks.size(), [&](std::size_t i) { return blocks[i].hash; },
@@ -465,8 +490,9 @@ std::vector<RemoteStatus> RemoteStore::put(std::span<const RemotePut> blocks) {
 
 std::vector<RemoteStatus> RemoteStore::get(std::span<const RemoteGet> blocks) {
   for (const auto& g : blocks) {
-    KVBM_CHECK(total_bytes(g.regions) == impl_->block_bytes, "RemoteStore::get: block ", g.hash, " has ",
-               total_bytes(g.regions), " bytes of destination; the store's blocks have ", impl_->block_bytes);
+    KVBM_CHECK(total_bytes(g.regions) == impl_->block_bytes, "RemoteStore::get: block ", g.hash,
+               " has ", total_bytes(g.regions), " bytes of destination; the store's blocks have ",
+               impl_->block_bytes);
   }
   auto b = impl_->execute(
       RemoteOp::kGet, blocks.size(), [&](std::size_t i) { return blocks[i].hash; },
@@ -477,7 +503,9 @@ std::vector<RemoteStatus> RemoteStore::get(std::span<const RemoteGet> blocks) {
 std::size_t RemoteStore::block_bytes() const noexcept { return impl_->block_bytes; }
 std::uint64_t RemoteStore::fingerprint() const noexcept { return impl_->fingerprint; }
 std::string RemoteStore::key_of(std::uint64_t hash) const { return impl_->key_of(hash); }
-std::size_t RemoteStore::server_of(std::uint64_t hash) const noexcept { return impl_->server_of(hash); }
+std::size_t RemoteStore::server_of(std::uint64_t hash) const noexcept {
+  return impl_->server_of(hash);
+}
 std::size_t RemoteStore::server_count() const noexcept { return impl_->servers.size(); }
 bool RemoteStore::server_available(std::size_t i) const {
   KVBM_CHECK(i < impl_->servers.size(), "RemoteStore::server_available: no server ", i);

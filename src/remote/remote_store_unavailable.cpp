@@ -12,8 +12,9 @@ RemoteStore::RemoteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteStore::~RemoteStore() = default;
 
 std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions) {
-  KVBM_CHECK(false, "kvbm was built without the remote tier (hiredis not found): install libhiredis-dev "
-                    "(bash scripts/deps.sh) and reconfigure; kvbm/config.h says KVBM_HAVE_REDIS 0");
+  KVBM_CHECK(false,
+             "kvbm was built without the remote tier (hiredis not found): install libhiredis-dev "
+             "(bash scripts/deps.sh) and reconfigure; kvbm/config.h says KVBM_HAVE_REDIS 0");
   return nullptr;
 }
 std::vector<bool> RemoteStore::exists(std::span<const std::uint64_t>) { return {}; }

@@ -1,9 +1,9 @@
 #include "kvbm/remote/remote_value.h"
 
 #define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <cstring>
+
+#include <xxhash.h>
 
 namespace kvbm {
 namespace {
@@ -17,7 +17,8 @@ void put_le(std::byte* out, std::uint64_t v, std::size_t n) noexcept {
 }
 std::uint64_t get_le(const std::byte* in, std::size_t n) noexcept {
   std::uint64_t v = 0;
-  for (std::size_t i = 0; i < n; ++i) v |= std::uint64_t{std::to_integer<unsigned char>(in[i])} << (8 * i);
+  for (std::size_t i = 0; i < n; ++i)
+    v |= std::uint64_t{std::to_integer<unsigned char>(in[i])} << (8 * i);
   return v;
 }
 
@@ -47,16 +48,26 @@ std::uint64_t remote_fingerprint(const RemoteNamespace& ns) noexcept {
 
 std::string_view to_string(RemoteValueError e) noexcept {
   switch (e) {
-    case RemoteValueError::kNone: return "none";
-    case RemoteValueError::kTooShort: return "too_short";
-    case RemoteValueError::kBadMagic: return "bad_magic";
-    case RemoteValueError::kBadVersion: return "bad_version";
-    case RemoteValueError::kBadHeaderChecksum: return "bad_header_checksum";
-    case RemoteValueError::kWrongNamespace: return "wrong_namespace";
-    case RemoteValueError::kWrongHash: return "wrong_hash";
-    case RemoteValueError::kWrongPrefixHash: return "wrong_prefix_hash";
-    case RemoteValueError::kWrongSize: return "wrong_size";
-    case RemoteValueError::kBadPayloadChecksum: return "bad_payload_checksum";
+    case RemoteValueError::kNone:
+      return "none";
+    case RemoteValueError::kTooShort:
+      return "too_short";
+    case RemoteValueError::kBadMagic:
+      return "bad_magic";
+    case RemoteValueError::kBadVersion:
+      return "bad_version";
+    case RemoteValueError::kBadHeaderChecksum:
+      return "bad_header_checksum";
+    case RemoteValueError::kWrongNamespace:
+      return "wrong_namespace";
+    case RemoteValueError::kWrongHash:
+      return "wrong_hash";
+    case RemoteValueError::kWrongPrefixHash:
+      return "wrong_prefix_hash";
+    case RemoteValueError::kWrongSize:
+      return "wrong_size";
+    case RemoteValueError::kBadPayloadChecksum:
+      return "bad_payload_checksum";
   }
   return "unknown";
 }
@@ -65,7 +76,8 @@ std::uint64_t remote_checksum(std::span<const std::byte> bytes) noexcept {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-void encode_remote_header(const RemoteHeader& h, std::span<std::byte, kRemoteHeaderBytes> out) noexcept {
+void encode_remote_header(const RemoteHeader& h,
+                          std::span<std::byte, kRemoteHeaderBytes> out) noexcept {
   std::byte* p = out.data();
   std::memcpy(p, kMagic, 4);
   put_le(p + 4, kRemoteFormatVersion, 2);
@@ -80,14 +92,16 @@ void encode_remote_header(const RemoteHeader& h, std::span<std::byte, kRemoteHea
   put_le(p + 56, XXH3_64bits(p, kHashedBytes), 8);
 }
 
-RemoteValueError decode_remote_header(std::span<const std::byte> value, RemoteHeader& out) noexcept {
+RemoteValueError decode_remote_header(std::span<const std::byte> value,
+                                      RemoteHeader& out) noexcept {
   if (value.size() < kRemoteHeaderBytes) return RemoteValueError::kTooShort;
   const std::byte* p = value.data();
   if (std::memcmp(p, kMagic, 4) != 0) return RemoteValueError::kBadMagic;
   if (get_le(p + 4, 2) != kRemoteFormatVersion || get_le(p + 6, 2) != kRemoteHeaderBytes) {
     return RemoteValueError::kBadVersion;
   }
-  if (get_le(p + 56, 8) != XXH3_64bits(p, kHashedBytes)) return RemoteValueError::kBadHeaderChecksum;
+  if (get_le(p + 56, 8) != XXH3_64bits(p, kHashedBytes))
+    return RemoteValueError::kBadHeaderChecksum;
   out.fingerprint = get_le(p + 8, 8);
   out.sequence_hash = get_le(p + 16, 8);
   out.has_prefix_hash = (get_le(p + 48, 4) & kFlagPrefixHash) != 0;
@@ -98,7 +112,8 @@ RemoteValueError decode_remote_header(std::span<const std::byte> value, RemoteHe
 }
 
 RemoteValueError verify_remote_value(std::span<const std::byte> value, std::uint64_t fingerprint,
-                                     std::uint64_t sequence_hash, std::uint64_t expected_prefix_hash,
+                                     std::uint64_t sequence_hash,
+                                     std::uint64_t expected_prefix_hash,
                                      std::size_t payload_bytes) noexcept {
   RemoteHeader h;
   if (auto e = decode_remote_header(value, h); e != RemoteValueError::kNone) return e;

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -21,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <hiredis/hiredis.h>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -62,17 +62,31 @@ class RedisServer {
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] std::string socket_path() const { return (dir_ / "redis.sock").string(); }
   [[nodiscard]] std::string url() const {
-    return options_.unix_socket ? "unix://" + socket_path() : "redis://127.0.0.1:" + std::to_string(port_) + "/0";
+    return options_.unix_socket ? "unix://" + socket_path()
+                                : "redis://127.0.0.1:" + std::to_string(port_) + "/0";
   }
 
   /// Starts the server (again) and waits until it answers PING.
   void start() {
     if (pid_ > 0) return;
     const std::string bin = find_binary();
-    std::vector<std::string> args = {bin,          "--port",       std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--save",     "",             "--appendonly",        "no",     "--dir",
-                                     dir_.string(), "--daemonize", "no",                  "--logfile",
-                                     (dir_ / "redis.log").string(), "--protected-mode",   "no"};
+    std::vector<std::string> args = {bin,
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     dir_.string(),
+                                     "--daemonize",
+                                     "no",
+                                     "--logfile",
+                                     (dir_ / "redis.log").string(),
+                                     "--protected-mode",
+                                     "no"};
     if (options_.unix_socket) {
       args.insert(args.end(), {"--unixsocket", socket_path(), "--unixsocketperm", "700"});
     }
@@ -92,7 +106,8 @@ class RedisServer {
       if (auto c = raw(); c && command(c.get(), {"PING"}) == "PONG") return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    throw std::runtime_error("redis-server did not answer within 10 s; see " + (dir_ / "redis.log").string());
+    throw std::runtime_error("redis-server did not answer within 10 s; see " +
+                             (dir_ / "redis.log").string());
   }
 
   /// Stops the server with SIGTERM (nothing when it is not running).
@@ -127,13 +142,19 @@ class RedisServer {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
     if (r == nullptr) return "(io error)";
     std::string out;
     switch (r->type) {
-      case REDIS_REPLY_INTEGER: out = std::to_string(r->integer); break;
-      case REDIS_REPLY_NIL: out = "(nil)"; break;
-      default: out.assign(r->str != nullptr ? r->str : "", r->str != nullptr ? r->len : 0);
+      case REDIS_REPLY_INTEGER:
+        out = std::to_string(r->integer);
+        break;
+      case REDIS_REPLY_NIL:
+        out = "(nil)";
+        break;
+      default:
+        out.assign(r->str != nullptr ? r->str : "", r->str != nullptr ? r->len : 0);
     }
     freeReplyObject(r);
     return out;

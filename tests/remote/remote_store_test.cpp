@@ -2,10 +2,6 @@
 
 #include "kvbm/remote/remote_store.h"
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +12,11 @@
 #include <random>
 #include <sstream>
 #include <thread>
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
@@ -34,12 +35,14 @@ RemoteNamespace test_namespace(std::string user = "test") {
   RemoteNamespace ns;
   ns.model = "tiny-model@1";
   ns.dtype = "bf16";
-  ns.layout = LayoutConfig{.num_layers = 2, .outer_dim = 2, .page_size = 16, .inner_dim = 64, .dtype_bytes = 2};
+  ns.layout = LayoutConfig{
+      .num_layers = 2, .outer_dim = 2, .page_size = 16, .inner_dim = 64, .dtype_bytes = 2};
   ns.user_namespace = std::move(user);
   return ns;  // 4 regions of 2 KiB: 8 KiB per block
 }
 
-RemoteStoreOptions options_for(std::vector<std::string> urls, RemoteNamespace ns = test_namespace()) {
+RemoteStoreOptions options_for(std::vector<std::string> urls,
+                               RemoteNamespace ns = test_namespace()) {
   RemoteStoreOptions o;
   o.urls = std::move(urls);
   o.name_space = std::move(ns);
@@ -69,7 +72,8 @@ struct Blocks {
   std::vector<std::vector<std::span<const std::byte>>> regions;
   std::vector<RemotePut> puts;
 
-  Blocks(std::uint64_t first, std::size_t count, std::size_t bytes, std::size_t parts = 4, std::uint64_t seed = 7) {
+  Blocks(std::uint64_t first, std::size_t count, std::size_t bytes, std::size_t parts = 4,
+         std::uint64_t seed = 7) {
     for (std::size_t i = 0; i < count; ++i) {
       hashes.push_back(0xA000'0000'0000'0000ULL + first + i * 0x1'0000'0001ULL);
       data.push_back(block_bytes_of(hashes.back(), bytes, seed));
@@ -105,10 +109,12 @@ double metric(prometheus::Registry& registry, const std::string& name,
     for (const auto& m : family.metric) {
       bool match = true;
       for (const auto& [k, v] : labels) {
-        match &= std::any_of(m.label.begin(), m.label.end(),
-                             [&](const prometheus::ClientMetric::Label& l) { return l.name == k && l.value == v; });
+        match &= std::any_of(
+            m.label.begin(), m.label.end(),
+            [&](const prometheus::ClientMetric::Label& l) { return l.name == k && l.value == v; });
       }
-      if (match) return family.type == prometheus::MetricType::Gauge ? m.gauge.value : m.counter.value;
+      if (match)
+        return family.type == prometheus::MetricType::Gauge ? m.gauge.value : m.counter.value;
     }
   }
   return -1;
@@ -151,7 +157,8 @@ TEST(RemoteStoreTest, RoundTripOfManyBlocksEveryByteCompared) {
   }
   for (std::size_t i = n; i < asked.size(); ++i) {
     EXPECT_EQ(got[i], RemoteStatus::kNotFound);
-    EXPECT_EQ(dst.data[i], std::vector<std::byte>(store->block_bytes(), std::byte{0xEE})) << "a miss was written";
+    EXPECT_EQ(dst.data[i], std::vector<std::byte>(store->block_bytes(), std::byte{0xEE}))
+        << "a miss was written";
   }
   const auto s = store->stats();
   EXPECT_EQ(s.hits, n);
@@ -163,8 +170,10 @@ TEST(RemoteStoreTest, RoundTripOfManyBlocksEveryByteCompared) {
   EXPECT_EQ(metric(*registry, "kvbm_remote_hits_total", {{"pool", "G4"}}), static_cast<double>(n));
   EXPECT_EQ(metric(*registry, "kvbm_remote_misses_total"), 50.0);
   EXPECT_EQ(metric(*registry, "kvbm_remote_puts_total"), static_cast<double>(n));
-  EXPECT_EQ(metric(*registry, "kvbm_remote_read_bytes_total"), static_cast<double>(n * store->block_bytes()));
-  EXPECT_EQ(metric(*registry, "kvbm_remote_written_bytes_total"), static_cast<double>(n * store->block_bytes()));
+  EXPECT_EQ(metric(*registry, "kvbm_remote_read_bytes_total"),
+            static_cast<double>(n * store->block_bytes()));
+  EXPECT_EQ(metric(*registry, "kvbm_remote_written_bytes_total"),
+            static_cast<double>(n * store->block_bytes()));
   EXPECT_EQ(metric(*registry, "kvbm_remote_servers_available"), 1.0);
 }
 
@@ -176,9 +185,11 @@ TEST(RemoteStoreTest, UnixSocketRoundTripAndScatteredDestination) {
   ASSERT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), 20u);
   // Read each block into two halves of different buffers.
   const std::size_t half = store->block_bytes() / 2;
-  std::vector<std::vector<std::byte>> a(20, std::vector<std::byte>(half)), b(20, std::vector<std::byte>(half));
+  std::vector<std::vector<std::byte>> a(20, std::vector<std::byte>(half)),
+      b(20, std::vector<std::byte>(half));
   std::vector<std::array<std::span<std::byte>, 2>> regions;
-  for (std::size_t i = 0; i < 20; ++i) regions.push_back({std::span<std::byte>(a[i]), std::span<std::byte>(b[i])});
+  for (std::size_t i = 0; i < 20; ++i)
+    regions.push_back({std::span<std::byte>(a[i]), std::span<std::byte>(b[i])});
   std::vector<RemoteGet> gets;
   for (std::size_t i = 0; i < 20; ++i) gets.push_back({blocks.hashes[i], 0, regions[i]});
   auto got = store->get(gets);
@@ -336,7 +347,8 @@ TEST(RemoteStoreTest, KilledServerGivesMissesWithinTheTimeoutThenRecoversAfterRe
     auto put = store->put(blocks.puts);
     auto present = store->exists(blocks.hashes);
     const auto elapsed = std::chrono::steady_clock::now() - t0;
-    EXPECT_LT(elapsed, 3 * (o.command_timeout + 100ms)) << "three calls must each end within the timeout";
+    EXPECT_LT(elapsed, 3 * (o.command_timeout + 100ms))
+        << "three calls must each end within the timeout";
     EXPECT_EQ(count(got, RemoteStatus::kOk), 0u);
     EXPECT_EQ(count(put, RemoteStatus::kOk), 0u);
     for (bool p : present) EXPECT_FALSE(p);
@@ -354,7 +366,9 @@ TEST(RemoteStoreTest, KilledServerGivesMissesWithinTheTimeoutThenRecoversAfterRe
   sink->flush();
   const std::string text = log_text.str();
   std::size_t lines = 0;
-  for (std::size_t p = text.find("failed ("); p != std::string::npos; p = text.find("failed (", p + 1)) ++lines;
+  for (std::size_t p = text.find("failed ("); p != std::string::npos;
+       p = text.find("failed (", p + 1))
+    ++lines;
   EXPECT_EQ(lines, 1u) << text;
 
   server.start();  // same port, empty
@@ -519,7 +533,8 @@ TEST(RemoteStoreTest, FullServerWithAllkeysLruEvictsOldBlocks) {
   Blocks first(0, per, store->block_bytes());
   Destinations dst(first.hashes, store->block_bytes());
   auto got = store->get(dst.gets);
-  EXPECT_GT(count(got, RemoteStatus::kNotFound), per / 2) << "the oldest blocks should have been evicted";
+  EXPECT_GT(count(got, RemoteStatus::kNotFound), per / 2)
+      << "the oldest blocks should have been evicted";
   for (std::size_t i = 0; i < per; ++i) {
     if (got[i] == RemoteStatus::kOk) {
       EXPECT_EQ(dst.data[i], first.data[i]);

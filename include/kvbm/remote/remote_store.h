@@ -30,8 +30,8 @@
 // The destination of a block that is not kOk is left untouched.
 //
 // Metrics (when a registry is given; label pool=<pool_name>):
-//   kvbm_remote_hits_total, kvbm_remote_misses_total       get() outcomes (a miss: anything not a hit)
-//   kvbm_remote_puts_total, kvbm_remote_failed_puts_total  put() outcomes
+//   kvbm_remote_hits_total, kvbm_remote_misses_total       get() outcomes (a miss: anything not a
+//   hit) kvbm_remote_puts_total, kvbm_remote_failed_puts_total  put() outcomes
 //   kvbm_remote_read_bytes_total, kvbm_remote_written_bytes_total  payload bytes
 //   kvbm_remote_errors_total{kind}    blocks failed by kind: corrupt, unavailable, timeout, oom,
 //                                     server_error, connection_lost
@@ -89,16 +89,16 @@ struct RemoteStoreOptions {
   /// unix:///path/to.sock[?db=N]. The order decides where keys live: give
   /// every instance the same list.
   std::vector<std::string> urls{};
-  RemoteNamespace name_space{};         ///< model, dtype, layout, user namespace
-  std::string key_prefix = "kvbm";     ///< first part of every key
+  RemoteNamespace name_space{};     ///< model, dtype, layout, user namespace
+  std::string key_prefix = "kvbm";  ///< first part of every key
   std::size_t connections_per_server = 2;
   std::chrono::milliseconds connect_timeout{250};
   std::chrono::milliseconds command_timeout{1000};  ///< bound on one whole call
   std::chrono::milliseconds backoff_initial{100};   ///< first wait after a failure
   std::chrono::milliseconds backoff_max{5000};      ///< longest wait between attempts
-  std::chrono::seconds ttl{0};                      ///< 0: keys never expire (SET ... EX ttl otherwise)
+  std::chrono::seconds ttl{0};  ///< 0: keys never expire (SET ... EX ttl otherwise)
   std::shared_ptr<prometheus::Registry> metrics_registry{};  ///< null: no metrics
-  std::string pool_name = "G4";                     ///< the `pool` label
+  std::string pool_name = "G4";                              ///< the `pool` label
 };
 
 /// One block to write: its identity and its bytes, in one or more regions

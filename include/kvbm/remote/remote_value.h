@@ -43,10 +43,13 @@ inline constexpr std::size_t kRemoteHeaderBytes = 64;
 /// What identifies the blocks of one model and layout in a shared store.
 /// Two writers share blocks only when every field is equal.
 struct RemoteNamespace {
-  std::string model{};           ///< model name and weight version, e.g. "llama-3.1-8b@rev3"
-  std::string dtype{};           ///< element type, e.g. "bf16" (dtype_bytes alone cannot tell bf16 from fp16)
-  LayoutConfig layout{};         ///< the block's dimensions (layers, outer, tokens per block, inner, dtype bytes)
-  std::string user_namespace{};  ///< any further separation the deployment wants (tenant, cache salt)
+  std::string model{};  ///< model name and weight version, e.g. "llama-3.1-8b@rev3"
+  std::string
+      dtype{};  ///< element type, e.g. "bf16" (dtype_bytes alone cannot tell bf16 from fp16)
+  LayoutConfig
+      layout{};  ///< the block's dimensions (layers, outer, tokens per block, inner, dtype bytes)
+  std::string
+      user_namespace{};  ///< any further separation the deployment wants (tenant, cache salt)
 };
 
 /// Returns the namespace fingerprint: XXH3-64 of a tag, the five LayoutConfig
@@ -67,9 +70,9 @@ struct RemoteHeader {
 /// Why a value was refused.
 enum class RemoteValueError : std::uint8_t {
   kNone,
-  kTooShort,         ///< fewer bytes than a header
-  kBadMagic,         ///< not a kvbm value
-  kBadVersion,       ///< another format version or header size
+  kTooShort,    ///< fewer bytes than a header
+  kBadMagic,    ///< not a kvbm value
+  kBadVersion,  ///< another format version or header size
   kBadHeaderChecksum,
   kWrongNamespace,   ///< another model, layout or user namespace
   kWrongHash,        ///< another sequence hash
@@ -85,17 +88,20 @@ enum class RemoteValueError : std::uint8_t {
 [[nodiscard]] std::uint64_t remote_checksum(std::span<const std::byte> bytes) noexcept;
 
 /// Writes the 64-byte header for `h` into `out` (header checksum included).
-void encode_remote_header(const RemoteHeader& h, std::span<std::byte, kRemoteHeaderBytes> out) noexcept;
+void encode_remote_header(const RemoteHeader& h,
+                          std::span<std::byte, kRemoteHeaderBytes> out) noexcept;
 
 /// Decodes and checks a header: magic, version, size and header checksum.
 /// Nothing about identity is checked.
-[[nodiscard]] RemoteValueError decode_remote_header(std::span<const std::byte> value, RemoteHeader& out) noexcept;
+[[nodiscard]] RemoteValueError decode_remote_header(std::span<const std::byte> value,
+                                                    RemoteHeader& out) noexcept;
 
 /// Verifies a whole value against what the reader expects: the header, the
 /// namespace fingerprint, the sequence hash, the prefix hash when
 /// `expected_prefix_hash` is non-zero, the payload size and its checksum.
 /// Returns kNone when the payload (value past the header) may be used.
-[[nodiscard]] RemoteValueError verify_remote_value(std::span<const std::byte> value, std::uint64_t fingerprint,
+[[nodiscard]] RemoteValueError verify_remote_value(std::span<const std::byte> value,
+                                                   std::uint64_t fingerprint,
                                                    std::uint64_t sequence_hash,
                                                    std::uint64_t expected_prefix_hash,
                                                    std::size_t payload_bytes) noexcept;
