@@ -38,7 +38,7 @@ LayoutConfig layout_of(std::size_t kib) {
   return LayoutConfig{.num_layers = 1,
                       .outer_dim = 2,
                       .page_size = 16,
-                      .inner_dim = static_cast<std::uint32_t>(kib * 1024 / (2 * 16 * 2)),
+                      .inner_dim = static_cast<std::uint32_t>(kib * 1024 / 64),
                       .dtype_bytes = 2};
 }
 

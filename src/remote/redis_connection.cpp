@@ -22,7 +22,7 @@ extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
 namespace kvbm::remote {
 namespace {
 
-constexpr std::size_t kReadChunk = 256 * 1024;  // least room offered to one read()
+constexpr std::size_t kReadChunk = std::size_t{256} * 1024;  // least room offered to one read()
 
 int parse_int(std::string_view s, std::string_view url, std::string_view what) {
   int v = 0;

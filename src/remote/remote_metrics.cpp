@@ -36,7 +36,7 @@ struct RemoteMetrics::Series {
                labels.at("pool"),
                "': give each remote store that shares a registry its own pool_name");
     auto* c = &family.Add(l);
-    removers.push_back([&family, c] { family.Remove(c); });
+    removers.emplace_back([&family, c] { family.Remove(c); });
     return {&family, c};
   }
 };
@@ -77,7 +77,7 @@ RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry,
       KVBM_CHECK(!hist.Has(l), "metrics registry already holds kvbm_remote_seconds for pool '",
                  pool, "': give each remote store that shares a registry its own pool_name");
       auto* h = &hist.Add(l, buckets);
-      s.removers.push_back([&hist, h] { hist.Remove(h); });
+      s.removers.emplace_back([&hist, h] { hist.Remove(h); });
       s.seconds[i] = {&hist, h};
     }
     auto& gauge = prometheus::BuildGauge()
@@ -88,7 +88,7 @@ RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry,
                "metrics registry already holds kvbm_remote_servers_available for pool '", pool,
                "'");
     auto* g = &gauge.Add(s.labels);
-    s.removers.push_back([&gauge, g] { gauge.Remove(g); });
+    s.removers.emplace_back([&gauge, g] { gauge.Remove(g); });
     s.servers_available = {&gauge, g};
   } catch (...) {
     for (auto& r : s.removers) r();

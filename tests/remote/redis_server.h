@@ -12,12 +12,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <hiredis/hiredis.h>
@@ -91,12 +91,14 @@ class RedisServer {
       args.insert(args.end(), {"--unixsocket", socket_path(), "--unixsocketperm", "700"});
     }
     args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
+    // argv is built before fork: the child of a threaded parent must not allocate.
+    std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       ::execv(bin.c_str(), argv.data());
       ::_exit(127);
     }

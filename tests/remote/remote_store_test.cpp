@@ -108,7 +108,9 @@ double metric(prometheus::Registry& registry, const std::string& name,
     if (family.name != name) continue;
     for (const auto& m : family.metric) {
       bool match = true;
-      for (const auto& [k, v] : labels) {
+      for (const auto& kv : labels) {
+        const std::string& k = kv.first;  // named: clang 14 cannot capture structured bindings
+        const std::string& v = kv.second;
         match &= std::any_of(
             m.label.begin(), m.label.end(),
             [&](const prometheus::ClientMetric::Label& l) { return l.name == k && l.value == v; });
@@ -465,6 +467,7 @@ TEST(RemoteStoreTest, ManyThreadsWriteAndReadOverlappingPrefixes) {
   constexpr int kThreads = 4;
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       // Each thread writes blocks [t*20, t*20+60): neighbours overlap by 40 blocks, same bytes.
