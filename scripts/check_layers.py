@@ -25,7 +25,7 @@ LAYERS = [
               "token_block_sequence.h", "partial_block.h", "logging.h", "metrics.h", "io/"]),
     ("blocks", ["blocks/", "detail/", "eviction/", "frequency_tracker.h", "pool_listener.h"]),
     ("pools", ["block_manager.h", "block_registry.h"]),
-    ("transfer", ["storage/", "transfer/", "disk/", "events/"]),
+    ("transfer", ["storage/", "transfer/", "disk/", "remote/", "events/"]),
     ("offload", ["offload/"]),
     ("facade", ["kv_block_manager.h", "admission.h", "facade/"]),
     ("umbrella", ["kvbm.h"]),

@@ -8,7 +8,9 @@
 # installed one by one, and one that cannot be is only reported: without ninja-build CMake's
 # Makefile generator is used; without clang and libclang-rt-14-dev (clang's libFuzzer runtime)
 # the fuzz stage of scripts/test.sh is skipped, without clang the threadsafety stage, without
-# clang-format and clang-tidy the lint stage. Set KVBM_SKIP_DEPS=1 to skip this script
+# clang-format and clang-tidy the lint stage; without libhiredis-dev kvbm builds without the
+# remote tier (G4) and without redis-server its tests (tests/remote/) skip with a message. Set
+# KVBM_SKIP_DEPS=1 to skip this script
 # entirely (e.g. on a machine provisioned some other way).
 set -euo pipefail
 
@@ -20,7 +22,7 @@ readonly REQUIRED=(
   nlohmann-json3-dev libcurl4-openssl-dev
   python3
 )
-readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev clang-format clang-tidy)
+readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev clang-format clang-tidy libhiredis-dev redis-server)
 
 log() { printf '[deps] %s\n' "$*"; }
 

@@ -1,0 +1,176 @@
+// kvbm/remote/remote_store.h: a remote tier (G4) of KV blocks on Redis.
+//
+// A RemoteStore is a client of one or several Redis servers that many engine
+// instances share. A block is one value (kvbm/remote/remote_value.h: a 64-byte
+// header, then the block's bytes) under the key
+//
+//   <key_prefix>:<namespace fingerprint, 16 hex>:<sequence hash, 16 hex>
+//
+// so that blocks of another model, layout, dtype or user namespace are never
+// seen. With several servers a key lives on server
+// jump_consistent_hash(XXH3(fingerprint, hash), servers): every instance that
+// lists the same URLs in the same order finds a block on the same server.
+//
+// I/O: each server has `connections_per_server` worker threads, each owning
+// one connection. exists(), put() and get() split a batch by server and over
+// its workers, which pipeline the commands (EXISTS, SET, GET) on their
+// connection: one round trip per batch and worker, never one per block. The
+// calling thread waits for the workers, at most `command_timeout` (plus the
+// time to hand back), whatever the servers do.
+//
+// Failure: a server that is down, slow, restarted or full degrades to misses
+// (get, exists) and failed puts with a status naming the kind, one log line
+// per change of the server's state (not per block) and the metrics below. A
+// server that failed is retried with exponential backoff; until then its
+// blocks fail at once, without waiting. A connection found broken is
+// reconnected once inside the same call (a restarted server costs no misses
+// when it is already back). get() reports a block as found only after the
+// header (magic, version, namespace, hash, prefix hash, size) and the payload
+// checksum verified; a block that fails is counted (kCorrupt) and is a miss.
+// The destination of a block that is not kOk is left untouched.
+//
+// Metrics (when a registry is given; label pool=<pool_name>):
+//   kvbm_remote_hits_total, kvbm_remote_misses_total       get() outcomes (a miss: anything not a
+//   hit) kvbm_remote_puts_total, kvbm_remote_failed_puts_total  put() outcomes
+//   kvbm_remote_read_bytes_total, kvbm_remote_written_bytes_total  payload bytes
+//   kvbm_remote_errors_total{kind}    blocks failed by kind: corrupt, unavailable, timeout, oom,
+//                                     server_error, connection_lost
+//   kvbm_remote_seconds{op}           histogram of one call's latency: exists, get, put
+//   kvbm_remote_servers_available     servers whose last attempt succeeded
+//
+// Errors: a bad URL or option throws UsageError at create(); nothing else
+// throws for a server's behaviour. Blocks of a batch must have the store's
+// block size (UsageError otherwise).
+//
+// Lifetime: destroying the store stops its workers (after their current
+// batch, bounded by the timeout) and closes the connections.
+// Thread-safety: exists(), put(), get() and the accessors may be called from
+// any number of threads at once; batches queue on the workers.
+
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvbm/remote/remote_value.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvbm {
+
+/// The outcome of one block in a remote call.
+enum class RemoteStatus : std::uint8_t {
+  kOk,              ///< done: stored, or found and verified
+  kNotFound,        ///< no such key (never written, evicted, expired)
+  kCorrupt,         ///< a value was there but failed verification; a miss
+  kUnavailable,     ///< the server cannot be reached (or is in backoff)
+  kTimeout,         ///< the call's deadline passed before the server answered
+  kOutOfMemory,     ///< the server refused the write: maxmemory with noeviction
+  kServerError,     ///< any other error reply or an unexpected reply
+  kConnectionLost,  ///< the connection broke during the call
+};
+inline constexpr std::size_t kRemoteStatusCount = 8;
+
+/// Returns a short name ("ok", "not_found", "corrupt", "unavailable", ...).
+[[nodiscard]] std::string_view to_string(RemoteStatus s) noexcept;
+
+/// How to reach the servers and which blocks are ours.
+struct RemoteStoreOptions {
+  /// One URL per server: redis://[:password@]host:port[/db] or
+  /// unix:///path/to.sock[?db=N]. The order decides where keys live: give
+  /// every instance the same list.
+  std::vector<std::string> urls{};
+  RemoteNamespace name_space{};     ///< model, dtype, layout, user namespace
+  std::string key_prefix = "kvbm";  ///< first part of every key
+  std::size_t connections_per_server = 2;
+  std::chrono::milliseconds connect_timeout{250};
+  std::chrono::milliseconds command_timeout{1000};  ///< bound on one whole call
+  std::chrono::milliseconds backoff_initial{100};   ///< first wait after a failure
+  std::chrono::milliseconds backoff_max{5000};      ///< longest wait between attempts
+  std::chrono::seconds ttl{0};  ///< 0: keys never expire (SET ... EX ttl otherwise)
+  std::shared_ptr<prometheus::Registry> metrics_registry{};  ///< null: no metrics
+  std::string pool_name = "G4";                              ///< the `pool` label
+};
+
+/// One block to write: its identity and its bytes, in one or more regions
+/// whose sizes add up to the store's block_bytes().
+struct RemotePut {
+  std::uint64_t hash = 0;         ///< the block's sequence hash
+  std::uint64_t prefix_hash = 0;  ///< optional second hash of the prefix (0: none)
+  std::span<const std::span<const std::byte>> regions{};
+};
+
+/// One block to read: its identity and where its bytes go (regions adding up
+/// to block_bytes()). Left untouched unless the block comes back kOk.
+struct RemoteGet {
+  std::uint64_t hash = 0;
+  std::uint64_t prefix_hash = 0;  ///< non-zero: the value must carry this prefix hash
+  std::span<const std::span<std::byte>> regions{};
+};
+
+/// Counters since construction (the same as the metrics, without a registry).
+struct RemoteStoreStats {
+  std::uint64_t hits = 0, misses = 0;
+  std::uint64_t puts = 0, failed_puts = 0;
+  std::uint64_t read_bytes = 0, written_bytes = 0;
+  std::array<std::uint64_t, kRemoteStatusCount> blocks_by_status{};  ///< indexed by RemoteStatus
+  [[nodiscard]] std::uint64_t count(RemoteStatus s) const noexcept {
+    return blocks_by_status[static_cast<std::size_t>(s)];
+  }
+};
+
+/// A client of the remote tier.
+class RemoteStore {
+ public:
+  /// Parses the URLs, starts the workers and returns; connections are made
+  /// by the workers on first use, so a server that is down at start is only
+  /// a miss. Throws UsageError on a bad URL or option.
+  [[nodiscard]] static std::unique_ptr<RemoteStore> create(RemoteStoreOptions options);
+  ~RemoteStore();
+  RemoteStore(const RemoteStore&) = delete;
+  RemoteStore& operator=(const RemoteStore&) = delete;
+
+  /// Returns, for each hash, whether its key exists (false as well when its
+  /// server fails). Presence only: get() still verifies.
+  [[nodiscard]] std::vector<bool> exists(std::span<const std::uint64_t> hashes);
+  /// Stores the blocks; one status per block (kOk, or why not).
+  [[nodiscard]] std::vector<RemoteStatus> put(std::span<const RemotePut> blocks);
+  /// Fetches the blocks; one status per block: kOk only for a verified block.
+  [[nodiscard]] std::vector<RemoteStatus> get(std::span<const RemoteGet> blocks);
+
+  /// Returns the bytes of one block's payload.
+  [[nodiscard]] std::size_t block_bytes() const noexcept;
+  /// Returns the namespace fingerprint every key and header carries.
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept;
+  /// Returns the key of a block.
+  [[nodiscard]] std::string key_of(std::uint64_t hash) const;
+  /// Returns the index (into urls) of the server holding a block.
+  [[nodiscard]] std::size_t server_of(std::uint64_t hash) const noexcept;
+  /// Returns the number of servers.
+  [[nodiscard]] std::size_t server_count() const noexcept;
+  /// Returns whether the last attempt on server `i` succeeded.
+  [[nodiscard]] bool server_available(std::size_t i) const;
+  /// Returns the counters.
+  [[nodiscard]] RemoteStoreStats stats() const noexcept;
+
+ private:
+  struct Impl;
+  explicit RemoteStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Returns the server a key hash maps to among `servers`: jump consistent
+/// hash (Lamping and Veach), stable for a given count and moving only 1/n of
+/// the keys when a server is appended.
+[[nodiscard]] std::size_t jump_consistent_hash(std::uint64_t key, std::size_t servers) noexcept;
+
+}  // namespace kvbm

@@ -1,0 +1,400 @@
+#include "redis_connection.h"
+
+extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
+#include <hiredis/sds.h>
+}
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstring>
+#include <hiredis/hiredis.h>
+
+#include "kvbm/error.h"
+
+namespace kvbm::remote {
+namespace {
+
+constexpr std::size_t kReadChunk = std::size_t{256} * 1024;  // least room offered to one read()
+
+int parse_int(std::string_view s, std::string_view url, std::string_view what) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  KVBM_CHECK(ec == std::errc() && p == s.data() + s.size() && v >= 0, "remote store URL '", url,
+             "': bad ", what, " '", s,
+             "'; expected redis://[:password@]host:port/db or unix:///path.sock?db=N");
+  return v;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<long long>((left + 999) / 1000, INT_MAX));
+}
+
+}  // namespace
+
+RedisEndpoint parse_redis_url(std::string_view url) {
+  RedisEndpoint e;
+  constexpr std::string_view kRedis = "redis://", kUnix = "unix://";
+  if (url.starts_with(kUnix)) {
+    std::string_view rest = url.substr(kUnix.size());
+    if (auto q = rest.find('?'); q != std::string_view::npos) {
+      std::string_view query = rest.substr(q + 1);
+      rest = rest.substr(0, q);
+      KVBM_CHECK(query.starts_with("db="), "remote store URL '", url,
+                 "': only ?db=N is understood after a socket path");
+      e.db = parse_int(query.substr(3), url, "database number");
+    }
+    KVBM_CHECK(rest.starts_with('/'), "remote store URL '", url,
+               "': a Unix socket URL needs an absolute path: unix:///path/to/redis.sock");
+    e.unix_socket = true;
+    e.path = std::string(rest);
+    e.display = std::string(url);
+    return e;
+  }
+  KVBM_CHECK(url.starts_with(kRedis), "remote store URL '", url,
+             "' is not understood; use redis://host:port/db or unix:///path.sock");
+  std::string_view rest = url.substr(kRedis.size());
+  std::string_view userinfo;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    auto colon = userinfo.find(':');
+    e.password =
+        std::string(colon == std::string_view::npos ? userinfo : userinfo.substr(colon + 1));
+  }
+  std::string_view hostport = rest;
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+    hostport = rest.substr(0, slash);
+    std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) e.db = parse_int(db, url, "database number");
+  }
+  if (hostport.starts_with('[')) {  // [ipv6]:port
+    auto close = hostport.find(']');
+    KVBM_CHECK(close != std::string_view::npos, "remote store URL '", url,
+               "': unclosed '[' in the host");
+    e.host = std::string(hostport.substr(1, close - 1));
+    hostport = hostport.substr(close + 1);
+    if (hostport.starts_with(':')) e.port = parse_int(hostport.substr(1), url, "port");
+  } else if (auto colon = hostport.rfind(':'); colon != std::string_view::npos) {
+    e.host = std::string(hostport.substr(0, colon));
+    e.port = parse_int(hostport.substr(colon + 1), url, "port");
+  } else {
+    e.host = std::string(hostport);
+  }
+  KVBM_CHECK(!e.host.empty(), "remote store URL '", url, "' names no host");
+  KVBM_CHECK(e.port > 0 && e.port < 65536, "remote store URL '", url, "': port out of range");
+  e.display = "redis://" +
+              std::string(e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host) +
+              ":" + std::to_string(e.port) + "/" + std::to_string(e.db);
+  return e;
+}
+
+// --- requests ---
+
+void RedisRequest::append_internal(std::string_view s) {
+  const std::size_t offset = bytes_.size();
+  bytes_.append(s);
+  if (!segments_.empty() && segments_.back().external == nullptr &&
+      segments_.back().offset + segments_.back().size == offset) {
+    segments_.back().size += s.size();
+  } else {
+    segments_.push_back({nullptr, offset, s.size()});
+  }
+}
+
+void RedisRequest::add_command(std::initializer_list<std::string_view> args) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  for (auto a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* cmd = nullptr;
+  const int n =
+      redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (n < 0 || cmd == nullptr) throw std::bad_alloc();
+  append_internal(std::string_view(cmd, static_cast<std::size_t>(n)));
+  redisFreeCommand(cmd);
+  ++replies_;
+}
+
+void RedisRequest::add_set(std::string_view key, std::span<const std::byte> header,
+                           std::span<const std::span<const std::byte>> regions,
+                           std::uint64_t ttl_seconds) {
+  std::size_t value_bytes = header.size();
+  for (auto r : regions) value_bytes += r.size();
+  std::string head = ttl_seconds != 0 ? "*5\r\n$3\r\nSET\r\n$" : "*3\r\n$3\r\nSET\r\n$";
+  head += std::to_string(key.size());
+  head += "\r\n";
+  head += key;
+  head += "\r\n$";
+  head += std::to_string(value_bytes);
+  head += "\r\n";
+  append_internal(head);
+  append_internal(std::string_view(reinterpret_cast<const char*>(header.data()), header.size()));
+  for (auto r : regions) {
+    if (!r.empty()) segments_.push_back({r.data(), 0, r.size()});
+  }
+  std::string tail = "\r\n";
+  if (ttl_seconds != 0) {
+    const std::string ttl = std::to_string(ttl_seconds);
+    tail += "$2\r\nEX\r\n$" + std::to_string(ttl.size()) + "\r\n" + ttl + "\r\n";
+  }
+  append_internal(tail);
+  ++replies_;
+}
+
+void RedisRequest::clear() noexcept {
+  bytes_.clear();
+  segments_.clear();
+  replies_ = 0;
+}
+
+// --- reply functions: every reply lands in the connection's one RedisReply ---
+
+struct ReplyFunctions {
+  static RedisConnection* conn(const redisReadTask* t) {
+    return static_cast<RedisConnection*>(t->privdata);
+  }
+
+  static void* create_string(const redisReadTask* t, char* str, std::size_t len) {
+    RedisConnection* c = conn(t);
+    RedisReply& r = c->reply_;
+    if (t->parent != nullptr) return &r;  // an element of an array: not a reply we asked for
+    switch (t->type) {
+      case REDIS_REPLY_ERROR:
+        r.kind = RedisReply::Kind::kError;
+        r.status = std::string_view(str, len).starts_with("OOM") ? RemoteStatus::kOutOfMemory
+                                                                 : RemoteStatus::kServerError;
+        c->last_error_.assign(str, std::min<std::size_t>(len, 200));
+        break;
+      case REDIS_REPLY_STATUS:
+        r.kind = RedisReply::Kind::kStatus;
+        r.status = RemoteStatus::kOk;
+        break;
+      default:
+        r.kind = RedisReply::Kind::kBulk;
+        r.status = c->sink_ != nullptr
+                       ? c->sink_->on_bulk(c->replies_read_,
+                                           std::as_bytes(std::span<const char>(str, len)))
+                       : RemoteStatus::kServerError;
+        break;
+    }
+    return &r;
+  }
+  static void* create_array(const redisReadTask* t, int /*elements*/) {
+    RedisReply& r = conn(t)->reply_;
+    if (t->parent == nullptr) {
+      r.kind = RedisReply::Kind::kArray;
+      r.status = RemoteStatus::kServerError;
+    }
+    return &r;
+  }
+  static void* create_integer(const redisReadTask* t, long long v) {
+    RedisReply& r = conn(t)->reply_;
+    if (t->parent == nullptr) {
+      r.kind = RedisReply::Kind::kInteger;
+      r.integer = v;
+      r.status = RemoteStatus::kOk;
+    }
+    return &r;
+  }
+  static void* create_nil(const redisReadTask* t) {
+    RedisReply& r = conn(t)->reply_;
+    if (t->parent == nullptr) {
+      r.kind = RedisReply::Kind::kNil;
+      r.status = RemoteStatus::kNotFound;
+    }
+    return &r;
+  }
+  static void free_object(void*) {}
+
+  static redisReplyObjectFunctions* table() {
+    static redisReplyObjectFunctions fns{create_string, create_array, create_integer, create_nil,
+                                         free_object};
+    return &fns;
+  }
+};
+
+// --- connection ---
+
+RemoteStatus RedisConnection::fail(RemoteStatus status, std::string message) {
+  last_error_ = std::move(message);
+  close();
+  return status;
+}
+
+void RedisConnection::close() noexcept {
+  if (ctx_ != nullptr) {
+    redisFree(ctx_);
+    ctx_ = nullptr;
+  }
+  sink_ = nullptr;
+}
+
+RemoteStatus RedisConnection::connect(Clock::time_point deadline,
+                                      std::chrono::milliseconds connect_timeout) {
+  close();
+  const auto dl = std::min(deadline, Clock::now() + connect_timeout);
+  redisContext* c = endpoint_.unix_socket
+                        ? redisConnectUnixNonBlock(endpoint_.path.c_str())
+                        : redisConnectNonBlock(endpoint_.host.c_str(), endpoint_.port);
+  if (c == nullptr) return fail(RemoteStatus::kUnavailable, "cannot allocate a connection");
+  if (c->err != 0) {
+    std::string msg = c->errstr;
+    redisFree(c);
+    return fail(RemoteStatus::kUnavailable, msg);
+  }
+  for (;;) {
+    pollfd p{c->fd, POLLOUT, 0};
+    const int rc = ::poll(&p, 1, remaining_ms(dl));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) {
+      redisFree(c);
+      return fail(RemoteStatus::kUnavailable, rc == 0 ? "connect timed out" : std::strerror(errno));
+    }
+    break;
+  }
+  int so_error = 0;
+  socklen_t len = sizeof(so_error);
+  if (::getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
+  if (so_error != 0) {
+    redisFree(c);
+    return fail(RemoteStatus::kUnavailable, std::strerror(so_error));
+  }
+  if (!endpoint_.unix_socket) {
+    int one = 1;
+    (void)::setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  c->reader->fn = ReplyFunctions::table();
+  c->reader->privdata = this;
+  c->reader->maxbuf = 0;  // keep the reader's buffer: values are large and come often
+  ctx_ = c;
+
+  // AUTH and SELECT, pipelined, within the same deadline.
+  RedisRequest setup;
+  if (!endpoint_.password.empty()) setup.add_command({"AUTH", endpoint_.password});
+  const std::string db = std::to_string(endpoint_.db);
+  if (endpoint_.db != 0) setup.add_command({"SELECT", db});
+  if (setup.replies() == 0) return RemoteStatus::kOk;
+  struct SetupSink final : ReplySink {
+    RemoteStatus result = RemoteStatus::kOk;
+    RemoteStatus on_bulk(std::size_t, std::span<const std::byte>) override {
+      return RemoteStatus::kServerError;
+    }
+    void on_reply(std::size_t, const RedisReply& r) override {
+      if (r.kind != RedisReply::Kind::kStatus) result = RemoteStatus::kServerError;
+    }
+  } sink;
+  if (auto st = exchange(setup, sink, dl); st != RemoteStatus::kOk) {
+    return fail(RemoteStatus::kUnavailable, "AUTH/SELECT: " + last_error_);
+  }
+  if (sink.result != RemoteStatus::kOk) {
+    return fail(RemoteStatus::kUnavailable, "AUTH/SELECT refused: " + last_error_);
+  }
+  return RemoteStatus::kOk;
+}
+
+RemoteStatus RedisConnection::read_available(ReplySink& sink, std::size_t expected) {
+  // Read straight into the reader's buffer (an sds string) instead of through redisReaderFeed,
+  // which would copy every byte of every value once more.
+  redisReader* reader = ctx_->reader;
+  if (reader->err != 0)
+    return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
+  if (sdsavail(reader->buf) < kReadChunk) {
+    sds grown = sdsMakeRoomFor(reader->buf, kReadChunk);
+    if (grown == nullptr)
+      return fail(RemoteStatus::kServerError, "out of memory for the read buffer");
+    reader->buf = grown;
+  }
+  const std::size_t room = std::min<std::size_t>(sdsavail(reader->buf), INT_MAX);
+  const ssize_t n = ::read(ctx_->fd, reader->buf + reader->len, room);
+  if (n == 0) return fail(RemoteStatus::kConnectionLost, "the server closed the connection");
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return RemoteStatus::kOk;
+    return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
+  }
+  sdsIncrLen(reader->buf, static_cast<int>(n));
+  reader->len = sdslen(reader->buf);
+  for (;;) {
+    void* obj = nullptr;
+    if (redisReaderGetReply(reader, &obj) != REDIS_OK) {
+      return fail(RemoteStatus::kServerError, std::string("protocol: ") + reader->errstr);
+    }
+    if (obj == nullptr) return RemoteStatus::kOk;
+    if (replies_read_ >= expected)
+      return fail(RemoteStatus::kServerError, "a reply nobody asked for");
+    sink.on_reply(replies_read_, reply_);
+    ++replies_read_;
+    reply_ = {};
+  }
+}
+
+RemoteStatus RedisConnection::exchange(const RedisRequest& request, ReplySink& sink,
+                                       Clock::time_point deadline) {
+  replies_read_ = 0;
+  reply_ = {};
+  if (ctx_ == nullptr) return fail(RemoteStatus::kConnectionLost, "not connected");
+  sink_ = &sink;
+  std::vector<iovec> iov;
+  iov.reserve(request.segments_.size());
+  for (const auto& s : request.segments_) {
+    const void* base = s.external != nullptr
+                           ? static_cast<const void*>(s.external)
+                           : static_cast<const void*>(request.bytes_.data() + s.offset);
+    iov.push_back({const_cast<void*>(base), s.size});
+  }
+  std::size_t next = 0;
+  const std::size_t expected = request.replies();
+  while (replies_read_ < expected) {
+    if (Clock::now() >= deadline)
+      return fail(RemoteStatus::kTimeout, "no answer within the command timeout");
+    pollfd p{ctx_->fd, static_cast<short>(POLLIN | (next < iov.size() ? POLLOUT : 0)), 0};
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
+    }
+    if (rc == 0) continue;
+    if ((p.revents & POLLOUT) != 0 && next < iov.size()) {
+      msghdr m{};
+      m.msg_iov = &iov[next];
+      m.msg_iovlen = std::min<std::size_t>(iov.size() - next, IOV_MAX);
+      ssize_t n = ::sendmsg(ctx_->fd, &m, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
+        }
+      } else {
+        auto left = static_cast<std::size_t>(n);
+        while (left > 0) {
+          if (left >= iov[next].iov_len) {
+            left -= iov[next].iov_len;
+            ++next;
+          } else {
+            iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+            iov[next].iov_len -= left;
+            left = 0;
+          }
+        }
+      }
+    }
+    if ((p.revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+      if (auto st = read_available(sink, expected); st != RemoteStatus::kOk) return st;
+    }
+  }
+  sink_ = nullptr;
+  return RemoteStatus::kOk;
+}
+
+}  // namespace kvbm::remote
