@@ -103,7 +103,7 @@ bool BlockStore::allocate(std::uint32_t n, BlockId* out) {
 
 bool BlockStore::allocate_ids(std::span<const BlockId> ids) {
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     // Every id must be free and named once; nothing changes otherwise.
     std::vector<bool> wanted(slots_.size(), false);
     for (const BlockId id : ids) {

@@ -238,10 +238,16 @@ io::IoStatus DiskStorage::take_lock() {
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) pid = "unknown";
     lock_ = io::File();
-    return io::IoError{EBUSY, "disk pool directory '" + path_.parent_path().string() + "' is in use by process " +
-                                  pid + " (it holds the lock '" + path +
-                                  "'); one process owns a persistent disk pool at a time: stop that process, or "
-                                  "give this one another directory"};
+    std::string message =
+        "disk pool directory '" + path_.parent_path().string() + "' is in use by process ";
+    message += pid;
+    message += " (it holds the lock '";
+    message += path;
+    message +=
+        "'); one process owns a persistent disk pool at a time: stop that process, or give this "
+        "one "
+        "another directory";
+    return io::IoError{EBUSY, std::move(message)};
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (io::syscalls().ftruncate(lock_.get(), 0) != 0 ||

@@ -223,8 +223,9 @@ namespace {
 
 /// One aligned zero sector, for invalidate_header().
 const std::byte* zero_sector() {
-  alignas(DiskStorage::kAlignment) static const std::byte zeros[DiskStorage::kHeaderSectorBytes] = {};
-  return zeros;
+  alignas(
+      DiskStorage::kAlignment) static const std::byte kZeros[DiskStorage::kHeaderSectorBytes] = {};
+  return kZeros;
 }
 
 }  // namespace

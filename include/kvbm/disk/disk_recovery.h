@@ -107,7 +107,7 @@ struct RecoveryOptions {
   /// Slots of at most this many bytes are read in runs of whole slots
   /// (one sequential read of up to kChunkBytes); larger ones by their
   /// header sector alone (one 4 KiB read each).
-  std::size_t sequential_slot_limit = 64 * 1024;
+  std::size_t sequential_slot_limit = std::size_t{64} * 1024;
   /// Bytes of one sequential read.
   static constexpr std::size_t kChunkBytes = 4 << 20;
 };
