@@ -56,7 +56,8 @@ def without_times(value):
 
 class ReplayEqualsModel(unittest.TestCase):
     def test_every_tier_size_and_mode_hit_by_hit(self):
-        for g1, g2, g3 in SIZES:
+        # The sanitizer stages check two sizes; the release stage all five.
+        for g1, g2, g3 in (SIZES if SCALE >= 1 else SIZES[1:3]):
             for mode in MODES:
                 sizes = ["--device-blocks", str(g1), "--host-blocks", str(g2), "--disk-blocks", str(g3)]
                 with self.subTest(sizes=(g1, g2, g3), mode=mode):
