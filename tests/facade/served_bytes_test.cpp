@@ -100,9 +100,14 @@ class ServedBytesTest : public ::testing::TestWithParam<Scenario> {
     OnboardHandle h = kv_->onboard(hashes);
     EXPECT_EQ(h.wait(), TransferStatus::kDone) << h.error();
     std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
-    // The probe is a snapshot (write-through copies run beside it) and onboard
-    // cuts the prefix where G1 has no room: never more than the probe saw.
-    EXPECT_LE(blocks.size(), probed.total());
+    // The probe is a snapshot: write-through copies run beside it, so a block
+    // G1 evicted may have landed in G2 since (or been evicted below), and
+    // onboard cuts the prefix where G1 has no room. Only the handle's counts
+    // must agree with what it returns. With on-eviction on both boundaries
+    // nothing moves between the two calls, and G1 always has room here.
+    if (GetParam().device_to_host == OffloadMode::kOnEviction && GetParam().host_to_disk == OffloadMode::kOnEviction) {
+      EXPECT_EQ(blocks.size(), probed.total()) << "probe and onboard disagree";
+    }
     EXPECT_EQ(blocks.size(), h.counts().total());
     from_host_ += h.counts().host;
     from_disk_ += h.counts().disk;
