@@ -333,6 +333,24 @@ class BlockManager {
     return wrap(ids);
   }
 
+  /// Refreshes the registered blocks among `hashes`: each is taken and
+  /// released again, in order, so the inactive ones end at the most-recent
+  /// end of the eviction order (the last hash most recent). Returns, per
+  /// hash, whether the pool holds it (compared by value).
+  std::vector<bool> refresh(std::span<const SequenceHash> hashes) {
+    std::vector<ImmutableBlock<T>> held = scan_matches(hashes);
+    std::vector<bool> present(hashes.size(), false);
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < hashes.size() && next < held.size(); ++i) {
+      if (held[next].sequence_hash().value() == hashes[i].value()) {
+        present[i] = true;
+        ++next;
+      }
+    }
+    for (auto& b : held) ImmutableBlock<T> release = std::move(b);  // in order: most recent last
+    return present;
+  }
+
   /// Evicts every inactive block (for a model reload); blocks in use are not
   /// touched. Returns the number evicted.
   std::size_t reset_inactive_pool() {

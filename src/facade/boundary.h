@@ -189,9 +189,7 @@ class TierBoundary {
     std::vector<SequenceHash> hashes;
     hashes.reserve(blocks.size());
     for (const auto& b : blocks) hashes.push_back(b.sequence_hash());
-    std::vector<ImmutableBlock<Lower>> held = lower_->scan_matches(hashes);
-    for (auto& b : held)
-      ImmutableBlock<Lower> release = std::move(b);  // in order: most recent last
+    (void)lower_->refresh(hashes);
   }
 
   void track(const TransferHandle& h) {

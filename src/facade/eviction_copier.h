@@ -129,17 +129,11 @@ class EvictionCopier final : public PoolListener {
     std::vector<SequenceHash> hashes;
     hashes.reserve(blocks.size());
     for (const auto& b : blocks) hashes.push_back(b.hash);
+    const std::vector<bool> held = dst_->refresh(hashes);
     std::vector<std::size_t> todo;
-    std::vector<ImmutableBlock<Dst>> held = dst_->scan_matches(hashes);
-    std::size_t next = 0;
     for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (next < held.size() && held[next].sequence_hash().value() == blocks[i].hash.value()) {
-        ++next;
-      } else {
-        todo.push_back(i);
-      }
+      if (!held[i]) todo.push_back(i);
     }
-    for (auto& b : held) ImmutableBlock<Dst> release = std::move(b);  // in order: most recent last
     return todo;
   }
 

@@ -2,7 +2,6 @@
 // survive a restart and a crash (fork and SIGKILL) with every byte checked,
 // one process owns the directory, and another namespace is never served.
 
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "facade/facade_test_util.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/storage/storage.h"
 #include "test_util.h"
@@ -23,38 +25,21 @@
 namespace kvbm {
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
+using test::Bytes;
+using test::read_block;
+using test::write_block;
 
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvbm-persist-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : test::TempDir("persist") {}
 };
 
 KvBlockManagerConfig persistent_config(const std::filesystem::path& dir, std::string ns = "model-a@1") {
-  KvBlockManagerConfig c;
-  c.layout = {.num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 64, .dtype_bytes = 2};
-  c.device.blocks = 8;
-  c.host.blocks = 8;
-  c.disk.blocks = 64;
-  c.disk_directory = dir;
-  c.disk_direct_io = DirectIo::kOff;
+  KvBlockManagerConfig c = test::config(8, 8, 64, dir);
   c.disk_persistent = true;
   c.disk_namespace = std::move(ns);
   c.device_to_host = OffloadMode::kWriteThrough;
   c.host_to_disk = OffloadMode::kWriteThrough;
-  c.pipeline.batch_config.flush_interval = std::chrono::milliseconds(1);
-  c.bounce_blocks = 4;
   return c;
 }
 
@@ -64,27 +49,6 @@ Bytes pattern(std::uint64_t v, std::size_t n) {
   Bytes out(n);
   std::mt19937_64 rng(v);
   for (auto& b : out) b = static_cast<std::uint8_t>(rng());
-  return out;
-}
-
-void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  std::size_t off = 0;
-  for (const Region& r : regions) {
-    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
-    off += r.size;
-  }
-}
-
-Bytes read_block(const Layout& l, BlockId id) {
-  std::vector<Region> regions;
-  l.append_regions(id, regions);
-  Bytes out;
-  for (const Region& r : regions) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
-    out.insert(out.end(), p, p + r.size);
-  }
   return out;
 }
 
