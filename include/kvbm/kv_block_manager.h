@@ -1,4 +1,4 @@
-// kvbm/kv_block_manager.h: the public facade over the three tiers.
+// kvbm/kv_block_manager.h: the public facade over the tiers.
 //
 // One KvBlockManagerConfig builds everything a scheduler needs:
 //
@@ -6,9 +6,11 @@
 //                    in for it when no GPU is usable; a log line says so)
 //   G2 host pool     BlockManager<G2>, pinned host memory        (optional)
 //   G3 disk pool     BlockManager<G3>, one preallocated file      (optional, needs G2)
+//   G4 remote store  RemoteStore on Redis, shared by instances     (optional, needs G2;
+//                    no pool: blocks go G2 -> G4 and come back G4 -> G2 -> G1)
 //   engines          G1<->G2 (CUDA, or host copies when G1 is emulated),
 //                    G2->G3 and G3->G1 (disk reads through a pinned bounce buffer)
-//   offload          G1->G2 and G2->G3, each in the mode of its tier boundary:
+//   offload          G1->G2, G2->G3 and G2->G4, each in the mode of its boundary:
 //                      kWriteThrough  a block is offloaded when it is registered
 //                                     (G1: register_blocks() here or on
 //                                     device(), alike; G2: when its copy
@@ -20,7 +22,9 @@
 //                                     waits for the copy)
 //                      kNone          nothing moves down
 //   onboarding       onboard(hashes): the longest prefix present in any tier,
-//                    brought into fresh G1 blocks and registered there
+//                    brought into fresh G1 blocks and registered there; the
+//                    part only G4 holds is fetched on a worker thread into
+//                    G2, verified, registered there and copied up
 //
 //   auto kvbm = KvBlockManager::build(config);          // throws UsageError
 //   auto blocks = kvbm->device().allocate_blocks(n);    // compute into them
@@ -104,6 +108,36 @@ struct OffloadPolicyConfig {
   std::uint32_t min_frequency = 0;
 };
 
+/// The remote tier G4 (docs/remote.md): one Redis server, or a sharded set,
+/// shared by engine instances. A block is one value keyed by the namespace
+/// (model, dtype, layout, user namespace) and its sequence hash, verified by
+/// checksum before it is used. G4 has no pool here: the store evicts by its
+/// own policy (maxmemory-policy allkeys-lru) and other instances write to it.
+struct RemoteTierConfig {
+  /// One URL per server, redis://[:password@]host:port[/db] or
+  /// unix:///path.sock[?db=N]; every instance lists the same URLs in the
+  /// same order. Empty: no G4.
+  std::vector<std::string> urls;
+  /// The model's name and revision (required with urls): blocks are shared
+  /// only between instances that name the same model, dtype and layout.
+  std::string model;
+  /// The element type, e.g. "bf16" (the layout's dtype_bytes cannot tell bf16 from fp16).
+  std::string dtype;
+  /// Any further separation (tenant, cache salt).
+  std::string user_namespace;
+  std::string key_prefix = "kvbm";  ///< first part of every key
+  std::size_t connections_per_server = 2;
+  std::chrono::milliseconds connect_timeout{250};
+  std::chrono::milliseconds command_timeout{1000};  ///< bound on one batch's round trips
+  std::chrono::seconds ttl{0};                      ///< 0: keys never expire
+  /// Host memory for blocks waiting to be written (copied out of G2 when
+  /// they are taken, so that G2 never waits for the network): this many
+  /// blocks; a block that finds it full is dropped and counted (no_space).
+  std::size_t staging_blocks = 256;
+  /// Most blocks per write batch (one pipelined round trip per server).
+  std::size_t max_batch_blocks = 64;
+};
+
 /// Everything KvBlockManager::build needs; see the file comment.
 struct KvBlockManagerConfig {
   /// Model dimensions of one block; layout.page_size is the block size in tokens.
@@ -130,6 +164,13 @@ struct KvBlockManagerConfig {
   OffloadMode host_to_disk = OffloadMode::kWriteThrough;
   OffloadPolicyConfig device_to_host_policy;
   OffloadPolicyConfig host_to_disk_policy;
+  /// G4 (optional; needs G2, move_bytes and remote.model).
+  RemoteTierConfig remote;
+  /// When G2 blocks go to G4: kWriteThrough, as soon as they are in G2 (other
+  /// instances find them at once); kOnEviction, when G2 evicts them.
+  OffloadMode host_to_remote = OffloadMode::kWriteThrough;
+  /// skip_present asks G4 in one round trip per batch; min_frequency as elsewhere.
+  OffloadPolicyConfig host_to_remote_policy;
   PipelineConfig pipeline;  ///< the write-through pipelines (G2 -> G3 too, unless below)
   /// The G2 -> G3 pipeline's own config (a disk wants other batches than a
   /// PCIe link; or hold queued blocks only above G2); unset: `pipeline`.
@@ -159,9 +200,10 @@ struct OnboardCounts {
   std::size_t device = 0;  ///< already in G1
   std::size_t host = 0;    ///< copied from G2
   std::size_t disk = 0;    ///< copied from G3
+  std::size_t remote = 0;  ///< fetched from G4 (through G2), verified
   std::size_t failed = 0;  ///< copies that failed (the prefix ends before the first)
   std::size_t no_space = 0;///< blocks found below G1 that did not fit in G1
-  [[nodiscard]] std::size_t total() const noexcept { return device + host + disk; }
+  [[nodiscard]] std::size_t total() const noexcept { return device + host + disk + remote; }
 };
 
 namespace detail {
@@ -267,16 +309,22 @@ class KvBlockManager {
   /// block in any tier), allocates G1 blocks for the part below G1, starts
   /// copying it up and returns at once. When G1 cannot hold the whole part,
   /// the prefix is cut where it can. The G1 hits are held by the handle.
+  /// With G4, the rest of the prefix is looked up there on a worker thread
+  /// (one round trip), fetched into G2, verified and copied up: the handle
+  /// completes when that is done; a block G4 cannot serve intact ends the
+  /// prefix (a miss, never served). cancel() waits for a G4 round trip in
+  /// flight (at most remote.command_timeout).
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
   /// What onboard(hashes) would find right now, without taking or copying
   /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the
-  /// first block no tier holds. An admission check: host + disk is the number
-  /// of fresh G1 blocks onboard() will allocate. (A snapshot: another thread
-  /// may change it before the onboard.)
+  /// first block no tier holds, then (with G4) the blocks G4 holds after
+  /// them, asked in one round trip. An admission check: host + disk + remote
+  /// is the number of fresh G1 blocks onboard() will allocate. (A snapshot:
+  /// another thread or instance may change it before the onboard.)
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
 
-  /// Waits until both offload pipelines are idle (everything enqueued so
-  /// far has finished); for tests, tools and orderly shutdown.
+  /// Waits until the offload pipelines are idle (everything enqueued so far
+  /// has finished, G4 writes included); for tests, tools and orderly shutdown.
   void drain();
   /// See the file comment. Idempotent.
   void shutdown();

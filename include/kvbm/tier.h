@@ -3,8 +3,8 @@
 // A block handle is templated over an empty marker type naming the storage
 // tier it lives in, so a device block can never be handed to a host pool by
 // accident: `MutableBlock<G1>` and `MutableBlock<G2>` are unrelated types.
-// The library ships markers for the device (G1), pinned host (G2) and disk (G3)
-// tiers; any empty class type works too. A marker may declare
+// The library ships markers for the device (G1), pinned host (G2), disk (G3)
+// and remote (G4) tiers; any empty class type works too. A marker may declare
 // `static constexpr std::string_view kName` to name its pool in metrics and
 // logs; without it the pool is named "custom" unless the builder sets a name.
 
@@ -34,14 +34,25 @@ struct G2 {
 struct G3 {
   static constexpr std::string_view kName = "G3";
 };
+/// Remote tier: a store shared by engine instances (kvbm/remote/). It has no
+/// pool of its own (the store evicts by itself); the marker names it.
+struct G4 {
+  static constexpr std::string_view kName = "G4";
+};
 
 /// The built-in tiers as a value, for reports (e.g. where an onboarded block
 /// came from); the numbers are the tiers' levels.
-enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3 };
+enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3, kG4 = 4 };
 
-/// Returns "G1", "G2" or "G3".
+/// Returns "G1", "G2", "G3" or "G4".
 [[nodiscard]] constexpr std::string_view to_string(TierId t) noexcept {
-  return t == TierId::kG1 ? G1::kName : t == TierId::kG2 ? G2::kName : G3::kName;
+  switch (t) {
+    case TierId::kG1: return G1::kName;
+    case TierId::kG2: return G2::kName;
+    case TierId::kG3: return G3::kName;
+    case TierId::kG4: return G4::kName;
+  }
+  return "unknown";
 }
 
 /// Returns the default pool name of a tier marker: its kName, or "custom".

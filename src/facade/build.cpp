@@ -4,9 +4,15 @@
 // checks; the memory of each tier; the boundaries' shells (an on-eviction
 // boundary's copier is a listener of the upper pool); the pools; the engines;
 // the boundaries, bottom-up (each hands its copies on to the one below);
-// onboarding.
+// the remote tier's fetches; onboarding. The remote tier (G4, no pool) is
+// made with the memory (its writer copies out of G2) and hooked to G2: its
+// listener (on-eviction), or G2's registrations and the G1 -> G2 copies
+// (write-through).
 
 #include <algorithm>
+#include <functional>
+#include <string>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 
@@ -32,6 +38,9 @@ void KvBlockManagerImpl::build() {
   for (std::size_t i = 0; i < kTierCount; ++i) {
     if (specs_[i].blocks > 0) facade::build_memory(c, specs_[i], memory_[i]);
   }
+  if (!c.remote.urls.empty()) {
+    remote_ = std::make_unique<facade::RemoteTier>(c, *memory_[1].layout, tracker_);
+  }
   build_pools();
   recover_disk();
   facade::EngineContext ctx{c, specs_, {}};
@@ -40,14 +49,18 @@ void KvBlockManagerImpl::build() {
     if (specs_[i].blocks > 0) facade::build_engines(ctx, i, engines_[i]);
   }
   build_boundaries();
-  onboarding_ =
-      std::make_unique<facade::Onboarding>(pools_, engines_, registry_, *c.metrics_registry);
+  if (remote_) remote_->bind(*pool<1>());
+  onboarding_ = std::make_unique<facade::Onboarding>(pools_, engines_, registry_,
+                                                     *c.metrics_registry, remote_.get());
   logger()->info(
       "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "
-      "G1->G2 {}, G2->G3 {}{}",
+      "G1->G2 {}, G2->G3 {}{}{}",
       n.device, memory_[0].emulated ? " (emulated in host memory)" : "", n.host, n.disk,
       c.layout.page_size, c.layout.block_bytes(), to_string(c.device_to_host),
-      to_string(c.host_to_disk), c.move_bytes ? "" : " (metadata only)");
+      to_string(c.host_to_disk), c.move_bytes ? "" : " (metadata only)",
+      remote_ ? fmt::format("; G4 on {} server(s), G2->G4 {}", c.remote.urls.size(),
+                            to_string(c.host_to_remote))
+              : std::string());
 }
 
 // A persistent G3: every intact block of the file goes into G3 at its own
@@ -101,16 +114,30 @@ void KvBlockManagerImpl::build_pool() {
       .duplicate_policy(config_.duplicate_policy)
       .metrics_registry(config_.metrics_registry);
   for (const auto& l : *spec.listeners) b.listener(l);
+  std::function<void(const std::vector<ImmutableBlock<T>>&)> on_register;
   if constexpr (I + 1 < kTierCount) {
     if (auto* boundary = std::get<I>(boundaries_).get()) {
       if (auto l = boundary->eviction_listener()) b.listener(std::move(l));
       if (boundary->mode() == OffloadMode::kWriteThrough) {
-        b.on_register([boundary](const std::vector<ImmutableBlock<T>>& blocks) {
+        on_register = [boundary](const std::vector<ImmutableBlock<T>>& blocks) {
           boundary->take(blocks, nullptr);
-        });
+        };
       }
     }
   }
+  if constexpr (std::is_same_v<T, G2>) {
+    if (auto* remote = remote_.get()) {
+      if (auto l = remote->eviction_listener()) b.listener(std::move(l));
+      if (remote->mode() == OffloadMode::kWriteThrough) {
+        on_register = [remote, below = std::move(on_register)](
+                          const std::vector<ImmutableBlock<T>>& blocks) {
+          remote->take(blocks);
+          if (below) below(blocks);
+        };
+      }
+    }
+  }
+  if (on_register) b.on_register(std::move(on_register));
   std::get<I>(pools_).emplace(b.build());
 }
 
@@ -126,6 +153,15 @@ void KvBlockManagerImpl::build_boundaries() {
     std::function<void(std::vector<ImmutableBlock<Lower>> &&)> next;
     if constexpr (I + 1 < kBoundaries) {
       if (auto* below = std::get<I + 1>(boundaries_).get()) next = below->intake();
+    }
+    if constexpr (std::is_same_v<Lower, G2>) {
+      // Write-through G2 -> G4 takes every copy landing in G2, beside G2 -> G3.
+      if (auto* remote = remote_.get(); remote && remote->mode() == OffloadMode::kWriteThrough) {
+        next = [remote, g3 = std::move(next)](std::vector<ImmutableBlock<Lower>>&& blocks) {
+          remote->take(blocks);
+          if (g3) g3(std::move(blocks));
+        };
+      }
     }
     boundary->bind(*std::get<I>(pools_), *std::get<I + 1>(pools_), engines_[I + 1].down,
                    std::move(next));

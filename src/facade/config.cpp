@@ -257,6 +257,46 @@ void check_offload(const KvBlockManagerConfig& c) {
   }
 }
 
+// The remote tier's options (only when it has URLs).
+void check_remote(const KvBlockManagerConfig& c, const TierBlocks& n) {
+  const RemoteTierConfig& r = c.remote;
+  check_mode(c.host_to_remote, "host_to_remote");
+  check_min_frequency(c.host_to_remote_policy, "host_to_remote_policy");
+  if (r.urls.empty()) return;
+  if (n.host == 0) {
+    config_error("remote.urls", "G4 moves blocks through G2 (pinned host memory) both ways; give "
+                                "host.blocks or host.bytes, or leave remote.urls empty");
+  }
+  if (!c.move_bytes) {
+    config_error("remote.urls", "G4 stores bytes; it needs move_bytes = true (a metadata-only "
+                                "manager has none to store)");
+  }
+  for (std::size_t i = 0; i < r.urls.size(); ++i) {
+    if (r.urls[i].empty()) {
+      config_error("remote.urls", "URL " + std::to_string(i) +
+                                      " is empty; give redis://host:port[/db] or unix:///path");
+    }
+  }
+  if (r.model.empty()) {
+    config_error("remote.model",
+                 "required with remote.urls: name the model and its revision (e.g. "
+                 "\"llama-3.1-8b@rev3\"), so that no instance of another model is ever served "
+                 "these blocks");
+  }
+  if (r.connections_per_server == 0) config_error("remote.connections_per_server", "must be at least 1");
+  if (r.connect_timeout.count() <= 0) config_error("remote.connect_timeout", "must be positive");
+  if (r.command_timeout.count() <= 0) config_error("remote.command_timeout", "must be positive");
+  if (r.ttl.count() < 0) config_error("remote.ttl", "must be 0 (never expire) or positive");
+  if (r.staging_blocks == 0) config_error("remote.staging_blocks", "must be at least 1");
+  if (r.max_batch_blocks == 0) config_error("remote.max_batch_blocks", "must be at least 1");
+  std::size_t staging = 0;
+  if (__builtin_mul_overflow(r.staging_blocks, c.layout.block_bytes(), &staging) ||
+      staging > kMaxSpanBytes) {
+    config_error("remote.staging_blocks", std::to_string(r.staging_blocks) +
+                                              " blocks of staging memory overflow; give fewer");
+  }
+}
+
 // The engines' options.
 void check_engines(const KvBlockManagerConfig& c, std::size_t bb) {
   if (c.bounce_blocks == 0) config_error("bounce_blocks", "must be at least 1");
@@ -322,11 +362,13 @@ TierBlocks check_config(KvBlockManagerConfig& c) {
   const TierBlocks n = check_tiers(c, bb);
   check_offload(c);
   check_engines(c, bb);
+  check_remote(c, n);
   check_listeners(c);
 
   // A boundary without its lower tier moves nothing.
   if (n.host == 0) c.device_to_host = OffloadMode::kNone;
   if (n.disk == 0) c.host_to_disk = OffloadMode::kNone;
+  if (c.remote.urls.empty()) c.host_to_remote = OffloadMode::kNone;
   return n;
 }
 

@@ -7,6 +7,7 @@
 //   build.cpp           building it all, tier by tier: memory, pools, engines, boundaries
 //   boundary.h          one tier boundary (write-through pipeline or on-eviction copier)
 //   eviction_copier.h   the on-eviction copier
+//   remote_tier.cpp     the remote tier G4: its writer (G2 -> G4) and fetches (G4 -> G2 -> G1)
 //   onboarding.cpp      onboarding and probing; onboard_state.cpp: one onboarding
 //   lifecycle.cpp       registration, explicit offload, drain, shutdown and audit
 //   kv_block_manager.cpp the public class, forwarding here
@@ -26,6 +27,7 @@
 
 #include "facade/boundary.h"
 #include "facade/onboarding.h"
+#include "facade/remote_tier.h"
 #include "facade/tier_engines.h"
 #include "facade/tier_memory.h"
 #include "facade/tiers.h"
@@ -70,6 +72,7 @@ class KvBlockManagerImpl {
   std::array<facade::TierEngines, facade::kTierCount> engines_;
   std::unique_ptr<facade::Onboarding> onboarding_;
   std::optional<RecoverySummary> disk_recovery_;  // what a persistent G3 recovered at build
+  std::unique_ptr<facade::RemoteTier> remote_;     // G4, or null
   facade::Boundaries boundaries_;  // last: destroyed first
 
  private:

@@ -57,11 +57,13 @@ void KvBlockManagerImpl::drain() {
   for_each_index<kTierCount - 1>([&](auto I) {
     if (auto& b = std::get<I()>(boundaries_)) b->drain();
   });
+  if (remote_) remote_->drain();  // after G1 -> G2: its copies are handed on to G4
   if (onboarding_) onboarding_->wait_all();
 }
 
 // Pipelines top-down (the last copies of one may still enqueue into the
-// next), then onboarding, then the on-eviction copiers.
+// next), then G4's writes (what is staged is written), then onboarding and
+// G4's fetches, then the on-eviction copiers.
 void KvBlockManagerImpl::shutdown() {
   {
     std::lock_guard lock(shutdown_mu_);
@@ -71,7 +73,9 @@ void KvBlockManagerImpl::shutdown() {
   for_each_index<kTierCount - 1>([&](auto I) {
     if (auto& b = std::get<I()>(boundaries_)) b->stop_pipelines();
   });
+  if (remote_) remote_->stop_writes();
   if (onboarding_) onboarding_->wait_all();
+  if (remote_) remote_->stop_fetches();
   for_each_index<kTierCount - 1>([&](auto I) {
     if (auto& b = std::get<I()>(boundaries_)) b->stop_copier();
   });

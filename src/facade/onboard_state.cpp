@@ -43,6 +43,22 @@ void OnboardState::on_batch(const TransferOutcome& o,
   if (last) finish();
 }
 
+void OnboardState::on_remote(facade::RemoteFetch&& fetch) noexcept {
+  bool last = false;
+  {
+    std::lock_guard lock(mu_);
+    remote_ = std::move(fetch);
+    if (!remote_.error.empty() && error_.empty()) error_ = remote_.error;
+    last = --pending_ == 0;
+  }
+  if (last) finish();
+}
+
+bool OnboardState::cancelling() const {
+  std::lock_guard lock(mu_);
+  return cancel_requested_;
+}
+
 void OnboardState::finish() noexcept {
   std::unique_lock lock(mu_);
   failed_.resize(below_hashes.size(), false);
@@ -53,19 +69,22 @@ void OnboardState::finish() noexcept {
     end_cancelled(lock);
     return;
   }
-  const bool any_failed = std::find(failed_.begin(), failed_.end(), true) != failed_.end();
+  const bool any_failed =
+      std::find(failed_.begin(), failed_.end(), true) != failed_.end() || remote_.failed > 0;
   lock.unlock();
   std::array<std::size_t, facade::kTierCount> per_tier{};
-  std::size_t failed = 0;
+  std::size_t failed = 0, remote = 0;
   std::vector<TierId> origins;
-  std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
+  std::vector<ImmutableBlock<G1>> out = assemble(per_tier, remote, failed, origins);
   OnboardCounts c = facade::to_counts(per_tier);
+  c.remote = remote;
   c.failed = failed;
-  c.no_space = no_space_;
+  c.no_space = no_space_ + remote_.no_space;
   if (counters.failed != nullptr) {
     for (std::size_t t = 0; t < facade::kTierCount; ++t) {
       counters.from_tier[t]->Increment(static_cast<double>(per_tier[t]));
     }
+    if (counters.remote != nullptr) counters.remote->Increment(static_cast<double>(remote));
     counters.failed->Increment(static_cast<double>(c.failed));
   }
   lock.lock();
@@ -84,10 +103,11 @@ void OnboardState::finish() noexcept {
 }
 
 // Every copy that arrived is registered (it is a valid G1 block); the prefix
-// handed back ends before the first copy that did not.
+// handed back ends before the first copy that did not. The remote tier's
+// copies come after the walk's positions, when every one of those arrived.
 std::vector<ImmutableBlock<G1>> OnboardState::assemble(
-    std::array<std::size_t, facade::kTierCount>& per_tier, std::size_t& failed,
-    std::vector<TierId>& origins) noexcept {
+    std::array<std::size_t, facade::kTierCount>& per_tier, std::size_t& remote,
+    std::size_t& failed, std::vector<TierId>& origins) noexcept {
   std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
   stage_and_register_copies(
       *g1, targets, failed_, [&](std::size_t i) { return below_hashes[i]; },
@@ -95,10 +115,12 @@ std::vector<ImmutableBlock<G1>> OnboardState::assemble(
         if (!r) ++failed;  // the target goes back to the reset pool
         arrived[i] = std::move(r);
       });
+  failed += remote_.failed;
   std::vector<ImmutableBlock<G1>> out;
-  out.reserve(walk.size());
-  origins.reserve(walk.size());
+  out.reserve(walk.size() + remote_.blocks.size());
+  origins.reserve(walk.size() + remote_.blocks.size());
   std::size_t next_hit = 0, next_below = 0;
+  bool whole = true;
   for (const std::uint8_t tier : walk) {
     if (tier == 0) {
       out.push_back(std::move(hits[next_hit++]));
@@ -107,14 +129,28 @@ std::vector<ImmutableBlock<G1>> OnboardState::assemble(
       continue;
     }
     auto& copy = arrived[next_below++];
-    if (!copy) break;
+    if (!copy) {
+      whole = false;
+      break;
+    }
     out.push_back(std::move(*copy));
     origins.push_back(static_cast<TierId>(tier + 1));
     ++per_tier[tier];
   }
+  for (std::size_t i = 0; whole && i < remote_.blocks.size(); ++i) {
+    const TierId from = remote_.origins[i];
+    out.push_back(std::move(remote_.blocks[i]));
+    origins.push_back(from);
+    if (from == TierId::kG4) {
+      ++remote;
+    } else {
+      ++per_tier[static_cast<std::size_t>(from) - 1];
+    }
+  }
   hits.clear();
   arrived.clear();
   targets.clear();
+  remote_.blocks.clear();
   release_sources();
   return out;
 }
@@ -195,6 +231,7 @@ void OnboardState::release_sources() noexcept {
 void OnboardState::release_all() noexcept {
   hits.clear();
   targets.clear();
+  remote_.blocks.clear();
   release_sources();
 }
 

@@ -8,6 +8,10 @@
 // without the on_register hook: onboarded blocks are not written back down)
 // and hands back the prefix up to the first copy that did not.
 //
+// With a remote tier (G4), the positions after the walk are looked up by the
+// remote tier's worker, which reports once through on_remote() (counted as
+// one more pending batch): the rest of the prefix, already in G1.
+//
 // Thread-safety: the public members are filled by the onboarding thread
 // before the first batch is submitted and read by finish() afterwards; the
 // status, result and cancellation are guarded by one mutex.
@@ -47,6 +51,17 @@ using Sources = SourcesOf<TierTypes>::type;
 /// Returns the counts of where a prefix came from (per tier, fastest first).
 [[nodiscard]] OnboardCounts to_counts(const std::array<std::size_t, kTierCount>& per_tier);
 
+/// The rest of a prefix, after the walk's positions, brought by the remote
+/// stage (facade/onboarding.cpp): G4's blocks fetched into G2, then the rest
+/// onboarded from the tiers that hold it, registered in G1, in prefix order.
+struct RemoteFetch {
+  std::vector<ImmutableBlock<G1>> blocks;
+  std::vector<TierId> origins;  ///< per block: where it came from (kG4: fetched from G4)
+  std::size_t failed = 0;       ///< copies that failed
+  std::size_t no_space = 0;     ///< blocks found that did not fit in G1
+  std::string error;            ///< the first copy error, if any
+};
+
 }  // namespace kvbm::facade
 
 namespace kvbm::detail {
@@ -56,6 +71,7 @@ class OnboardState {
  public:
   struct Counters {
     std::array<prometheus::Counter*, facade::kTierCount> from_tier{};  ///< G1: hits
+    prometheus::Counter* remote = nullptr;  ///< G4 (null without one)
     prometheus::Counter* failed = nullptr;
     prometheus::Counter* cancelled = nullptr;
   };
@@ -74,8 +90,12 @@ class OnboardState {
 
   /// Records one engine batch's outcome; `positions` maps batch index to below position.
   void on_batch(const TransferOutcome& o, const std::vector<std::size_t>& positions) noexcept;
+  /// Records the remote tier's stage (one pending batch).
+  void on_remote(facade::RemoteFetch&& fetch) noexcept;
   /// Ends the onboarding (when every copy is back, or at once when none ran).
   void finish() noexcept;
+  /// True once cancel() was asked for (or the last handle went away).
+  [[nodiscard]] bool cancelling() const;
 
   TransferStatus status() const;
   TransferStatus wait() const;
@@ -95,7 +115,8 @@ class OnboardState {
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
   std::vector<ImmutableBlock<G1>> assemble(std::array<std::size_t, facade::kTierCount>& per_tier,
-                                           std::size_t& failed, std::vector<TierId>& origins) noexcept;
+                                           std::size_t& remote, std::size_t& failed,
+                                           std::vector<TierId>& origins) noexcept;
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -105,6 +126,7 @@ class OnboardState {
   std::vector<bool> failed_;                               // guarded by mu_ until finish
   std::string error_;                                      // guarded by mu_
   std::size_t no_space_ = 0;
+  facade::RemoteFetch remote_;              // guarded by mu_ until finish
   OnboardCounts counts_;                    // guarded by mu_
   std::vector<TierId> origins_;             // guarded by mu_: the tier of each returned block
   std::vector<ImmutableBlock<G1>> blocks_;  // guarded by mu_

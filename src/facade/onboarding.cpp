@@ -14,8 +14,9 @@
 namespace kvbm::facade {
 
 Onboarding::Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& engines,
-                       std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics)
-    : pools_(pools), engines_(engines), registry_(std::move(registry)) {
+                       std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics,
+                       RemoteTier* remote)
+    : pools_(pools), engines_(engines), registry_(std::move(registry)), remote_(remote) {
   auto& fam = prometheus::BuildCounter()
                   .Name("kvbm_onboard_blocks_total")
                   .Help(
@@ -27,6 +28,7 @@ Onboarding::Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& 
     counters_.from_tier[I()] = &fam.Add({{"tier", std::string(tier_name<TierAt<I()>>())},
                                          {"outcome", I() == 0 ? "hit" : "onboarded"}});
   });
+  if (remote_ != nullptr) counters_.remote = &fam.Add({{"tier", "G4"}, {"outcome", "onboarded"}});
   counters_.failed = &fam.Add({{"tier", "below_G1"}, {"outcome", "failed"}});
   auto& req = prometheus::BuildCounter()
                   .Name("kvbm_onboard_cancelled_total")
@@ -38,34 +40,112 @@ Onboarding::Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& 
 
 Onboarding::~Onboarding() {
   for (auto* counter : counters_.from_tier) blocks_family_->Remove(counter);
+  if (counters_.remote != nullptr) blocks_family_->Remove(counters_.remote);
   blocks_family_->Remove(counters_.failed);
   cancelled_family_->Remove(counters_.cancelled);
 }
 
 OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes) {
   auto s = std::make_shared<State>();
-  s->g1 = &*std::get<0>(pools_);
   s->counters = counters_;
+  return start(std::move(s), hashes, remote_ != nullptr);
+}
+
+// Walks the local tiers, allocates G1 targets and submits the copies; with
+// `ask_remote`, the rest of the prefix (after the last block a local tier
+// holds) goes to the remote stage on G4's worker.
+OnboardHandle Onboarding::start(std::shared_ptr<State> s, std::span<const SequenceHash> hashes,
+                                bool ask_remote) {
+  s->g1 = &*std::get<0>(pools_);
   walk_prefix(hashes, *s);
+  std::vector<SequenceHash> rest;
+  if (ask_remote && s->walk.size() < hashes.size()) {
+    rest.assign(hashes.begin() + static_cast<std::ptrdiff_t>(s->walk.size()), hashes.end());
+  }
   const std::size_t below = s->below_hashes.size();
-  if (below == 0) {
+  if (below > 0) {
+    // G1 targets: all, else as many as fit (the prefix is cut there).
+    s->targets = s->g1->allocate_at_most(below);
+    const std::size_t got = s->targets.size();
+    if (got < below) {
+      s->set_no_space(below - got);
+      cut(*s, got);
+      rest.clear();  // G1 is full: nothing after the cut is asked for
+    }
+  }
+  if (s->targets.empty() && rest.empty()) {
     s->finish();
     return OnboardHandle(std::move(s));
   }
-  // G1 targets: all, else as many as fit (the prefix is cut there).
-  s->targets = s->g1->allocate_at_most(below);
-  const std::size_t got = s->targets.size();
-  if (got < below) {
-    s->set_no_space(below - got);
-    cut(*s, got);
+  submit(s, rest.empty() ? 0 : 1);
+  if (!rest.empty()) {
+    const bool posted = remote_->post([this, s, rest = std::move(rest)] {
+      s->on_remote(s->cancelling() ? RemoteFetch{} : onboard_rest(*s, rest));
+    });
+    if (!posted) s->on_remote({});  // shut down: nothing more comes from G4
   }
-  if (got == 0) {
-    s->finish();
-    return OnboardHandle(std::move(s));
-  }
-  submit(s);
   remember(s);
   return OnboardHandle(std::move(s));
+}
+
+// The remote stage, on G4's worker: walks the rest across the local tiers and
+// G4, fetching G4's runs into G2 (verified, registered, held here), then
+// onboards the rest from the local tiers like any prefix and hands it back.
+RemoteFetch Onboarding::onboard_rest(const State& parent, std::span<const SequenceHash> rest) {
+  RemoteFetch out;
+  try {
+    std::vector<ImmutableBlock<G2>> fetched;
+    std::vector<std::uint8_t> from;
+    const std::size_t end = walk_rest(rest, &fetched, from);
+    if (end == 0 || parent.cancelling()) return out;
+    auto sub = std::make_shared<State>();  // no counters: the parent counts what it hands back
+    OnboardHandle h = start(std::move(sub), rest.first(end), false);
+    h.wait();
+    out.blocks = h.take_blocks();
+    out.origins = h.sources();
+    const OnboardCounts c = h.counts();
+    out.failed = c.failed;
+    out.no_space = c.no_space;
+    out.error = h.error();
+    for (std::size_t i = 0; i < out.origins.size(); ++i) {
+      if (from[i] == kTierCount) out.origins[i] = TierId::kG4;
+    }
+  } catch (const std::exception& e) {
+    out = RemoteFetch{};
+    out.error = std::string("onboarding from G4 failed: ") + e.what();
+  }
+  return out;
+}
+
+// Per position of `rest`, from the first: the fastest local tier holding it,
+// else kTierCount when G4 does; returns how many positions are held so. With
+// `fetched`, G4's runs are fetched into G2 (and a run ends at the first block
+// that does not arrive intact); without, only asked about.
+std::size_t Onboarding::walk_rest(std::span<const SequenceHash> rest,
+                                  std::vector<ImmutableBlock<G2>>* fetched,
+                                  std::vector<std::uint8_t>& from) const {
+  const std::vector<std::uint8_t> local = fastest_tiers(rest, false);
+  from.clear();
+  std::size_t pos = 0;
+  while (pos < rest.size()) {
+    while (pos < rest.size() && local[pos] < kTierCount) from.push_back(local[pos++]);
+    if (pos == rest.size()) break;
+    // G4 is asked only for the run no local tier holds.
+    std::size_t run = pos;
+    while (run < rest.size() && local[run] == kTierCount) ++run;
+    const std::size_t held = remote_->present_prefix(rest.subspan(pos, run - pos));
+    if (held == 0) break;
+    std::size_t got = held;
+    if (fetched != nullptr) {
+      auto blocks = remote_->fetch_into_g2(rest.subspan(pos, held));
+      got = blocks.size();
+      for (auto& b : blocks) fetched->push_back(std::move(b));
+    }
+    from.insert(from.end(), got, static_cast<std::uint8_t>(kTierCount));
+    pos += got;
+    if (got < held) break;
+  }
+  return pos;
 }
 
 // Cuts the prefix before its `got`-th position below G1 (no G1 room for it).
@@ -90,8 +170,9 @@ void Onboarding::cut(State& s, std::size_t got) {
   s.below_tier.resize(got);
 }
 
-// One batch per source tier, in tier order.
-void Onboarding::submit(const std::shared_ptr<State>& s) {
+// One batch per source tier, in tier order; `remote_stages` more pending
+// batches are the remote tier's (reported by RemoteTier::fetch).
+void Onboarding::submit(const std::shared_ptr<State>& s, std::size_t remote_stages) {
   std::array<std::vector<TransferPair>, kTierCount> pairs;
   std::array<std::shared_ptr<std::vector<std::size_t>>, kTierCount> pos;
   std::array<std::size_t, kTierCount> next{};
@@ -109,7 +190,7 @@ void Onboarding::submit(const std::shared_ptr<State>& s) {
   }
   std::size_t batches = 0;
   for (const auto& p : pairs) batches += p.empty() ? 0 : 1;
-  s->start_pending(batches);  // every batch counted before any may complete
+  s->start_pending(batches + remote_stages);  // every batch counted before any may complete
   for (std::size_t t = 1; t < kTierCount; ++t) {
     if (pairs[t].empty()) continue;
     std::shared_ptr<TransferCompletion> comp;
@@ -135,9 +216,11 @@ void Onboarding::remember(const std::shared_ptr<State>& s) {
   });
 }
 
-// The tier each block of the prefix comes from: the fastest that holds it,
-// up to the first block no tier holds.
-std::vector<std::uint8_t> Onboarding::fastest_tiers(std::span<const SequenceHash> hashes) const {
+// The tier each block of the prefix comes from: the fastest that holds it, up
+// to the first block no tier holds (`stop_at_miss`), else kTierCount there and
+// on to the end.
+std::vector<std::uint8_t> Onboarding::fastest_tiers(std::span<const SequenceHash> hashes,
+                                                    bool stop_at_miss) const {
   std::array<std::vector<bool>, kTierCount> in;
   for_each_index<kTierCount>([&](auto I) {
     using T = TierAt<I()>;
@@ -149,7 +232,7 @@ std::vector<std::uint8_t> Onboarding::fastest_tiers(std::span<const SequenceHash
   for (std::size_t i = 0; i < hashes.size(); ++i) {
     std::size_t t = 0;
     while (t < kTierCount && !in[t][i]) ++t;
-    if (t == kTierCount) break;
+    if (t == kTierCount && stop_at_miss) break;
     tiers.push_back(static_cast<std::uint8_t>(t));
   }
   return tiers;
@@ -159,7 +242,7 @@ std::vector<std::uint8_t> Onboarding::fastest_tiers(std::span<const SequenceHash
 // per run of positions from the same tier. A block evicted since the presence
 // check ends the prefix there.
 void Onboarding::walk_prefix(std::span<const SequenceHash> hashes, State& s) {
-  const std::vector<std::uint8_t> tiers = fastest_tiers(hashes);
+  const std::vector<std::uint8_t> tiers = fastest_tiers(hashes, true);
   std::size_t i = 0;
   while (i < tiers.size()) {
     std::size_t end = i;
@@ -189,8 +272,23 @@ void Onboarding::walk_prefix(std::span<const SequenceHash> hashes, State& s) {
 
 OnboardCounts Onboarding::probe(std::span<const SequenceHash> hashes) const {
   std::array<std::size_t, kTierCount> per_tier{};
-  for (const std::uint8_t tier : fastest_tiers(hashes)) ++per_tier[tier];
-  return to_counts(per_tier);
+  const std::vector<std::uint8_t> tiers = fastest_tiers(hashes, true);
+  for (const std::uint8_t tier : tiers) ++per_tier[tier];
+  std::size_t remote = 0;
+  if (remote_ != nullptr && tiers.size() < hashes.size()) {
+    std::vector<std::uint8_t> from;
+    (void)walk_rest(hashes.subspan(tiers.size()), nullptr, from);
+    for (const std::uint8_t tier : from) {
+      if (tier == kTierCount) {
+        ++remote;
+      } else {
+        ++per_tier[tier];
+      }
+    }
+  }
+  OnboardCounts c = to_counts(per_tier);
+  c.remote = remote;
+  return c;
 }
 
 void Onboarding::wait_all() {

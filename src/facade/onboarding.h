@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "facade/onboard_state.h"
+#include "facade/remote_tier.h"
 #include "facade/tier_engines.h"
 #include "facade/tiers.h"
 #include "kvbm/block_registry.h"
@@ -38,8 +39,10 @@ namespace kvbm::facade {
 /// The facade's onboarding; see the file comment.
 class Onboarding {
  public:
+  /// `remote` (G4) may be null.
   Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& engines,
-             std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics);
+             std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics,
+             RemoteTier* remote);
   /// Takes the onboarding series out of the (possibly shared) registry; call
   /// wait_all() first (no onboarding touches a counter afterwards).
   ~Onboarding();
@@ -55,16 +58,23 @@ class Onboarding {
 
  private:
   using State = detail::OnboardState;
+  OnboardHandle start(std::shared_ptr<State> s, std::span<const SequenceHash> hashes,
+                      bool ask_remote);
+  RemoteFetch onboard_rest(const State& parent, std::span<const SequenceHash> rest);
+  std::size_t walk_rest(std::span<const SequenceHash> rest, std::vector<ImmutableBlock<G2>>* fetched,
+                        std::vector<std::uint8_t>& from) const;
   // Per prefix position, the index of the fastest tier that holds it.
-  std::vector<std::uint8_t> fastest_tiers(std::span<const SequenceHash> hashes) const;
+  std::vector<std::uint8_t> fastest_tiers(std::span<const SequenceHash> hashes,
+                                          bool stop_at_miss) const;
   void walk_prefix(std::span<const SequenceHash> hashes, State& s);
   void cut(State& s, std::size_t got);
-  void submit(const std::shared_ptr<State>& s);
+  void submit(const std::shared_ptr<State>& s, std::size_t remote_stages);
   void remember(const std::shared_ptr<State>& s);
 
   Pools& pools_;
   const std::array<TierEngines, kTierCount>& engines_;
   std::shared_ptr<BlockRegistry> registry_;
+  RemoteTier* remote_;
   State::Counters counters_;
   prometheus::Family<prometheus::Counter>* blocks_family_ = nullptr;
   prometheus::Family<prometheus::Counter>* cancelled_family_ = nullptr;

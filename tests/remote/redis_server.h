@@ -12,6 +12,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,6 +101,15 @@ class RedisServer {
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
+      // The server dies with the test process (even a crashed one), and holds
+      // none of its output pipes open (it logs to its file).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int devnull = ::open("/dev/null", O_RDWR);
+      if (devnull >= 0) {
+        ::dup2(devnull, 0);
+        ::dup2(devnull, 1);
+        ::dup2(devnull, 2);
+      }
       ::execv(bin.c_str(), argv.data());
       ::_exit(127);
     }

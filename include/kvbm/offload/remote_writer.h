@@ -1,0 +1,126 @@
+// kvbm/offload/remote_writer.h: the offload of blocks into the remote tier (G4).
+//
+// A RemoteWriter takes blocks of a host-memory tier (G2) and writes them to a
+// RemoteStore. Taking a block (stage()) copies its bytes into the writer's
+// own staging memory at once, so the caller (an allocation evicting the
+// block, or the hand-off of a block just registered in G2) never waits for
+// the network and the tier's block is free again when stage() returns. One
+// worker thread then writes what is staged, in batches of up to
+// max_batch_blocks, in staging order:
+//
+//   1. the policies drop what they filter (a RemotePresencePolicy asks the
+//      store which blocks it holds in one round trip per batch);
+//   2. the rest is written in one pipelined put per batch;
+//   3. each block's outcome is counted in OffloadMetrics (pipeline `name`):
+//      transferred; already_present (the presence policy); filtered (the
+//      other policies); no_space (the staging memory was full when the block
+//      came: it is dropped, never waited for); copy_failed (the store refused
+//      the write or could not be reached; the store's own
+//      kvbm_remote_errors_total{kind} says why).
+//
+// A block staged again while its first copy is still waiting is not staged
+// twice (already_present).
+//
+// Memory: staging_blocks x the store's block bytes, allocated once (pages
+// are touched only when used).
+//
+// Lifetime: the store and the source layout's memory outlive the writer.
+// shutdown() (also the destructor) lets the worker write what is staged
+// (each batch bounded by the store's command timeout), then stops it; stage()
+// afterwards drops and counts its blocks.
+// Thread-safety: every member from any thread.
+
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "kvbm/detail/mutex.h"
+#include "kvbm/offload/offload_metrics.h"
+#include "kvbm/offload/policy.h"
+#include "kvbm/remote/remote_store.h"
+#include "kvbm/sequence_hash.h"
+#include "kvbm/storage/layout.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvbm {
+
+/// Writes blocks of a host tier to a remote store; see the file comment.
+class RemoteWriter {
+ public:
+  struct Options {
+    std::size_t staging_blocks = 128;   ///< blocks waiting to be written (1 ..)
+    std::size_t max_batch_blocks = 64;  ///< blocks per write batch (1 ..)
+    std::string name = "G2_to_G4";      ///< the metrics' pipeline label
+  };
+  /// One block to take: where it is in the source layout, and its hash.
+  struct Source {
+    BlockId id = 0;
+    SequenceHash hash;
+  };
+
+  /// Starts the worker. `source` lays out the blocks stage() copies from; its
+  /// blocks must have the store's block bytes. Throws UsageError on a bad
+  /// option, a null store or registry, or a size mismatch.
+  RemoteWriter(std::shared_ptr<RemoteStore> store, const Layout& source, Options options,
+               std::vector<std::shared_ptr<OffloadPolicy>> policies,
+               std::shared_ptr<prometheus::Registry> metrics);
+  ~RemoteWriter();
+  RemoteWriter(const RemoteWriter&) = delete;
+  RemoteWriter& operator=(const RemoteWriter&) = delete;
+
+  /// Copies the blocks into staging and queues them; returns how many were
+  /// staged (the others were already waiting, or found no room). noexcept:
+  /// called from pool listeners and completion threads.
+  std::size_t stage(std::span<const Source> blocks) noexcept;
+  /// Waits until everything staged so far has been written (or has failed).
+  void drain();
+  /// See the file comment. Idempotent.
+  void shutdown();
+
+ private:
+  struct Item {
+    std::size_t slot = 0;
+    SequenceHash hash;
+  };
+  void run();
+  void write(std::vector<Item>& batch);
+  std::span<std::byte> slot_bytes(std::size_t slot) noexcept {
+    return {staging_.get() + slot * block_bytes_, block_bytes_};
+  }
+
+  const std::shared_ptr<RemoteStore> store_;
+  const Layout source_;
+  const Options options_;
+  const std::size_t block_bytes_;
+  const std::vector<std::shared_ptr<OffloadPolicy>> policies_;
+  std::vector<std::size_t> policy_index_;  // into metrics_
+  std::vector<bool> is_presence_;          // the policy's filtered blocks are already_present
+  std::shared_ptr<OffloadMetrics> metrics_;
+  std::unique_ptr<std::byte[]> staging_;
+
+  detail::Mutex mu_;
+  std::condition_variable work_cv_;  // an item queued, or stop
+  std::condition_variable idle_cv_;  // the queue emptied and the worker is idle
+  std::vector<std::size_t> free_slots_ KVBM_GUARDED_BY(mu_);
+  std::deque<Item> queue_ KVBM_GUARDED_BY(mu_);
+  std::unordered_set<std::uint64_t> waiting_ KVBM_GUARDED_BY(mu_);  // hashes staged, not written
+  bool busy_ KVBM_GUARDED_BY(mu_) = false;                         // the worker holds a batch
+  bool stop_ KVBM_GUARDED_BY(mu_) = false;
+  std::once_flag stopped_;
+  std::thread worker_;  // last: started once everything above exists
+};
+
+}  // namespace kvbm

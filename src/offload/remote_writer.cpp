@@ -1,0 +1,167 @@
+// src/offload/remote_writer.cpp: kvbm/offload/remote_writer.h.
+
+#include "kvbm/offload/remote_writer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "kvbm/error.h"
+#include "kvbm/logging.h"
+#include "kvbm/offload/remote_presence_policy.h"
+
+namespace kvbm {
+
+RemoteWriter::RemoteWriter(std::shared_ptr<RemoteStore> store, const Layout& source,
+                           Options options, std::vector<std::shared_ptr<OffloadPolicy>> policies,
+                           std::shared_ptr<prometheus::Registry> metrics)
+    : store_(std::move(store)),
+      source_(source),
+      options_(std::move(options)),
+      block_bytes_(source.config().block_bytes()),
+      policies_(std::move(policies)) {
+  KVBM_CHECK(store_ != nullptr, "RemoteWriter needs a remote store");
+  KVBM_CHECK(options_.staging_blocks > 0, "RemoteWriter: staging_blocks must be at least 1");
+  KVBM_CHECK(options_.max_batch_blocks > 0, "RemoteWriter: max_batch_blocks must be at least 1");
+  KVBM_CHECK(store_->block_bytes() == block_bytes_, "RemoteWriter: the source's blocks are ",
+             block_bytes_, " bytes, the store's ", store_->block_bytes(),
+             "; build both from the same LayoutConfig");
+  for (const auto& p : policies_) KVBM_CHECK(p != nullptr, "RemoteWriter: a policy is null");
+  metrics_ = std::make_shared<OffloadMetrics>(std::move(metrics), options_.name);
+  for (const auto& p : policies_) {
+    policy_index_.push_back(metrics_->register_policy(p->name()));
+    is_presence_.push_back(dynamic_cast<const RemotePresencePolicy*>(p.get()) != nullptr);
+  }
+  staging_.reset(new std::byte[options_.staging_blocks * block_bytes_]);
+  {
+    detail::LockGuard lock(mu_);
+    free_slots_.reserve(options_.staging_blocks);
+    for (std::size_t i = options_.staging_blocks; i-- > 0;) free_slots_.push_back(i);
+  }
+  worker_ = std::thread([this] { run(); });
+}
+
+RemoteWriter::~RemoteWriter() { shutdown(); }
+
+std::size_t RemoteWriter::stage(std::span<const Source> blocks) noexcept {
+  if (blocks.empty()) return 0;
+  metrics_->add_enqueued(blocks.size());
+  std::size_t staged = 0, duplicate = 0, no_room = 0;
+  std::vector<Region> regions;
+  {
+    detail::LockGuard lock(mu_);
+    for (const auto& b : blocks) {
+      if (stop_ || free_slots_.empty()) {
+        ++no_room;
+        continue;
+      }
+      if (!waiting_.insert(b.hash.value()).second) {
+        ++duplicate;
+        continue;
+      }
+      const std::size_t slot = free_slots_.back();
+      free_slots_.pop_back();
+      // The copy is made under the lock: the slot is not queued before it is
+      // full, and the caller's block is free once stage() returns.
+      regions.clear();
+      source_.append_regions(b.id, regions);
+      std::byte* out = slot_bytes(slot).data();
+      for (const auto& r : regions) {
+        std::memcpy(out, reinterpret_cast<const void*>(r.addr), r.size);
+        out += r.size;
+      }
+      queue_.push_back({slot, b.hash});
+      ++staged;
+    }
+  }
+  if (staged > 0) work_cv_.notify_one();
+  metrics_->add_blocks(BlockOutcome::kAlreadyPresent, duplicate);
+  metrics_->add_blocks(BlockOutcome::kNoSpace, no_room);
+  return staged;
+}
+
+void RemoteWriter::drain() {
+  detail::UniqueLock lock(mu_);
+  idle_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return queue_.empty() && !busy_; });
+}
+
+void RemoteWriter::shutdown() {
+  std::call_once(stopped_, [&] {
+    {
+      detail::LockGuard lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    worker_.join();
+  });
+}
+
+void RemoteWriter::run() {
+  std::vector<Item> batch;
+  for (;;) {
+    {
+      detail::UniqueLock lock(mu_);
+      busy_ = false;
+      if (queue_.empty()) idle_cv_.notify_all();
+      work_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopped, and everything staged is written
+      const std::size_t n = std::min(queue_.size(), options_.max_batch_blocks);
+      batch.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+      busy_ = true;
+    }
+    write(batch);
+    detail::LockGuard lock(mu_);
+    for (const auto& item : batch) {
+      waiting_.erase(item.hash.value());
+      free_slots_.push_back(item.slot);
+    }
+  }
+}
+
+// Steps 1 to 3 of the file comment, for one batch.
+void RemoteWriter::write(std::vector<Item>& batch) {
+  std::vector<SequenceHash> hashes;
+  hashes.reserve(batch.size());
+  for (const auto& item : batch) hashes.push_back(item.hash);
+  std::vector<bool> pass(batch.size(), true);
+  for (std::size_t p = 0; p < policies_.size(); ++p) {
+    const auto before = static_cast<std::size_t>(std::count(pass.begin(), pass.end(), true));
+    bool failed = false;
+    try {
+      policies_[p]->evaluate(hashes, pass);
+    } catch (const std::exception& e) {
+      // As the offload pipeline: a policy that throws filters what it was asked about.
+      logger()->warn("offload {}: policy {} failed: {}", options_.name, policies_[p]->name(),
+                     e.what());
+      std::fill(pass.begin(), pass.end(), false);
+      failed = true;
+    }
+    const auto after = static_cast<std::size_t>(std::count(pass.begin(), pass.end(), true));
+    metrics_->add_policy(policy_index_[p], after, before - after, failed);
+    metrics_->add_blocks(is_presence_[p] ? BlockOutcome::kAlreadyPresent : BlockOutcome::kFiltered,
+                         before - after);
+  }
+  std::vector<std::span<const std::byte>> regions;
+  std::vector<RemotePut> puts;
+  regions.reserve(batch.size());
+  puts.reserve(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (!pass[i]) continue;
+    regions.emplace_back(slot_bytes(batch[i].slot));
+    puts.push_back({batch[i].hash.value(), 0, {}});
+  }
+  for (std::size_t k = 0; k < puts.size(); ++k) puts[k].regions = {&regions[k], 1};
+  if (puts.empty()) return;
+  metrics_->add_batch();
+  const std::vector<RemoteStatus> status = store_->put(puts);
+  std::size_t ok = 0;
+  for (const auto s : status) ok += s == RemoteStatus::kOk ? 1 : 0;
+  metrics_->add_blocks(BlockOutcome::kTransferred, ok);
+  metrics_->add_blocks(BlockOutcome::kCopyFailed, puts.size() - ok);
+}
+
+}  // namespace kvbm

@@ -1,0 +1,499 @@
+// tests/facade/remote_tier_test.cpp: the remote tier G4 through KvBlockManager,
+// against a real redis-server started by each test (tests/remote/redis_server.h).
+//
+// Instance A computes blocks (their bytes a function of the hash alone) and
+// offloads them; instance B, another KvBlockManager with empty G1-G3 (in this
+// process, another thread or another process), onboards them from G4 and
+// compares every byte. Around that: a corrupted value, another model, a
+// server killed, full or frozen, cancellation, and four instances at once.
+// Every scenario ends with every pool balanced.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <prometheus/registry.h>
+
+#include "facade/facade_test_util.h"
+#include "kvbm/hashing.h"
+#include "kvbm/kv_block_manager.h"
+#include "kvbm/remote/remote_value.h"
+#include "kvbm/storage/storage.h"
+#include "remote/redis_server.h"
+
+namespace kvbm {
+namespace {
+
+using test::Bytes;
+using test::read_block;
+using test::RedisServer;
+using test::write_block;
+using Clock = std::chrono::steady_clock;
+
+#define KVBM_NEED_REDIS()                                                             \
+  do {                                                                                \
+    if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;         \
+    if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {                      \
+      GTEST_SKIP() << "G1 is device memory here; these tests write it through host " \
+                      "pointers (set KVBM_FORCE=1 to run anyway)";                    \
+    }                                                                                 \
+  } while (0)
+
+constexpr const char* kModel = "model-a@1";
+
+KvBlockManagerConfig remote_config(const std::string& url, std::size_t g1 = 16,
+                                   std::size_t g2 = 16, std::string model = kModel) {
+  KvBlockManagerConfig c = test::config(g1, g2, 0);
+  c.device_to_host = OffloadMode::kWriteThrough;
+  c.remote.urls = {url};
+  c.remote.model = std::move(model);
+  c.remote.dtype = "bf16";
+  c.remote.connect_timeout = std::chrono::milliseconds(200);
+  c.remote.command_timeout = std::chrono::milliseconds(500);
+  c.remote.staging_blocks = 64;
+  c.remote.max_batch_blocks = 16;
+  return c;
+}
+
+// A prefix of n blocks: hashes chained from `seed`.
+std::vector<SequenceHash> prefix(std::uint64_t seed, std::size_t n) {
+  std::vector<SequenceHash> out;
+  std::optional<SequenceHash> parent;
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(chain(parent, seed * 1000003 + i));
+    parent = out.back();
+  }
+  return out;
+}
+
+// The bytes of the block with hash value `v`.
+Bytes pattern(std::uint64_t v, std::size_t n) {
+  Bytes out(n);
+  std::mt19937_64 rng(v);
+  for (auto& b : out) b = static_cast<std::uint8_t>(rng());
+  return out;
+}
+
+// Computes `hashes` into G1 (bytes from pattern()) and registers them.
+void compute(KvBlockManager& kv, std::span<const SequenceHash> hashes) {
+  if (hashes.empty()) return;
+  auto blocks = kv.device().allocate_blocks(hashes.size());
+  ASSERT_TRUE(blocks.has_value());
+  std::vector<CompleteBlock<G1>> complete;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    write_block(kv.device_layout(), (*blocks)[i].block_id(),
+                pattern(hashes[i].value(), kv.block_bytes()));
+    complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv.block_size()).value());
+  }
+  (void)kv.register_blocks(std::move(complete));
+}
+
+struct Served {
+  OnboardCounts counts;
+  std::vector<TierId> sources;
+  std::size_t blocks = 0;
+  std::size_t wrong_bytes = 0;
+  TransferStatus status = TransferStatus::kTransferring;
+};
+
+// Onboards `hashes` and compares every byte of what comes back.
+Served onboard_and_check(KvBlockManager& kv, std::span<const SequenceHash> hashes) {
+  OnboardHandle h = kv.onboard(hashes);
+  Served s;
+  s.status = h.wait();
+  s.counts = h.counts();
+  s.sources = h.sources();
+  const auto blocks = h.take_blocks();
+  s.blocks = blocks.size();
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (read_block(kv.device_layout(), blocks[i].block_id()) !=
+        pattern(hashes[i].value(), kv.block_bytes())) {
+      ++s.wrong_bytes;
+    }
+  }
+  return s;
+}
+
+// The value of a counter (or the sum over series) whose labels include `labels`.
+double metric(const prometheus::Registry& r, const std::string& name,
+              const std::map<std::string, std::string>& labels = {}) {
+  double sum = 0;
+  for (const auto& fam : r.Collect()) {
+    if (fam.name != name) continue;
+    for (const auto& m : fam.metric) {
+      std::size_t matched = 0;
+      for (const auto& l : m.label) {
+        auto it = labels.find(l.name);
+        if (it != labels.end() && it->second == l.value) ++matched;
+      }
+      if (matched == labels.size()) sum += m.counter.value + m.gauge.value;
+    }
+  }
+  return sum;
+}
+
+// The key of a block in G4 (kvbm/remote/remote_store.h), for planting values.
+std::string key_of(const KvBlockManagerConfig& c, const SequenceHash& h) {
+  const RemoteNamespace ns{c.remote.model, c.remote.dtype, c.layout, c.remote.user_namespace};
+  char key[80];
+  std::snprintf(key, sizeof key, "%s:%016llx:%016llx", c.remote.key_prefix.c_str(),
+                static_cast<unsigned long long>(remote_fingerprint(ns)),
+                static_cast<unsigned long long>(h.value()));
+  return key;
+}
+
+void expect_balanced(const KvBlockManager& kv) { EXPECT_EQ(kv.audit(), "") << "pools unbalanced"; }
+
+class RemoteTierLayouts : public ::testing::TestWithParam<LayoutKind> {};
+
+TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(1, 12);
+  auto ca = remote_config(server.url());
+  ca.device_layout = GetParam();
+  auto a = KvBlockManager::build(ca);
+  compute(*a, hashes);
+  a->drain();
+
+  auto cb = remote_config(server.url());
+  cb.device_layout = GetParam() == LayoutKind::kLayerSeparated ? LayoutKind::kFullyContiguous
+                                                               : LayoutKind::kLayerSeparated;
+  auto b = KvBlockManager::build(cb);
+  EXPECT_EQ(b->probe(hashes).remote, 12u);
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.status, TransferStatus::kDone);
+  EXPECT_EQ(s.counts.remote, 12u);
+  EXPECT_EQ(s.counts.total(), 12u);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  EXPECT_EQ(s.sources, std::vector<TierId>(12, TierId::kG4));
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_onboard_blocks_total", {{"tier", "G4"}}), 12.0);
+  EXPECT_EQ(metric(*a->metrics_registry(), "kvbm_offload_blocks_total",
+                   {{"pipeline", "G2_to_G4"}, {"outcome", "transferred"}}),
+            12.0);
+  // Fetched blocks are G2 blocks of B now: a second onboarding finds them there.
+  const Served again = onboard_and_check(*b, hashes);
+  EXPECT_EQ(again.counts.remote, 0u);
+  EXPECT_EQ(again.counts.total(), 12u);
+  EXPECT_EQ(again.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothLayouts, RemoteTierLayouts,
+                         ::testing::Values(LayoutKind::kLayerSeparated,
+                                           LayoutKind::kFullyContiguous),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(RemoteTier, PresentBlocksAreNotWrittenAgain) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(2, 8);
+  auto ca = remote_config(server.url());
+  auto a = KvBlockManager::build(ca);
+  compute(*a, hashes);
+  a->drain();
+  auto cb = remote_config(server.url());
+  auto b = KvBlockManager::build(cb);
+  compute(*b, hashes);  // B computed the same prefix itself
+  b->drain();
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_offload_blocks_total",
+                   {{"pipeline", "G2_to_G4"}, {"outcome", "already_present"}}),
+            8.0);
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_offload_blocks_total",
+                   {{"pipeline", "G2_to_G4"}, {"outcome", "transferred"}}),
+            0.0);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, CorruptedValueIsACountedMissAndNeverServed) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(3, 8);
+  auto ca = remote_config(server.url());
+  auto a = KvBlockManager::build(ca);
+  compute(*a, hashes);
+  a->drain();
+  // Flip one payload byte of block 5 behind the library's back.
+  const std::string key = key_of(ca, hashes[5]);
+  auto raw = server.raw();
+  ASSERT_TRUE(raw);
+  auto* got = static_cast<redisReply*>(redisCommand(raw.get(), "GET %s", key.c_str()));
+  ASSERT_NE(got, nullptr);
+  ASSERT_EQ(got->type, REDIS_REPLY_STRING) << "no value under " << key;
+  std::string value(got->str, got->len);
+  freeReplyObject(got);
+  value[kRemoteHeaderBytes + 100] = static_cast<char>(value[kRemoteHeaderBytes + 100] ^ 0x40);
+  auto* set = static_cast<redisReply*>(
+      redisCommand(raw.get(), "SET %s %b", key.c_str(), value.data(), value.size()));
+  ASSERT_NE(set, nullptr);
+  freeReplyObject(set);
+
+  auto cb = remote_config(server.url());
+  auto b = KvBlockManager::build(cb);
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.status, TransferStatus::kDone);
+  EXPECT_EQ(s.counts.remote, 5u) << "the prefix ends before the corrupted block";
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_remote_errors_total", {{"kind", "corrupt"}}), 1.0);
+  EXPECT_FALSE(b->host()->registry()->presence<G2>(std::span(&hashes[5], 1))[0])
+      << "the corrupted block must not be registered in G2";
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, BlocksOfAnotherModelDtypeOrNamespaceAreNeverServed) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(4, 6);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  a->drain();
+  auto other_model = remote_config(server.url(), 16, 16, "model-b@1");
+  auto other_dtype = remote_config(server.url());
+  other_dtype.remote.dtype = "fp16";
+  auto other_ns = remote_config(server.url());
+  other_ns.remote.user_namespace = "tenant-2";
+  for (auto* c : {&other_model, &other_dtype, &other_ns}) {
+    auto b = KvBlockManager::build(*c);
+    EXPECT_EQ(b->probe(hashes).remote, 0u);
+    const Served s = onboard_and_check(*b, hashes);
+    EXPECT_EQ(s.blocks, 0u);
+    expect_balanced(*b);
+  }
+  expect_balanced(*a);
+}
+
+TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  auto ca = remote_config(server.url());
+  auto a = KvBlockManager::build(ca);
+  server.kill();
+  const auto lost = prefix(5, 8);
+  compute(*a, lost);  // G1 and G2 take them; G4 cannot
+  a->drain();
+  EXPECT_EQ(metric(*a->metrics_registry(), "kvbm_offload_blocks_total",
+                   {{"pipeline", "G2_to_G4"}, {"outcome", "copy_failed"}}),
+            8.0);
+  // A's own tiers still serve them.
+  const Served own = onboard_and_check(*a, lost);
+  EXPECT_EQ(own.counts.total(), 8u);
+  EXPECT_EQ(own.wrong_bytes, 0u);
+
+  auto b = KvBlockManager::build(remote_config(server.url()));
+  const auto t0 = Clock::now();
+  OnboardHandle h = b->onboard(lost);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200)) << "onboard() waited for G4";
+  EXPECT_EQ(h.wait(), TransferStatus::kDone);
+  EXPECT_EQ(h.counts().total(), 0u);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+  h = OnboardHandle();
+
+  server.start();  // back, empty: A's writes succeed again once its backoff ends
+  Served s;
+  const auto until = Clock::now() + std::chrono::seconds(15);
+  for (std::uint64_t seed = 100; Clock::now() < until; ++seed) {
+    const auto fresh = prefix(seed, 8);
+    compute(*a, fresh);
+    a->drain();
+    s = onboard_and_check(*b, fresh);
+    if (s.counts.remote == 8) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(s.counts.remote, 8u) << "G4 did not come back within 15 s of the restart";
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, FullServerFailsOnlyTheWritesThatDoNotFit) {
+  KVBM_NEED_REDIS();
+  RedisServer server({.extra_args = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction"}});
+  auto ca = remote_config(server.url(), 64, 64);
+  auto a = KvBlockManager::build(ca);
+  const auto hashes = prefix(7, 600);  // 1.2 MB of 2 KiB blocks
+  for (std::size_t i = 0; i < hashes.size(); i += 50) {
+    compute(*a, std::span(hashes).subspan(i, 50));
+    a->drain();
+  }
+  const double failed = metric(*a->metrics_registry(), "kvbm_offload_blocks_total",
+                               {{"pipeline", "G2_to_G4"}, {"outcome", "copy_failed"}});
+  const double stored = metric(*a->metrics_registry(), "kvbm_offload_blocks_total",
+                               {{"pipeline", "G2_to_G4"}, {"outcome", "transferred"}});
+  EXPECT_GT(failed, 0.0);
+  EXPECT_GT(stored, 0.0);
+  EXPECT_EQ(failed + stored, 600.0);
+  EXPECT_GT(metric(*a->metrics_registry(), "kvbm_remote_errors_total", {{"kind", "oom"}}), 0.0);
+  auto b = KvBlockManager::build(remote_config(server.url(), 512, 512));
+  const Served s = onboard_and_check(*b, hashes);
+  // The writes of a batch race on two connections: the blocks stored need not
+  // be the first ones. B gets exactly the leading run of stored blocks.
+  std::size_t leading = 0;
+  while (leading < hashes.size() && server.command({"EXISTS", key_of(ca, hashes[leading])}) == "1") {
+    ++leading;
+  }
+  EXPECT_EQ(s.counts.remote, leading);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, CancellingAnOnboardingThatWaitsOnAFrozenServer) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(8, 8);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  a->drain();
+  auto cb = remote_config(server.url());
+  cb.remote.command_timeout = std::chrono::milliseconds(800);
+  auto b = KvBlockManager::build(cb);
+  server.pause();
+  const auto t0 = Clock::now();
+  OnboardHandle h = b->onboard(hashes);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200)) << "onboard() waited for G4";
+  EXPECT_EQ(h.status(), TransferStatus::kTransferring);
+  EXPECT_TRUE(h.cancel());
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3)) << "cancel() outlived the G4 timeout";
+  EXPECT_EQ(h.status(), TransferStatus::kCancelled);
+  EXPECT_TRUE(h.take_blocks().empty());
+  expect_balanced(*b);
+  server.resume();
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.counts.total(), 8u);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, OnEvictionWritesWhatG2EvictsAndTheWalkCrossesTiers) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  auto ca = remote_config(server.url(), 8, 4);
+  ca.host_to_remote = OffloadMode::kOnEviction;
+  auto a = KvBlockManager::build(ca);
+  const auto hashes = prefix(9, 12);
+  for (std::size_t i = 0; i < hashes.size(); i += 2) {
+    compute(*a, std::span(hashes).subspan(i, 2));
+    a->drain();
+  }
+  // G1 holds the last 8 blocks, G2 the last 4; G2 evicted the first 8 into G4.
+  const OnboardCounts p = a->probe(hashes);
+  EXPECT_EQ(p.remote, 4u) << "G4 is asked only for what no local tier holds";
+  EXPECT_EQ(p.device, 8u);
+  EXPECT_EQ(p.host, 0u);
+
+  auto b = KvBlockManager::build(remote_config(server.url(), 16, 16));
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.counts.remote, 8u) << "B finds what A's G2 evicted, and only that";
+  EXPECT_EQ(s.wrong_bytes, 0u);
+
+  // A's own prefix crosses the tiers: 4 blocks from G4, then 4 G1 hits.
+  const Served own = onboard_and_check(*a, std::span(hashes).first(8));
+  EXPECT_EQ(own.status, TransferStatus::kDone);
+  EXPECT_EQ(own.sources, (std::vector<TierId>{TierId::kG4, TierId::kG4, TierId::kG4, TierId::kG4,
+                                              TierId::kG1, TierId::kG1, TierId::kG1, TierId::kG1}));
+  EXPECT_EQ(own.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, FourInstancesShareOverlappingPrefixesEveryByteVerified) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  constexpr int kInstances = 4;
+  constexpr int kRounds = 25;
+  std::atomic<std::size_t> wrong{0}, from_g4{0}, unbalanced{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kInstances; ++t) {
+    threads.emplace_back([&, t] {
+      auto kv = KvBlockManager::build(remote_config(server.url(), 24, 24));
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 100);
+      for (int r = 0; r < kRounds; ++r) {
+        // One of five shared system prompts, then a suffix of its own.
+        const auto shared = prefix(1000 + rng() % 5, 6);
+        auto request = shared;
+        for (const auto& h : prefix(2000 + static_cast<std::uint64_t>(t) * 100 + r, 2)) {
+          request.push_back(chain(request.back(), h.value()));
+        }
+        const Served s = onboard_and_check(*kv, request);
+        wrong += s.wrong_bytes;
+        from_g4 += s.counts.remote;
+        compute(*kv, std::span(request).subspan(s.blocks));
+        kv->drain();
+      }
+      if (!kv->audit().empty()) ++unbalanced;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(from_g4.load(), 0u) << "no instance reused another's blocks";
+  EXPECT_EQ(unbalanced.load(), 0u);
+}
+
+TEST(RemoteTier, AnotherProcessOnboardsWhatOneProcessOffloaded) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(10, 16);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // process A: computes, offloads and exits
+    int rc = 1;
+    try {
+      auto a = KvBlockManager::build(remote_config(server.url(), 32, 32));
+      compute(*a, hashes);
+      a->drain();
+      rc = a->audit().empty() ? 0 : 2;
+    } catch (const std::exception&) {
+      rc = 3;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto b = KvBlockManager::build(remote_config(server.url(), 32, 32));  // process B
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.counts.remote, 16u);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*b);
+}
+
+TEST(RemoteTier, ConfigErrorsNameTheOption) {
+  auto expect_error = [](KvBlockManagerConfig c, const std::string& option) {
+    try {
+      (void)KvBlockManager::build(std::move(c));
+      ADD_FAILURE() << "expected an error naming " << option;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("KvBlockManagerConfig." + option), std::string::npos)
+          << e.what();
+    }
+  };
+  auto no_host = remote_config("redis://127.0.0.1:1/0", 8, 0);
+  expect_error(no_host, "remote.urls");
+  auto no_model = remote_config("redis://127.0.0.1:1/0", 8, 8, "");
+  expect_error(no_model, "remote.model");
+  auto metadata = remote_config("redis://127.0.0.1:1/0");
+  metadata.move_bytes = false;
+  expect_error(metadata, "remote.urls");
+  auto staging = remote_config("redis://127.0.0.1:1/0");
+  staging.remote.staging_blocks = 0;
+  expect_error(staging, "remote.staging_blocks");
+}
+
+}  // namespace
+}  // namespace kvbm
