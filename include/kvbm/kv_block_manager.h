@@ -312,8 +312,8 @@ class KvBlockManager {
   /// With G4, the rest of the prefix is looked up there on a worker thread
   /// (one round trip), fetched into G2, verified and copied up: the handle
   /// completes when that is done; a block G4 cannot serve intact ends the
-  /// prefix (a miss, never served). cancel() waits for a G4 round trip in
-  /// flight (at most remote.command_timeout).
+  /// prefix (a miss, never served). cancel() does not wait for a G4 round
+  /// trip in flight.
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
   /// What onboard(hashes) would find right now, without taking or copying
   /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the
@@ -324,7 +324,8 @@ class KvBlockManager {
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
 
   /// Waits until the offload pipelines are idle (everything enqueued so far
-  /// has finished, G4 writes included); for tests, tools and orderly shutdown.
+  /// has finished, G4 writes included) and every onboarding started so far
+  /// has ended (G4 lookups included); for tests, tools and orderly shutdown.
   void drain();
   /// See the file comment. Idempotent.
   void shutdown();

@@ -59,6 +59,7 @@ void KvBlockManagerImpl::drain() {
   });
   if (remote_) remote_->drain();  // after G1 -> G2: its copies are handed on to G4
   if (onboarding_) onboarding_->wait_all();
+  if (remote_) remote_->wait_fetches();  // also a cancelled onboarding's stage
 }
 
 // Pipelines top-down (the last copies of one may still enqueue into the

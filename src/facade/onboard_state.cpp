@@ -47,6 +47,9 @@ void OnboardState::on_remote(facade::RemoteFetch&& fetch) noexcept {
   bool last = false;
   {
     std::lock_guard lock(mu_);
+    remote_outstanding_ = false;
+    // Cancelled while it asked G4 (cancel() ended it): `fetch` is released.
+    if (is_terminal(status_) || pending_ == 0) return;
     remote_ = std::move(fetch);
     if (!remote_.error.empty() && error_.empty()) error_ = remote_.error;
     last = --pending_ == 0;
@@ -180,9 +183,19 @@ bool OnboardState::wait_for(std::chrono::nanoseconds t) const {
 
 bool OnboardState::cancel() {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (is_terminal(status_)) return status_ == TransferStatus::kCancelled;
     cancel_requested_ = true;
+    if (pending_ == 1 && remote_outstanding_) {
+      // Every copy is back; only the remote stage is out, maybe waiting on
+      // G4: end now (it releases what it brings when it reports).
+      pending_ = 0;
+      lock.unlock();
+      release_all();
+      lock.lock();
+      end_cancelled(lock);
+      return true;
+    }
   }
   return wait() == TransferStatus::kCancelled;
 }

@@ -85,7 +85,12 @@ class OnboardState {
   BlockManager<G1>* g1 = nullptr;
   Counters counters;
 
-  void start_pending(std::size_t n) { pending_ = n; }
+  /// `batches` engine batches, and the remote stage when `remote`.
+  void start_pending(std::size_t batches, bool remote) {
+    std::lock_guard lock(mu_);
+    pending_ = batches + (remote ? 1 : 0);
+    remote_outstanding_ = remote;
+  }
   void set_no_space(std::size_t n) { no_space_ = n; }
 
   /// Records one engine batch's outcome; `positions` maps batch index to below position.
@@ -123,6 +128,7 @@ class OnboardState {
   TransferStatus status_ = TransferStatus::kTransferring;  // guarded by mu_
   bool cancel_requested_ = false;                          // guarded by mu_
   std::size_t pending_ = 0;                                // guarded by mu_
+  bool remote_outstanding_ = false;  // guarded by mu_: the remote stage has not reported
   std::vector<bool> failed_;                               // guarded by mu_ until finish
   std::string error_;                                      // guarded by mu_
   std::size_t no_space_ = 0;

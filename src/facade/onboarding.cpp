@@ -77,7 +77,7 @@ OnboardHandle Onboarding::start(std::shared_ptr<State> s, std::span<const Sequen
     s->finish();
     return OnboardHandle(std::move(s));
   }
-  submit(s, rest.empty() ? 0 : 1);
+  submit(s, !rest.empty());
   if (!rest.empty()) {
     const bool posted = remote_->post([this, s, rest = std::move(rest)] {
       s->on_remote(s->cancelling() ? RemoteFetch{} : onboard_rest(*s, rest));
@@ -170,9 +170,9 @@ void Onboarding::cut(State& s, std::size_t got) {
   s.below_tier.resize(got);
 }
 
-// One batch per source tier, in tier order; `remote_stages` more pending
-// batches are the remote tier's (reported by RemoteTier::fetch).
-void Onboarding::submit(const std::shared_ptr<State>& s, std::size_t remote_stages) {
+// One batch per source tier, in tier order; with `remote_stage`, the remote
+// stage is pending too (it reports through OnboardState::on_remote).
+void Onboarding::submit(const std::shared_ptr<State>& s, bool remote_stage) {
   std::array<std::vector<TransferPair>, kTierCount> pairs;
   std::array<std::shared_ptr<std::vector<std::size_t>>, kTierCount> pos;
   std::array<std::size_t, kTierCount> next{};
@@ -190,7 +190,7 @@ void Onboarding::submit(const std::shared_ptr<State>& s, std::size_t remote_stag
   }
   std::size_t batches = 0;
   for (const auto& p : pairs) batches += p.empty() ? 0 : 1;
-  s->start_pending(batches + remote_stages);  // every batch counted before any may complete
+  s->start_pending(batches, remote_stage);  // every batch counted before any may complete
   for (std::size_t t = 1; t < kTierCount; ++t) {
     if (pairs[t].empty()) continue;
     std::shared_ptr<TransferCompletion> comp;

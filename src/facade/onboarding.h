@@ -68,7 +68,7 @@ class Onboarding {
                                           bool stop_at_miss) const;
   void walk_prefix(std::span<const SequenceHash> hashes, State& s);
   void cut(State& s, std::size_t got);
-  void submit(const std::shared_ptr<State>& s, std::size_t remote_stages);
+  void submit(const std::shared_ptr<State>& s, bool remote_stage);
   void remember(const std::shared_ptr<State>& s);
 
   Pools& pools_;

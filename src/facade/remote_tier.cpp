@@ -121,15 +121,23 @@ void RemoteTier::stop_fetches() {
   if (worker_.joinable()) worker_.join();
 }
 
+void RemoteTier::wait_fetches() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return jobs_.empty() && !running_; });
+}
+
 void RemoteTier::run_fetches() {
   for (;;) {
     std::function<void()> job;
     {
       std::unique_lock lock(mu_);
+      running_ = false;
+      if (jobs_.empty()) idle_cv_.notify_all();
       cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopped, every job done
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      running_ = true;
     }
     job();
   }

@@ -76,6 +76,8 @@ class RemoteTier {
   [[nodiscard]] std::vector<ImmutableBlock<G2>> fetch_into_g2(std::span<const SequenceHash> hashes);
   /// Runs `job` on the fetch worker; false (job not run) once stopped.
   [[nodiscard]] bool post(std::function<void()> job);
+  /// Waits until the fetch worker has run every job posted so far.
+  void wait_fetches();
   void stop_fetches();
 
   [[nodiscard]] RemoteStore& store() noexcept { return *store_; }
@@ -91,9 +93,11 @@ class RemoteTier {
   BlockManager<G2>* g2_ = nullptr;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;       // a job posted, or stop
+  std::condition_variable idle_cv_;  // the worker ran out of jobs
   std::deque<std::function<void()>> jobs_;  // guarded by mu_
   bool stop_ = false;     // guarded by mu_
+  bool running_ = false;  // guarded by mu_: the worker is in a job
   std::thread worker_;    // last: started once everything above exists
 };
 
