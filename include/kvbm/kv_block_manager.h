@@ -225,7 +225,10 @@ class KvBlockManagerImpl;
 class KvBlockManager {
  public:
   /// Builds every tier, engine and pipeline. Throws UsageError naming the
-  /// first invalid option, as "KvBlockManagerConfig.<option>: ...".
+  /// first invalid option, as "KvBlockManagerConfig.<option>: ...". Throws
+  /// RuntimeError when a valid configuration cannot be built on this machine
+  /// now: kind kNoSpace when the G3 file finds no room (a full disk or a file
+  /// size limit), kIo for a disk that fails, kDevice for CUDA.
   [[nodiscard]] static std::unique_ptr<KvBlockManager> build(KvBlockManagerConfig config);
   ~KvBlockManager();
   KvBlockManager(const KvBlockManager&) = delete;

@@ -1,7 +1,5 @@
 #include "kvbm/disk/disk_engine.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -11,10 +9,13 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
@@ -56,7 +57,7 @@ class DiskEngineCore {
     threads_.reserve(workers);
     try {
       for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker_main(i); });
-    } catch (...) {
+    } catch (const std::exception&) {  // system_error or bad_alloc: stop the ones started, rethrow
       stop_and_join();
       throw;
     }
@@ -68,24 +69,15 @@ class DiskEngineCore {
 
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
 
-  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) {
-    KVBM_CHECK(!pairs.empty(), name(), ": submit() got an empty batch; pass at least one pair");
-    const std::size_t src_blocks = direction_ == Direction::kWrite ? host_.num_blocks() : disk_.num_blocks();
-    const std::size_t dst_blocks = direction_ == Direction::kWrite ? disk_.num_blocks() : host_.num_blocks();
-    std::vector<BlockId> dsts;
-    dsts.reserve(pairs.size());
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      KVBM_CHECK(pairs[i].src < src_blocks, name(), ": pair ", i, " names source block ", pairs[i].src,
-                 ", out of range (", src_blocks, " blocks)");
-      KVBM_CHECK(pairs[i].dst < dst_blocks, name(), ": pair ", i, " names destination block ", pairs[i].dst,
-                 ", out of range (", dst_blocks, " blocks)");
-      dsts.push_back(pairs[i].dst);
-    }
-    std::sort(dsts.begin(), dsts.end());
-    const auto dup = std::adjacent_find(dsts.begin(), dsts.end());
-    KVBM_CHECK(dup == dsts.end(), name(), ": destination block ", dup == dsts.end() ? 0 : *dup,
-               " appears twice in one batch; each destination may be written once per batch");
+  [[nodiscard]] std::size_t src_blocks() const noexcept {
+    return direction_ == Direction::kWrite ? host_.num_blocks() : disk_.num_blocks();
+  }
+  [[nodiscard]] std::size_t dst_blocks() const noexcept {
+    return direction_ == Direction::kWrite ? disk_.num_blocks() : host_.num_blocks();
+  }
 
+  /// Queues a batch the engine has checked (TransferEngine::check_batch).
+  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) {
     auto batch = std::make_shared<Batch>();
     batch->pairs.assign(pairs.begin(), pairs.end());
     batch->failed.assign(pairs.size(), 0);
@@ -116,6 +108,11 @@ class DiskEngineCore {
             unstaged_writes_.load(std::memory_order_relaxed)};
   }
 
+  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept {
+    if (!metrics_) return std::nullopt;
+    return metrics_->counts();
+  }
+
   [[nodiscard]] std::size_t workers() const noexcept { return threads_.size(); }
   [[nodiscard]] std::size_t queue_depth() const noexcept { return queue_depth_; }
 
@@ -126,8 +123,8 @@ class DiskEngineCore {
 
   struct Batch {
     std::vector<TransferPair> pairs;
-    std::vector<char> failed;         // element i written only by the worker that runs pair i
-    std::vector<std::string> errors;  // likewise
+    std::vector<char> failed;              // element i written only by the worker that runs pair i
+    std::vector<TransferError> errors;     // likewise; meaningful where failed[i]
     std::vector<std::uint64_t> checksums;  // persistent writes: the payload checksum of pair i; likewise
     std::vector<char> touched;  // persistent writes: pair i wrote in this stage; likewise
     Stage stage = Stage::kOnce;  // changed only by the worker that ends the previous stage
@@ -260,16 +257,35 @@ class DiskEngineCore {
         }
       }
       if (status) return;
-      batch.failed[i] = 1;
-      batch.errors[i] = status.message();
+      fail(batch, i, status);
     } catch (const std::exception& e) {
-      batch.failed[i] = 1;
-      try {
-        batch.errors[i] = std::string("internal error: ") + e.what();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the flag above already records the failure
-      }
-    } catch (...) {
-      batch.failed[i] = 1;
+      fail(batch, i, e);
+    }
+  }
+
+  /// Marks pair i failed by an I/O error.
+  static void fail(Batch& batch, std::size_t i, const io::IoStatus& status) noexcept {
+    batch.failed[i] = 1;
+    TransferError& error = batch.errors[i];
+    error.kind = error_kind_of_errno(status.code());
+    error.code = status.code();
+    try {
+      error.message = status.message();
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the kind and code still tell
+    }
+  }
+
+  /// Marks pair i failed by an exception: no memory, or a bug (kInternal;
+  /// finish() logs it as an error).
+  static void fail(Batch& batch, std::size_t i, const std::exception& e) noexcept {
+    batch.failed[i] = 1;
+    TransferError& error = batch.errors[i];
+    error.kind = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ? ErrorKind::kNoMemory
+                                                                    : ErrorKind::kInternal;
+    error.code = 0;
+    try {
+      error.message = std::string("internal error: ") + e.what();
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the kind still tells
     }
   }
 
@@ -329,16 +345,9 @@ class DiskEngineCore {
           break;
       }
       if (status) return;
-      batch.failed[i] = 1;
-      batch.errors[i] = status.message();
+      fail(batch, i, status);
     } catch (const std::exception& e) {
-      batch.failed[i] = 1;
-      try {
-        batch.errors[i] = std::string("internal error: ") + e.what();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the flag above already records the failure
-      }
-    } catch (...) {
-      batch.failed[i] = 1;
+      fail(batch, i, e);
     }
   }
 
@@ -358,12 +367,7 @@ class DiskEngineCore {
       const io::IoStatus st = disk_.sync();
       if (st) return true;
       for (std::size_t i = 0; i < n; ++i) {
-        if (b.failed[i] != 0) continue;
-        b.failed[i] = 1;
-        try {
-          b.errors[i] = st.message();
-        } catch (...) {  // NOLINT(bugprone-empty-catch)
-        }
+        if (b.failed[i] == 0) fail(b, i, st);
       }
       return false;
     };
@@ -395,9 +399,11 @@ class DiskEngineCore {
       b.stage = next;
       b.next = 0;
       queue_.push_front(batch);
-    } catch (...) {
-      // Out of memory: fail what remains rather than lose the batch.
-      for (std::size_t i = 0; i < n; ++i) b.failed[i] = 1;
+    } catch (const std::exception& e) {  // bad_alloc (or the mutex's system_error)
+      // Fail what remains rather than lose the batch.
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b.failed[i] == 0) fail(b, i, e);
+      }
       finish(b);
       return;
     }
@@ -415,23 +421,21 @@ class DiskEngineCore {
         }
         if (outcome.failed.empty()) {
           const TransferPair& p = batch.pairs[i];
-          outcome.error = std::string(name()) + ": pair " + std::to_string(i) + " (block " + std::to_string(p.src) +
-                          " -> " + std::to_string(p.dst) + "): " +
-                          (batch.errors[i].empty() ? std::string("failed") : batch.errors[i]);
+          TransferError error = std::move(batch.errors[i]);
+          error.message =
+              std::string(name()) + ": pair " + std::to_string(i) + " (block " +
+              std::to_string(p.src) + " -> " + std::to_string(p.dst) +
+              "): " + (error.message.empty() ? std::string(to_string(error.kind)) : error.message);
+          outcome.error = std::move(error);
         }
         outcome.failed.push_back(i);
       }
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
       // Out of memory while describing the failure: report every pair failed
       // rather than risk calling a failed pair good.
-      outcome.failed.clear();
-      outcome.error.clear();
       ok = 0;
-      try {
-        for (std::size_t i = 0; i < batch.pairs.size(); ++i) outcome.failed.push_back(i);
-        outcome.error = "out of memory while reporting the batch's outcome";
-      } catch (...) {  // NOLINT(bugprone-empty-catch)
-      }
+      outcome = TransferOutcome::all_failed_no_memory(
+          batch.pairs.size(), "out of memory while reporting the batch's outcome");
     }
     const std::uint64_t failed = batch.pairs.size() - ok;
     batches_.fetch_add(1, std::memory_order_relaxed);
@@ -439,10 +443,17 @@ class DiskEngineCore {
     failed_blocks_.fetch_add(failed, std::memory_order_relaxed);
     bytes_.fetch_add(ok * disk_.block_bytes(), std::memory_order_relaxed);
     if (metrics_) metrics_->add(ok, ok * disk_.block_bytes(), failed);
-    if (failed != 0) {
+    if (failed != 0 && outcome.error) {
       try {
-        logger()->warn("{}: {} of {} pairs failed; first: {}", name(), failed, batch.pairs.size(), outcome.error);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a worker never throws
+        if (outcome.error->kind == ErrorKind::kInternal) {
+          logger()->error("{}: {} of {} pairs failed; first: {}", name(), failed,
+                          batch.pairs.size(), outcome.error->message);
+        } else {
+          logger()->warn("{}: {} of {} pairs failed; first: {}", name(), failed, batch.pairs.size(),
+                         outcome.error->message);
+        }
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): a worker never throws; the
+                                         // outcome tells
       }
     }
     batch.completion->complete(std::move(outcome));
@@ -477,7 +488,9 @@ DiskWriteEngine::DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOp
                                                      dst, options)) {}
 DiskWriteEngine::~DiskWriteEngine() = default;
 std::string_view DiskWriteEngine::name() const noexcept { return core_->name(); }
+std::optional<TransferCounts> DiskWriteEngine::counts() const noexcept { return core_->counts(); }
 std::shared_ptr<TransferCompletion> DiskWriteEngine::submit(std::span<const TransferPair> pairs) {
+  check_batch(name(), pairs, core_->src_blocks(), core_->dst_blocks());
   return core_->submit(pairs);
 }
 DiskEngineStats DiskWriteEngine::stats() const noexcept { return core_->stats(); }
@@ -489,7 +502,9 @@ DiskReadEngine::DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOpti
                                                      src, options)) {}
 DiskReadEngine::~DiskReadEngine() = default;
 std::string_view DiskReadEngine::name() const noexcept { return core_->name(); }
+std::optional<TransferCounts> DiskReadEngine::counts() const noexcept { return core_->counts(); }
 std::shared_ptr<TransferCompletion> DiskReadEngine::submit(std::span<const TransferPair> pairs) {
+  check_batch(name(), pairs, core_->src_blocks(), core_->dst_blocks());
   return core_->submit(pairs);
 }
 DiskEngineStats DiskReadEngine::stats() const noexcept { return core_->stats(); }

@@ -119,7 +119,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
     try {
       std::lock_guard lock(error_mu);
       if (first_error.empty()) first_error = st.message();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the slots are counted as io_error anyway
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+      // bad_alloc: the slots are counted as io_error anyway
     }
   };
   auto classify = [&](BlockId slot, std::span<const std::byte> whole, std::span<const std::byte> sector) noexcept {
@@ -175,7 +176,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   for (std::size_t t = 1; t < threads; ++t) {
     try {
       pool.emplace_back(reader, t);
-    } catch (...) {
+    } catch (const std::exception& e) {  // system_error or bad_alloc: no more threads
+      logger()->info("disk pool recovery reads with {} threads, not {}: {}", t, threads, e.what());
       break;  // fewer readers; the chunks are shared, none is lost
     }
   }
@@ -209,7 +211,7 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   try {
     logger()->info("disk pool '{}': {}", path_.string(), sum.to_string());
     if (!first_error.empty()) logger()->warn("disk pool '{}': recovery read errors; first: {}", path_.string(), first_error);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): logging never fails recovery
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): logging never fails recovery
   }
   return out;
 }

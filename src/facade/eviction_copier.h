@@ -119,7 +119,7 @@ class EvictionCopier final : public PoolListener {
     metrics_->add_blocks(BlockOutcome::kCopyFailed, got - copied);
     if (!outcome.ok()) {
       logger()->warn("on-eviction offload {}_to_{}: {} of {} copies failed: {}", tier_name<Src>(),
-                     tier_name<Dst>(), got - copied, got, outcome.error);
+                     tier_name<Dst>(), got - copied, got, outcome.message());
     }
   }
 

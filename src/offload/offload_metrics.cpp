@@ -98,7 +98,7 @@ OffloadMetrics::OffloadMetrics(std::shared_ptr<prometheus::Registry> registry,
     }
     s.cancelled = &s.cancelled_family->Add({{"pipeline", s.pipeline}});
     s.batches = &s.batches_family->Add({{"pipeline", s.pipeline}});
-  } catch (...) {
+  } catch (...) {  // undo, then rethrow: nothing is swallowed
     s.remove_all();
     throw;
   }
