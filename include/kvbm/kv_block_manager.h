@@ -62,6 +62,7 @@
 #include "kvbm/disk/disk_recovery.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/eviction/backend.h"
+#include "kvbm/kv_block_manager_stats.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/offload/transfer_handle.h"
@@ -286,6 +287,10 @@ class KvBlockManager {
 
   /// Returns "" when every pool's counts balance, else what is wrong.
   [[nodiscard]] std::string audit() const;
+  /// Returns what the manager holds and has done: per tier, boundary, copy
+  /// path and onboarding (kvbm/kv_block_manager_stats.h); its own counters,
+  /// read. Waits for an on-eviction copy in progress.
+  [[nodiscard]] KvBlockManagerStats stats() const;
   /// What build() recovered from a persistent G3 (disk_persistent); nullopt
   /// otherwise.
   [[nodiscard]] std::optional<RecoverySummary> disk_recovery() const;

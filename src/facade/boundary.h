@@ -155,6 +155,17 @@ class TierBoundary {
     if (copier_) copier_->disable();
   }
 
+  /// What the boundary's offloads did, every mechanism summed (write-through,
+  /// explicit, on-eviction): their OffloadMetrics counters, read.
+  [[nodiscard]] OffloadCounts counts() {
+    OffloadCounts c;
+    if (pipeline_) c += pipeline_->metrics().counts();
+    if (copier_) c += copier_->counts();
+    std::lock_guard lock(explicit_mu_);
+    if (explicit_) c += explicit_->metrics().counts();
+    return c;
+  }
+
  private:
   static std::string path() {
     return std::string(tier_name<Upper>()) + "_to_" + std::string(tier_name<Lower>());

@@ -69,7 +69,16 @@ class EvictionCopier final : public PoolListener {
     engine_.reset();
     on_registered_ = nullptr;
     dst_ = nullptr;
+    if (metrics_) final_counts_ = metrics_->counts();
     metrics_.reset();  // its series leave the registry now, not with the pool's last block
+  }
+
+  /// What the copier's offloads did so far: its OffloadMetrics counters,
+  /// read (kept when disable() takes the series out of the registry). Waits
+  /// for a copy in progress.
+  [[nodiscard]] OffloadCounts counts() const {
+    std::lock_guard lock(mu_);
+    return metrics_ ? metrics_->counts() : final_counts_;
   }
 
   void on_evicting(std::span<const EvictedBlock> blocks) noexcept override {
@@ -153,11 +162,12 @@ class EvictionCopier final : public PoolListener {
     todo.resize(kept);
   }
 
-  std::mutex mu_;  // one on-eviction copy at a time per boundary
+  mutable std::mutex mu_;  // one on-eviction copy at a time per boundary
   std::atomic<bool> enabled_{false};
   BlockManager<Dst>* dst_ = nullptr;
   std::shared_ptr<TransferEngine> engine_;
   std::shared_ptr<OffloadMetrics> metrics_;
+  OffloadCounts final_counts_;  // metrics_'s counts when disable() dropped it
   std::vector<std::shared_ptr<OffloadPolicy>> policies_;
   Registered on_registered_;  // e.g. the next tier's write-through pipeline
 };
