@@ -17,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 #include "kvbm/transfer/transfer_metrics.h"
@@ -82,6 +83,7 @@ class DiskEngineCore {
     batch->pairs.assign(pairs.begin(), pairs.end());
     batch->failed.assign(pairs.size(), 0);
     batch->errors.resize(pairs.size());
+    Stage stage = Stage::kOnce;
     if (direction_ == Direction::kWrite && disk_.persistent()) {
       // The durable order, stage by stage (docs/disk_tier.md): invalidate
       // live headers, sync, payloads, sync, headers, sync.
@@ -89,14 +91,14 @@ class DiskEngineCore {
       batch->touched.assign(pairs.size(), 0);
       const bool any_live = std::any_of(pairs.begin(), pairs.end(),
                                         [&](const TransferPair& p) { return disk_.header_may_be_live(p.dst); });
-      batch->stage = any_live ? Stage::kInvalidate : Stage::kPayload;
+      stage = any_live ? Stage::kInvalidate : Stage::kPayload;
     }
     batch->remaining.store(pairs.size(), std::memory_order_relaxed);
     batch->completion = std::make_shared<TransferCompletion>();
     auto completion = batch->completion;
     {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(batch));
+      detail::LockGuard lock(mu_);
+      queue_.push_back({std::move(batch), stage, 0});
     }
     cv_.notify_all();
     return completion;
@@ -127,10 +129,16 @@ class DiskEngineCore {
     std::vector<TransferError> errors;     // likewise; meaningful where failed[i]
     std::vector<std::uint64_t> checksums;  // persistent writes: the payload checksum of pair i; likewise
     std::vector<char> touched;  // persistent writes: pair i wrote in this stage; likewise
-    Stage stage = Stage::kOnce;  // changed only by the worker that ends the previous stage
-    std::size_t next = 0;             // guarded by DiskEngineCore::mu_
-    std::atomic<std::size_t> remaining{0};
+    std::atomic<std::size_t> remaining{0};  // pairs of the current stage not yet run
     std::shared_ptr<TransferCompletion> completion;
+  };
+
+  /// A batch waiting in the queue for one stage: workers take its pairs in
+  /// order, `next` first.
+  struct Queued {
+    std::shared_ptr<Batch> batch;
+    Stage stage = Stage::kOnce;
+    std::size_t next = 0;
   };
 
   /// A counting semaphore on a mutex and a condition variable.
@@ -140,22 +148,22 @@ class DiskEngineCore {
    public:
     explicit Semaphore(std::ptrdiff_t count) : count_(count) {}
     void acquire() {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return count_ > 0; });
+      detail::UniqueLock lock(mu_);
+      cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return count_ > 0; });
       --count_;
     }
     void release() {
       {
-        std::lock_guard lock(mu_);
+        detail::LockGuard lock(mu_);
         ++count_;
       }
       cv_.notify_one();
     }
 
    private:
-    std::mutex mu_;
+    detail::Mutex mu_;
     std::condition_variable cv_;
-    std::ptrdiff_t count_;  // guarded by mu_
+    std::ptrdiff_t count_ KVBM_GUARDED_BY(mu_);
   };
 
   /// Holds one of the queue_depth I/O slots for a scope.
@@ -176,7 +184,7 @@ class DiskEngineCore {
 
   void stop_and_join() noexcept {
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -191,21 +199,24 @@ class DiskEngineCore {
     regions.reserve(disk_.config().regions_per_block());
     for (;;) {
       std::shared_ptr<Batch> batch;
+      Stage stage = Stage::kOnce;
       std::size_t i = 0;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        detail::UniqueLock lock(mu_);
+        cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping, and every accepted batch has been taken
-        batch = queue_.front();
-        i = batch->next++;
-        if (batch->next == batch->pairs.size()) queue_.pop_front();
+        Queued& q = queue_.front();
+        batch = q.batch;
+        stage = q.stage;
+        i = q.next++;
+        if (q.next == batch->pairs.size()) queue_.pop_front();
       }
-      if (batch->stage == Stage::kOnce) {
+      if (stage == Stage::kOnce) {
         run_pair(*batch, i, staging, regions);
       } else {
-        run_stage(*batch, i, staging, regions);
+        run_stage(*batch, stage, i, staging, regions);
       }
-      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) end_stage(batch);
+      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) end_stage(batch, stage);
     }
   }
 
@@ -291,13 +302,14 @@ class DiskEngineCore {
 
   /// One pair's share of a persistent write stage. A pair that failed in an
   /// earlier stage is skipped.
-  void run_stage(Batch& batch, std::size_t i, std::span<std::byte> staging, std::vector<Region>& regions) noexcept {
+  void run_stage(Batch& batch, Stage stage, std::size_t i, std::span<std::byte> staging,
+                 std::vector<Region>& regions) noexcept {
     const TransferPair pair = batch.pairs[i];
     batch.touched[i] = 0;
     if (batch.failed[i] != 0) return;
     try {
       io::IoStatus status;
-      switch (batch.stage) {
+      switch (stage) {
         case Stage::kInvalidate:
           if (disk_.header_may_be_live(pair.dst)) {
             batch.touched[i] = 1;
@@ -351,9 +363,9 @@ class DiskEngineCore {
     }
   }
 
-  /// Runs by the worker that finished a stage's last pair: the stage's
+  /// Runs by the worker that finished the last pair of `stage`: the stage's
   /// fdatasync, then the next stage (queued at the front) or the outcome.
-  void end_stage(const std::shared_ptr<Batch>& batch) noexcept {
+  void end_stage(const std::shared_ptr<Batch>& batch, Stage stage) noexcept {
     Batch& b = *batch;
     const std::size_t n = b.pairs.size();
     auto any = [&](auto pred) {
@@ -372,7 +384,7 @@ class DiskEngineCore {
       return false;
     };
     Stage next = Stage::kOnce;
-    switch (b.stage) {
+    switch (stage) {
       case Stage::kOnce:
         break;
       case Stage::kInvalidate:
@@ -395,10 +407,8 @@ class DiskEngineCore {
     }
     b.remaining.store(n, std::memory_order_release);
     try {
-      std::lock_guard lock(mu_);
-      b.stage = next;
-      b.next = 0;
-      queue_.push_front(batch);
+      detail::LockGuard lock(mu_);
+      queue_.push_front({batch, next, 0});
     } catch (const std::exception& e) {  // bad_alloc (or the mutex's system_error)
       // Fail what remains rather than lose the batch.
       for (std::size_t i = 0; i < n; ++i) {
@@ -468,10 +478,10 @@ class DiskEngineCore {
   Semaphore io_slots_;  // queue_depth_ I/Os in flight at most
   std::vector<std::unique_ptr<std::byte, FreeAligned>> staging_;  // one per worker
 
-  std::mutex mu_;
+  detail::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Batch>> queue_;  // guarded by mu_
-  bool stopping_ = false;                     // guarded by mu_
+  std::deque<Queued> queue_ KVBM_GUARDED_BY(mu_);
+  bool stopping_ KVBM_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 
   std::atomic<std::uint64_t> batches_{0};

@@ -32,6 +32,7 @@
 #include <spdlog/spdlog.h>
 
 #include "copy_kernels.cuh"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
@@ -97,12 +98,12 @@ struct PendingBatch {
 /// One stream with the thread that completes its batches in order.
 struct Lane {
   cudaStream_t stream = nullptr;
-  std::mutex submit_mu;  // keeps enqueue order == queue order
-  std::mutex mu;
+  detail::Mutex submit_mu;  // held from enqueueing to queueing: enqueue order == queue order
+  detail::Mutex mu;
   std::condition_variable cv;
-  std::deque<PendingBatch> queue;        // guarded by mu
-  std::vector<cudaEvent_t> free_events;  // guarded by mu
-  bool stop = false;                     // guarded by mu
+  std::deque<PendingBatch> queue KVBM_GUARDED_BY(mu);
+  std::vector<cudaEvent_t> free_events KVBM_GUARDED_BY(mu);
+  bool stop KVBM_GUARDED_BY(mu) = false;
   std::thread thread;
 };
 
@@ -162,8 +163,8 @@ struct CudaTransferEngine::Impl {
   std::vector<std::unique_ptr<Lane>> lanes;
   std::atomic<std::size_t> next_lane{0};
 
-  std::mutex slots_mu;
-  std::vector<std::unique_ptr<DescriptorSlot>> free_slots;  // guarded by slots_mu
+  detail::Mutex slots_mu;
+  std::vector<std::unique_ptr<DescriptorSlot>> free_slots KVBM_GUARDED_BY(slots_mu);
 
   std::atomic<std::uint64_t> batches{0}, failed_batches{0}, copies{0}, bytes{0};
   std::atomic<std::uint64_t> kernel_batches{0}, memcpy_batch_batches{0}, memcpy_loop_batches{0};
@@ -195,7 +196,7 @@ struct CudaTransferEngine::Impl {
   // Returns a slot for n regions (new or reused); null with `error` set on failure.
   std::unique_ptr<DescriptorSlot> take_slot(std::size_t n, std::optional<TransferError>& error) {
     {
-      std::lock_guard lock(slots_mu);
+      detail::LockGuard lock(slots_mu);
       for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
         if ((*it)->capacity >= n) {
           auto slot = std::move(*it);
@@ -228,7 +229,7 @@ struct CudaTransferEngine::Impl {
   void return_slot(std::unique_ptr<DescriptorSlot> slot) noexcept {
     if (!slot) return;
     try {
-      std::lock_guard lock(slots_mu);
+      detail::LockGuard lock(slots_mu);
       free_slots.push_back(std::move(slot));
     } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
       // Out of memory (bad_alloc; or the mutex's system_error): the slot is
@@ -321,8 +322,9 @@ struct CudaTransferEngine::Impl {
     for (;;) {
       PendingBatch batch;
       {
-        std::unique_lock lock(lane.mu);
-        lane.cv.wait(lock, [&] { return lane.stop || !lane.queue.empty(); });
+        detail::UniqueLock lock(lane.mu);
+        lane.cv.wait(lock.native(),
+                     [&]() KVBM_REQUIRES(lane.mu) { return lane.stop || !lane.queue.empty(); });
         if (lane.queue.empty()) return;
         batch = std::move(lane.queue.front());
         lane.queue.pop_front();
@@ -356,7 +358,7 @@ struct CudaTransferEngine::Impl {
       bool pooled = false;
       if (waited == cudaSuccess) {
         try {
-          std::lock_guard lock(lane.mu);
+          detail::LockGuard lock(lane.mu);
           lane.free_events.push_back(batch.event);
           pooled = true;
         } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
@@ -382,7 +384,7 @@ struct CudaTransferEngine::Impl {
   void shutdown() noexcept {
     for (auto& lane : lanes) {
       {
-        std::lock_guard lock(lane->mu);
+        detail::LockGuard lock(lane->mu);
         lane->stop = true;
       }
       lane->cv.notify_all();
@@ -392,12 +394,19 @@ struct CudaTransferEngine::Impl {
     }
     DeviceGuard guard(options.device);
     for (auto& lane : lanes) {
-      for (cudaEvent_t event : lane->free_events) static_cast<void>(cudaEventDestroy(event));
-      lane->free_events.clear();
+      std::vector<cudaEvent_t> events;
+      {
+        detail::LockGuard lock(lane->mu);  // the threads are joined; the lock costs nothing
+        events.swap(lane->free_events);
+      }
+      for (cudaEvent_t event : events) static_cast<void>(cudaEventDestroy(event));
       if (lane->stream != nullptr) static_cast<void>(cudaStreamDestroy(lane->stream));
       lane->stream = nullptr;
     }
-    free_slots.clear();
+    {
+      detail::LockGuard lock(slots_mu);
+      free_slots.clear();
+    }
     static_cast<void>(cudaGetLastError());
   }
 
@@ -405,7 +414,7 @@ struct CudaTransferEngine::Impl {
   cudaEvent_t record_event(Lane& lane, cudaError_t& err) {
     cudaEvent_t event = nullptr;
     {
-      std::lock_guard lock(lane.mu);
+      detail::LockGuard lock(lane.mu);
       if (!lane.free_events.empty()) {
         event = lane.free_events.back();
         lane.free_events.pop_back();
@@ -574,7 +583,7 @@ std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
 
   Lane& lane = *im.lanes[im.next_lane.fetch_add(1, std::memory_order_relaxed) % im.lanes.size()];
   DeviceGuard guard(im.options.device);
-  std::lock_guard submit_lock(lane.submit_mu);
+  detail::LockGuard submit_lock(lane.submit_mu);
   if (guard.status() != cudaSuccess) {
     batch.error = cuda_error(im.options.name, "cudaSetDevice", guard.status());
   } else {
@@ -605,7 +614,7 @@ std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
       break;
   }
   {
-    std::lock_guard lock(lane.mu);
+    detail::LockGuard lock(lane.mu);
     lane.queue.push_back(std::move(batch));
   }
   lane.cv.notify_one();
