@@ -167,7 +167,7 @@ void run_engine(benchmark::State& state, CudaCopyMode mode) {
   for (auto _ : state) {
     const kvbm::TransferOutcome out = engine->submit(pairs)->wait();
     if (!out.ok()) {
-      state.SkipWithError(out.error.c_str());
+      state.SkipWithError(std::string(out.message()).c_str());
       break;
     }
   }

@@ -149,7 +149,7 @@ void write_engine(benchmark::State& state, const HostBlocks& src) {
   const auto pairs = e.pairs(true);
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
-    if (!o.ok()) state.SkipWithError(o.error.c_str());
+    if (!o.ok()) state.SkipWithError(std::string(o.message()).c_str());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
   state.counters["unstaged"] = static_cast<double>(engine.stats().unstaged_writes) /
@@ -168,7 +168,7 @@ void BM_DiskReadEngine_Read(benchmark::State& state) {
     DiskWriteEngine writer(*e.src.layout, *e.pool);
     const TransferOutcome o = writer.submit(e.pairs(true))->wait();
     if (!o.ok()) {
-      state.SkipWithError(o.error.c_str());
+      state.SkipWithError(std::string(o.message()).c_str());
       return;
     }
     written = true;
@@ -177,7 +177,7 @@ void BM_DiskReadEngine_Read(benchmark::State& state) {
   const auto pairs = e.pairs(false);
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
-    if (!o.ok()) state.SkipWithError(o.error.c_str());
+    if (!o.ok()) state.SkipWithError(std::string(o.message()).c_str());
   }
   if (std::memcmp(e.dst.memory[5].get(), e.src.memory[5].get(), e.blocks * kConfig.region_bytes()) != 0) {
     state.SkipWithError("read back differs from what was written");

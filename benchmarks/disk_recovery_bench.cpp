@@ -82,7 +82,7 @@ struct Env {
           pairs.push_back({static_cast<BlockId>(i - first), static_cast<BlockId>(i), 0x1000000 + i});
         }
         const TransferOutcome o = w.submit(pairs)->wait();
-        if (!o.ok()) throw std::runtime_error(o.error);
+        if (!o.ok()) throw std::runtime_error(std::string(o.message()));
       }
     }
     std::fprintf(stderr, "disk_recovery_bench: %zu slots of %zu bytes (%.0f MB) in %s, O_DIRECT %s\n", slots,
@@ -175,7 +175,7 @@ void write_engine(benchmark::State& state, DiskStorage& disk) {
   for (BlockId i = 0; i < batch; ++i) pairs.push_back({i, static_cast<BlockId>(batch - 1 - i), 0x2000 + i});
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
-    if (!o.ok()) state.SkipWithError(o.error.c_str());
+    if (!o.ok()) state.SkipWithError(std::string(o.message()).c_str());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * batch * kReal.block_bytes()));
 }

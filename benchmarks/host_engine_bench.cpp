@@ -143,7 +143,7 @@ void run_engine(benchmark::State& state, LayoutKind from, LayoutKind to) {
   const auto pairs = scattered_pairs(blocks);
   for (auto _ : state) {
     const auto& outcome = engine.submit(pairs)->wait();
-    if (!outcome.ok()) state.SkipWithError(outcome.error.c_str());
+    if (!outcome.ok()) state.SkipWithError(std::string(outcome.message()).c_str());
   }
   set_bytes(state, blocks);
   state.counters["threads"] = static_cast<double>(engine.threads());

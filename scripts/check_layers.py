@@ -27,7 +27,7 @@ LAYERS = [
     ("pools", ["block_manager.h", "block_registry.h"]),
     ("transfer", ["storage/", "transfer/", "disk/", "remote/", "events/"]),
     ("offload", ["offload/"]),
-    ("facade", ["kv_block_manager.h", "admission.h", "facade/"]),
+    ("facade", ["kv_block_manager.h", "kv_block_manager_stats.h", "admission.h", "facade/"]),
     ("umbrella", ["kvbm.h"]),
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}

@@ -15,7 +15,9 @@
 #             and add_subdirectory()
 #   threadsafety  preset `threadsafety`: the library and its tests built with clang and
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
-#             (kvbm/detail/thread_annotations.h); nothing is run. SKIP when clang is missing.
+#             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
+#             part are checked again (clang -fsyntax-only) against the CUDA toolkit's headers
+#             when one is installed. SKIP when clang is missing.
 #   lint      scripts/lint.sh: clang-format on the lines changed since the merge base with
 #             main (KVBM_LINT_BASE), clang-tidy on the library sources. SKIP when
 #             clang-format or clang-tidy is missing.
@@ -209,6 +211,34 @@ stage_package() {
 }
 
 # Builds the preset threadsafety: clang with -Wthread-safety as an error, library and tests.
+# The sources with a CUDA-only part (#if KVBM_HAVE_CUDA): the preset builds without CUDA, so
+# they are checked again with clang -fsyntax-only against the CUDA toolkit's headers, with a
+# kvbm/config.h that says KVBM_HAVE_CUDA 1. Returns 77 when no toolkit is found.
+check_cuda_sources() {
+  local cuda_inc="" d f rc=0
+  for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n "$d" && -f "$d/include/cuda_runtime_api.h" ]]; then
+      cuda_inc="$d/include"
+      break
+    fi
+  done
+  [[ -n "$cuda_inc" ]] || return "$KVBM_SKIPPED"
+  local tree="$KVBM_BUILD_ROOT/threadsafety" tmp
+  tmp="$(mktemp -d)"
+  mkdir -p "$tmp/kvbm"
+  sed 's/^#define KVBM_HAVE_CUDA 0$/#define KVBM_HAVE_CUDA 1/' "$tree/include/kvbm/config.h" >"$tmp/kvbm/config.h"
+  while IFS= read -r f; do
+    kvbm_log "threadsafety: $f with CUDA ($cuda_inc)"
+    clang++ -std=c++20 -fsyntax-only -Wthread-safety -Werror=thread-safety \
+      -DKVBM_HAVE_CUDA=1 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DMSGPACK_NO_BOOST \
+      -I"$tmp" -I"$KVBM_ROOT/include" -I"$tree/include" -I"$KVBM_ROOT/src" -I"$KVBM_ROOT/cuda" \
+      -isystem "$cuda_inc" "$KVBM_ROOT/$f" || rc=1
+  done < <(cd "$KVBM_ROOT" && git ls-files --cached --others --exclude-standard -- 'src/*.cpp' |
+    xargs grep -l '^#if KVBM_HAVE_CUDA')
+  rm -rf "$tmp"
+  return "$rc"
+}
+
 stage_threadsafety() {
   if ! command -v clang++ >/dev/null 2>&1; then
     kvbm_err "threadsafety: clang++ not found; scripts/deps.sh installs clang"
@@ -221,7 +251,15 @@ stage_threadsafety() {
     detail="build failed: see the -Wthread-safety errors above"
     return 1
   fi
-  detail="library and tests build with clang -Werror=thread-safety"
+  check_cuda_sources
+  case $? in
+    0) detail="library and tests build with clang -Werror=thread-safety; CUDA sources checked" ;;
+    77) detail="library and tests build with clang -Werror=thread-safety (no CUDA toolkit: CUDA parts unchecked)" ;;
+    *)
+      detail="the CUDA sources fail -Wthread-safety: see the errors above"
+      return 1
+      ;;
+  esac
 }
 
 stage_lint() {

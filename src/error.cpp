@@ -1,6 +1,46 @@
 #include "kvbm/error.h"
 
+#include <cerrno>
 #include <string>
+
+namespace kvbm {
+
+std::string_view to_string(ErrorKind kind) noexcept {
+  switch (kind) {
+    case ErrorKind::kIo:
+      return "io";
+    case ErrorKind::kNoSpace:
+      return "no_space";
+    case ErrorKind::kCorrupt:
+      return "corrupt";
+    case ErrorKind::kDevice:
+      return "device";
+    case ErrorKind::kNoMemory:
+      return "no_memory";
+    case ErrorKind::kRefused:
+      return "refused";
+    case ErrorKind::kInternal:
+      return "internal";
+  }
+  return "unknown";
+}
+
+ErrorKind error_kind_of_errno(int code) noexcept {
+  switch (code) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return ErrorKind::kNoSpace;
+    case EBADMSG:
+      return ErrorKind::kCorrupt;
+    case ENOMEM:
+      return ErrorKind::kNoMemory;
+    default:
+      return ErrorKind::kIo;
+  }
+}
+
+}  // namespace kvbm
 
 namespace kvbm::detail {
 

@@ -285,7 +285,7 @@ void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32
   block_hashes.resize(old_size + count);
   try {
     sequence_hashes.resize(old_size + count);
-  } catch (...) {
+  } catch (...) {                   // undo, then rethrow: nothing is swallowed
     block_hashes.resize(old_size);  // a failed call leaves both outputs as they were
     throw;
   }

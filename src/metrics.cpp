@@ -114,6 +114,26 @@ void PoolMetrics::add(const PoolCounterDelta& d) noexcept {
 
 void PoolMetrics::add_staging() noexcept { s_->stagings.counter->Increment(); }
 
+PoolCounterDelta PoolMetrics::counts() const noexcept {
+  const auto& s = *s_;
+  auto value = [](const Series::CounterSeries& c) {
+    return static_cast<std::uint64_t>(c.counter->Value());
+  };
+  PoolCounterDelta d;
+  d.allocations = value(s.allocations);
+  d.allocations_from_reset = value(s.allocations_from_reset);
+  d.evictions = value(s.evictions);
+  d.registrations = value(s.registrations);
+  d.duplicate_blocks = value(s.duplicate_blocks);
+  d.registration_dedup = value(s.registration_dedup);
+  d.stagings = value(s.stagings);
+  d.match_hashes_requested = value(s.match_hashes_requested);
+  d.match_blocks_returned = value(s.match_blocks_returned);
+  d.scan_hashes_requested = value(s.scan_hashes_requested);
+  d.scan_blocks_returned = value(s.scan_blocks_returned);
+  return d;
+}
+
 void PoolMetrics::set_inflight_mutable(std::uint64_t v) noexcept {
   s_->inflight_mutable.gauge->Set(static_cast<double>(v));
 }

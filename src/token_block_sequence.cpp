@@ -57,7 +57,7 @@ std::size_t TokenBlockSequence::extend(std::span<const Token> tokens) {
     if (whole != 0) hash_span(rest.first(whole), dst + taken, old_tokens + taken);
     // 3. The new tail.
     copy_in_pieces(rest.data() + whole, rest.size() - whole, dst + taken + whole);
-  } catch (...) {
+  } catch (...) {  // undo, then rethrow whatever it was: nothing is swallowed
     tokens_.resize(old_tokens);
     block_hashes_.resize(old_blocks);
     sequence_hashes_.resize(old_blocks);
@@ -77,7 +77,7 @@ std::size_t TokenBlockSequence::complete_tail_block() {
       block_hashes_.push_back(hash);
       try {
         sequence_hashes_.push_back(seq);
-      } catch (...) {
+      } catch (...) {  // undo, then rethrow: nothing is swallowed
         block_hashes_.pop_back();
         throw;
       }
@@ -85,7 +85,7 @@ std::size_t TokenBlockSequence::complete_tail_block() {
     } else {
       hash_span(block, nullptr, hashed_tokens_);
     }
-  } catch (...) {
+  } catch (...) {        // undo, then rethrow: nothing is swallowed
     tokens_.pop_back();  // append() changes nothing when it fails
     throw;
   }

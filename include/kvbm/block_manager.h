@@ -413,6 +413,12 @@ class BlockManager {
     check("registry");
     return registry_;
   }
+  /// Returns the pool's counters since it was built (kvbm_allocations_total,
+  /// kvbm_evictions_total, ...: the series' values, read).
+  [[nodiscard]] PoolCounterDelta counter_totals() const {
+    check("counter_totals");
+    return store_->metrics().counts();
+  }
   /// Returns the prometheus registry the pool's series live in.
   [[nodiscard]] const std::shared_ptr<prometheus::Registry>& metrics_registry() const {
     check("metrics_registry");

@@ -1,19 +1,26 @@
-// kvbm/error.h: the library's one error model.
+// kvbm/error.h: the library's one error model (docs/error_model.md).
 //
 // Misuse and bad configuration (a zero block count, a block of another
 // manager, a moved-from handle) are programming errors: they throw
 // `kvbm::UsageError` (a `std::logic_error`) whose message names the file, the
 // line, what was wrong and what to do instead. Expected runtime outcomes (a pool
 // that cannot satisfy an allocation, a hash that is not present) are returned
-// as values (`std::optional`, `Result`) that the caller must look at.
-// Destructors and release paths never throw.
+// as values (`std::optional`, `Result`) that the caller must look at; a copy
+// that failed comes back as a `TransferError` in its batch's outcome
+// (kvbm/transfer/transfer_error.h). A runtime failure where no value can be
+// returned (building a tier on a full disk, CUDA refusing a stream) throws
+// `kvbm::RuntimeError` (a `std::runtime_error`): the arguments were valid, the
+// machine could not do it, and the message says what to free or change.
+// Both carry an `ErrorKind`. Destructors and release paths never throw.
 
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -24,6 +31,43 @@ namespace kvbm {
 class UsageError : public std::logic_error {
  public:
   using std::logic_error::logic_error;
+};
+
+/// What kind of runtime failure (not misuse) happened.
+enum class ErrorKind : std::uint8_t {
+  kIo,        ///< a syscall failed; the code is its errno value
+  kNoSpace,   ///< the file system is full or a file size limit was hit (ENOSPC, EDQUOT, EFBIG)
+  kCorrupt,   ///< stored bytes failed verification (checksum, footer, identity; EBADMSG)
+  kDevice,    ///< a CUDA call failed; the code is its cudaError_t value
+  kNoMemory,  ///< host memory ran out while the work ran
+  kRefused,   ///< an engine refused a batch at submit(); nothing of it was started
+  kInternal,  ///< an unexpected exception inside an engine: a bug, and logged
+};
+
+/// Returns "io", "no_space", "corrupt", "device", "no_memory", "refused" or "internal".
+[[nodiscard]] std::string_view to_string(ErrorKind kind) noexcept;
+
+/// Returns the kind of a failed syscall's errno value: kNoSpace for ENOSPC,
+/// EDQUOT and EFBIG, kCorrupt for EBADMSG, kNoMemory for ENOMEM, else kIo.
+[[nodiscard]] ErrorKind error_kind_of_errno(int code) noexcept;
+
+/// Thrown where a runtime failure cannot be returned as a value (a
+/// constructor, a build): the arguments were valid but the machine could not
+/// do it (a full disk, a CUDA call that failed). Retrying after freeing the
+/// resource may succeed; the message says what to free or change.
+class RuntimeError : public std::runtime_error {
+ public:
+  /// `code` is the errno or cudaError_t value (0 when none applies).
+  RuntimeError(ErrorKind kind, int code, const std::string& message)
+      : std::runtime_error(message), kind_(kind), code_(code) {}
+  /// Returns what kind of failure it was.
+  [[nodiscard]] ErrorKind kind() const noexcept { return kind_; }
+  /// Returns the errno or cudaError_t value; 0 when none applies.
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  ErrorKind kind_;
+  int code_;
 };
 
 namespace detail {

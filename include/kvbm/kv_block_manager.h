@@ -66,6 +66,7 @@
 #include "kvbm/disk/disk_recovery.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/eviction/backend.h"
+#include "kvbm/kv_block_manager_stats.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/offload/transfer_handle.h"
@@ -267,7 +268,10 @@ class KvBlockManagerImpl;
 class KvBlockManager {
  public:
   /// Builds every tier, engine and pipeline. Throws UsageError naming the
-  /// first invalid option, as "KvBlockManagerConfig.<option>: ...".
+  /// first invalid option, as "KvBlockManagerConfig.<option>: ...". Throws
+  /// RuntimeError when a valid configuration cannot be built on this machine
+  /// now: kind kNoSpace when the G3 file finds no room (a full disk or a file
+  /// size limit), kIo for a disk that fails, kDevice for CUDA.
   [[nodiscard]] static std::unique_ptr<KvBlockManager> build(KvBlockManagerConfig config);
   ~KvBlockManager();
   KvBlockManager(const KvBlockManager&) = delete;
@@ -332,6 +336,10 @@ class KvBlockManager {
 
   /// Returns "" when every pool's counts balance, else what is wrong.
   [[nodiscard]] std::string audit() const;
+  /// Returns what the manager holds and has done: per tier, boundary, copy
+  /// path and onboarding (kvbm/kv_block_manager_stats.h); its own counters,
+  /// read. Waits for an on-eviction copy in progress.
+  [[nodiscard]] KvBlockManagerStats stats() const;
   /// What build() recovered from a persistent G3 (disk_persistent); nullopt
   /// otherwise.
   [[nodiscard]] std::optional<RecoverySummary> disk_recovery() const;

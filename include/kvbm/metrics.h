@@ -31,7 +31,8 @@ class Registry;
 
 namespace kvbm {
 
-/// Counter increments gathered during one pool operation.
+/// Counter increments gathered during one pool operation; also the
+/// counters' totals (PoolMetrics::counts()).
 struct PoolCounterDelta {
   std::uint64_t allocations = 0;
   std::uint64_t allocations_from_reset = 0;
@@ -61,6 +62,9 @@ class PoolMetrics {
   void add(const PoolCounterDelta& delta) noexcept;
   /// Adds one to kvbm_stagings_total.
   void add_staging() noexcept;
+  /// Returns every counter's value since the pool was built (the series'
+  /// values, read; each atomically, the set not one snapshot).
+  [[nodiscard]] PoolCounterDelta counts() const noexcept;
 
   /// Sets the gauges. Cheap atomic stores.
   void set_inflight_mutable(std::uint64_t v) noexcept;

@@ -1,7 +1,5 @@
 #include "kvbm/disk/disk_engine.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -11,11 +9,15 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
+#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 #include "kvbm/transfer/transfer_metrics.h"
@@ -56,7 +58,7 @@ class DiskEngineCore {
     threads_.reserve(workers);
     try {
       for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker_main(i); });
-    } catch (...) {
+    } catch (const std::exception&) {  // system_error or bad_alloc: stop the ones started, rethrow
       stop_and_join();
       throw;
     }
@@ -68,28 +70,20 @@ class DiskEngineCore {
 
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
 
-  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) {
-    KVBM_CHECK(!pairs.empty(), name(), ": submit() got an empty batch; pass at least one pair");
-    const std::size_t src_blocks = direction_ == Direction::kWrite ? host_.num_blocks() : disk_.num_blocks();
-    const std::size_t dst_blocks = direction_ == Direction::kWrite ? disk_.num_blocks() : host_.num_blocks();
-    std::vector<BlockId> dsts;
-    dsts.reserve(pairs.size());
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      KVBM_CHECK(pairs[i].src < src_blocks, name(), ": pair ", i, " names source block ", pairs[i].src,
-                 ", out of range (", src_blocks, " blocks)");
-      KVBM_CHECK(pairs[i].dst < dst_blocks, name(), ": pair ", i, " names destination block ", pairs[i].dst,
-                 ", out of range (", dst_blocks, " blocks)");
-      dsts.push_back(pairs[i].dst);
-    }
-    std::sort(dsts.begin(), dsts.end());
-    const auto dup = std::adjacent_find(dsts.begin(), dsts.end());
-    KVBM_CHECK(dup == dsts.end(), name(), ": destination block ", dup == dsts.end() ? 0 : *dup,
-               " appears twice in one batch; each destination may be written once per batch");
+  [[nodiscard]] std::size_t src_blocks() const noexcept {
+    return direction_ == Direction::kWrite ? host_.num_blocks() : disk_.num_blocks();
+  }
+  [[nodiscard]] std::size_t dst_blocks() const noexcept {
+    return direction_ == Direction::kWrite ? disk_.num_blocks() : host_.num_blocks();
+  }
 
+  /// Queues a batch the engine has checked (TransferEngine::check_batch).
+  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) {
     auto batch = std::make_shared<Batch>();
     batch->pairs.assign(pairs.begin(), pairs.end());
     batch->failed.assign(pairs.size(), 0);
     batch->errors.resize(pairs.size());
+    Stage stage = Stage::kOnce;
     if (direction_ == Direction::kWrite && disk_.persistent()) {
       // The durable order, stage by stage (docs/disk_tier.md): invalidate
       // live headers, sync, payloads, sync, headers, sync.
@@ -97,14 +91,14 @@ class DiskEngineCore {
       batch->touched.assign(pairs.size(), 0);
       const bool any_live = std::any_of(pairs.begin(), pairs.end(),
                                         [&](const TransferPair& p) { return disk_.header_may_be_live(p.dst); });
-      batch->stage = any_live ? Stage::kInvalidate : Stage::kPayload;
+      stage = any_live ? Stage::kInvalidate : Stage::kPayload;
     }
     batch->remaining.store(pairs.size(), std::memory_order_relaxed);
     batch->completion = std::make_shared<TransferCompletion>();
     auto completion = batch->completion;
     {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(batch));
+      detail::LockGuard lock(mu_);
+      queue_.push_back({std::move(batch), stage, 0});
     }
     cv_.notify_all();
     return completion;
@@ -114,6 +108,11 @@ class DiskEngineCore {
     return {batches_.load(std::memory_order_relaxed), blocks_.load(std::memory_order_relaxed),
             failed_blocks_.load(std::memory_order_relaxed), bytes_.load(std::memory_order_relaxed),
             unstaged_writes_.load(std::memory_order_relaxed)};
+  }
+
+  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept {
+    if (!metrics_) return std::nullopt;
+    return metrics_->counts();
   }
 
   [[nodiscard]] std::size_t workers() const noexcept { return threads_.size(); }
@@ -126,14 +125,20 @@ class DiskEngineCore {
 
   struct Batch {
     std::vector<TransferPair> pairs;
-    std::vector<char> failed;         // element i written only by the worker that runs pair i
-    std::vector<std::string> errors;  // likewise
+    std::vector<char> failed;              // element i written only by the worker that runs pair i
+    std::vector<TransferError> errors;     // likewise; meaningful where failed[i]
     std::vector<std::uint64_t> checksums;  // persistent writes: the payload checksum of pair i; likewise
     std::vector<char> touched;  // persistent writes: pair i wrote in this stage; likewise
-    Stage stage = Stage::kOnce;  // changed only by the worker that ends the previous stage
-    std::size_t next = 0;             // guarded by DiskEngineCore::mu_
-    std::atomic<std::size_t> remaining{0};
+    std::atomic<std::size_t> remaining{0};  // pairs of the current stage not yet run
     std::shared_ptr<TransferCompletion> completion;
+  };
+
+  /// A batch waiting in the queue for one stage: workers take its pairs in
+  /// order, `next` first.
+  struct Queued {
+    std::shared_ptr<Batch> batch;
+    Stage stage = Stage::kOnce;
+    std::size_t next = 0;
   };
 
   /// A counting semaphore on a mutex and a condition variable.
@@ -143,22 +148,22 @@ class DiskEngineCore {
    public:
     explicit Semaphore(std::ptrdiff_t count) : count_(count) {}
     void acquire() {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return count_ > 0; });
+      detail::UniqueLock lock(mu_);
+      cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return count_ > 0; });
       --count_;
     }
     void release() {
       {
-        std::lock_guard lock(mu_);
+        detail::LockGuard lock(mu_);
         ++count_;
       }
       cv_.notify_one();
     }
 
    private:
-    std::mutex mu_;
+    detail::Mutex mu_;
     std::condition_variable cv_;
-    std::ptrdiff_t count_;  // guarded by mu_
+    std::ptrdiff_t count_ KVBM_GUARDED_BY(mu_);
   };
 
   /// Holds one of the queue_depth I/O slots for a scope.
@@ -179,7 +184,7 @@ class DiskEngineCore {
 
   void stop_and_join() noexcept {
     {
-      std::lock_guard lock(mu_);
+      detail::LockGuard lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -194,21 +199,24 @@ class DiskEngineCore {
     regions.reserve(disk_.config().regions_per_block());
     for (;;) {
       std::shared_ptr<Batch> batch;
+      Stage stage = Stage::kOnce;
       std::size_t i = 0;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        detail::UniqueLock lock(mu_);
+        cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping, and every accepted batch has been taken
-        batch = queue_.front();
-        i = batch->next++;
-        if (batch->next == batch->pairs.size()) queue_.pop_front();
+        Queued& q = queue_.front();
+        batch = q.batch;
+        stage = q.stage;
+        i = q.next++;
+        if (q.next == batch->pairs.size()) queue_.pop_front();
       }
-      if (batch->stage == Stage::kOnce) {
+      if (stage == Stage::kOnce) {
         run_pair(*batch, i, staging, regions);
       } else {
-        run_stage(*batch, i, staging, regions);
+        run_stage(*batch, stage, i, staging, regions);
       }
-      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) end_stage(batch);
+      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) end_stage(batch, stage);
     }
   }
 
@@ -260,28 +268,48 @@ class DiskEngineCore {
         }
       }
       if (status) return;
-      batch.failed[i] = 1;
-      batch.errors[i] = status.message();
+      fail(batch, i, status);
     } catch (const std::exception& e) {
-      batch.failed[i] = 1;
-      try {
-        batch.errors[i] = std::string("internal error: ") + e.what();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the flag above already records the failure
-      }
-    } catch (...) {
-      batch.failed[i] = 1;
+      fail(batch, i, e);
+    }
+  }
+
+  /// Marks pair i failed by an I/O error.
+  static void fail(Batch& batch, std::size_t i, const io::IoStatus& status) noexcept {
+    batch.failed[i] = 1;
+    TransferError& error = batch.errors[i];
+    error.kind = error_kind_of_errno(status.code());
+    error.code = status.code();
+    try {
+      error.message = status.message();
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the kind and code still tell
+    }
+  }
+
+  /// Marks pair i failed by an exception: no memory, or a bug (kInternal;
+  /// finish() logs it as an error).
+  static void fail(Batch& batch, std::size_t i, const std::exception& e) noexcept {
+    batch.failed[i] = 1;
+    TransferError& error = batch.errors[i];
+    error.kind = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ? ErrorKind::kNoMemory
+                                                                    : ErrorKind::kInternal;
+    error.code = 0;
+    try {
+      error.message = std::string("internal error: ") + e.what();
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the kind still tells
     }
   }
 
   /// One pair's share of a persistent write stage. A pair that failed in an
   /// earlier stage is skipped.
-  void run_stage(Batch& batch, std::size_t i, std::span<std::byte> staging, std::vector<Region>& regions) noexcept {
+  void run_stage(Batch& batch, Stage stage, std::size_t i, std::span<std::byte> staging,
+                 std::vector<Region>& regions) noexcept {
     const TransferPair pair = batch.pairs[i];
     batch.touched[i] = 0;
     if (batch.failed[i] != 0) return;
     try {
       io::IoStatus status;
-      switch (batch.stage) {
+      switch (stage) {
         case Stage::kInvalidate:
           if (disk_.header_may_be_live(pair.dst)) {
             batch.touched[i] = 1;
@@ -329,22 +357,15 @@ class DiskEngineCore {
           break;
       }
       if (status) return;
-      batch.failed[i] = 1;
-      batch.errors[i] = status.message();
+      fail(batch, i, status);
     } catch (const std::exception& e) {
-      batch.failed[i] = 1;
-      try {
-        batch.errors[i] = std::string("internal error: ") + e.what();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the flag above already records the failure
-      }
-    } catch (...) {
-      batch.failed[i] = 1;
+      fail(batch, i, e);
     }
   }
 
-  /// Runs by the worker that finished a stage's last pair: the stage's
+  /// Runs by the worker that finished the last pair of `stage`: the stage's
   /// fdatasync, then the next stage (queued at the front) or the outcome.
-  void end_stage(const std::shared_ptr<Batch>& batch) noexcept {
+  void end_stage(const std::shared_ptr<Batch>& batch, Stage stage) noexcept {
     Batch& b = *batch;
     const std::size_t n = b.pairs.size();
     auto any = [&](auto pred) {
@@ -358,17 +379,12 @@ class DiskEngineCore {
       const io::IoStatus st = disk_.sync();
       if (st) return true;
       for (std::size_t i = 0; i < n; ++i) {
-        if (b.failed[i] != 0) continue;
-        b.failed[i] = 1;
-        try {
-          b.errors[i] = st.message();
-        } catch (...) {  // NOLINT(bugprone-empty-catch)
-        }
+        if (b.failed[i] == 0) fail(b, i, st);
       }
       return false;
     };
     Stage next = Stage::kOnce;
-    switch (b.stage) {
+    switch (stage) {
       case Stage::kOnce:
         break;
       case Stage::kInvalidate:
@@ -391,13 +407,13 @@ class DiskEngineCore {
     }
     b.remaining.store(n, std::memory_order_release);
     try {
-      std::lock_guard lock(mu_);
-      b.stage = next;
-      b.next = 0;
-      queue_.push_front(batch);
-    } catch (...) {
-      // Out of memory: fail what remains rather than lose the batch.
-      for (std::size_t i = 0; i < n; ++i) b.failed[i] = 1;
+      detail::LockGuard lock(mu_);
+      queue_.push_front({batch, next, 0});
+    } catch (const std::exception& e) {  // bad_alloc (or the mutex's system_error)
+      // Fail what remains rather than lose the batch.
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b.failed[i] == 0) fail(b, i, e);
+      }
       finish(b);
       return;
     }
@@ -415,23 +431,21 @@ class DiskEngineCore {
         }
         if (outcome.failed.empty()) {
           const TransferPair& p = batch.pairs[i];
-          outcome.error = std::string(name()) + ": pair " + std::to_string(i) + " (block " + std::to_string(p.src) +
-                          " -> " + std::to_string(p.dst) + "): " +
-                          (batch.errors[i].empty() ? std::string("failed") : batch.errors[i]);
+          TransferError error = std::move(batch.errors[i]);
+          error.message =
+              std::string(name()) + ": pair " + std::to_string(i) + " (block " +
+              std::to_string(p.src) + " -> " + std::to_string(p.dst) +
+              "): " + (error.message.empty() ? std::string(to_string(error.kind)) : error.message);
+          outcome.error = std::move(error);
         }
         outcome.failed.push_back(i);
       }
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
       // Out of memory while describing the failure: report every pair failed
       // rather than risk calling a failed pair good.
-      outcome.failed.clear();
-      outcome.error.clear();
       ok = 0;
-      try {
-        for (std::size_t i = 0; i < batch.pairs.size(); ++i) outcome.failed.push_back(i);
-        outcome.error = "out of memory while reporting the batch's outcome";
-      } catch (...) {  // NOLINT(bugprone-empty-catch)
-      }
+      outcome = TransferOutcome::all_failed_no_memory(
+          batch.pairs.size(), "out of memory while reporting the batch's outcome");
     }
     const std::uint64_t failed = batch.pairs.size() - ok;
     batches_.fetch_add(1, std::memory_order_relaxed);
@@ -439,10 +453,17 @@ class DiskEngineCore {
     failed_blocks_.fetch_add(failed, std::memory_order_relaxed);
     bytes_.fetch_add(ok * disk_.block_bytes(), std::memory_order_relaxed);
     if (metrics_) metrics_->add(ok, ok * disk_.block_bytes(), failed);
-    if (failed != 0) {
+    if (failed != 0 && outcome.error) {
       try {
-        logger()->warn("{}: {} of {} pairs failed; first: {}", name(), failed, batch.pairs.size(), outcome.error);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a worker never throws
+        if (outcome.error->kind == ErrorKind::kInternal) {
+          logger()->error("{}: {} of {} pairs failed; first: {}", name(), failed,
+                          batch.pairs.size(), outcome.error->message);
+        } else {
+          logger()->warn("{}: {} of {} pairs failed; first: {}", name(), failed, batch.pairs.size(),
+                         outcome.error->message);
+        }
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): a worker never throws; the
+                                         // outcome tells
       }
     }
     batch.completion->complete(std::move(outcome));
@@ -457,10 +478,10 @@ class DiskEngineCore {
   Semaphore io_slots_;  // queue_depth_ I/Os in flight at most
   std::vector<std::unique_ptr<std::byte, FreeAligned>> staging_;  // one per worker
 
-  std::mutex mu_;
+  detail::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Batch>> queue_;  // guarded by mu_
-  bool stopping_ = false;                     // guarded by mu_
+  std::deque<Queued> queue_ KVBM_GUARDED_BY(mu_);
+  bool stopping_ KVBM_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 
   std::atomic<std::uint64_t> batches_{0};
@@ -477,7 +498,9 @@ DiskWriteEngine::DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOp
                                                      dst, options)) {}
 DiskWriteEngine::~DiskWriteEngine() = default;
 std::string_view DiskWriteEngine::name() const noexcept { return core_->name(); }
+std::optional<TransferCounts> DiskWriteEngine::counts() const noexcept { return core_->counts(); }
 std::shared_ptr<TransferCompletion> DiskWriteEngine::submit(std::span<const TransferPair> pairs) {
+  check_batch(name(), pairs, core_->src_blocks(), core_->dst_blocks());
   return core_->submit(pairs);
 }
 DiskEngineStats DiskWriteEngine::stats() const noexcept { return core_->stats(); }
@@ -489,7 +512,9 @@ DiskReadEngine::DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOpti
                                                      src, options)) {}
 DiskReadEngine::~DiskReadEngine() = default;
 std::string_view DiskReadEngine::name() const noexcept { return core_->name(); }
+std::optional<TransferCounts> DiskReadEngine::counts() const noexcept { return core_->counts(); }
 std::shared_ptr<TransferCompletion> DiskReadEngine::submit(std::span<const TransferPair> pairs) {
+  check_batch(name(), pairs, core_->src_blocks(), core_->dst_blocks());
   return core_->submit(pairs);
 }
 DiskEngineStats DiskReadEngine::stats() const noexcept { return core_->stats(); }

@@ -2,7 +2,6 @@
 // superblock, and what an existing file is worth (kvbm/disk/disk_storage.h).
 
 #include <fcntl.h>
-#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,10 +10,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <string>
 #include <system_error>
+
+#include <spdlog/spdlog.h>
 
 #include "disk/disk_format.h"
 #include "kvbm/disk/disk_storage.h"
@@ -396,7 +398,9 @@ DiskStorage::~DiskStorage() {
       const int err = errno;
       logger()->warn("could not remove disk pool file '{}': {}", path_.string(), std::system_category().message(err));
     }
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+    // No memory for the log line (bad_alloc), or the logger failed: a
+    // destructor never throws, and there is nothing left to report with.
   }
 }
 

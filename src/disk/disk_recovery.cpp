@@ -7,8 +7,6 @@
 // check_header(), which trusts no byte of the file: a hostile file can only
 // make slots be discarded. The work is bounded by num_blocks().
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -16,14 +14,16 @@
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "disk/disk_format.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/logging.h"
 
@@ -112,14 +112,17 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   }
   std::atomic<std::size_t> next{0};
   std::atomic<std::uint64_t> bytes_read{0};
-  std::mutex error_mu;
-  std::string first_error;  // guarded by error_mu
+  struct FirstError {
+    detail::Mutex mu;
+    std::string text KVBM_GUARDED_BY(mu);
+  } first_error;
 
   auto note_error = [&](const io::IoStatus& st) noexcept {
     try {
-      std::lock_guard lock(error_mu);
-      if (first_error.empty()) first_error = st.message();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the slots are counted as io_error anyway
+      detail::LockGuard lock(first_error.mu);
+      if (first_error.text.empty()) first_error.text = st.message();
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+      // bad_alloc: the slots are counted as io_error anyway
     }
   };
   auto classify = [&](BlockId slot, std::span<const std::byte> whole, std::span<const std::byte> sector) noexcept {
@@ -175,7 +178,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   for (std::size_t t = 1; t < threads; ++t) {
     try {
       pool.emplace_back(reader, t);
-    } catch (...) {
+    } catch (const std::exception& e) {  // system_error or bad_alloc: no more threads
+      logger()->info("disk pool recovery reads with {} threads, not {}: {}", t, threads, e.what());
       break;  // fewer readers; the chunks are shared, none is lost
     }
   }
@@ -208,8 +212,14 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   sum.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
   try {
     logger()->info("disk pool '{}': {}", path_.string(), sum.to_string());
-    if (!first_error.empty()) logger()->warn("disk pool '{}': recovery read errors; first: {}", path_.string(), first_error);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): logging never fails recovery
+    std::string first;
+    {
+      detail::LockGuard lock(first_error.mu);  // the readers are joined; the lock costs nothing
+      first.swap(first_error.text);
+    }
+    if (!first.empty())
+      logger()->warn("disk pool '{}': recovery read errors; first: {}", path_.string(), first);
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): logging never fails recovery
   }
   return out;
 }

@@ -147,7 +147,7 @@ struct KvEventPublisher::State {
         logger()->warn("KV events: the sink failed on batch {} ({} failed so far): {}", sequence,
                        failed, e.what());
       }
-    } catch (...) {
+    } catch (...) {  // the sink is the application's code and may throw anything: counted, logged
       failed_batches.fetch_add(1, std::memory_order_relaxed);
       logger()->warn("KV events: the sink failed on batch {} with a non-standard exception",
                      sequence);
@@ -224,7 +224,9 @@ class PublisherListener final : public PoolListener {
         e.medium = medium_;
         state->add_stored(std::move(e));
       }
-    } catch (...) {  // bad_alloc under a pool's lock: drop rather than terminate
+    } catch (const std::exception&) {
+      // bad_alloc (or the mutex's system_error), maybe under a pool's lock,
+      // where nothing may log: dropped and counted (stats().dropped_blocks).
       state->dropped_blocks.fetch_add(hashes.size(), std::memory_order_relaxed);
     }
   }
@@ -239,7 +241,7 @@ class PublisherListener final : public PoolListener {
       e.medium = medium_;
       detail::LockGuard lock(state->mu);
       state->add_removed(std::move(e));
-    } catch (...) {
+    } catch (const std::exception&) {  // as in on_stored: dropped and counted
       state->dropped_blocks.fetch_add(hashes.size(), std::memory_order_relaxed);
     }
   }

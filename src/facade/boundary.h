@@ -26,7 +26,6 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +34,7 @@
 #include "facade/tiers.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/pipeline.h"
@@ -115,7 +115,7 @@ class TierBoundary {
                          std::shared_ptr<Precondition> pre) {
     OffloadPipeline<Upper, Lower>* pipeline = pipeline_.get();
     if (pipeline == nullptr) {
-      std::lock_guard lock(explicit_mu_);
+      detail::LockGuard lock(explicit_mu_);
       if (!explicit_) {
         auto b = builder();
         b.name(path() + "_explicit");
@@ -134,7 +134,7 @@ class TierBoundary {
     for (;;) {
       std::vector<TransferHandle> hs;
       {
-        std::lock_guard lock(handles_mu_);
+        detail::LockGuard lock(handles_mu_);
         hs.swap(handles_);
       }
       if (hs.empty()) return;
@@ -145,7 +145,7 @@ class TierBoundary {
   /// Shutdown, first step: the pipelines stop (see OffloadPipeline::shutdown).
   void stop_pipelines() {
     {
-      std::lock_guard lock(explicit_mu_);  // offload() may be building it
+      detail::LockGuard lock(explicit_mu_);  // offload() may be building it
       if (explicit_) explicit_->shutdown();
     }
     if (pipeline_) pipeline_->shutdown();
@@ -153,6 +153,17 @@ class TierBoundary {
   /// Shutdown, last step: the on-eviction copier stops for good.
   void stop_copier() noexcept {
     if (copier_) copier_->disable();
+  }
+
+  /// What the boundary's offloads did, every mechanism summed (write-through,
+  /// explicit, on-eviction): their OffloadMetrics counters, read.
+  [[nodiscard]] OffloadCounts counts() {
+    OffloadCounts c;
+    if (pipeline_) c += pipeline_->metrics().counts();
+    if (copier_) c += copier_->counts();
+    detail::LockGuard lock(explicit_mu_);
+    if (explicit_) c += explicit_->metrics().counts();
+    return c;
   }
 
  private:
@@ -194,7 +205,7 @@ class TierBoundary {
 
   void track(const TransferHandle& h) {
     if (!h.valid()) return;
-    std::lock_guard lock(handles_mu_);
+    detail::LockGuard lock(handles_mu_);
     if (handles_.size() >= 256) {
       std::erase_if(handles_, [](const TransferHandle& x) { return is_terminal(x.status()); });
     }
@@ -210,12 +221,12 @@ class TierBoundary {
   std::shared_ptr<TransferEngine> engine_;
   Next next_;
   std::shared_ptr<EvictionCopier<Upper, Lower>> copier_;
-  std::mutex handles_mu_;
-  std::vector<TransferHandle> handles_;  // guarded by handles_mu_
-  std::mutex explicit_mu_;
+  detail::Mutex handles_mu_;
+  std::vector<TransferHandle> handles_ KVBM_GUARDED_BY(handles_mu_);
+  detail::Mutex explicit_mu_;
   // Pipelines last: destroyed first, while the handles, pools and engine exist.
   std::unique_ptr<OffloadPipeline<Upper, Lower>> pipeline_;
-  std::unique_ptr<OffloadPipeline<Upper, Lower>> explicit_;  // guarded by explicit_mu_
+  std::unique_ptr<OffloadPipeline<Upper, Lower>> explicit_ KVBM_GUARDED_BY(explicit_mu_);
 };
 
 /// One boundary per pair of adjacent tiers (null when the lower tier is absent).

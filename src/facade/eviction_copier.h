@@ -18,8 +18,8 @@
 //
 // Lifetime: bind() before the upper pool's first allocation; disable() (at
 // shutdown) waits for a copy in progress and turns the copier off for good.
-// Thread-safety: one copy at a time per boundary (a mutex); on_evicting from
-// any allocating thread.
+// Thread-safety: one copy at a time per boundary (mu_, which guards the
+// copier's state); on_evicting from any allocating thread.
 
 #pragma once
 
@@ -27,7 +27,6 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <utility>
@@ -36,6 +35,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/policy.h"
@@ -55,6 +55,7 @@ class EvictionCopier final : public PoolListener {
   void bind(BlockManager<Dst>* dst, std::shared_ptr<TransferEngine> engine,
             std::shared_ptr<OffloadMetrics> metrics,
             std::vector<std::shared_ptr<OffloadPolicy>> policies, Registered on_registered = {}) {
+    detail::LockGuard lock(mu_);
     dst_ = dst;
     engine_ = std::move(engine);
     metrics_ = std::move(metrics);
@@ -64,17 +65,26 @@ class EvictionCopier final : public PoolListener {
   }
 
   void disable() noexcept {
-    std::lock_guard lock(mu_);  // waits for a copy in progress
+    detail::LockGuard lock(mu_);  // waits for a copy in progress
     enabled_.store(false, std::memory_order_release);
     engine_.reset();
     on_registered_ = nullptr;
     dst_ = nullptr;
+    if (metrics_) final_counts_ = metrics_->counts();
     metrics_.reset();  // its series leave the registry now, not with the pool's last block
+  }
+
+  /// What the copier's offloads did so far: its OffloadMetrics counters,
+  /// read (kept when disable() takes the series out of the registry). Waits
+  /// for a copy in progress.
+  [[nodiscard]] OffloadCounts counts() const {
+    detail::LockGuard lock(mu_);
+    return metrics_ ? metrics_->counts() : final_counts_;
   }
 
   void on_evicting(std::span<const EvictedBlock> blocks) noexcept override {
     if (!enabled_.load(std::memory_order_acquire)) return;
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     if (!enabled_.load(std::memory_order_relaxed)) return;
     try {
       copy(blocks);
@@ -87,7 +97,7 @@ class EvictionCopier final : public PoolListener {
 
  private:
   // Steps 1 to 4 of the file comment.
-  void copy(std::span<const EvictedBlock> blocks) {
+  void copy(std::span<const EvictedBlock> blocks) KVBM_REQUIRES(mu_) {
     metrics_->add_enqueued(blocks.size());
     std::vector<std::size_t> todo = not_held_below(blocks);
     metrics_->add_blocks(BlockOutcome::kAlreadyPresent, blocks.size() - todo.size());
@@ -107,11 +117,12 @@ class EvictionCopier final : public PoolListener {
     for (const auto k : outcome.failed) failed[k] = true;
     std::size_t copied = 0;
     std::vector<ImmutableBlock<Dst>> registered;
+    const bool hand_on = static_cast<bool>(on_registered_);
     stage_and_register_copies(
         *dst_, dst, failed, [&](std::size_t i) { return blocks[todo[i]].hash; },
         [&](std::size_t, std::optional<ImmutableBlock<Dst>>&& r) {
           if (!r) return;
-          if (on_registered_) registered.push_back(std::move(*r));
+          if (hand_on) registered.push_back(std::move(*r));
           ++copied;
         });
     if (on_registered_ && !registered.empty()) on_registered_(std::move(registered));
@@ -119,13 +130,13 @@ class EvictionCopier final : public PoolListener {
     metrics_->add_blocks(BlockOutcome::kCopyFailed, got - copied);
     if (!outcome.ok()) {
       logger()->warn("on-eviction offload {}_to_{}: {} of {} copies failed: {}", tier_name<Src>(),
-                     tier_name<Dst>(), got - copied, got, outcome.error);
+                     tier_name<Dst>(), got - copied, got, outcome.message());
     }
   }
 
   // Step 1: refreshes the copies the tier below holds; returns the indices of
   // the others, in eviction order.
-  std::vector<std::size_t> not_held_below(std::span<const EvictedBlock> blocks) {
+  std::vector<std::size_t> not_held_below(std::span<const EvictedBlock> blocks) KVBM_REQUIRES(mu_) {
     std::vector<SequenceHash> hashes;
     hashes.reserve(blocks.size());
     for (const auto& b : blocks) hashes.push_back(b.hash);
@@ -138,7 +149,8 @@ class EvictionCopier final : public PoolListener {
   }
 
   // Step 2: the blocks still to copy that a policy filters are counted and dropped.
-  void filter(std::span<const EvictedBlock> blocks, std::vector<std::size_t>& todo) {
+  void filter(std::span<const EvictedBlock> blocks, std::vector<std::size_t>& todo)
+      KVBM_REQUIRES(mu_) {
     if (policies_.empty() || todo.empty()) return;
     std::vector<SequenceHash> hashes;
     hashes.reserve(todo.size());
@@ -153,13 +165,14 @@ class EvictionCopier final : public PoolListener {
     todo.resize(kept);
   }
 
-  std::mutex mu_;  // one on-eviction copy at a time per boundary
+  mutable detail::Mutex mu_;  // one on-eviction copy at a time per boundary
   std::atomic<bool> enabled_{false};
-  BlockManager<Dst>* dst_ = nullptr;
-  std::shared_ptr<TransferEngine> engine_;
-  std::shared_ptr<OffloadMetrics> metrics_;
-  std::vector<std::shared_ptr<OffloadPolicy>> policies_;
-  Registered on_registered_;  // e.g. the next tier's write-through pipeline
+  BlockManager<Dst>* dst_ KVBM_GUARDED_BY(mu_) = nullptr;
+  std::shared_ptr<TransferEngine> engine_ KVBM_GUARDED_BY(mu_);
+  std::shared_ptr<OffloadMetrics> metrics_ KVBM_GUARDED_BY(mu_);
+  OffloadCounts final_counts_ KVBM_GUARDED_BY(mu_);  // metrics_'s counts when disable() dropped it
+  std::vector<std::shared_ptr<OffloadPolicy>> policies_ KVBM_GUARDED_BY(mu_);
+  Registered on_registered_ KVBM_GUARDED_BY(mu_);  // e.g. the next tier's write-through pipeline
 };
 
 }  // namespace kvbm::facade

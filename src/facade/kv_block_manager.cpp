@@ -4,6 +4,7 @@
 #include "kvbm/kv_block_manager.h"
 
 #include "facade/impl.h"
+#include "facade/stats.h"
 #include "kvbm/error.h"
 
 namespace kvbm {
@@ -55,6 +56,7 @@ OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const 
 void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }
 std::string KvBlockManager::audit() const { return impl_->audit(); }
+KvBlockManagerStats KvBlockManager::stats() const { return facade::collect_stats(*impl_); }
 std::optional<RecoverySummary> KvBlockManager::disk_recovery() const { return impl_->disk_recovery(); }
 
 }  // namespace kvbm

@@ -37,7 +37,7 @@ void OnboardState::on_batch(const TransferOutcome& o,
     for (const auto k : o.failed) {
       if (k < positions.size()) failed_[positions[k]] = true;
     }
-    if (!o.ok() && error_.empty()) error_ = o.error.empty() ? "copy failed" : o.error;
+    if (!o.ok() && error_.empty()) error_ = o.error ? o.error->message : "copy failed";
     last = --pending_ == 0;
   }
   if (last) finish();

@@ -193,17 +193,8 @@ void Onboarding::submit(const std::shared_ptr<State>& s, bool remote_stage) {
   s->start_pending(batches, remote_stage);  // every batch counted before any may complete
   for (std::size_t t = 1; t < kTierCount; ++t) {
     if (pairs[t].empty()) continue;
-    std::shared_ptr<TransferCompletion> comp;
-    try {
-      comp = engines_[t].up->submit(pairs[t]);
-    } catch (const std::exception& ex) {
-      TransferOutcome o;
-      for (std::size_t k = 0; k < pairs[t].size(); ++k) o.failed.push_back(k);
-      o.error = std::string("transfer engine refused the batch: ") + ex.what();
-      s->on_batch(o, *pos[t]);
-      continue;
-    }
-    comp->on_complete([s, p = pos[t]](const TransferOutcome& o) { s->on_batch(o, *p); });
+    submit_or_refuse(*engines_[t].up, pairs[t])
+        ->on_complete([s, p = pos[t]](const TransferOutcome& o) { s->on_batch(o, *p); });
   }
 }
 

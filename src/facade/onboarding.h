@@ -55,6 +55,10 @@ class Onboarding {
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
   /// Waits for every onboarding started so far.
   void wait_all();
+  /// The onboarding counters (kvbm_onboard_*), for reading.
+  [[nodiscard]] const detail::OnboardState::Counters& counters() const noexcept {
+    return counters_;
+  }
 
  private:
   using State = detail::OnboardState;

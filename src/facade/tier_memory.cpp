@@ -2,6 +2,7 @@
 
 #include "facade/tier_memory.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <new>
 #include <string>
@@ -43,6 +44,49 @@ std::unique_ptr<Storage> allocate(const KvBlockManagerConfig& c, const std::stri
   }
 }
 
+// Whether a failure to create the disk pool is the configuration's (a path
+// or permission the user must fix: UsageError) rather than the machine's (a
+// full or failing disk: RuntimeError). A file system without room, or a file
+// size limit (ulimit -f), is never the configuration's: it is valid, and
+// succeeds once there is room.
+bool is_config_errno(int code) noexcept {
+  switch (code) {
+    case EACCES:        // no permission on the directory or file
+    case EPERM:         // likewise (an immutable file, a mount option)
+    case EROFS:         // a read-only file system
+    case ENOENT:        // the directory does not exist
+    case ENOTDIR:       // a path component is no directory
+    case EISDIR:        // the file name is a directory
+    case ELOOP:         // a symlink, which kvbm never follows
+    case EEXIST:        // the scratch file already exists
+    case EBUSY:         // the persistent directory is in use by another process
+    case EINVAL:        // O_DIRECT required where the file system has none
+    case ENAMETOOLONG:  // the path is too long
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Throws RuntimeError for a disk pool the machine could not create.
+[[noreturn]] void throw_disk_runtime_error(const KvBlockManagerConfig& c, std::size_t blocks,
+                                           const io::IoError& e) {
+  const ErrorKind kind = error_kind_of_errno(e.code);
+  std::string what = "KvBlockManager: cannot create the G3 disk pool (" + std::to_string(blocks) +
+                     " blocks) in '" + c.disk_directory.string() + "': " + e.message;
+  if (kind == ErrorKind::kNoSpace) {
+    what +=
+        "; the configuration is valid but the file system has no room for the pool (or a file "
+        "size limit, ulimit -f, forbids it): free space there, give the disk tier fewer blocks "
+        "(KvBlockManagerConfig.disk), or name a disk_directory on a larger disk";
+  } else {
+    what +=
+        "; the disk or the system failed, not the configuration: check the device, or name "
+        "another disk_directory";
+  }
+  throw RuntimeError(kind, e.code, what);
+}
+
 std::unique_ptr<DiskStorage> create_disk(const KvBlockManagerConfig& c, std::size_t blocks) {
   DiskStorageOptions o;
   o.directory = c.disk_directory;
@@ -59,9 +103,10 @@ std::unique_ptr<DiskStorage> create_disk(const KvBlockManagerConfig& c, std::siz
     }
   }();
   if (!r.ok()) {
-    detail::config_error(
-        "disk_directory",
-        "cannot create the disk pool in '" + c.disk_directory.string() + "': " + r.error().message);
+    const io::IoError& e = r.error();
+    if (!is_config_errno(e.code)) throw_disk_runtime_error(c, blocks, e);
+    detail::config_error("disk_directory", "cannot create the disk pool in '" +
+                                               c.disk_directory.string() + "': " + e.message);
   }
   return std::move(r).value();
 }

@@ -1,7 +1,6 @@
 #include "kvbm/io/syscalls.h"
 
 #include <fcntl.h>
-#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -11,7 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <exception>
 #include <system_error>
+
+#include <spdlog/spdlog.h>
 
 #include "kvbm/logging.h"
 
@@ -111,7 +113,8 @@ void File::reset() noexcept {
   const int err = errno;
   try {
     logger()->warn("close({}) failed: {}", fd, std::system_category().message(err));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports what it can and never throws
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+    // The logger failed (no memory): a destructor reports what it can and never throws.
   }
 }
 

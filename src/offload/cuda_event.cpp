@@ -20,8 +20,9 @@ namespace {
 
 void check(cudaError_t err, const char* call) {
   if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("CudaEventPrecondition: ") + call + " failed: " +
-                             cudaGetErrorString(err));
+    throw RuntimeError(
+        ErrorKind::kDevice, static_cast<int>(err),
+        std::string("CudaEventPrecondition: ") + call + " failed: " + cudaGetErrorString(err));
   }
 }
 
@@ -53,7 +54,7 @@ CudaEventPrecondition::CudaEventPrecondition(void* cuda_event, int device)
     // Destroying a stream with work pending is allowed: the work still runs.
     check(cudaStreamDestroy(stream), "cudaStreamDestroy");
     stream = nullptr;
-  } catch (...) {
+  } catch (...) {  // undo, then rethrow: nothing is swallowed
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
     (void)cudaSetDevice(previous);
     throw;

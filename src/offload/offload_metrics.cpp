@@ -98,10 +98,32 @@ OffloadMetrics::OffloadMetrics(std::shared_ptr<prometheus::Registry> registry,
     }
     s.cancelled = &s.cancelled_family->Add({{"pipeline", s.pipeline}});
     s.batches = &s.batches_family->Add({{"pipeline", s.pipeline}});
-  } catch (...) {
+  } catch (...) {  // undo, then rethrow: nothing is swallowed
     s.remove_all();
     throw;
   }
+}
+
+OffloadCounts OffloadMetrics::counts() const noexcept {
+  const auto& s = *s_;
+  auto value = [](const prometheus::Counter* c) { return static_cast<std::uint64_t>(c->Value()); };
+  auto outcome = [&](BlockOutcome o) {
+    for (std::size_t i = 0; i < kOutcomes.size(); ++i) {
+      if (kOutcomes[i] == o) return value(s.blocks[i]);
+    }
+    return std::uint64_t{0};
+  };
+  OffloadCounts c;
+  c.enqueued = value(s.enqueued);
+  c.transferred = outcome(BlockOutcome::kTransferred);
+  c.already_present = outcome(BlockOutcome::kAlreadyPresent);
+  c.filtered = outcome(BlockOutcome::kFiltered);
+  c.evicted = outcome(BlockOutcome::kEvicted);
+  c.no_space = outcome(BlockOutcome::kNoSpace);
+  c.copy_failed = outcome(BlockOutcome::kCopyFailed);
+  c.cancelled_containers = value(s.cancelled);
+  c.batches = value(s.batches);
+  return c;
 }
 
 OffloadMetrics::~OffloadMetrics() { s_->remove_all(); }

@@ -90,7 +90,7 @@ RemoteMetrics::RemoteMetrics(std::shared_ptr<prometheus::Registry> registry,
     auto* g = &gauge.Add(s.labels);
     s.removers.emplace_back([&gauge, g] { gauge.Remove(g); });
     s.servers_available = {&gauge, g};
-  } catch (...) {
+  } catch (...) {  // undo, then rethrow: nothing is swallowed
     for (auto& r : s.removers) r();
     throw;
   }

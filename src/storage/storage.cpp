@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -35,7 +36,8 @@ template <class... Args>
 void warn(spdlog::format_string_t<Args...> fmt, Args&&... args) noexcept {
   try {
     logger()->warn(fmt, std::forward<Args>(args)...);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a failed log line must not fail the caller
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+    // A failed log line (no memory) must not fail the caller.
   }
 }
 
@@ -205,8 +207,9 @@ class DeviceScope {
 [[noreturn]] void throw_cuda(cudaError_t err, const char* call, std::size_t bytes) {
   (void)cudaGetLastError();
   if (err == cudaErrorMemoryAllocation) throw std::bad_alloc();
-  throw std::runtime_error(std::string(call) + "(" + std::to_string(bytes) +
-                           " bytes) failed: " + cudaGetErrorString(err));
+  throw RuntimeError(ErrorKind::kDevice, static_cast<int>(err),
+                     std::string(call) + "(" + std::to_string(bytes) +
+                         " bytes) failed: " + cudaGetErrorString(err));
 }
 
 class CudaPinnedStorage final : public Storage {
@@ -266,7 +269,7 @@ std::unique_ptr<Storage> make_host_storage(std::size_t bytes, std::size_t alignm
   void* p = aligned_host_alloc(bytes, alignment);
   try {
     return std::make_unique<AlignedHostStorage>(MemoryKind::kHost, p, bytes, false, -1);
-  } catch (...) {
+  } catch (...) {  // release, then rethrow: nothing is swallowed
     std::free(p);
     throw;
   }
@@ -286,7 +289,7 @@ std::unique_ptr<Storage> make_pinned_storage(std::size_t bytes, int numa_node) {
     }
     try {
       return std::make_unique<CudaPinnedStorage>(p, bytes);
-    } catch (...) {
+    } catch (...) {  // release, then rethrow: nothing is swallowed
       (void)cudaFreeHost(p);
       throw;
     }
@@ -312,7 +315,7 @@ std::unique_ptr<Storage> make_device_storage(std::size_t bytes, int device) {
     }
     try {
       return std::make_unique<CudaDeviceStorage>(p, bytes, device);
-    } catch (...) {
+    } catch (...) {  // release, then rethrow: nothing is swallowed
       DeviceScope scope(device);
       (void)cudaFree(p);
       throw;
@@ -323,7 +326,7 @@ std::unique_ptr<Storage> make_device_storage(std::size_t bytes, int device) {
   std::unique_ptr<Storage> storage;
   try {
     storage = std::make_unique<AlignedHostStorage>(MemoryKind::kDevice, p, bytes, true, device);
-  } catch (...) {
+  } catch (...) {  // release, then rethrow: nothing is swallowed
     std::free(p);
     throw;
   }

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
-#include <exception>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -47,11 +48,11 @@ struct BounceTransferEngine::Impl {
   struct Run {
     const std::vector<TransferPair>& pairs;
     std::vector<char> failed;
-    std::string error;
+    std::optional<TransferError> error;  // the first hop error seen
 
-    void fail(std::size_t i, std::string_view why) {
+    void fail(std::size_t i, const std::optional<TransferError>& why) {
       failed[i] = 1;
-      if (error.empty()) error = std::string(why);
+      if (!error && why) error = *why;
     }
   };
 
@@ -74,11 +75,7 @@ struct BounceTransferEngine::Impl {
     for (std::size_t i = c.begin; i < c.end; ++i) {
       p.push_back({run.pairs[i].src, static_cast<BlockId>(c.base + (i - c.begin)), run.pairs[i].hash});
     }
-    try {
-      c.hop1 = first.submit(p);
-    } catch (const std::exception& e) {
-      for (std::size_t i = c.begin; i < c.end; ++i) run.fail(i, e.what());
-    }
+    c.hop1 = submit_or_refuse(first, p);  // a refused hop fails its pairs in start_hop2
   }
 
   // Waits for hop 1, then starts hop 2 (bounce -> destination) for the pairs
@@ -98,11 +95,7 @@ struct BounceTransferEngine::Impl {
       c.hop2_index.push_back(i);
     }
     if (p.empty()) return;
-    try {
-      c.hop2 = second.submit(p);
-    } catch (const std::exception& e) {
-      for (const std::size_t i : c.hop2_index) run.fail(i, e.what());
-    }
+    c.hop2 = submit_or_refuse(second, p);  // a refused hop fails its pairs in finish_hop2
   }
 
   // Waits for hop 2; its bounce blocks are free afterwards.
@@ -147,7 +140,9 @@ struct BounceTransferEngine::Impl {
       if (run.failed[i] != 0) outcome.failed.push_back(i);
     }
     if (!outcome.failed.empty()) {
-      outcome.error = run.error.empty() ? std::string("a transfer hop failed") : run.error;
+      outcome.error = run.error ? *run.error
+                                : TransferError{ErrorKind::kInternal, 0,
+                                                options.name + ": a transfer hop failed"};
     }
     return outcome;
   }
@@ -165,17 +160,13 @@ struct BounceTransferEngine::Impl {
       TransferOutcome outcome;
       try {
         outcome = execute(job.pairs);
-      } catch (...) {
+      } catch (const std::bad_alloc&) {
         // Out of memory while driving: whatever ran, nothing is trusted. The
         // hops' own completions were waited for or are owned by the engines.
-        outcome.failed.clear();
-        for (std::size_t i = 0; i < job.pairs.size(); ++i) {
-          try {
-            outcome.failed.push_back(i);
-          } catch (...) {
-            break;
-          }
-        }
+        // (Nothing else can throw here: a hop's submit goes through
+        // submit_or_refuse, and the rest only allocates.)
+        outcome = TransferOutcome::all_failed_no_memory(
+            job.pairs.size(), "bounce engine: out of memory while driving the batch");
       }
       job.completion->complete(std::move(outcome));
     }
@@ -211,23 +202,7 @@ std::string_view BounceTransferEngine::name() const noexcept { return impl_->opt
 std::shared_ptr<TransferCompletion> BounceTransferEngine::submit(
     std::span<const TransferPair> pairs) {
   Impl& im = *impl_;
-  KVBM_CHECK(!pairs.empty(), "BounceTransferEngine '", im.options.name,
-             "'::submit: the batch is empty; submit at least one pair");
-  std::vector<BlockId> dsts;
-  dsts.reserve(pairs.size());
-  for (const TransferPair& p : pairs) {
-    KVBM_CHECK(p.src < im.options.src_blocks, "BounceTransferEngine '", im.options.name,
-               "'::submit: source block ", p.src, " out of range (", im.options.src_blocks,
-               " blocks)");
-    KVBM_CHECK(p.dst < im.options.dst_blocks, "BounceTransferEngine '", im.options.name,
-               "'::submit: destination block ", p.dst, " out of range (", im.options.dst_blocks,
-               " blocks)");
-    dsts.push_back(p.dst);
-  }
-  std::sort(dsts.begin(), dsts.end());
-  const auto dup = std::adjacent_find(dsts.begin(), dsts.end());
-  KVBM_CHECK(dup == dsts.end(), "BounceTransferEngine '", im.options.name,
-             "'::submit: destination block ", *dup, " appears twice in the batch");
+  check_batch(im.options.name, pairs, im.options.src_blocks, im.options.dst_blocks);
   Impl::Job job{std::vector<TransferPair>(pairs.begin(), pairs.end()),
                 std::make_shared<TransferCompletion>()};
   auto completion = job.completion;

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,8 +24,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <numeric>
-#include <stdexcept>
+#include <new>
 #include <thread>
 
 #include <cuda_runtime_api.h>
@@ -31,6 +32,7 @@
 #include <spdlog/spdlog.h>
 
 #include "copy_kernels.cuh"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
@@ -40,6 +42,11 @@ namespace {
 std::string cuda_error_text(std::string_view what, std::string_view call, cudaError_t err) {
   return fmt::format("{}: {} failed: {} ({})", what, call, cudaGetErrorName(err),
                      cudaGetErrorString(err));
+}
+
+/// The TransferError of a failed CUDA call (kind kDevice, code the cudaError_t).
+TransferError cuda_error(std::string_view what, std::string_view call, cudaError_t err) {
+  return TransferError{ErrorKind::kDevice, static_cast<int>(err), cuda_error_text(what, call, err)};
 }
 
 /// Makes `device` current for the scope and restores the caller's device.
@@ -84,19 +91,19 @@ struct PendingBatch {
   std::size_t num_pairs = 0;
   std::size_t bytes = 0;
   cudaEvent_t event = nullptr;           // recorded after the batch's work
-  std::string error;                     // set when enqueueing failed
+  std::optional<TransferError> error;    // set when enqueueing failed
   std::unique_ptr<DescriptorSlot> slot;  // kernel mode only
 };
 
 /// One stream with the thread that completes its batches in order.
 struct Lane {
   cudaStream_t stream = nullptr;
-  std::mutex submit_mu;  // keeps enqueue order == queue order
-  std::mutex mu;
+  detail::Mutex submit_mu;  // held from enqueueing to queueing: enqueue order == queue order
+  detail::Mutex mu;
   std::condition_variable cv;
-  std::deque<PendingBatch> queue;        // guarded by mu
-  std::vector<cudaEvent_t> free_events;  // guarded by mu
-  bool stop = false;                     // guarded by mu
+  std::deque<PendingBatch> queue KVBM_GUARDED_BY(mu);
+  std::vector<cudaEvent_t> free_events KVBM_GUARDED_BY(mu);
+  bool stop KVBM_GUARDED_BY(mu) = false;
   std::thread thread;
 };
 
@@ -156,8 +163,8 @@ struct CudaTransferEngine::Impl {
   std::vector<std::unique_ptr<Lane>> lanes;
   std::atomic<std::size_t> next_lane{0};
 
-  std::mutex slots_mu;
-  std::vector<std::unique_ptr<DescriptorSlot>> free_slots;  // guarded by slots_mu
+  detail::Mutex slots_mu;
+  std::vector<std::unique_ptr<DescriptorSlot>> free_slots KVBM_GUARDED_BY(slots_mu);
 
   std::atomic<std::uint64_t> batches{0}, failed_batches{0}, copies{0}, bytes{0};
   std::atomic<std::uint64_t> kernel_batches{0}, memcpy_batch_batches{0}, memcpy_loop_batches{0};
@@ -187,9 +194,9 @@ struct CudaTransferEngine::Impl {
   }
 
   // Returns a slot for n regions (new or reused); null with `error` set on failure.
-  std::unique_ptr<DescriptorSlot> take_slot(std::size_t n, std::string& error) {
+  std::unique_ptr<DescriptorSlot> take_slot(std::size_t n, std::optional<TransferError>& error) {
     {
-      std::lock_guard lock(slots_mu);
+      detail::LockGuard lock(slots_mu);
       for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
         if ((*it)->capacity >= n) {
           auto slot = std::move(*it);
@@ -206,13 +213,13 @@ struct CudaTransferEngine::Impl {
                            [&] { return cudaHostAlloc(&slot->host, size, cudaHostAllocDefault); });
     if (err != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
-      error = cuda_error_text(options.name, "cudaHostAlloc (kernel descriptors)", err);
+      error = cuda_error(options.name, "cudaHostAlloc (kernel descriptors)", err);
       return nullptr;
     }
     err = call("cudaMalloc", [&] { return cudaMalloc(&slot->device, size); });
     if (err != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
-      error = cuda_error_text(options.name, "cudaMalloc (kernel descriptors)", err);
+      error = cuda_error(options.name, "cudaMalloc (kernel descriptors)", err);
       return nullptr;
     }
     slot->capacity = capacity;
@@ -222,21 +229,22 @@ struct CudaTransferEngine::Impl {
   void return_slot(std::unique_ptr<DescriptorSlot> slot) noexcept {
     if (!slot) return;
     try {
-      std::lock_guard lock(slots_mu);
+      detail::LockGuard lock(slots_mu);
       free_slots.push_back(std::move(slot));
-    } catch (...) {
-      // Out of memory: the slot is freed instead of pooled.
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+      // Out of memory (bad_alloc; or the mutex's system_error): the slot is
+      // freed instead of pooled, which costs an allocation later, nothing more.
     }
   }
 
-  // Enqueues the copies on `stream`; returns the empty string or the error.
-  std::string enqueue(CudaCopyMode mode, const std::vector<CopyOp>& ops, cudaStream_t stream,
-                      std::unique_ptr<DescriptorSlot>& slot) {
+  // Enqueues the copies on `stream`; returns nothing or the error.
+  std::optional<TransferError> enqueue(CudaCopyMode mode, const std::vector<CopyOp>& ops,
+                                       cudaStream_t stream, std::unique_ptr<DescriptorSlot>& slot) {
     const std::string_view what = options.name;
     cudaError_t err = cudaSuccess;
     switch (mode) {
       case CudaCopyMode::kKernel: {
-        std::string error;
+        std::optional<TransferError> error;
         slot = take_slot(ops.size(), error);
         if (!slot) return error;
         auto* descs = static_cast<cuda::CopyDesc*>(slot->host);
@@ -255,10 +263,10 @@ struct CudaTransferEngine::Impl {
         err = call("cudaMemcpyAsync", [&] {
           return cudaMemcpyAsync(slot->device, slot->host, upload, cudaMemcpyHostToDevice, stream);
         });
-        if (err != cudaSuccess) return cuda_error_text(what, "cudaMemcpyAsync (descriptors)", err);
+        if (err != cudaSuccess) return cuda_error(what, "cudaMemcpyAsync (descriptors)", err);
         err = call("cudaLaunchKernel",
                    [&] { return cuda::launch_batched_copy(params, kernel_blocks, stream); });
-        if (err != cudaSuccess) return cuda_error_text(what, "cudaLaunchKernel", err);
+        if (err != cudaSuccess) return cuda_error(what, "cudaLaunchKernel", err);
         return {};
       }
       case CudaCopyMode::kMemcpyBatch: {
@@ -284,10 +292,12 @@ struct CudaTransferEngine::Impl {
                                       &attr_index, 1, &fail_index, stream);
 #endif
         });
-        if (err != cudaSuccess) return cuda_error_text(what, "cudaMemcpyBatchAsync", err);
+        if (err != cudaSuccess) return cuda_error(what, "cudaMemcpyBatchAsync", err);
         return {};
 #else
-        return fmt::format("{}: cudaMemcpyBatchAsync needs CUDA 12.8 or later", what);
+        return TransferError{
+            ErrorKind::kDevice, 0,
+            fmt::format("{}: cudaMemcpyBatchAsync needs CUDA 12.8 or later", what)};
 #endif
       }
       case CudaCopyMode::kAuto:
@@ -298,7 +308,7 @@ struct CudaTransferEngine::Impl {
             return cudaMemcpyAsync(reinterpret_cast<void*>(op.dst),
                                    reinterpret_cast<const void*>(op.src), op.size, kind, stream);
           });
-          if (err != cudaSuccess) return cuda_error_text(what, "cudaMemcpyAsync", err);
+          if (err != cudaSuccess) return cuda_error(what, "cudaMemcpyAsync", err);
         }
         return {};
       }
@@ -312,8 +322,9 @@ struct CudaTransferEngine::Impl {
     for (;;) {
       PendingBatch batch;
       {
-        std::unique_lock lock(lane.mu);
-        lane.cv.wait(lock, [&] { return lane.stop || !lane.queue.empty(); });
+        detail::UniqueLock lock(lane.mu);
+        lane.cv.wait(lock.native(),
+                     [&]() KVBM_REQUIRES(lane.mu) { return lane.stop || !lane.queue.empty(); });
         if (lane.queue.empty()) return;
         batch = std::move(lane.queue.front());
         lane.queue.pop_front();
@@ -332,24 +343,14 @@ struct CudaTransferEngine::Impl {
     cudaError_t err = waited;
     if (err == cudaSuccess) err = call("cudaEventSynchronize", [] { return cudaSuccess; });
     TransferOutcome outcome;
-    if (!batch.error.empty() || err != cudaSuccess) {
+    if (batch.error || err != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
       try {
-        if (batch.error.empty()) {
-          batch.error = cuda_error_text(options.name, "cudaEventSynchronize", err);
-        }
-        outcome.error = std::move(batch.error);
-        outcome.failed.resize(batch.num_pairs);
-        std::iota(outcome.failed.begin(), outcome.failed.end(), std::size_t{0});
-      } catch (...) {
-        // Out of memory while describing the failure: report what fits.
-        for (std::size_t i = outcome.failed.size(); i < batch.num_pairs; ++i) {
-          try {
-            outcome.failed.push_back(i);
-          } catch (...) {
-            break;
-          }
-        }
+        if (!batch.error) batch.error = cuda_error(options.name, "cudaEventSynchronize", err);
+        outcome = TransferOutcome::all_failed(batch.num_pairs, std::move(*batch.error));
+      } catch (const std::bad_alloc&) {
+        outcome = TransferOutcome::all_failed_no_memory(
+            batch.num_pairs, "CUDA engine: out of memory while reporting a failed batch");
       }
       failed_batches.fetch_add(1, std::memory_order_relaxed);
     }
@@ -357,11 +358,12 @@ struct CudaTransferEngine::Impl {
       bool pooled = false;
       if (waited == cudaSuccess) {
         try {
-          std::lock_guard lock(lane.mu);
+          detail::LockGuard lock(lane.mu);
           lane.free_events.push_back(batch.event);
           pooled = true;
-        } catch (...) {
-          // Out of memory: the event is destroyed instead of pooled.
+        } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+          // Out of memory (bad_alloc; or the mutex's system_error): the event
+          // is destroyed instead of pooled.
         }
       }
       if (!pooled) static_cast<void>(cudaEventDestroy(batch.event));
@@ -382,7 +384,7 @@ struct CudaTransferEngine::Impl {
   void shutdown() noexcept {
     for (auto& lane : lanes) {
       {
-        std::lock_guard lock(lane->mu);
+        detail::LockGuard lock(lane->mu);
         lane->stop = true;
       }
       lane->cv.notify_all();
@@ -392,12 +394,19 @@ struct CudaTransferEngine::Impl {
     }
     DeviceGuard guard(options.device);
     for (auto& lane : lanes) {
-      for (cudaEvent_t event : lane->free_events) static_cast<void>(cudaEventDestroy(event));
-      lane->free_events.clear();
+      std::vector<cudaEvent_t> events;
+      {
+        detail::LockGuard lock(lane->mu);  // the threads are joined; the lock costs nothing
+        events.swap(lane->free_events);
+      }
+      for (cudaEvent_t event : events) static_cast<void>(cudaEventDestroy(event));
       if (lane->stream != nullptr) static_cast<void>(cudaStreamDestroy(lane->stream));
       lane->stream = nullptr;
     }
-    free_slots.clear();
+    {
+      detail::LockGuard lock(slots_mu);
+      free_slots.clear();
+    }
     static_cast<void>(cudaGetLastError());
   }
 
@@ -405,7 +414,7 @@ struct CudaTransferEngine::Impl {
   cudaEvent_t record_event(Lane& lane, cudaError_t& err) {
     cudaEvent_t event = nullptr;
     {
-      std::lock_guard lock(lane.mu);
+      detail::LockGuard lock(lane.mu);
       if (!lane.free_events.empty()) {
         event = lane.free_events.back();
         lane.free_events.pop_back();
@@ -452,8 +461,8 @@ CudaTransferEngine::CudaTransferEngine(Layout src, Layout dst, CudaDirection dir
   }
   DeviceGuard guard(im.options.device);
   if (guard.status() != cudaSuccess) {
-    throw std::runtime_error(
-        cuda_error_text("CudaTransferEngine", "cudaSetDevice", guard.status()));
+    throw RuntimeError(ErrorKind::kDevice, static_cast<int>(guard.status()),
+                       cuda_error_text("CudaTransferEngine", "cudaSetDevice", guard.status()));
   }
 
   switch (direction) {
@@ -495,8 +504,9 @@ CudaTransferEngine::CudaTransferEngine(Layout src, Layout dst, CudaDirection dir
     if (err != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
       for (auto& made : im.lanes) static_cast<void>(cudaStreamDestroy(made->stream));
-      throw std::runtime_error(
-          cuda_error_text("CudaTransferEngine", "cudaStreamCreateWithFlags", err));
+      throw RuntimeError(ErrorKind::kDevice, static_cast<int>(err),
+                         cuda_error_text("CudaTransferEngine", "cudaStreamCreateWithFlags", err) +
+                             "; free device memory or use fewer CudaEngineOptions::num_streams");
     }
     im.lanes.push_back(std::move(lane));
   }
@@ -510,7 +520,7 @@ CudaTransferEngine::CudaTransferEngine(Layout src, Layout dst, CudaDirection dir
       Lane* l = lane.get();
       l->thread = std::thread([&im, l] { im.complete_loop(*l); });
     }
-  } catch (...) {
+  } catch (const std::exception&) {  // system_error or bad_alloc
     im.shutdown();  // joins the threads started, releases the streams
     throw;
   }
@@ -521,6 +531,10 @@ CudaTransferEngine::~CudaTransferEngine() {
 }
 
 std::string_view CudaTransferEngine::name() const noexcept { return impl_->options.name; }
+std::optional<TransferCounts> CudaTransferEngine::counts() const noexcept {
+  if (!impl_->metrics) return std::nullopt;
+  return impl_->metrics->counts();
+}
 CudaDirection CudaTransferEngine::direction() const noexcept { return impl_->direction; }
 const CudaEngineOptions& CudaTransferEngine::options() const noexcept { return impl_->options; }
 bool CudaTransferEngine::kernel_available() const noexcept { return impl_->kernel_ok; }
@@ -546,10 +560,8 @@ CudaEngineStats CudaTransferEngine::stats() const noexcept {
 
 std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
     std::span<const TransferPair> pairs) {
-  KVBM_CHECK(!pairs.empty(),
-             "CudaTransferEngine::submit: the batch is empty; submit at least "
-             "one (source, destination) pair");
   Impl& im = *impl_;
+  check_batch(im.options.name, pairs, im.src.num_blocks(), im.dst.num_blocks());
   std::vector<BlockId> src_blocks(pairs.size());
   std::vector<BlockId> dst_blocks(pairs.size());
   for (std::size_t i = 0; i < pairs.size(); ++i) {
@@ -558,15 +570,7 @@ std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
   }
   std::vector<CopyOp> ops;
   ops.reserve(pairs.size() * im.src.config().regions_per_block());
-  plan_copies(im.src, src_blocks, im.dst, dst_blocks, ops);  // throws UsageError on bad ids
-  {
-    // Two copies into one block would race (the kernel and the batch order nothing).
-    std::vector<BlockId> sorted = dst_blocks;
-    std::sort(sorted.begin(), sorted.end());
-    const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-    KVBM_CHECK(dup == sorted.end(), "CudaTransferEngine::submit: destination block ", *dup,
-               " appears twice in the batch; copy each destination block once");
-  }
+  plan_copies(im.src, src_blocks, im.dst, dst_blocks, ops);
   std::size_t total = 0;
   for (const CopyOp& op : ops) total += op.size;
   const CudaCopyMode mode = im.resolve(ops.size(), total);
@@ -579,19 +583,19 @@ std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
 
   Lane& lane = *im.lanes[im.next_lane.fetch_add(1, std::memory_order_relaxed) % im.lanes.size()];
   DeviceGuard guard(im.options.device);
-  std::lock_guard submit_lock(lane.submit_mu);
+  detail::LockGuard submit_lock(lane.submit_mu);
   if (guard.status() != cudaSuccess) {
-    batch.error = cuda_error_text(im.options.name, "cudaSetDevice", guard.status());
+    batch.error = cuda_error(im.options.name, "cudaSetDevice", guard.status());
   } else {
     batch.error = im.enqueue(mode, ops, lane.stream, batch.slot);
   }
-  if (!batch.error.empty()) static_cast<void>(cudaGetLastError());
+  if (batch.error) static_cast<void>(cudaGetLastError());
   // The event follows whatever was enqueued, even after an error: the batch
   // completes only when its copies have stopped touching memory.
   cudaError_t record_err = cudaSuccess;
   batch.event = im.record_event(lane, record_err);
-  if (batch.event == nullptr && batch.error.empty()) {
-    batch.error = cuda_error_text(im.options.name, "cudaEventRecord", record_err);
+  if (batch.event == nullptr && !batch.error) {
+    batch.error = cuda_error(im.options.name, "cudaEventRecord", record_err);
   }
 
   im.batches.fetch_add(1, std::memory_order_relaxed);
@@ -610,7 +614,7 @@ std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
       break;
   }
   {
-    std::lock_guard lock(lane.mu);
+    detail::LockGuard lock(lane.mu);
     lane.queue.push_back(std::move(batch));
   }
   lane.cv.notify_one();
@@ -639,6 +643,7 @@ CudaTransferEngine::~CudaTransferEngine() = default;
 
 // Unreachable: the constructor always throws.
 std::string_view CudaTransferEngine::name() const noexcept { return "cuda_unavailable"; }
+std::optional<TransferCounts> CudaTransferEngine::counts() const noexcept { return std::nullopt; }
 CudaDirection CudaTransferEngine::direction() const noexcept { return impl_->direction; }
 const CudaEngineOptions& CudaTransferEngine::options() const noexcept { return impl_->options; }
 bool CudaTransferEngine::kernel_available() const noexcept { return false; }

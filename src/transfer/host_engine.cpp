@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -127,7 +129,7 @@ HostTransferEngine::HostTransferEngine(Layout src, Layout dst, HostEngineOptions
     for (std::size_t i = 0; i < impl.options.threads; ++i) {
       impl.workers.emplace_back([&impl] { impl.run(); });
     }
-  } catch (...) {
+  } catch (const std::exception&) {  // system_error or bad_alloc: stop the ones started, rethrow
     {
       detail::LockGuard lock(impl.mu);
       impl.stopping = true;
@@ -148,6 +150,10 @@ HostTransferEngine::~HostTransferEngine() {
 }
 
 std::string_view HostTransferEngine::name() const noexcept { return impl_->options.name; }
+std::optional<TransferCounts> HostTransferEngine::counts() const noexcept {
+  if (!impl_->metrics) return std::nullopt;
+  return impl_->metrics->counts();
+}
 std::size_t HostTransferEngine::threads() const noexcept { return impl_->workers.size(); }
 const Layout& HostTransferEngine::src() const noexcept { return impl_->src; }
 const Layout& HostTransferEngine::dst() const noexcept { return impl_->dst; }
@@ -156,26 +162,12 @@ std::shared_ptr<TransferCompletion> HostTransferEngine::submit(
     std::span<const TransferPair> pairs) {
   Impl& impl = *impl_;
   const std::string& name = impl.options.name;
-  KVBM_CHECK(!pairs.empty(), "HostTransferEngine '", name, "': submit() needs at least one pair");
+  check_batch(name, pairs, impl.src.num_blocks(), impl.dst.num_blocks());
   std::vector<BlockId> src_ids(pairs.size());
   std::vector<BlockId> dst_ids(pairs.size());
   for (std::size_t i = 0; i < pairs.size(); ++i) {
-    KVBM_CHECK(pairs[i].src < impl.src.num_blocks(), "HostTransferEngine '", name,
-               "': source block ", pairs[i].src, " (pair ", i,
-               ") out of range; the source layout has ", impl.src.num_blocks(), " blocks");
-    KVBM_CHECK(pairs[i].dst < impl.dst.num_blocks(), "HostTransferEngine '", name,
-               "': destination block ", pairs[i].dst, " (pair ", i,
-               ") out of range; the destination layout has ", impl.dst.num_blocks(), " blocks");
     src_ids[i] = pairs[i].src;
     dst_ids[i] = pairs[i].dst;
-  }
-  {
-    std::vector<BlockId> sorted = dst_ids;
-    std::sort(sorted.begin(), sorted.end());
-    const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-    KVBM_CHECK(dup == sorted.end(), "HostTransferEngine '", name, "': destination block ",
-               dup == sorted.end() ? 0 : *dup,
-               " appears twice in one batch; each destination block may be written once");
   }
 
   auto batch = std::make_shared<Batch>();

@@ -2,6 +2,8 @@
 
 #include "kvbm/transfer/stage_and_register.h"
 
+#include <exception>
+
 #include <spdlog/spdlog.h>
 
 #include "kvbm/logging.h"
@@ -12,7 +14,8 @@ void log_unregistered_copies(std::string_view pool, std::size_t count,
                              std::string_view what) noexcept {
   try {
     logger()->error("{} copies into {} were not registered: {}", count, pool, what);
-  } catch (...) {  // logging itself failed (no memory): nothing left to tell
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+    // Logging itself failed (no memory): nothing left to tell with.
   }
 }
 

@@ -39,7 +39,7 @@ TransferMetrics::TransferMetrics(std::shared_ptr<prometheus::Registry> registry,
         s.counter("kvbm_transfer_bytes_total", "Total bytes of blocks transferred successfully");
     s.failed_blocks =
         s.counter("kvbm_transfer_failed_blocks_total", "Total blocks whose transfer failed");
-  } catch (...) {
+  } catch (...) {  // undo, then rethrow: nothing is swallowed
     // Leave the registry as it was: drop the series created so far.
     for (auto* c : {&s.blocks, &s.bytes}) {
       if (c->counter != nullptr) c->family->Remove(c->counter);
@@ -59,6 +59,14 @@ void TransferMetrics::add(std::uint64_t blocks, std::uint64_t bytes,
   if (blocks != 0) s.blocks.counter->Increment(static_cast<double>(blocks));
   if (bytes != 0) s.bytes.counter->Increment(static_cast<double>(bytes));
   if (failed_blocks != 0) s.failed_blocks.counter->Increment(static_cast<double>(failed_blocks));
+}
+
+TransferCounts TransferMetrics::counts() const noexcept {
+  const auto& s = *s_;
+  auto value = [](const Series::CounterSeries& c) {
+    return static_cast<std::uint64_t>(c.counter->Value());
+  };
+  return {value(s.blocks), value(s.bytes), value(s.failed_blocks)};
 }
 
 const std::shared_ptr<prometheus::Registry>& TransferMetrics::registry() const noexcept {

@@ -143,7 +143,7 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
     }
     for (auto& d : done) {
       const TransferOutcome& o = d->wait();
-      EXPECT_TRUE(o.ok()) << o.error;
+      EXPECT_TRUE(o.ok()) << o.message();
     }
     EXPECT_EQ(w.stats().blocks, n);
     EXPECT_EQ(w.stats().failed_blocks, 0U);
@@ -156,7 +156,7 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
     std::vector<TransferPair> pairs;
     for (BlockId i = 0; i < n; ++i) pairs.push_back({to_disk[i], to_host[i]});
     const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
-    ASSERT_TRUE(o.ok()) << o.error;
+    ASSERT_TRUE(o.ok()) << o.message();
     EXPECT_EQ(r.stats().blocks, n);
   }
   for (BlockId i = 0; i < n; ++i) {
@@ -248,10 +248,14 @@ TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
       EXPECT_GE(injected, 3) << "every victim saw its fault";
       EXPECT_EQ(outcome.failed, c.fails ? victims : std::vector<std::size_t>{});
       if (c.fails) {
-        EXPECT_NE(outcome.error.find("pair 1 "), std::string::npos) << outcome.error;
-        EXPECT_NE(outcome.error.find(std::strerror(c.err)), std::string::npos) << outcome.error;
+        EXPECT_NE(outcome.message().find("pair 1 "), std::string::npos) << outcome.message();
+        EXPECT_NE(outcome.message().find(std::strerror(c.err)), std::string::npos)
+            << outcome.message();
+        ASSERT_TRUE(outcome.error.has_value());
+        EXPECT_EQ(outcome.error->code, c.err);
+        EXPECT_EQ(outcome.error->kind, c.err == ENOSPC ? ErrorKind::kNoSpace : ErrorKind::kIo);
       } else {
-        EXPECT_EQ(outcome.error, "");
+        EXPECT_EQ(outcome.message(), "");
       }
       EXPECT_EQ(src.snapshot(), before) << "the source must not change";
 
@@ -306,8 +310,8 @@ TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
                 static_cast<double>((n - 3) * path.config.block_bytes()));
     }
     EXPECT_EQ(outcome.failed, indices({0, 3, 6}));
-    EXPECT_NE(outcome.error.find("pair 0 "), std::string::npos) << outcome.error;
-    EXPECT_NE(outcome.error.find(std::strerror(EIO)), std::string::npos) << outcome.error;
+    EXPECT_NE(outcome.message().find("pair 0 "), std::string::npos) << outcome.message();
+    EXPECT_NE(outcome.message().find(std::strerror(EIO)), std::string::npos) << outcome.message();
   }
 }
 
@@ -347,11 +351,16 @@ TEST_P(DiskEngineTest, EveryReadFaultFailsExactlyTheAffectedPairsAndLeavesThemUn
     }
     EXPECT_EQ(outcome.failed, c.fails ? victims : std::vector<std::size_t>{});
     if (c.fails) {
-      EXPECT_NE(outcome.error.find("pair 0 "), std::string::npos) << outcome.error;
+      EXPECT_NE(outcome.message().find("pair 0 "), std::string::npos) << outcome.message();
+      ASSERT_TRUE(outcome.error.has_value());
+      EXPECT_EQ(outcome.error->code, c.err);
+      EXPECT_EQ(outcome.error->kind, c.err == EBADMSG ? ErrorKind::kCorrupt : ErrorKind::kIo);
       if (c.err == EBADMSG) {
-        EXPECT_NE(outcome.error.find("checksum mismatch"), std::string::npos) << outcome.error;
+        EXPECT_NE(outcome.message().find("checksum mismatch"), std::string::npos)
+            << outcome.message();
       } else {
-        EXPECT_NE(outcome.error.find(std::strerror(c.err)), std::string::npos) << outcome.error;
+        EXPECT_NE(outcome.message().find(std::strerror(c.err)), std::string::npos)
+            << outcome.message();
       }
     }
     for (BlockId i = 0; i < n; ++i) {
@@ -395,8 +404,8 @@ TEST_P(DiskEngineTest, FileCorruptedBehindTheLibrarysBackIsDetectedOnRead) {
   EXPECT_EQ(o.failed, indices({2, 5, 6}));
   EXPECT_EQ(path_counter(*registry, "kvbm_transfer_failed_blocks_total", "disk_to_host"), 3.0);
   EXPECT_EQ(path_counter(*registry, "kvbm_transfer_blocks_total", "disk_to_host"), 5.0);
-  EXPECT_NE(o.error.find("pair 2 "), std::string::npos) << o.error;
-  EXPECT_NE(o.error.find("checksum mismatch"), std::string::npos) << o.error;
+  EXPECT_NE(o.message().find("pair 2 "), std::string::npos) << o.message();
+  EXPECT_NE(o.message().find("checksum mismatch"), std::string::npos) << o.message();
   const std::vector<std::byte> untouched(kOdd.block_bytes(), std::byte{0xEE});
   for (BlockId i : {2U, 5U, 6U}) EXPECT_EQ(dst.block(i), untouched) << i;
   for (BlockId i : {0U, 1U, 3U, 4U, 7U}) EXPECT_EQ(dst.block(i), src.block(i)) << i;
@@ -418,7 +427,7 @@ TEST_P(DiskEngineTest, ReadingASlotNeverWrittenFailsThatPairOnly) {
   const TransferPair pairs[] = {{3, 0}, {2, 1}, {0, 2}};
   const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
   EXPECT_EQ(o.failed, indices({1}));
-  EXPECT_NE(o.error.find("never written"), std::string::npos) << o.error;
+  EXPECT_NE(o.message().find("never written"), std::string::npos) << o.message();
   EXPECT_EQ(dst.block(0), src.block(3));
   EXPECT_EQ(dst.block(2), src.block(0));
 }
@@ -443,7 +452,9 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
   const TransferPair pairs[] = {{0, 0, 0x100}, {1, 1, 0x100}, {2, 2, 0x102}};
   const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
   EXPECT_EQ(o.failed, indices({1}));
-  EXPECT_NE(o.error.find("sequence hash 257, not 256"), std::string::npos) << o.error;
+  EXPECT_NE(o.message().find("sequence hash 257, not 256"), std::string::npos) << o.message();
+  ASSERT_TRUE(o.error.has_value());
+  EXPECT_EQ(o.error->kind, ErrorKind::kCorrupt) << *o.error;
   EXPECT_EQ(dst.block(0), src.block(0));
   EXPECT_EQ(dst.block(1), untouched);
   EXPECT_EQ(dst.block(2), src.block(2));
@@ -505,7 +516,7 @@ TEST_F(DiskEngineBehaviourTest, QueueDepthIsTheNumberOfIosInFlight) {
     // disk; give a would-be extra I/O a moment to show up: none may.
     EXPECT_EQ(faults.wait_stalled(depth + 1, std::chrono::milliseconds(200)), depth);
     faults.release();
-    EXPECT_TRUE(done->wait().ok()) << done->wait().error;
+    EXPECT_TRUE(done->wait().ok()) << done->wait().message();
     EXPECT_EQ(faults.max_stalled(), depth);
   }
 }

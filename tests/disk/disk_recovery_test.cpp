@@ -132,7 +132,7 @@ class DiskRecoveryTest : public ::testing::Test {
     for (std::size_t i = 0; i < slots.size(); ++i) pairs.push_back({slots[i].slot, static_cast<BlockId>(i), slots[i].hash});
     DiskReadEngine r(disk, host.layout(), {.queue_depth = 4});
     const TransferOutcome o = r.submit(pairs)->wait();
-    EXPECT_TRUE(o.ok()) << o.error;
+    EXPECT_TRUE(o.ok()) << o.message();
     for (std::size_t i = 0; i < slots.size(); ++i) {
       EXPECT_EQ(host.block(static_cast<BlockId>(i)), payload_of(slots[i].hash, disk.block_bytes()))
           << "slot " << slots[i].slot;
@@ -359,7 +359,7 @@ TEST_F(DiskRecoveryTest, TornWritesLeaveTheSlotAbsentOrTheOldBlockWhole) {
       io::ScopedSyscallOverride o(table);
       const TransferOutcome out = write_blocks(*disk, {c.slot}, {0xB0 + c.slot});
       EXPECT_EQ(out.failed, std::vector<std::size_t>{0});
-      EXPECT_NE(out.error.find("Input/output error"), std::string::npos) << out.error;
+      EXPECT_NE(out.message().find("Input/output error"), std::string::npos) << out.message();
     }
     EXPECT_EQ(g_tears, 1);
   }

@@ -50,7 +50,7 @@ class FakeEngine final : public TransferEngine {
       for (std::size_t i = 0; i < pairs.size(); ++i) {
         if (fail_src_.count(pairs[i].src) != 0) outcome.failed.push_back(i);
       }
-      if (!outcome.failed.empty()) outcome.error = "fake failure";
+      if (!outcome.failed.empty()) outcome.error = TransferError{ErrorKind::kIo, 0, "fake failure"};
       if (gated_) pending_.push_back({completion, outcome});
     }
     cv_.notify_all();

@@ -82,7 +82,7 @@ class ContentEngine final : public TransferEngine {
           dst_[job.pairs[i].dst] = src_[job.pairs[i].src];
         }
       }
-      if (!o.failed.empty()) o.error = "random failure";
+      if (!o.failed.empty()) o.error = TransferError{ErrorKind::kIo, 0, "random failure"};
       lock.unlock();
       job.completion->complete(std::move(o));
       lock.lock();

@@ -71,10 +71,11 @@ class FailingEngine final : public TransferEngine {
         rest.push_back(pairs[i]);
       }
     }
-    if (!outcome.failed.empty()) outcome.error = "injected failure";
+    if (!outcome.failed.empty())
+      outcome.error = TransferError{ErrorKind::kIo, 0, "injected failure"};
     if (!rest.empty()) {
       const TransferOutcome inner = inner_.submit(rest)->wait();
-      EXPECT_TRUE(inner.ok()) << inner.error;
+      EXPECT_TRUE(inner.ok()) << inner.message();
     }
     auto c = std::make_shared<TransferCompletion>();
     c->complete(std::move(outcome));
@@ -133,7 +134,7 @@ TEST_P(BounceRoundTrip, EveryByteArrivesThroughThePool) {
   EXPECT_EQ(engine.name(), "host_bounce_host");
   const auto pairs = reversed_pairs();
   const TransferOutcome out = engine.submit(pairs)->wait();
-  ASSERT_TRUE(out.ok()) << out.error;
+  ASSERT_TRUE(out.ok()) << out.message();
   for (const TransferPair& pr : pairs) {
     EXPECT_EQ(block_bytes(p.dst_layout, pr.dst), block_bytes(p.src_layout, pr.src)) << pr.src;
   }
@@ -159,7 +160,7 @@ TEST(BounceEngine, FailuresInEitherHopAreReportedForExactlyThosePairs) {
   const auto pairs = reversed_pairs();
   const TransferOutcome out = engine.submit(pairs)->wait();
   EXPECT_EQ(out.failed, (std::vector<std::size_t>{2, 4, 7, 9}));
-  EXPECT_EQ(out.error, "injected failure");
+  EXPECT_EQ(out.message(), "injected failure");
   const std::vector<unsigned char> sentinel(kConfig.block_bytes(), 0xAB);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const bool failed = i == 2 || i == 4 || i == 7 || i == 9;
@@ -202,7 +203,7 @@ TEST(BounceEngine, ConcurrentSubmittersAllComplete) {
     for (BlockId i = parity; i < kBlocks; i += 2) {
       const std::vector<TransferPair> one = {{i, i}};
       const TransferOutcome out = engine.submit(one)->wait();
-      EXPECT_TRUE(out.ok()) << out.error;
+      EXPECT_TRUE(out.ok()) << out.message();
     }
   };
   std::thread t0(worker, 0);

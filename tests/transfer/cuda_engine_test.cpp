@@ -241,9 +241,9 @@ TEST_P(CudaRoundTrip, HostToDeviceToHostPreservesEveryByte) {
   std::vector<BlockId> dev_ids = {3, 4, 5, 0, 11, 7, 8, 1, 10};
   std::vector<BlockId> back_ids = {11, 10, 9, 8, 7, 6, 5, 4, 3};
   const auto& up = wait(h2d.submit(pairs_of(src_ids, dev_ids)));
-  ASSERT_TRUE(up.ok()) << up.error;
+  ASSERT_TRUE(up.ok()) << up.message();
   const auto& down = wait(d2h.submit(pairs_of(dev_ids, back_ids)));
-  ASSERT_TRUE(down.ok()) << down.error;
+  ASSERT_TRUE(down.ok()) << down.message();
 
   const std::vector<unsigned char> sentinel(config.block_bytes(), 0xAB);
   for (std::size_t i = 0; i < src_ids.size(); ++i) {
@@ -310,7 +310,7 @@ TEST_F(CudaEngineTest, DeviceToDeviceKernelAndLoop) {
     ASSERT_EQ(cudaMemset(reinterpret_cast<void*>(device2->base()), 0, device2->size()),
               cudaSuccess);
     const auto& out = wait(d2d.submit(pairs_of({0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0})));
-    ASSERT_TRUE(out.ok()) << out.error;
+    ASSERT_TRUE(out.ok()) << out.message();
     ASSERT_TRUE(wait(down.submit(pairs_of(ids, ids))).ok());
     for (BlockId i = 0; i < kBlocks; ++i) {
       EXPECT_EQ(block_bytes(host_dst, kBlocks - 1 - i), block_bytes(host_src, i))
@@ -401,9 +401,9 @@ TEST_F(CudaEngineTest, ConcurrentSubmittersAllComplete) {
     for (BlockId i = first; i < kBlocks; i += 2) {
       const std::vector<TransferPair> p = {{i, i}};
       const auto& a = wait(up.submit(p));
-      EXPECT_TRUE(a.ok()) << a.error;
+      EXPECT_TRUE(a.ok()) << a.message();
       const auto& c = wait(down.submit(p));
-      EXPECT_TRUE(c.ok()) << c.error;
+      EXPECT_TRUE(c.ok()) << c.message();
     }
   };
   std::thread t0(worker, 0);
@@ -471,8 +471,9 @@ TEST_P(CudaInjectedError, FailsEveryPairAndLeavesTheSourceIntact) {
   const std::vector<TransferPair> pairs = {{0, 7}, {1, 6}, {2, 5}, {5, 2}};
   const auto& outcome = wait(engine.submit(pairs));
   EXPECT_EQ(outcome.failed, all_indices(pairs.size()));
-  EXPECT_NE(outcome.error.find(call), std::string::npos) << outcome.error;
-  EXPECT_NE(outcome.error.find("cudaErrorInvalidValue"), std::string::npos) << outcome.error;
+  EXPECT_NE(outcome.message().find(call), std::string::npos) << outcome.message();
+  EXPECT_NE(outcome.message().find("cudaErrorInvalidValue"), std::string::npos)
+      << outcome.message();
   EXPECT_EQ(armed.load(), 0) << "the hook never saw " << call;
 
   // Source intact: the host source directly, the device source copied back.
@@ -491,7 +492,7 @@ TEST_P(CudaInjectedError, FailsEveryPairAndLeavesTheSourceIntact) {
 
   // The next batch (no injection left) succeeds.
   const auto& again = wait(engine.submit(pairs));
-  EXPECT_TRUE(again.ok()) << again.error;
+  EXPECT_TRUE(again.ok()) << again.message();
   EXPECT_EQ(path_metric(*registry, "kvbm_transfer_blocks_total", engine.name()),
             std::optional<double>(static_cast<double>(pairs.size())));
 }
@@ -542,8 +543,8 @@ int invalid_pointer_child(CudaCopyMode mode) {
     auto completion = engine.submit(pairs);
     if (!completion->wait_for(kWait)) return 3;
     const TransferOutcome& out = completion->wait();
-    all_failed = out.failed == all_indices(pairs.size()) && !out.error.empty();
-    std::cerr << "outcome: " << out.failed.size() << " failed: " << out.error << "\n";
+    all_failed = out.failed == all_indices(pairs.size()) && !out.message().empty();
+    std::cerr << "outcome: " << out.failed.size() << " failed: " << out.message() << "\n";
   }
   if (!all_failed) return 1;
   if (snapshot(host->base(), host->size()) != before) return 2;

@@ -164,7 +164,7 @@ void copy_and_check(HostTransferEngine& engine, const HostPool& src, const HostP
   const auto done = engine.submit(pairs);
   ASSERT_NE(done, nullptr);
   const TransferOutcome& outcome = done->wait();
-  EXPECT_TRUE(outcome.ok()) << outcome.error;
+  EXPECT_TRUE(outcome.ok()) << outcome.message();
   EXPECT_TRUE(outcome.failed.empty());
   EXPECT_TRUE(snapshot(dst) == want) << "destination storage differs from the expected bytes";
   EXPECT_TRUE(snapshot(src) == src_before) << "the source changed";
@@ -488,7 +488,7 @@ TEST_F(HostEngineHookTest, CompletionSignalsWaitersAndCallbacksOnce) {
   done->on_complete([&](const TransferOutcome&) { late_on = std::this_thread::get_id(); });
   EXPECT_EQ(late_on, std::this_thread::get_id());
   // A second complete() has no effect.
-  done->complete(TransferOutcome{{0}, "late"});
+  done->complete(TransferOutcome{{0}, TransferError{ErrorKind::kIo, 0, "late"}});
   EXPECT_TRUE(done->wait().ok());
   std::lock_guard lock(mu);
   EXPECT_EQ(calls, 1);

@@ -14,7 +14,6 @@
 
 #include "kvbm/logging.h"
 #include "replay/pattern.h"
-#include "replay/registry_read.h"
 
 namespace kvbm::replay {
 
@@ -142,30 +141,20 @@ std::string path_name(const std::string& engine_path) {
   return {};
 }
 
-void collect_paths(const prometheus::Registry& reg, ReplayResult& r,
+// Fills the tier paths and the engine paths from the manager's stats.
+void collect_paths(const KvBlockManagerStats& stats, ReplayResult& r,
                    const std::array<std::uint64_t, 2>& onboarded_blocks) {
-  for (const auto& s : collect_series(reg, "kvbm_transfer_blocks_total")) {
-    const auto it = s.labels.find("path");
-    if (it == s.labels.end()) continue;
-    auto& p = r.engine_paths[it->second];
-    p.name = it->second;
-    p.blocks += static_cast<std::uint64_t>(s.value);
-  }
-  for (const auto& s : collect_series(reg, "kvbm_transfer_bytes_total")) {
-    const auto it = s.labels.find("path");
-    if (it != s.labels.end())
-      r.engine_paths[it->second].bytes += static_cast<std::uint64_t>(s.value);
-  }
-  for (const auto& s : collect_series(reg, "kvbm_transfer_failed_blocks_total")) {
-    const auto it = s.labels.find("path");
-    if (it != s.labels.end()) {
-      r.engine_paths[it->second].failed_blocks += static_cast<std::uint64_t>(s.value);
-    }
+  for (const TransferPathStats& t : stats.transfers) {
+    auto& p = r.engine_paths[t.path];
+    p.name = t.path;
+    p.blocks += t.counts.blocks;
+    p.bytes += t.counts.bytes;
+    p.failed_blocks += t.counts.failed_blocks;
   }
 
   // The four tier paths. Offloads: what the engines counted on the path (or
-  // the write-through pipeline's transferred blocks when no engine series
-  // names it); onboarding: the OnboardHandle counts.
+  // the boundary's transferred blocks when no engine counts it); onboarding:
+  // the OnboardHandle counts.
   r.paths.clear();
   for (const char* name : {"G1->G2", "G2->G3", "G2->G1", "G3->G1"})
     r.paths.push_back({name, 0, 0, 0});
@@ -181,22 +170,16 @@ void collect_paths(const prometheus::Registry& reg, ReplayResult& r,
       }
     }
   }
-  // Without engine series (metadata only), the offloads every mechanism of
+  // Without counting engines (metadata only), the offloads every mechanism of
   // the boundary made: write-through, on-eviction and explicit.
-  const char* pipelines[2] = {"G1_to_G2", "G2_to_G3"};
+  const TierId uppers[2] = {TierId::kG1, TierId::kG2};
   for (std::size_t i = 0; i < 2; ++i) {
-    if (engine_named[i]) continue;
-    double blocks = 0;
-    for (const char* suffix : {"", "_on_eviction", "_explicit"}) {
-      blocks += series_sum(reg, "kvbm_offload_blocks_total",
-                           {{"pipeline", std::string(pipelines[i]) + suffix}, {"outcome", "transferred"}});
+    const BoundaryStats* b = stats.boundary(uppers[i]);
+    if (!engine_named[i]) {
+      r.paths[i].blocks = b != nullptr ? b->counts.transferred : 0;
+      r.paths[i].bytes = r.paths[i].blocks * r.block_bytes;
     }
-    r.paths[i].blocks = static_cast<std::uint64_t>(blocks);
-    r.paths[i].bytes = r.paths[i].blocks * r.block_bytes;
-  }
-  for (std::size_t i = 0; i < 2; ++i) {
-    r.lost_to_lag[i] = static_cast<std::uint64_t>(
-        series_sum(reg, "kvbm_offload_blocks_total", {{"pipeline", pipelines[i]}, {"outcome", "evicted"}}));
+    r.lost_to_lag[i] = b != nullptr ? b->counts.evicted : 0;
   }
   for (std::size_t i = 0; i < 2; ++i) {
     // Onboarding may share an engine with another path (G2->G1 and G1->G2 on
@@ -421,11 +404,12 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   r.audit = kvbm->audit();
+  const KvBlockManagerStats stats = kvbm->stats();
   for (std::size_t t = 0; t < 3; ++t) {
-    r.evictions[t] = static_cast<std::uint64_t>(
-        series_sum(*registry, "kvbm_evictions_total", {{"pool", kTierNames[t]}}));
+    const TierStats* tier = stats.tier(static_cast<TierId>(t + 1));
+    r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
   }
-  collect_paths(*registry, r, onboarded);
+  collect_paths(stats, r, onboarded);
   if (config.on_finished) config.on_finished(*kvbm);
   kvbm->shutdown();
   return r;

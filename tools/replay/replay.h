@@ -143,12 +143,12 @@ struct ReplayResult {
   std::uint64_t onboard_no_space = 0;  ///< blocks found below G1 that did not fit
   std::uint64_t verified_blocks = 0;
   std::uint64_t verify_failures = 0;         ///< blocks whose bytes were wrong (must be 0)
-  std::array<std::uint64_t, 3> evictions{};  ///< kvbm_evictions_total per tier
+  std::array<std::uint64_t, 3> evictions{};  ///< evictions per tier (KvBlockManager::stats())
   std::vector<PathStats> paths;              ///< G1->G2, G2->G3, G2->G1, G3->G1
   /// Write-through copies lost because the source evicted the block before
   /// its copy started (G1->G2, G2->G3); 0 unless overlap_offload.
   std::array<std::uint64_t, 2> lost_to_lag{};
-  /// Every kvbm_transfer_* series by its `path` label, as the engines name them.
+  /// Every counting engine's totals (KvBlockManagerStats::transfers), by its name.
   std::map<std::string, PathStats> engine_paths;
   double wall_seconds = 0;
   std::string audit;  ///< KvBlockManager::audit() at the end ("" = balanced)

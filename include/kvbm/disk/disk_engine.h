@@ -42,7 +42,9 @@
 // (inside kvbm::io::pread_full / pwrite_full); any other error (EIO, ENOSPC,
 // a short transfer that cannot continue, a bad footer or checksum) marks that
 // pair, and only that pair, failed in the batch's TransferOutcome (indices
-// ascending; `error` describes the lowest failed index). The source is never
+// ascending; `error` is the lowest failed index's TransferError: kind kIo or
+// kNoSpace with the errno value, kCorrupt for a slot that failed
+// verification). The source is never
 // written. Failed pairs are counted in stats() and, when options.registry is
 // set, in kvbm_transfer_failed_blocks_total{path=name}, and logged once per
 // batch.
@@ -60,6 +62,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -126,6 +129,8 @@ class DiskWriteEngine final : public TransferEngine {
   /// Queues pairs (src: host block, dst: disk block). Throws UsageError when
   /// the batch is empty, an id is out of range or a disk block repeats.
   [[nodiscard]] std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override;
+  /// Returns the counts of its series; nullopt without options.registry.
+  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
   /// Returns the engine's counters.
   [[nodiscard]] DiskEngineStats stats() const noexcept;
   /// Returns the number of worker threads.
@@ -156,6 +161,8 @@ class DiskReadEngine final : public TransferEngine {
   /// Queues pairs (src: disk block, dst: host block). Throws UsageError when
   /// the batch is empty, an id is out of range or a host block repeats.
   [[nodiscard]] std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override;
+  /// Returns the counts of its series; nullopt without options.registry.
+  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
   /// Returns the engine's counters.
   [[nodiscard]] DiskEngineStats stats() const noexcept;
   /// Returns the number of worker threads.

@@ -34,7 +34,7 @@ namespace kvbm {
 class CudaEventPrecondition final : public Precondition {
  public:
   /// `cuda_event` is a cudaEvent_t of `device`. Throws UsageError when CUDA
-  /// is not available, std::runtime_error when a CUDA call fails.
+  /// is not available, RuntimeError (kind kDevice) when a CUDA call fails.
   explicit CudaEventPrecondition(void* cuda_event, int device = 0);
   ~CudaEventPrecondition() override;
   CudaEventPrecondition(const CudaEventPrecondition&) = delete;

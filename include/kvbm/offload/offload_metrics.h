@@ -17,8 +17,8 @@
 // are created at construction (policies when registered) and removed at
 // destruction.
 //
-// Thread-safety: the add_* members may be called from any thread;
-// register_policy() too.
+// Thread-safety: the add_* members and counts() may be called from any
+// thread; register_policy() too.
 
 #pragma once
 
@@ -35,6 +35,34 @@ class Registry;
 }
 
 namespace kvbm {
+
+/// The values of one pipeline's counters (OffloadMetrics::counts()).
+struct OffloadCounts {
+  std::uint64_t enqueued = 0;              ///< blocks handed to enqueue()
+  std::uint64_t transferred = 0;           ///< copied and registered in the destination
+  std::uint64_t already_present = 0;       ///< the destination held them; not copied
+  std::uint64_t filtered = 0;              ///< a policy filtered them (timeouts included)
+  std::uint64_t evicted = 0;               ///< evicted from the source before their copy started
+  std::uint64_t no_space = 0;              ///< the destination had no block for them
+  std::uint64_t copy_failed = 0;           ///< the engine failed their copy; not registered
+  std::uint64_t cancelled_containers = 0;  ///< containers cancelled
+  std::uint64_t batches = 0;               ///< batches handed to the engine
+
+  /// Adds every field of `o`.
+  OffloadCounts& operator+=(const OffloadCounts& o) noexcept {
+    enqueued += o.enqueued;
+    transferred += o.transferred;
+    already_present += o.already_present;
+    filtered += o.filtered;
+    evicted += o.evicted;
+    no_space += o.no_space;
+    copy_failed += o.copy_failed;
+    cancelled_containers += o.cancelled_containers;
+    batches += o.batches;
+    return *this;
+  }
+  friend bool operator==(const OffloadCounts&, const OffloadCounts&) = default;
+};
 
 /// The series of one offload pipeline; see the file comment.
 class OffloadMetrics {
@@ -58,6 +86,9 @@ class OffloadMetrics {
   void add_enqueued(std::uint64_t blocks) noexcept;
   void add_cancelled() noexcept;
   void add_batch() noexcept;
+  /// Returns the counters' values (each read atomically; not one snapshot).
+  /// The policy series are not included.
+  [[nodiscard]] OffloadCounts counts() const noexcept;
 
   /// Returns the registry the series live in.
   [[nodiscard]] const std::shared_ptr<prometheus::Registry>& registry() const noexcept;

@@ -345,23 +345,14 @@ class TransferExecutor {
           for (const std::size_t k : o.failed) {
             if (k < count) f->failed[begin + k] = true;
           }
-          if (!o.ok() && f->error.empty()) f->error = o.error.empty() ? "copy failed" : o.error;
+          if (!o.ok() && f->error.empty()) f->error = o.error ? o.error->message : "copy failed";
         }
         if (f->pieces_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
           Core::finish(*core, *f, true);
         }
       };
-      std::shared_ptr<TransferCompletion> completion;
-      try {
-        completion = engine_->submit(std::span<const TransferPair>(pairs).subspan(begin, count));
-      } catch (const std::exception& e) {
-        TransferOutcome o;
-        for (std::size_t k = 0; k < count; ++k) o.failed.push_back(k);
-        o.error = std::string("transfer engine refused the batch: ") + e.what();
-        done(o);
-        continue;
-      }
-      completion->on_complete(std::move(done));
+      submit_or_refuse(*engine_, std::span<const TransferPair>(pairs).subspan(begin, count))
+          ->on_complete(std::move(done));
     }
   }
 

@@ -14,8 +14,8 @@
 //
 // New storage is not zero-filled: its contents are unspecified (as with
 // malloc and cudaMalloc). Allocation failure throws std::bad_alloc; a CUDA
-// error other than out-of-memory throws std::runtime_error naming the call;
-// bad arguments throw UsageError.
+// error other than out-of-memory throws kvbm::RuntimeError (kind kDevice)
+// naming the call; bad arguments throw UsageError.
 //
 // Thread-safety: the factories may be called from any thread; a Storage's
 // accessors are const and may be called concurrently.

@@ -24,9 +24,10 @@
 // engine thread, never inside a CUDA callback, and may call CUDA.
 //
 // Failure: a CUDA error while enqueueing or executing a batch marks every pair
-// of that batch failed (the error names the call and the CUDA error); the
-// source is never written. A sticky error (an illegal address in a kernel)
-// poisons the CUDA context of the whole process, as it does for any CUDA code.
+// of that batch failed (a TransferError of kind kDevice whose code is the
+// cudaError_t and whose message names the call); the source is never written. A sticky error (an
+// illegal address in a kernel) poisons the CUDA context of the whole process, as it does for any
+// CUDA code.
 //
 // Without CUDA: the header compiles the same; when kvbm was built without CUDA
 // (KVBM_HAVE_CUDA == 0, see kvbm/config.h), constructing the engine throws
@@ -45,6 +46,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -148,8 +150,8 @@ class CudaTransferEngine final : public TransferEngine {
   /// when the layouts' configs differ, when an option is out of range, when
   /// the registry already holds series for the name, or when an explicit mode
   /// is not available (kKernel on host memory the device cannot reach, kMemcpyBatch
-  /// before CUDA 12.8). Throws std::runtime_error when CUDA cannot create the
-  /// engine's streams.
+  /// before CUDA 12.8). Throws RuntimeError (kind kDevice, the cudaError_t
+  /// as its code) when CUDA cannot select the device or create the streams.
   CudaTransferEngine(Layout src, Layout dst, CudaDirection direction,
                      CudaEngineOptions options = {});
   /// Waits for every accepted batch, then releases the streams and threads.
@@ -165,6 +167,8 @@ class CudaTransferEngine final : public TransferEngine {
   /// fails the whole batch in its completion.
   [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
       std::span<const TransferPair> pairs) override;
+  /// Returns the counts of its series; nullopt without options.registry.
+  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
 
   /// Returns the direction the engine copies in.
   [[nodiscard]] CudaDirection direction() const noexcept;

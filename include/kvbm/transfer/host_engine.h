@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -73,6 +74,8 @@ class HostTransferEngine final : public TransferEngine {
   /// is empty, an id is out of range, or a destination block appears twice.
   [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
       std::span<const TransferPair> pairs) override;
+  /// Returns the counts of its series; nullopt without options.registry.
+  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
 
   /// Returns the number of worker threads.
   [[nodiscard]] std::size_t threads() const noexcept;

@@ -6,8 +6,17 @@
 // destination block) pairs. submit() returns at once; the copy runs on the
 // engine's own threads or streams, never the caller's, and the returned
 // TransferCompletion is signalled exactly once with the outcome: which pairs
-// failed (by index in the batch) and why. A pair that failed must not be used:
-// its destination holds undefined bytes. The source is never modified.
+// failed (by index in the batch) and why (one TransferError, the first
+// failure: kvbm/transfer/transfer_error.h). A pair that failed must not be
+// used: its destination holds undefined bytes. The source is never modified.
+//
+// Errors: a batch that is empty, names a block out of range or names a
+// destination block twice is misuse, refused by submit() with UsageError
+// before anything starts; every engine makes that one check through
+// TransferEngine::check_batch(). Whatever fails after submit() returned
+// (I/O, CUDA, verification) comes back in the outcome, never as an exception.
+// A caller that must not throw (a worker thread) submits through
+// submit_or_refuse(), which turns a refused batch into a failed outcome.
 //
 // Thread-safety: submit() may be called from several threads; completions
 // may be waited on from any thread. Destroying an engine waits for the
@@ -22,6 +31,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +41,8 @@
 
 #include "kvbm/detail/mutex.h"
 #include "kvbm/eviction/backend.h"  // BlockId
+#include "kvbm/transfer/transfer_error.h"
+#include "kvbm/transfer/transfer_metrics.h"  // TransferCounts
 
 namespace kvbm {
 
@@ -49,8 +62,35 @@ struct TransferPair {
 /// What happened to a batch.
 struct TransferOutcome {
   std::vector<std::size_t> failed;  ///< indices (into the batch) of pairs whose copy failed, ascending
-  std::string error;                ///< the first failure, in words; empty when none
+  /// The first failure; set exactly when `failed` is not empty.
+  std::optional<TransferError> error;
+
   [[nodiscard]] bool ok() const noexcept { return failed.empty(); }
+  /// Returns the first failure's message; empty when none.
+  [[nodiscard]] std::string_view message() const noexcept {
+    return error ? std::string_view(error->message) : std::string_view();
+  }
+  /// Returns the outcome of a batch of `pairs` pairs that all failed with `error`.
+  [[nodiscard]] static TransferOutcome all_failed(std::size_t pairs, TransferError error) {
+    TransferOutcome o;
+    o.failed.resize(pairs);
+    for (std::size_t i = 0; i < pairs; ++i) o.failed[i] = i;
+    o.error = std::move(error);
+    return o;
+  }
+  /// As all_failed() with kind kNoMemory, for a path where memory already ran
+  /// out and nothing may throw: records as much as memory allows.
+  [[nodiscard]] static TransferOutcome all_failed_no_memory(std::size_t pairs,
+                                                            const char* what) noexcept {
+    TransferOutcome o;
+    try {
+      o.failed.reserve(pairs);
+      for (std::size_t i = 0; i < pairs; ++i) o.failed.push_back(i);
+      o.error = TransferError{ErrorKind::kNoMemory, 0, what};
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): nothing more can be recorded
+    }
+    return o;
+  }
 };
 
 /// A one-shot signal carrying a batch's outcome.
@@ -128,10 +168,36 @@ class TransferEngine {
   /// Returns the path's name, e.g. "host_to_disk"; used in metrics and logs.
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
   /// Starts copying every pair; returns the batch's completion. Throws
-  /// UsageError (before starting anything) when a block id is out of range
-  /// or the batch is empty.
+  /// UsageError (before starting anything) when the batch is empty, a block
+  /// id is out of range or a destination block appears twice (check_batch).
   [[nodiscard]] virtual std::shared_ptr<TransferCompletion> submit(
       std::span<const TransferPair> pairs) = 0;
+  /// Returns what the engine has moved since it was built, as its
+  /// kvbm_transfer_*_total{path=name()} series count it (the same counters,
+  /// read); nullopt when it publishes none (built without a registry, or an
+  /// engine that is counted in its parts, as a bounce engine in its hops).
+  [[nodiscard]] virtual std::optional<TransferCounts> counts() const noexcept {
+    return std::nullopt;
+  }
+
+ protected:
+  /// The one batch check of every engine's submit(): throws UsageError,
+  /// naming `engine` and the offending pair, unless `pairs` is not empty,
+  /// every source id is below `src_blocks`, every destination id below
+  /// `dst_blocks`, and no destination id appears twice (two copies into one
+  /// block would race).
+  static void check_batch(std::string_view engine, std::span<const TransferPair> pairs,
+                          std::size_t src_blocks, std::size_t dst_blocks);
 };
+
+/// Submits `pairs` to `engine`. When submit() throws a std::exception (the
+/// engine refused the batch, or memory ran out before anything started),
+/// returns a completion that is already done, every pair failed with
+/// ErrorKind::kRefused (kNoMemory for std::bad_alloc) and the exception's
+/// message, instead of throwing: for callers on a worker thread or with
+/// blocks to hand back whatever happens. Throws only std::bad_alloc (no
+/// memory for that completion).
+[[nodiscard]] std::shared_ptr<TransferCompletion> submit_or_refuse(
+    TransferEngine& engine, std::span<const TransferPair> pairs);
 
 }  // namespace kvbm

@@ -12,7 +12,7 @@
 // registry at destruction. An engine calls add() once per finished batch,
 // never per copy operation.
 //
-// Thread-safety: add() may be called from any thread.
+// Thread-safety: add() and counts() may be called from any thread.
 
 #pragma once
 
@@ -26,6 +26,14 @@ class Registry;
 }
 
 namespace kvbm {
+
+/// The values of one path's counters (TransferMetrics::counts()).
+struct TransferCounts {
+  std::uint64_t blocks = 0;         ///< pairs copied successfully
+  std::uint64_t bytes = 0;          ///< bytes of those pairs
+  std::uint64_t failed_blocks = 0;  ///< pairs whose copy failed
+  friend bool operator==(const TransferCounts&, const TransferCounts&) = default;
+};
 
 /// The counters of one transfer path in a prometheus-cpp registry.
 class TransferMetrics {
@@ -41,6 +49,8 @@ class TransferMetrics {
   /// Adds one finished batch: `blocks` pairs and `bytes` bytes copied, and
   /// `failed_blocks` pairs that failed.
   void add(std::uint64_t blocks, std::uint64_t bytes, std::uint64_t failed_blocks) noexcept;
+  /// Returns the counters' values (each read atomically; not one snapshot).
+  [[nodiscard]] TransferCounts counts() const noexcept;
 
   /// Returns the registry the series live in.
   [[nodiscard]] const std::shared_ptr<prometheus::Registry>& registry() const noexcept;
