@@ -197,6 +197,10 @@ int run(int argc, char** argv) {
   rc.hold_queued_blocks = o.hold_queued_blocks;
   rc.overlap_offload = o.overlap_offload;
   rc.persist = o.persist;
+  rc.instances = o.instances;
+  rc.assign_random = o.assign_random;
+  rc.remote_urls = o.remote;
+  rc.remote_namespace = o.remote_namespace;
   rc.model = o.model;
   {
     const auto preset = find_model_preset(o.model);

@@ -218,6 +218,20 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--persist") {
       if (!flag()) return fail("--persist takes no value");
       o.persist = true;
+    } else if (arg == "--instances") {
+      KVBM_U32(instances, "an instance count >= 1", 1u);
+    } else if (arg == "--assign") {
+      KVBM_TAKE("round_robin or random");
+      if (v != "round_robin" && v != "random")
+        return fail("--assign: expected round_robin or random, got '" + std::string(v) + "'");
+      o.assign_random = v == "random";
+    } else if (arg == "--remote") {
+      KVBM_TAKE("a Redis URL (redis://host:port/db)");
+      if (v.empty()) return fail("--remote: expected a Redis URL (redis://host:port/db), got ''");
+      o.remote.emplace_back(v);
+    } else if (arg == "--remote-namespace") {
+      KVBM_TAKE("a namespace");
+      o.remote_namespace = std::string(v);
     } else if (arg == "--overlap-offload") {
       if (!flag()) return fail("--overlap-offload takes no value");
       o.overlap_offload = true;
@@ -331,6 +345,12 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     return fail("--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR");
   if (o.persist && o.metadata_only)
     return fail("--persist keeps G3's bytes: not with --metadata-only, which writes none");
+  if (!o.remote.empty() && o.metadata_only)
+    return fail("--remote stores bytes in Redis: not with --metadata-only, which moves none");
+  if (!o.remote.empty() && o.host.blocks == 0 && o.host.bytes == 0 && !o.host.unlimited)
+    return fail("--remote goes through G2 both ways: give G2 some blocks (--host-blocks)");
+  if (o.instances > 1 && o.soak_seconds > 0)
+    return fail("--soak replays through one instance: not with --instances");
   if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough && o.g2_g3 != OffloadMode::kWriteThrough)
     return fail("--overlap-offload applies to write-through copies: add --offload-mode write_through");
   return o;
@@ -380,6 +400,17 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          before its blocks are released): a block evicted before
                          its copy starts is lost (lost_to_lag), and the figures
                          vary from run to run
+  --instances N          N engine instances, each with its own G1/G2/G3 (default 1);
+                         request i goes to instance i mod N
+  --assign round_robin|random   how requests go to instances (random: seeded, the
+                         same on every run)
+  --remote URL           G4: a Redis server the instances share (redis://host:port/db;
+                         repeat for a sharded set); blocks landing in G2 are
+                         written through to it, and onboarding finds them there.
+                         Needs bytes (not --metadata-only). Without it the
+                         instances share nothing
+  --remote-namespace NS  G4 keys' namespace (default: a fresh one per run, so
+                         blocks of earlier runs are not found)
   --min-frequency N      offload only blocks seen at least N times (default 0: all)
   --hold-queued-blocks   write-through holds a block until its copy starts and a
                          copy waits (up to 1 s) for room in the tier below: none is

@@ -47,6 +47,10 @@ struct Options {
   bool hold_queued_blocks = false;
   bool overlap_offload = false;     ///< write-through copies run behind the requests
   bool persist = false;             ///< keep G3 in --disk-dir across runs (a warm restart)
+  std::uint32_t instances = 1;      ///< engine instances, each with its own G1/G2/G3
+  bool assign_random = false;       ///< requests to instances at random (seeded), not round robin
+  std::vector<std::string> remote;  ///< G4 Redis URLs shared by the instances (empty: none)
+  std::string remote_namespace;     ///< G4 namespace ("" = fresh per run)
   double prefill_tokens_per_s = 0;  ///< savings estimate; 0 = the model's assumed figure
   double g2_gb_per_s = 25;          ///< savings estimate: G2 -> G1 bandwidth
   double g3_gb_per_s = 6;           ///< savings estimate: G3 -> G1 bandwidth

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <random>
 #include <span>
 #include <thread>
 #include <utility>
@@ -220,21 +221,47 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   if (config.hold_queued_blocks) c.pipeline.space_wait = std::chrono::seconds(1);
   c.duplicate_policy = DuplicatePolicy::kReject;
   c.move_bytes = config.move_bytes;
+  if (!config.remote_urls.empty()) {
+    c.remote.urls = config.remote_urls;
+    c.remote.model = c.disk_namespace;
+    c.remote.dtype = "dtype" + std::to_string(config.layout.dtype_bytes * 8);
+    c.remote.user_namespace = config.remote_namespace;
+    c.host_to_remote = OffloadMode::kWriteThrough;
+  }
   c.metrics_registry =
       config.metrics_registry ? config.metrics_registry : std::make_shared<prometheus::Registry>();
   return c;
 }
 
-ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
-  KVBM_CHECK(trace.block_tokens > 0, "run_replay: the trace was read with block_tokens 0");
-  KVBM_CHECK(!config.realtime || config.speed > 0, "run_replay: speed must be > 0, not ",
-             config.speed);
-  KvBlockManagerConfig mc = manager_config(config, trace.block_tokens);
-  auto registry = mc.metrics_registry;
-  auto kvbm = KvBlockManager::build(std::move(mc));
-  ReplaySeries series(registry);
+namespace {
 
+// One engine instance: its manager, its series and what it did.
+struct Instance {
+  std::unique_ptr<KvBlockManager> kvbm;
+  std::unique_ptr<ReplaySeries> series;
   ReplayResult r;
+  std::array<std::uint64_t, 2> onboarded{};  // from G2, from G3
+  const Layout* g1_layout = nullptr;         // set when bytes are written and verified
+};
+
+// A fresh G4 namespace: this run sees no key of an earlier run.
+std::string fresh_namespace() {
+  std::random_device rd;
+  const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return fmt::format("replay-run-{:016x}", v);
+}
+
+// Builds instance `index` and fills its result's description of the run.
+Instance build_instance(const Trace& trace, const ReplayConfig& config, std::size_t index) {
+  Instance in;
+  KvBlockManagerConfig mc = manager_config(config, trace.block_tokens);
+  // Each instance has its own series; instance 0 reports to the caller's registry.
+  if (index > 0) mc.metrics_registry = std::make_shared<prometheus::Registry>();
+  auto registry = mc.metrics_registry;
+  in.kvbm = KvBlockManager::build(std::move(mc));
+  in.series = std::make_unique<ReplaySeries>(registry);
+  ReplayResult& r = in.r;
+  auto& kvbm = in.kvbm;
   r.trace = trace.source;
   r.block_tokens = trace.block_tokens;
   r.block_bytes = kvbm->block_bytes();
@@ -249,23 +276,84 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   r.overlap_offload = config.overlap_offload;
   r.model = config.model;
   r.persist = config.persist;
+  r.instances = config.instances;
+  r.remote = !config.remote_urls.empty();
   if (const auto rec = kvbm->disk_recovery()) r.recovered_blocks = rec->recovered;
   r.savings_inputs = config.savings;
   r.savings_inputs.block_bytes = r.block_bytes;
   r.device_emulated = kvbm->device_emulated();
   r.bytes_checked = config.move_bytes && kvbm->device_emulated();
-  if (config.move_bytes && !r.bytes_checked) {
+  if (r.bytes_checked) in.g1_layout = &kvbm->device_layout();
+  return in;
+}
+
+// Adds what one instance did to the totals.
+void add_instance(ReplayResult& total, const ReplayResult& r) {
+  total.requests += r.requests;
+  total.blocks += r.blocks;
+  total.tokens += r.tokens;
+  for (std::size_t t = 0; t < 3; ++t) {
+    total.hit_blocks[t] += r.hit_blocks[t];
+    total.hit_tokens[t] += r.hit_tokens[t];
+    total.evictions[t] += r.evictions[t];
+  }
+  total.remote_hit_blocks += r.remote_hit_blocks;
+  total.remote_hit_tokens += r.remote_hit_tokens;
+  total.computed_blocks += r.computed_blocks;
+  total.uncached_blocks += r.uncached_blocks;
+  total.onboard_failed += r.onboard_failed;
+  total.onboard_no_space += r.onboard_no_space;
+  total.verified_blocks += r.verified_blocks;
+  total.verify_failures += r.verify_failures;
+  for (std::size_t i = 0; i < 2; ++i) total.lost_to_lag[i] += r.lost_to_lag[i];
+  for (std::size_t i = 0; i < r.paths.size() && i < total.paths.size(); ++i) {
+    total.paths[i].blocks += r.paths[i].blocks;
+    total.paths[i].bytes += r.paths[i].bytes;
+    total.paths[i].failed_blocks += r.paths[i].failed_blocks;
+  }
+  for (const auto& [name, p] : r.engine_paths) {
+    auto& q = total.engine_paths[name];
+    q.name = name;
+    q.blocks += p.blocks;
+    q.bytes += p.bytes;
+    q.failed_blocks += p.failed_blocks;
+  }
+  if (!r.audit.empty()) total.audit += r.audit;
+  total.per_instance.push_back({r.requests, r.blocks, r.hit_blocks, r.remote_hit_blocks});
+}
+
+}  // namespace
+
+ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
+  KVBM_CHECK(trace.block_tokens > 0, "run_replay: the trace was read with block_tokens 0");
+  KVBM_CHECK(!config_in.realtime || config_in.speed > 0, "run_replay: speed must be > 0, not ",
+             config_in.speed);
+  KVBM_CHECK(config_in.instances >= 1, "run_replay: instances must be at least 1");
+  KVBM_CHECK(config_in.instances == 1 || config_in.soak_seconds <= 0,
+             "run_replay: a soak run replays through one instance; leave instances at 1");
+  ReplayConfig config = config_in;
+  if (!config.remote_urls.empty() && config.remote_namespace.empty()) {
+    config.remote_namespace = fresh_namespace();
+  }
+  std::vector<Instance> instances;
+  instances.reserve(config.instances);
+  for (std::size_t k = 0; k < config.instances; ++k) {
+    instances.push_back(build_instance(trace, config, k));
+  }
+  if (config.move_bytes && !instances[0].r.bytes_checked) {
     logger()->info(
         "kvbm-replay: G1 is device memory, which this tool cannot write or read from the host; "
         "blocks move between tiers but their bytes are neither written nor verified");
   }
-  const Layout* g1_layout = r.bytes_checked ? &kvbm->device_layout() : nullptr;
+  std::mt19937_64 assign(config.assign_seed);
   const std::uint32_t bt = trace.block_tokens;
   // Write-through copies settle before a request's blocks are released.
-  const bool settle = !config.overlap_offload && (config.device_to_host == OffloadMode::kWriteThrough ||
-                                                  config.host_to_disk == OffloadMode::kWriteThrough);
+  // G4's writes too: another instance's next request may look for them.
+  const bool settle =
+      !config.overlap_offload && (config.device_to_host == OffloadMode::kWriteThrough ||
+                                  config.host_to_disk == OffloadMode::kWriteThrough ||
+                                  !config.remote_urls.empty());
 
-  std::array<std::uint64_t, 2> onboarded{};  // from G2, from G3
   std::vector<std::optional<ImmutableBlock<G1>>> held;
   std::vector<CompleteBlock<G1>> staged;
   const std::size_t total = trace.requests.size();
@@ -275,6 +363,12 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
   for (std::size_t ri = 0; ri < total; ++ri) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
+    Instance& in = instances[config.assign_random ? assign() % instances.size()
+                                                  : ri % instances.size()];
+    auto& kvbm = in.kvbm;
+    ReplayResult& r = in.r;
+    auto& onboarded = in.onboarded;
+    const Layout* g1_layout = in.g1_layout;
     if (config.realtime &&
         !sleep_until_or_stopped(start + due_offset(req.timestamp_ms, config.speed), config.stop)) {
       break;
@@ -315,6 +409,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     r.hit_blocks[0] += counts.device;
     r.hit_blocks[1] += counts.host;
     r.hit_blocks[2] += counts.disk;
+    r.remote_hit_blocks += counts.remote;
     onboarded[0] += counts.host;
     onboarded[1] += counts.disk;
     r.onboard_failed += counts.failed;
@@ -322,7 +417,12 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     // Token hits: each prefix block's own tokens (a partial last block holds
     // fewer), charged to the tier it came from.
     for (std::size_t i = 0; i < prefix; ++i) {
-      r.hit_tokens[static_cast<std::size_t>(sources[i]) - 1] += req.tokens_in_block(i, bt);
+      const std::uint64_t tokens = req.tokens_in_block(i, bt);
+      if (sources[i] == TierId::kG4) {
+        r.remote_hit_tokens += tokens;
+      } else {
+        r.hit_tokens[static_cast<std::size_t>(sources[i]) - 1] += tokens;
+      }
     }
     std::uint64_t failures = 0;
     if (g1_layout != nullptr) {
@@ -388,31 +488,50 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config) {
     //    front to back.
     if (settle) kvbm->drain();
     for (auto& b : held) b.reset();
-    series.add(n, counts, failures);
+    in.series->add(n, counts, failures);
     if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
       config.progress(ri + 1, total);
     }
   }
   if (config.soak_seconds <= 0) break;
+  auto& kvbm = instances[0].kvbm;
   kvbm->drain();
-  if (config.on_pass) config.on_pass(pass, r, *kvbm);
+  if (config.on_pass) config.on_pass(pass, instances[0].r, *kvbm);
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   if (elapsed >= config.soak_seconds) break;
   if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
   }
-  kvbm->drain();
-  r.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& in : instances) in.kvbm->drain();
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
-  r.audit = kvbm->audit();
-  const KvBlockManagerStats stats = kvbm->stats();
-  for (std::size_t t = 0; t < 3; ++t) {
-    const TierStats* tier = stats.tier(static_cast<TierId>(t + 1));
-    r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
+  for (auto& in : instances) {
+    ReplayResult& r = in.r;
+    r.wall_seconds = wall;
+    r.audit = in.kvbm->audit();
+    const KvBlockManagerStats stats = in.kvbm->stats();
+    for (std::size_t t = 0; t < 3; ++t) {
+      const TierStats* tier = stats.tier(static_cast<TierId>(t + 1));
+      r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
+    }
+    collect_paths(stats, r, in.onboarded);
   }
-  collect_paths(stats, r, onboarded);
-  if (config.on_finished) config.on_finished(*kvbm);
-  kvbm->shutdown();
-  return r;
+  if (config.on_finished) config.on_finished(*instances[0].kvbm);
+  for (auto& in : instances) in.kvbm->shutdown();
+  if (instances.size() == 1) return std::move(instances[0].r);
+  // Several instances: the totals, with each one's figures beside them.
+  ReplayResult sum = instances[0].r;
+  sum.requests = sum.blocks = sum.tokens = 0;
+  sum.hit_blocks = sum.hit_tokens = sum.evictions = {};
+  sum.remote_hit_blocks = sum.remote_hit_tokens = 0;
+  sum.computed_blocks = sum.uncached_blocks = sum.onboard_failed = 0;
+  sum.onboard_no_space = sum.verified_blocks = sum.verify_failures = 0;
+  sum.lost_to_lag = {};
+  for (auto& p : sum.paths) p.blocks = p.bytes = p.failed_blocks = 0;
+  sum.engine_paths.clear();
+  sum.audit.clear();
+  sum.per_instance.clear();
+  for (const auto& in : instances) add_instance(sum, in.r);
+  return sum;
 }
 
 }  // namespace kvbm::replay

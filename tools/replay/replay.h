@@ -1,4 +1,8 @@
-// replay/replay.h: replays a trace through a KvBlockManager.
+// replay/replay.h: replays a trace through a KvBlockManager (or several).
+//
+// With instances > 1 each request goes to one of several managers (engine
+// instances), in trace order; with remote_urls they share G4, and a block one
+// instance computed is found by the others there (OnboardCounts::remote).
 //
 // For each request, in trace order:
 //
@@ -75,6 +79,19 @@ struct ReplayConfig {
   /// Keep G3 in disk_directory across runs (KvBlockManagerConfig::disk_persistent),
   /// under a namespace naming the replay and its model.
   bool persist = false;
+  /// Engine instances (1 ..), each a KvBlockManager with its own G1/G2/G3:
+  /// request i goes to instance i % instances, or with assign_random to one
+  /// drawn by a generator seeded with assign_seed (the same on every run).
+  std::size_t instances = 1;
+  bool assign_random = false;
+  std::uint64_t assign_seed = 1;
+  /// G4 shared by every instance: Redis URLs (empty: none, the instances
+  /// share nothing). Every block that lands in an instance's G2 is written
+  /// through to G4 and has landed before the next request starts.
+  std::vector<std::string> remote_urls;
+  /// The G4 user namespace; "" = a fresh one per run, so that keys of
+  /// earlier runs on the same server are not seen and the figures repeat.
+  std::string remote_namespace;
   /// The savings estimate's inputs; block_bytes is filled in by run_replay.
   SavingsInputs savings;
   std::uint32_t min_frequency = 0;       ///< offload policy of both boundaries
@@ -150,14 +167,27 @@ struct ReplayResult {
   std::array<std::uint64_t, 2> lost_to_lag{};
   /// Every counting engine's totals (KvBlockManagerStats::transfers), by its name.
   std::map<std::string, PathStats> engine_paths;
+  /// Instances and the shared G4 (ReplayConfig::instances, remote_urls).
+  std::size_t instances = 1;
+  bool remote = false;
+  std::uint64_t remote_hit_blocks = 0;  ///< prefix blocks found only in G4
+  std::uint64_t remote_hit_tokens = 0;
+  /// Per instance (only with instances > 1): what it was asked and where it found it.
+  struct InstanceFigures {
+    std::uint64_t requests = 0;
+    std::uint64_t blocks = 0;
+    std::array<std::uint64_t, 3> hit_blocks{};
+    std::uint64_t remote_hit_blocks = 0;
+  };
+  std::vector<InstanceFigures> per_instance;
   double wall_seconds = 0;
   std::string audit;  ///< KvBlockManager::audit() at the end ("" = balanced)
 
   [[nodiscard]] std::uint64_t hits() const noexcept {
-    return hit_blocks[0] + hit_blocks[1] + hit_blocks[2];
+    return hit_blocks[0] + hit_blocks[1] + hit_blocks[2] + remote_hit_blocks;
   }
   [[nodiscard]] std::uint64_t hit_token_count() const noexcept {
-    return hit_tokens[0] + hit_tokens[1] + hit_tokens[2];
+    return hit_tokens[0] + hit_tokens[1] + hit_tokens[2] + remote_hit_tokens;
   }
   [[nodiscard]] double block_hit_ratio() const noexcept {
     return blocks == 0 ? 0.0 : static_cast<double>(hits()) / static_cast<double>(blocks);

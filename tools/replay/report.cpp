@@ -148,8 +148,30 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                        group_digits(r.hit_blocks[k]), 100 * ratio(r.hit_blocks[k], r.blocks),
                        100 * ratio(r.hit_tokens[k], r.tokens), group_digits(r.evictions[k]));
   }
+  if (r.remote) {
+    out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%   (shared by the instances)\n", "G4",
+                       group_digits(r.remote_hit_blocks), 100 * ratio(r.remote_hit_blocks, r.blocks),
+                       100 * ratio(r.remote_hit_tokens, r.tokens));
+  }
   out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%\n\n", "total", group_digits(r.hits()),
                      100 * r.block_hit_ratio(), 100 * r.token_hit_ratio());
+  if (!r.per_instance.empty()) {
+    out << fmt::format("  {} instances{}, tier sizes per instance; hits per instance:\n",
+                       r.per_instance.size(), r.remote ? " sharing G4" : ", sharing nothing");
+    out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}\n", "instance",
+                       "requests", "blocks", "G1", "G2", "G3", "G4", "ratio");
+    for (std::size_t i = 0; i < r.per_instance.size(); ++i) {
+      const auto& x = r.per_instance[i];
+      const std::uint64_t hits =
+          x.hit_blocks[0] + x.hit_blocks[1] + x.hit_blocks[2] + x.remote_hit_blocks;
+      out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2f}%\n", i,
+                         group_digits(x.requests), group_digits(x.blocks),
+                         group_digits(x.hit_blocks[0]), group_digits(x.hit_blocks[1]),
+                         group_digits(x.hit_blocks[2]), group_digits(x.remote_hit_blocks),
+                         100 * ratio(hits, x.blocks));
+    }
+    out << "\n";
+  }
 
   out << fmt::format("  {:<8} {:>12} {:>12} {:>10}\n", "path", "blocks", "bytes", "GB/s");
   for (const auto& p : r.paths) {
@@ -211,6 +233,12 @@ nlohmann::json result_json(const ReplayResult& r) {
                            {"block_ratio", ratio(r.hit_blocks[k], r.blocks)},
                            {"token_ratio", ratio(r.hit_tokens[k], r.tokens)}};
   }
+  if (r.remote) {
+    hits["G4"] = {{"blocks", r.remote_hit_blocks},
+                  {"tokens", r.remote_hit_tokens},
+                  {"block_ratio", ratio(r.remote_hit_blocks, r.blocks)},
+                  {"token_ratio", ratio(r.remote_hit_tokens, r.tokens)}};
+  }
   hits["total"] = {{"blocks", r.hits()},
                    {"tokens", r.hit_token_count()},
                    {"block_ratio", r.block_hit_ratio()},
@@ -220,6 +248,16 @@ nlohmann::json result_json(const ReplayResult& r) {
   for (std::size_t k = 0; k < 3; ++k) {
     evictions[kTierNames[k]] = r.evictions[k];
     capacity[kTierNames[k]] = r.capacity[k];
+  }
+  json instances = json::array();
+  for (const auto& x : r.per_instance) {
+    instances.push_back({{"requests", x.requests},
+                         {"blocks", x.blocks},
+                         {"hit_blocks",
+                          {{"G1", x.hit_blocks[0]},
+                           {"G2", x.hit_blocks[1]},
+                           {"G3", x.hit_blocks[2]},
+                           {"G4", x.remote_hit_blocks}}}});
   }
   json paths = json::object();
   for (const auto& p : r.paths) {
@@ -271,6 +309,7 @@ nlohmann::json result_json(const ReplayResult& r) {
       {"lost_to_lag", {{"G1->G2", r.lost_to_lag[0]}, {"G2->G3", r.lost_to_lag[1]}}},
       {"savings", savings},
       {"recovered_blocks", r.recovered_blocks},
+      {"instances", {{"count", r.instances}, {"remote", r.remote}, {"each", instances}}},
       {"engine_paths", engines},
       {"verification",
        {{"checked", r.bytes_checked},
