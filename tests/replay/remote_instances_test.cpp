@@ -1,0 +1,128 @@
+// The replay over several engine instances (ReplayConfig::instances), sharing
+// nothing or a G4 on a real redis-server started by the test: the totals are
+// the sum of the instances, the shared tier serves blocks another instance
+// computed with every byte verified, and the figures are the same on every run.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "remote/redis_server.h"
+#include "replay/replay.h"
+#include "kvbm/storage/storage.h"
+#include "replay_test_util.h"
+
+namespace kvbm::replay {
+namespace {
+
+using kvbm::test::RedisServer;
+
+// The first `n` requests of the shipped trace.
+std::optional<Trace> first_requests(std::size_t n) {
+  const Trace* tr = test::shipped_trace();
+  if (tr == nullptr) return std::nullopt;
+  Trace t = *tr;
+  t.requests.resize(std::min(n, t.requests.size()));
+  return t;
+}
+
+ReplayConfig small(std::size_t instances) {
+  ReplayConfig c;
+  c.device = {.blocks = 200};
+  c.host = {.blocks = 1'000};
+  c.disk = {};
+  c.instances = instances;
+  return c;
+}
+
+void expect_sum_of_instances(const ReplayResult& r) {
+  ASSERT_EQ(r.per_instance.size(), r.instances);
+  ReplayResult::InstanceFigures sum;
+  for (const auto& x : r.per_instance) {
+    sum.requests += x.requests;
+    sum.blocks += x.blocks;
+    for (std::size_t t = 0; t < 3; ++t) sum.hit_blocks[t] += x.hit_blocks[t];
+    sum.remote_hit_blocks += x.remote_hit_blocks;
+  }
+  EXPECT_EQ(sum.requests, r.requests);
+  EXPECT_EQ(sum.blocks, r.blocks);
+  EXPECT_EQ(sum.hit_blocks, r.hit_blocks);
+  EXPECT_EQ(sum.remote_hit_blocks, r.remote_hit_blocks);
+}
+
+TEST(ReplayInstances, RoundRobinSplitsTheRequestsAndTheTotalsAddUp) {
+  const auto trace = first_requests(400);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  ReplayConfig c = small(3);
+  c.move_bytes = false;
+  const ReplayResult r = run_replay(*trace, c);
+  EXPECT_EQ(r.requests, 400u);
+  ASSERT_EQ(r.per_instance.size(), 3u);
+  EXPECT_EQ(r.per_instance[0].requests, 134u);
+  EXPECT_EQ(r.per_instance[1].requests, 133u);
+  EXPECT_EQ(r.per_instance[2].requests, 133u);
+  expect_sum_of_instances(r);
+  EXPECT_EQ(r.remote_hit_blocks, 0u);
+  EXPECT_EQ(r.audit, "");
+  // Sharing nothing, instance i is a replay of requests i, i + 3, ... alone.
+  for (std::size_t i = 0; i < 3; ++i) {
+    Trace part = *trace;
+    part.requests.clear();
+    for (std::size_t k = i; k < trace->requests.size(); k += 3) part.requests.push_back(trace->requests[k]);
+    ReplayConfig one = small(1);
+    one.move_bytes = false;
+    const ReplayResult alone = run_replay(part, one);
+    EXPECT_EQ(alone.blocks, r.per_instance[i].blocks) << "instance " << i;
+    EXPECT_EQ(alone.hit_blocks, r.per_instance[i].hit_blocks) << "instance " << i;
+    EXPECT_TRUE(alone.per_instance.empty());
+  }
+}
+
+TEST(ReplayInstances, RandomAssignmentIsTheSameOnEveryRun) {
+  const auto trace = first_requests(300);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  ReplayConfig c = small(4);
+  c.move_bytes = false;
+  c.assign_random = true;
+  c.assign_seed = 7;
+  const ReplayResult a = run_replay(*trace, c);
+  const ReplayResult b = run_replay(*trace, c);
+  ASSERT_EQ(a.per_instance.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(a.per_instance[i].requests, b.per_instance[i].requests);
+    EXPECT_EQ(a.per_instance[i].hit_blocks, b.per_instance[i].hit_blocks);
+  }
+  expect_sum_of_instances(a);
+}
+
+TEST(ReplayInstances, SharedG4ServesOtherInstancesBlocksVerifiedAndRepeatable) {
+  if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;
+  if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {
+    GTEST_SKIP() << "G1 is device memory here: the replay cannot verify bytes";
+  }
+  const auto trace = first_requests(600);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  RedisServer server;
+  ReplayConfig apart = small(2);
+  const ReplayResult without = run_replay(*trace, apart);
+  ReplayConfig shared = small(2);
+  shared.remote_urls = {server.url()};
+  const ReplayResult with = run_replay(*trace, shared);
+  const ReplayResult again = run_replay(*trace, shared);  // a fresh namespace: nothing carried over
+
+  EXPECT_TRUE(with.bytes_checked);
+  EXPECT_GT(with.verified_blocks, 0u);
+  EXPECT_EQ(with.verify_failures, 0u);
+  EXPECT_EQ(with.audit, "");
+  EXPECT_GT(with.remote_hit_blocks, 0u) << "no instance found another's blocks in G4";
+  EXPECT_GT(with.hits(), without.hits()) << "sharing G4 should find more";
+  expect_sum_of_instances(with);
+  // Deterministic: every block written to G4 lands before the next request.
+  EXPECT_EQ(again.hit_blocks, with.hit_blocks);
+  EXPECT_EQ(again.remote_hit_blocks, with.remote_hit_blocks);
+  EXPECT_EQ(again.verify_failures, 0u);
+}
+
+}  // namespace
+}  // namespace kvbm::replay
