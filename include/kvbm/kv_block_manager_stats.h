@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "kvbm/detail/block_store.h"  // PoolCounts
 #include "kvbm/metrics.h"             // PoolCounterDelta
 #include "kvbm/offload/offload_metrics.h"
+#include "kvbm/remote/remote_store.h"
 #include "kvbm/tier.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
@@ -84,10 +86,14 @@ struct OnboardStats {
 
 /// What KvBlockManager::stats() returns; see the file comment.
 struct KvBlockManagerStats {
-  std::vector<TierStats> tiers;              ///< tiers present, fastest first
+  std::vector<TierStats> tiers;              ///< tiers present, fastest first (pools: G1-G3)
   std::vector<BoundaryStats> boundaries;     ///< boundaries present, top-down
   std::vector<TransferPathStats> transfers;  ///< paths whose engine counts
   OnboardStats onboarding;
+  /// G4 (when configured): the store's own counters (hits, misses, bytes,
+  /// failures by kind). Its boundary from G2 is in `boundaries` (upper G2,
+  /// lower G4) and what onboarding brought from it in `onboarding`.
+  std::optional<RemoteStoreStats> remote;
 
   /// Returns the stats of tier `t`, or nullptr when it is absent.
   [[nodiscard]] const TierStats* tier(TierId t) const noexcept {
@@ -100,6 +106,14 @@ struct KvBlockManagerStats {
   [[nodiscard]] const BoundaryStats* boundary(TierId upper) const noexcept {
     for (const auto& b : boundaries) {
       if (b.upper == upper) return &b;
+    }
+    return nullptr;
+  }
+  /// Returns the stats of the boundary from `upper` to `lower` (G2 has two
+  /// with G3 and G4), or nullptr when absent.
+  [[nodiscard]] const BoundaryStats* boundary(TierId upper, TierId lower) const noexcept {
+    for (const auto& b : boundaries) {
+      if (b.upper == upper && b.lower == lower) return &b;
     }
     return nullptr;
   }

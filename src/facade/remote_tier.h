@@ -81,6 +81,8 @@ class RemoteTier {
   void stop_fetches();
 
   [[nodiscard]] RemoteStore& store() noexcept { return *store_; }
+  /// The G2 -> G4 outcomes so far.
+  [[nodiscard]] OffloadCounts write_counts() const noexcept { return writer_->counts(); }
 
  private:
   void run_fetches();

@@ -41,6 +41,11 @@ KvBlockManagerStats collect_stats(KvBlockManagerImpl& impl) {
     out.boundaries.push_back(
         {tier_at(I()), tier_at(I() + 1), boundary->mode(), boundary->counts()});
   });
+  if (impl.remote_) {
+    out.boundaries.push_back(
+        {TierId::kG2, TierId::kG4, impl.remote_->mode(), impl.remote_->write_counts()});
+    out.remote = impl.remote_->store().stats();
+  }
   // Every engine that counts: each tier's down and up engines and the parts
   // `up` is made of (a disk read engine counts; the bounce engine around it
   // does not, so each path is counted once).
@@ -57,6 +62,7 @@ KvBlockManagerStats collect_stats(KvBlockManagerImpl& impl) {
       if (impl.specs_[t].blocks == 0) continue;
       out.onboarding.onboarded.push_back({tier_at(t), value(c.from_tier[t])});
     }
+    if (c.remote != nullptr) out.onboarding.onboarded.push_back({TierId::kG4, value(c.remote)});
     out.onboarding.failed = value(c.failed);
     out.onboarding.cancelled = value(c.cancelled);
   }

@@ -182,6 +182,16 @@ TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
   EXPECT_EQ(metric(*a->metrics_registry(), "kvbm_offload_blocks_total",
                    {{"pipeline", "G2_to_G4"}, {"outcome", "transferred"}}),
             12.0);
+  // The same, from stats().
+  const KvBlockManagerStats sa = a->stats(), sb = b->stats();
+  ASSERT_NE(sa.boundary(TierId::kG2, TierId::kG4), nullptr);
+  EXPECT_EQ(sa.boundary(TierId::kG2, TierId::kG4)->counts.transferred, 12u);
+  ASSERT_TRUE(sa.remote.has_value());
+  EXPECT_EQ(sa.remote->puts, 12u);
+  EXPECT_EQ(sb.onboarded_from(TierId::kG4), 12u);
+  ASSERT_TRUE(sb.remote.has_value());
+  EXPECT_EQ(sb.remote->hits, 12u);
+  EXPECT_EQ(sb.remote->read_bytes, 12u * b->block_bytes());
   // Fetched blocks are G2 blocks of B now: a second onboarding finds them there.
   const Served again = onboard_and_check(*b, hashes);
   EXPECT_EQ(again.counts.remote, 0u);

@@ -89,6 +89,8 @@ class RemoteWriter {
   void drain();
   /// See the file comment. Idempotent.
   void shutdown();
+  /// The outcomes so far (the metrics' counters).
+  [[nodiscard]] OffloadCounts counts() const noexcept { return metrics_->counts(); }
 
  private:
   struct Item {
