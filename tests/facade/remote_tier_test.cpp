@@ -204,7 +204,7 @@ TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
 INSTANTIATE_TEST_SUITE_P(BothLayouts, RemoteTierLayouts,
                          ::testing::Values(LayoutKind::kLayerSeparated,
                                            LayoutKind::kFullyContiguous),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         [](const auto& p) { return std::string(to_string(p.param)); });
 
 TEST(RemoteTier, PresentBlocksAreNotWrittenAgain) {
   KVBM_NEED_REDIS();
