@@ -47,8 +47,8 @@ KvBlockManagerConfig instance_config(const std::string& url) {
   c.layout = {.num_layers = 4, .outer_dim = 2, .page_size = 16, .inner_dim = 128, .dtype_bytes = 2};
   c.device.blocks = 64;
   c.host.blocks = 64;
-  c.device_to_host = OffloadMode::kWriteThrough;   // computed blocks go to G2 at once
-  c.host_to_remote = OffloadMode::kWriteThrough;   // and on to G4, for the other instances
+  c.device_to_host = OffloadMode::kWriteThrough;  // computed blocks go to G2 at once
+  c.host_to_remote = OffloadMode::kWriteThrough;  // and on to G4, for the other instances
   c.remote.urls = {url};
   c.remote.model = "example-model@1";  // only instances of the same model share blocks
   c.remote.dtype = "bf16";
@@ -108,8 +108,8 @@ int instance_a(const std::string& url) {
   }
   (void)kv->register_blocks(std::move(complete));
   kv->drain();  // every write to G4 has landed (or failed) before the process exits
-  std::printf("instance A (pid %d): computed and offloaded %zu blocks\n", static_cast<int>(::getpid()),
-              hashes.size());
+  std::printf("instance A (pid %d): computed and offloaded %zu blocks\n",
+              static_cast<int>(::getpid()), hashes.size());
   return kv->audit().empty() ? 0 : 1;
 }
 
@@ -124,7 +124,8 @@ int instance_b(const std::string& url) {
   std::size_t good = 0;
   if (kv->device_emulated()) {
     for (std::size_t i = 0; i < blocks.size(); ++i) {
-      good += same(kv->device_layout(), blocks[i].block_id(), kv_bytes(hashes[i], kv->block_bytes()));
+      good +=
+          same(kv->device_layout(), blocks[i].block_id(), kv_bytes(hashes[i], kv->block_bytes()));
     }
   } else {
     good = blocks.size();  // G1 is GPU memory: not readable from here

@@ -47,10 +47,14 @@ enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3, kG4 = 4 };
 /// Returns "G1", "G2", "G3" or "G4".
 [[nodiscard]] constexpr std::string_view to_string(TierId t) noexcept {
   switch (t) {
-    case TierId::kG1: return G1::kName;
-    case TierId::kG2: return G2::kName;
-    case TierId::kG3: return G3::kName;
-    case TierId::kG4: return G4::kName;
+    case TierId::kG1:
+      return G1::kName;
+    case TierId::kG2:
+      return G2::kName;
+    case TierId::kG3:
+      return G3::kName;
+    case TierId::kG4:
+      return G4::kName;
   }
   return "unknown";
 }

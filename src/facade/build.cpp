@@ -129,11 +129,11 @@ void KvBlockManagerImpl::build_pool() {
     if (auto* remote = remote_.get()) {
       if (auto l = remote->eviction_listener()) b.listener(std::move(l));
       if (remote->mode() == OffloadMode::kWriteThrough) {
-        on_register = [remote, below = std::move(on_register)](
-                          const std::vector<ImmutableBlock<T>>& blocks) {
-          remote->take(blocks);
-          if (below) below(blocks);
-        };
+        on_register =
+            [remote, below = std::move(on_register)](const std::vector<ImmutableBlock<T>>& blocks) {
+              remote->take(blocks);
+              if (below) below(blocks);
+            };
       }
     }
   }

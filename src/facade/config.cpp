@@ -264,12 +264,14 @@ void check_remote(const KvBlockManagerConfig& c, const TierBlocks& n) {
   check_min_frequency(c.host_to_remote_policy, "host_to_remote_policy");
   if (r.urls.empty()) return;
   if (n.host == 0) {
-    config_error("remote.urls", "G4 moves blocks through G2 (pinned host memory) both ways; give "
-                                "host.blocks or host.bytes, or leave remote.urls empty");
+    config_error("remote.urls",
+                 "G4 moves blocks through G2 (pinned host memory) both ways; give "
+                 "host.blocks or host.bytes, or leave remote.urls empty");
   }
   if (!c.move_bytes) {
-    config_error("remote.urls", "G4 stores bytes; it needs move_bytes = true (a metadata-only "
-                                "manager has none to store)");
+    config_error("remote.urls",
+                 "G4 stores bytes; it needs move_bytes = true (a metadata-only "
+                 "manager has none to store)");
   }
   for (std::size_t i = 0; i < r.urls.size(); ++i) {
     if (r.urls[i].empty()) {
@@ -283,7 +285,8 @@ void check_remote(const KvBlockManagerConfig& c, const TierBlocks& n) {
                  "\"llama-3.1-8b@rev3\"), so that no instance of another model is ever served "
                  "these blocks");
   }
-  if (r.connections_per_server == 0) config_error("remote.connections_per_server", "must be at least 1");
+  if (r.connections_per_server == 0)
+    config_error("remote.connections_per_server", "must be at least 1");
   if (r.connect_timeout.count() <= 0) config_error("remote.connect_timeout", "must be positive");
   if (r.command_timeout.count() <= 0) config_error("remote.command_timeout", "must be positive");
   if (r.ttl.count() < 0) config_error("remote.ttl", "must be 0 (never expire) or positive");

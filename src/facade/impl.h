@@ -72,7 +72,7 @@ class KvBlockManagerImpl {
   std::array<facade::TierEngines, facade::kTierCount> engines_;
   std::unique_ptr<facade::Onboarding> onboarding_;
   std::optional<RecoverySummary> disk_recovery_;  // what a persistent G3 recovered at build
-  std::unique_ptr<facade::RemoteTier> remote_;     // G4, or null
+  std::unique_ptr<facade::RemoteTier> remote_;    // G4, or null
   facade::Boundaries boundaries_;  // last: destroyed first
 
  private:

@@ -109,8 +109,8 @@ void OnboardState::finish() noexcept {
 // handed back ends before the first copy that did not. The remote tier's
 // copies come after the walk's positions, when every one of those arrived.
 std::vector<ImmutableBlock<G1>> OnboardState::assemble(
-    std::array<std::size_t, facade::kTierCount>& per_tier, std::size_t& remote,
-    std::size_t& failed, std::vector<TierId>& origins) noexcept {
+    std::array<std::size_t, facade::kTierCount>& per_tier, std::size_t& remote, std::size_t& failed,
+    std::vector<TierId>& origins) noexcept {
   std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
   stage_and_register_copies(
       *g1, targets, failed_, [&](std::size_t i) { return below_hashes[i]; },

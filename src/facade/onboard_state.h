@@ -71,7 +71,7 @@ class OnboardState {
  public:
   struct Counters {
     std::array<prometheus::Counter*, facade::kTierCount> from_tier{};  ///< G1: hits
-    prometheus::Counter* remote = nullptr;  ///< G4 (null without one)
+    prometheus::Counter* remote = nullptr;                             ///< G4 (null without one)
     prometheus::Counter* failed = nullptr;
     prometheus::Counter* cancelled = nullptr;
   };

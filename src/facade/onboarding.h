@@ -65,7 +65,8 @@ class Onboarding {
   OnboardHandle start(std::shared_ptr<State> s, std::span<const SequenceHash> hashes,
                       bool ask_remote);
   RemoteFetch onboard_rest(const State& parent, std::span<const SequenceHash> rest);
-  std::size_t walk_rest(std::span<const SequenceHash> rest, std::vector<ImmutableBlock<G2>>* fetched,
+  std::size_t walk_rest(std::span<const SequenceHash> rest,
+                        std::vector<ImmutableBlock<G2>>* fetched,
                         std::vector<std::uint8_t>& from) const;
   // Per prefix position, the index of the fastest tier that holds it.
   std::vector<std::uint8_t> fastest_tiers(std::span<const SequenceHash> hashes,

@@ -48,21 +48,24 @@ RemoteStoreOptions store_options(const KvBlockManagerConfig& c) {
 
 }  // namespace
 
-RemoteTier::RemoteTier(const KvBlockManagerConfig& c, const Layout& host,
+RemoteTier::RemoteTier(const KvBlockManagerConfig& c, Layout host,
                        std::shared_ptr<FrequencyTracker> tracker)
-    : mode_(c.host_to_remote), host_(host), store_(RemoteStore::create(store_options(c))) {
+    : mode_(c.host_to_remote),
+      host_(std::move(host)),
+      store_(RemoteStore::create(store_options(c))) {
   std::vector<std::shared_ptr<OffloadPolicy>> policies;
   if (c.host_to_remote_policy.min_frequency > 0) {
-    policies.push_back(
-        std::make_shared<FrequencyPolicy>(std::move(tracker), c.host_to_remote_policy.min_frequency));
+    policies.push_back(std::make_shared<FrequencyPolicy>(std::move(tracker),
+                                                         c.host_to_remote_policy.min_frequency));
   }
   if (c.host_to_remote_policy.skip_present) {
     policies.push_back(std::make_shared<RemotePresencePolicy>(store_));
   }
   writer_ = std::make_shared<RemoteWriter>(
       store_, host_,
-      RemoteWriter::Options{c.remote.staging_blocks, c.remote.max_batch_blocks,
-                            mode_ == OffloadMode::kOnEviction ? "G2_to_G4_on_eviction" : "G2_to_G4"},
+      RemoteWriter::Options{
+          c.remote.staging_blocks, c.remote.max_batch_blocks,
+          mode_ == OffloadMode::kOnEviction ? "G2_to_G4_on_eviction" : "G2_to_G4"},
       std::move(policies), c.metrics_registry);
   if (mode_ == OffloadMode::kOnEviction) {
     listener_ = std::make_shared<RemoteEvictionListener>(writer_);

@@ -39,11 +39,11 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/frequency_tracker.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/remote_writer.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/remote/remote_store.h"
-#include "kvbm/frequency_tracker.h"
 
 namespace kvbm::facade {
 
@@ -52,8 +52,7 @@ class RemoteTier {
  public:
   /// Connects nothing yet (the store's workers connect on first use); throws
   /// UsageError on a bad URL. `host` lays out G2 (memory already allocated).
-  RemoteTier(const KvBlockManagerConfig& c, const Layout& host,
-             std::shared_ptr<FrequencyTracker> tracker);
+  RemoteTier(const KvBlockManagerConfig& c, Layout host, std::shared_ptr<FrequencyTracker> tracker);
   ~RemoteTier();
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
@@ -95,12 +94,12 @@ class RemoteTier {
   BlockManager<G2>* g2_ = nullptr;
 
   std::mutex mu_;
-  std::condition_variable cv_;       // a job posted, or stop
-  std::condition_variable idle_cv_;  // the worker ran out of jobs
+  std::condition_variable cv_;              // a job posted, or stop
+  std::condition_variable idle_cv_;         // the worker ran out of jobs
   std::deque<std::function<void()>> jobs_;  // guarded by mu_
-  bool stop_ = false;     // guarded by mu_
-  bool running_ = false;  // guarded by mu_: the worker is in a job
-  std::thread worker_;    // last: started once everything above exists
+  bool stop_ = false;                       // guarded by mu_
+  bool running_ = false;                    // guarded by mu_: the worker is in a job
+  std::thread worker_;                      // last: started once everything above exists
 };
 
 }  // namespace kvbm::facade

@@ -8,7 +8,6 @@
 // server killed, full or frozen, cancellation, and four instances at once.
 // Every scenario ends with every pool balanced.
 
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
 #include "facade/facade_test_util.h"
@@ -41,19 +41,19 @@ using test::RedisServer;
 using test::write_block;
 using Clock = std::chrono::steady_clock;
 
-#define KVBM_NEED_REDIS()                                                             \
-  do {                                                                                \
-    if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;         \
-    if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {                      \
+#define KVBM_NEED_REDIS()                                                            \
+  do {                                                                               \
+    if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;        \
+    if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {                     \
       GTEST_SKIP() << "G1 is device memory here; these tests write it through host " \
-                      "pointers (set KVBM_FORCE=1 to run anyway)";                    \
-    }                                                                                 \
+                      "pointers (set KVBM_FORCE=1 to run anyway)";                   \
+    }                                                                                \
   } while (0)
 
 constexpr const char* kModel = "model-a@1";
 
-KvBlockManagerConfig remote_config(const std::string& url, std::size_t g1 = 16,
-                                   std::size_t g2 = 16, std::string model = kModel) {
+KvBlockManagerConfig remote_config(const std::string& url, std::size_t g1 = 16, std::size_t g2 = 16,
+                                   std::string model = kModel) {
   KvBlockManagerConfig c = test::config(g1, g2, 0);
   c.device_to_host = OffloadMode::kWriteThrough;
   c.remote.urls = {url};
@@ -352,7 +352,8 @@ TEST(RemoteTier, FullServerFailsOnlyTheWritesThatDoNotFit) {
   // The writes of a batch race on two connections: the blocks stored need not
   // be the first ones. B gets exactly the leading run of stored blocks.
   std::size_t leading = 0;
-  while (leading < hashes.size() && server.command({"EXISTS", key_of(ca, hashes[leading])}) == "1") {
+  while (leading < hashes.size() &&
+         server.command({"EXISTS", key_of(ca, hashes[leading])}) == "1") {
     ++leading;
   }
   EXPECT_EQ(s.counts.remote, leading);
@@ -372,7 +373,7 @@ TEST(RemoteTier, CancellingAnOnboardingThatWaitsOnAFrozenServer) {
   cb.remote.command_timeout = std::chrono::milliseconds(2000);
   auto b = KvBlockManager::build(cb);
   ASSERT_EQ(b->probe(hashes).remote, 8u);  // B's connections are up
-  server.pause();  // connections stay open; nothing answers
+  server.pause();                          // connections stay open; nothing answers
   const auto t0 = Clock::now();
   OnboardHandle h = b->onboard(hashes);
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200)) << "onboard() waited for G4";

@@ -3,14 +3,14 @@
 // the sum of the instances, the shared tier serves blocks another instance
 // computed with every byte verified, and the figures are the same on every run.
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdlib>
 
+#include <gtest/gtest.h>
+
+#include "kvbm/storage/storage.h"
 #include "remote/redis_server.h"
 #include "replay/replay.h"
-#include "kvbm/storage/storage.h"
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
@@ -69,7 +69,8 @@ TEST(ReplayInstances, RoundRobinSplitsTheRequestsAndTheTotalsAddUp) {
   for (std::size_t i = 0; i < 3; ++i) {
     Trace part = *trace;
     part.requests.clear();
-    for (std::size_t k = i; k < trace->requests.size(); k += 3) part.requests.push_back(trace->requests[k]);
+    for (std::size_t k = i; k < trace->requests.size(); k += 3)
+      part.requests.push_back(trace->requests[k]);
     ReplayConfig one = small(1);
     one.move_bytes = false;
     const ReplayResult alone = run_replay(part, one);

@@ -350,9 +350,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   // Write-through copies settle before a request's blocks are released.
   // G4's writes too: another instance's next request may look for them.
   const bool settle =
-      !config.overlap_offload && (config.device_to_host == OffloadMode::kWriteThrough ||
-                                  config.host_to_disk == OffloadMode::kWriteThrough ||
-                                  !config.remote_urls.empty());
+      !config.overlap_offload &&
+      (config.device_to_host == OffloadMode::kWriteThrough ||
+       config.host_to_disk == OffloadMode::kWriteThrough || !config.remote_urls.empty());
 
   std::vector<std::optional<ImmutableBlock<G1>>> held;
   std::vector<CompleteBlock<G1>> staged;
@@ -363,8 +363,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   for (std::size_t ri = 0; ri < total; ++ri) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
-    Instance& in = instances[config.assign_random ? assign() % instances.size()
-                                                  : ri % instances.size()];
+    Instance& in =
+        instances[config.assign_random ? assign() % instances.size() : ri % instances.size()];
     auto& kvbm = in.kvbm;
     ReplayResult& r = in.r;
     auto& onboarded = in.onboarded;

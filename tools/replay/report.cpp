@@ -150,7 +150,8 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   }
   if (r.remote) {
     out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%   (shared by the instances)\n", "G4",
-                       group_digits(r.remote_hit_blocks), 100 * ratio(r.remote_hit_blocks, r.blocks),
+                       group_digits(r.remote_hit_blocks),
+                       100 * ratio(r.remote_hit_blocks, r.blocks),
                        100 * ratio(r.remote_hit_tokens, r.tokens));
   }
   out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%\n\n", "total", group_digits(r.hits()),

@@ -119,7 +119,7 @@ class RemoteWriter {
   std::vector<std::size_t> free_slots_ KVBM_GUARDED_BY(mu_);
   std::deque<Item> queue_ KVBM_GUARDED_BY(mu_);
   std::unordered_set<std::uint64_t> waiting_ KVBM_GUARDED_BY(mu_);  // hashes staged, not written
-  bool busy_ KVBM_GUARDED_BY(mu_) = false;                         // the worker holds a batch
+  bool busy_ KVBM_GUARDED_BY(mu_) = false;                          // the worker holds a batch
   bool stop_ KVBM_GUARDED_BY(mu_) = false;
   std::once_flag stopped_;
   std::thread worker_;  // last: started once everything above exists
