@@ -32,6 +32,7 @@
 #include "facade/tier_memory.h"
 #include "facade/tiers.h"
 #include "kvbm/block_registry.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/kv_block_manager.h"
 
@@ -84,8 +85,8 @@ class KvBlockManagerImpl {
   template <class Block>
   void check_own(const std::vector<Block>& blocks, const char* call) const;
 
-  std::mutex shutdown_mu_;
-  bool stopped_ = false;  // guarded by shutdown_mu_
+  detail::Mutex shutdown_mu_;
+  bool stopped_ KVBM_GUARDED_BY(shutdown_mu_) = false;
 };
 
 }  // namespace kvbm

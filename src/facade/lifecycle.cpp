@@ -67,7 +67,7 @@ void KvBlockManagerImpl::drain() {
 // G4's fetches, then the on-eviction copiers.
 void KvBlockManagerImpl::shutdown() {
   {
-    std::lock_guard lock(shutdown_mu_);
+    detail::LockGuard lock(shutdown_mu_);
     if (stopped_) return;
     stopped_ = true;
   }

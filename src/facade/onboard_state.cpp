@@ -32,7 +32,7 @@ void OnboardState::on_batch(const TransferOutcome& o,
                             const std::vector<std::size_t>& positions) noexcept {
   bool last = false;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (failed_.size() < below_hashes.size()) failed_.resize(below_hashes.size(), false);
     for (const auto k : o.failed) {
       if (k < positions.size()) failed_[positions[k]] = true;
@@ -46,7 +46,7 @@ void OnboardState::on_batch(const TransferOutcome& o,
 void OnboardState::on_remote(facade::RemoteFetch&& fetch) noexcept {
   bool last = false;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     remote_outstanding_ = false;
     // Cancelled while it asked G4 (cancel() ended it): `fetch` is released.
     if (is_terminal(status_) || pending_ == 0) return;
@@ -58,18 +58,18 @@ void OnboardState::on_remote(facade::RemoteFetch&& fetch) noexcept {
 }
 
 bool OnboardState::cancelling() const {
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return cancel_requested_;
 }
 
 void OnboardState::finish() noexcept {
-  std::unique_lock lock(mu_);
+  UniqueLock lock(mu_);
   failed_.resize(below_hashes.size(), false);
   if (cancel_requested_) {
     lock.unlock();
     release_all();
     lock.lock();
-    end_cancelled(lock);
+    end_cancelled();
     return;
   }
   const bool any_failed =
@@ -95,7 +95,7 @@ void OnboardState::finish() noexcept {
     lock.unlock();
     out.clear();
     lock.lock();
-    end_cancelled(lock);
+    end_cancelled();
     return;
   }
   counts_ = c;
@@ -158,32 +158,31 @@ std::vector<ImmutableBlock<G1>> OnboardState::assemble(
   return out;
 }
 
-void OnboardState::end_cancelled(std::unique_lock<std::mutex>& lock) noexcept {
-  (void)lock;  // held
+void OnboardState::end_cancelled() noexcept {
   status_ = TransferStatus::kCancelled;
   if (counters.cancelled) counters.cancelled->Increment();
   cv_.notify_all();
 }
 
 TransferStatus OnboardState::status() const {
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return status_;
 }
 
 TransferStatus OnboardState::wait() const {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return is_terminal(status_); });
+  UniqueLock lock(mu_);
+  cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return is_terminal(status_); });
   return status_;
 }
 
 bool OnboardState::wait_for(std::chrono::nanoseconds t) const {
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, t, [&] { return is_terminal(status_); });
+  UniqueLock lock(mu_);
+  return cv_.wait_for(lock.native(), t, [&]() KVBM_REQUIRES(mu_) { return is_terminal(status_); });
 }
 
 bool OnboardState::cancel() {
   {
-    std::unique_lock lock(mu_);
+    UniqueLock lock(mu_);
     if (is_terminal(status_)) return status_ == TransferStatus::kCancelled;
     cancel_requested_ = true;
     if (pending_ == 1 && remote_outstanding_) {
@@ -193,7 +192,7 @@ bool OnboardState::cancel() {
       lock.unlock();
       release_all();
       lock.lock();
-      end_cancelled(lock);
+      end_cancelled();
       return true;
     }
   }
@@ -203,7 +202,7 @@ bool OnboardState::cancel() {
 void OnboardState::abandon() noexcept {
   std::vector<ImmutableBlock<G1>> drop;
   {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (!is_terminal(status_)) {
       cancel_requested_ = true;
       return;
@@ -215,25 +214,25 @@ void OnboardState::abandon() noexcept {
 
 std::vector<ImmutableBlock<G1>> OnboardState::take_blocks() {
   wait();
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return std::move(blocks_);
 }
 
 OnboardCounts OnboardState::counts() const {
   wait();
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return counts_;
 }
 
 std::vector<TierId> OnboardState::origins() const {
   wait();
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return origins_;
 }
 
 std::string OnboardState::error() const {
   wait();
-  std::lock_guard lock(mu_);
+  LockGuard lock(mu_);
   return error_;
 }
 

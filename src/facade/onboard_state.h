@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "facade/tiers.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/transfer/transfer_engine.h"
@@ -87,7 +88,7 @@ class OnboardState {
 
   /// `batches` engine batches, and the remote stage when `remote`.
   void start_pending(std::size_t batches, bool remote) {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     pending_ = batches + (remote ? 1 : 0);
     remote_outstanding_ = remote;
   }
@@ -116,26 +117,26 @@ class OnboardState {
  private:
   void release_sources() noexcept;
   void release_all() noexcept;
-  void end_cancelled(std::unique_lock<std::mutex>& lock) noexcept;
+  void end_cancelled() noexcept KVBM_REQUIRES(mu_);
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
   std::vector<ImmutableBlock<G1>> assemble(std::array<std::size_t, facade::kTierCount>& per_tier,
                                            std::size_t& remote, std::size_t& failed,
                                            std::vector<TierId>& origins) noexcept;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   mutable std::condition_variable cv_;
-  TransferStatus status_ = TransferStatus::kTransferring;  // guarded by mu_
-  bool cancel_requested_ = false;                          // guarded by mu_
-  std::size_t pending_ = 0;                                // guarded by mu_
-  bool remote_outstanding_ = false;  // guarded by mu_: the remote stage has not reported
-  std::vector<bool> failed_;                               // guarded by mu_ until finish
-  std::string error_;                                      // guarded by mu_
+  TransferStatus status_ KVBM_GUARDED_BY(mu_) = TransferStatus::kTransferring;
+  bool cancel_requested_ KVBM_GUARDED_BY(mu_) = false;
+  std::size_t pending_ KVBM_GUARDED_BY(mu_) = 0;
+  bool remote_outstanding_ KVBM_GUARDED_BY(mu_) = false;  // the remote stage has not reported
+  std::vector<bool> failed_;  // written under mu_; read by finish() alone, once nothing is pending
+  std::string error_ KVBM_GUARDED_BY(mu_);
   std::size_t no_space_ = 0;
-  facade::RemoteFetch remote_;              // guarded by mu_ until finish
-  OnboardCounts counts_;                    // guarded by mu_
-  std::vector<TierId> origins_;             // guarded by mu_: the tier of each returned block
-  std::vector<ImmutableBlock<G1>> blocks_;  // guarded by mu_
+  facade::RemoteFetch remote_;  // as failed_
+  OnboardCounts counts_ KVBM_GUARDED_BY(mu_);
+  std::vector<TierId> origins_ KVBM_GUARDED_BY(mu_);  // the tier of each returned block
+  std::vector<ImmutableBlock<G1>> blocks_ KVBM_GUARDED_BY(mu_);
 };
 
 }  // namespace kvbm::detail

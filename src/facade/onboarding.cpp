@@ -199,7 +199,7 @@ void Onboarding::submit(const std::shared_ptr<State>& s, bool remote_stage) {
 }
 
 void Onboarding::remember(const std::shared_ptr<State>& s) {
-  std::lock_guard lock(inflight_mu_);
+  detail::LockGuard lock(inflight_mu_);
   inflight_.push_back(s);
   std::erase_if(inflight_, [](const std::weak_ptr<State>& w) {
     auto p = w.lock();
@@ -285,7 +285,7 @@ OnboardCounts Onboarding::probe(std::span<const SequenceHash> hashes) const {
 void Onboarding::wait_all() {
   std::vector<std::weak_ptr<State>> states;
   {
-    std::lock_guard lock(inflight_mu_);
+    detail::LockGuard lock(inflight_mu_);
     states = inflight_;
   }
   for (auto& w : states) {

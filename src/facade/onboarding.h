@@ -26,6 +26,7 @@
 #include "facade/tier_engines.h"
 #include "facade/tiers.h"
 #include "kvbm/block_registry.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/kv_block_manager.h"
 
 namespace prometheus {
@@ -83,8 +84,8 @@ class Onboarding {
   State::Counters counters_;
   prometheus::Family<prometheus::Counter>* blocks_family_ = nullptr;
   prometheus::Family<prometheus::Counter>* cancelled_family_ = nullptr;
-  std::mutex inflight_mu_;
-  std::vector<std::weak_ptr<State>> inflight_;  // guarded by inflight_mu_
+  detail::Mutex inflight_mu_;
+  std::vector<std::weak_ptr<State>> inflight_ KVBM_GUARDED_BY(inflight_mu_);
 };
 
 }  // namespace kvbm::facade

@@ -106,7 +106,7 @@ std::size_t RemoteTier::present_prefix(std::span<const SequenceHash> hashes) con
 
 bool RemoteTier::post(std::function<void()> job) {
   {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     if (stop_ || !worker_.joinable()) return false;
     jobs_.push_back(std::move(job));
   }
@@ -116,7 +116,7 @@ bool RemoteTier::post(std::function<void()> job) {
 
 void RemoteTier::stop_fetches() {
   {
-    std::lock_guard lock(mu_);
+    detail::LockGuard lock(mu_);
     if (stop_) return;
     stop_ = true;
   }
@@ -125,18 +125,18 @@ void RemoteTier::stop_fetches() {
 }
 
 void RemoteTier::wait_fetches() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return jobs_.empty() && !running_; });
+  detail::UniqueLock lock(mu_);
+  idle_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return jobs_.empty() && !running_; });
 }
 
 void RemoteTier::run_fetches() {
   for (;;) {
     std::function<void()> job;
     {
-      std::unique_lock lock(mu_);
+      detail::UniqueLock lock(mu_);
       running_ = false;
       if (jobs_.empty()) idle_cv_.notify_all();
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stop_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopped, every job done
       job = std::move(jobs_.front());
       jobs_.pop_front();

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/remote_writer.h"
@@ -93,12 +94,12 @@ class RemoteTier {
   std::shared_ptr<PoolListener> listener_;
   BlockManager<G2>* g2_ = nullptr;
 
-  std::mutex mu_;
+  detail::Mutex mu_;
   std::condition_variable cv_;              // a job posted, or stop
   std::condition_variable idle_cv_;         // the worker ran out of jobs
-  std::deque<std::function<void()>> jobs_;  // guarded by mu_
-  bool stop_ = false;                       // guarded by mu_
-  bool running_ = false;                    // guarded by mu_: the worker is in a job
+  std::deque<std::function<void()>> jobs_ KVBM_GUARDED_BY(mu_);
+  bool stop_ KVBM_GUARDED_BY(mu_) = false;
+  bool running_ KVBM_GUARDED_BY(mu_) = false;  // the worker is in a job
   std::thread worker_;                      // last: started once everything above exists
 };
 
