@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "facade/tiers.h"
-#include "kvbm/detail/mutex.h"
 #include "kvbm/block_manager.h"
+#include "kvbm/detail/mutex.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/transfer/transfer_engine.h"
 

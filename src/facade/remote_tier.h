@@ -95,12 +95,12 @@ class RemoteTier {
   BlockManager<G2>* g2_ = nullptr;
 
   detail::Mutex mu_;
-  std::condition_variable cv_;              // a job posted, or stop
-  std::condition_variable idle_cv_;         // the worker ran out of jobs
+  std::condition_variable cv_;       // a job posted, or stop
+  std::condition_variable idle_cv_;  // the worker ran out of jobs
   std::deque<std::function<void()>> jobs_ KVBM_GUARDED_BY(mu_);
   bool stop_ KVBM_GUARDED_BY(mu_) = false;
   bool running_ KVBM_GUARDED_BY(mu_) = false;  // the worker is in a job
-  std::thread worker_;                      // last: started once everything above exists
+  std::thread worker_;                         // last: started once everything above exists
 };
 
 }  // namespace kvbm::facade
