@@ -73,37 +73,49 @@ void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
 #endif
 }
 
-/// The rows of a buffer: its bytes, the number of whole blocks, and the row of each block.
+/// Where each block's bytes go or come from: one row of block_bytes per block.
 struct Rows {
-  std::uint8_t* base = nullptr;
-  std::size_t count = 0;
-  std::size_t block_bytes = 0;
-  std::vector<std::int64_t> index;  // empty: block i is row i
+  std::vector<std::uint8_t*> ptrs;  // block i <-> ptrs[i]
 
-  std::uint8_t* row(std::size_t i) const {
-    return base + (index.empty() ? i : static_cast<std::size_t>(index[i])) * block_bytes;
-  }
+  std::uint8_t* row(std::size_t i) const { return ptrs[i]; }
 };
 
 Rows rows_of(const HostBuffer& buffer, std::size_t block_bytes, std::size_t blocks,
              const std::optional<RowArray>& rows, const char* what) {
-  Rows r;
   const auto bytes = bytes_of(buffer);
   KVBM_CHECK(bytes.size() % block_bytes == 0, what, ": the buffer holds ", bytes.size(),
              " bytes, not a whole number of blocks of ", block_bytes, " bytes");
-  r.base = bytes.data();
-  r.count = bytes.size() / block_bytes;
-  r.block_bytes = block_bytes;
+  const std::size_t count = bytes.size() / block_bytes;
+  Rows r;
+  r.ptrs.reserve(blocks);
   if (rows) {
     KVBM_CHECK(rows->shape(0) == blocks, what, ": ", rows->shape(0), " rows for ", blocks,
                " blocks; give one row per block");
-    r.index.assign(rows->data(), rows->data() + rows->shape(0));
-    for (std::int64_t i : r.index) {
-      KVBM_CHECK(i >= 0 && static_cast<std::size_t>(i) < r.count, what, ": row ", i,
-                 " is outside the buffer's ", r.count, " blocks");
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const std::int64_t row = rows->data()[i];
+      KVBM_CHECK(row >= 0 && static_cast<std::size_t>(row) < count, what, ": row ", row,
+                 " is outside the buffer's ", count, " blocks");
+      r.ptrs.push_back(bytes.data() + static_cast<std::size_t>(row) * block_bytes);
     }
   } else {
-    KVBM_CHECK(blocks <= r.count, what, ": ", blocks, " blocks but the buffer holds only ", r.count);
+    KVBM_CHECK(blocks <= count, what, ": ", blocks, " blocks but the buffer holds only ", count);
+    for (std::size_t i = 0; i < blocks; ++i) r.ptrs.push_back(bytes.data() + i * block_bytes);
+  }
+  return r;
+}
+
+/// One buffer per block, each exactly block_bytes.
+Rows rows_of(const std::vector<HostBuffer>& buffers, std::size_t block_bytes, std::size_t blocks,
+             const char* what) {
+  KVBM_CHECK(buffers.size() == blocks, what, ": ", buffers.size(), " buffers for ", blocks,
+             " hashes; give one buffer per hash");
+  Rows r;
+  r.ptrs.reserve(blocks);
+  for (std::size_t i = 0; i < blocks; ++i) {
+    const auto bytes = bytes_of(buffers[i]);
+    KVBM_CHECK(bytes.size() == block_bytes, what, ": buffer ", i, " holds ", bytes.size(),
+               " bytes; a block is ", block_bytes);
+    r.ptrs.push_back(bytes.data());
   }
   return r;
 }
@@ -241,6 +253,27 @@ std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hash
   return hashes.size() - missing.size() + blocks.size();
 }
 
+std::size_t store(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained, TierId tier) {
+  const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
+  KVBM_CHECK(tier == TierId::kG1 || tier == TierId::kG2, "store: blocks are stored into G1 or G2");
+  nb::gil_scoped_release release;
+  return tier == TierId::kG1 ? store_into<G1>(kv, hashes, rows) : store_into<G2>(kv, hashes, rows);
+}
+
+std::size_t load(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained) {
+  const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
+  const Layout& layout = layout_of<G1>(kv);
+  const bool device = !host_accessible<G1>(kv);
+  nb::gil_scoped_release release;
+  OnboardHandle h = kv.onboard(hashes);
+  std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
+  std::vector<Region> scratch;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    copy_block(layout, blocks[i].block_id(), rows.row(i), false, device, scratch);
+  }
+  return blocks.size();
+}
+
 }  // namespace
 
 std::span<std::uint8_t> bytes_of(const HostBuffer& buffer) {
@@ -287,44 +320,46 @@ void bind_buffers(nb::class_<Manager>& cls) {
          const std::optional<RowArray>& rows) { copy_blocks<G2>(m, blocks, dst, rows, false, "read"); },
       "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
 
+  const char* store_doc =
+      "Stores block i's bytes (row i of src, or rows[i]; or the i-th buffer of a list) under "
+      "hashes[i]: blocks the tier already holds are skipped, the others allocated (as many as "
+      "fit), copied and registered, and go down to G3/G4 as the config says. Returns how many "
+      "of the hashes the tier now holds. Hashes are flat by default (engine keys).";
   cls.def(
       "store",
       [](Manager& m, const HashArray& values, const HostBuffer& src, const std::optional<RowArray>& rows,
          bool chained, TierId tier) {
         KvBlockManager& kv = m.get();
-        const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
-        const Rows r = rows_of(src, kv.block_bytes(), hashes.size(), rows, "store");
-        KVBM_CHECK(tier == TierId::kG1 || tier == TierId::kG2, "store: blocks are stored into G1 or G2");
-        nb::gil_scoped_release release;
-        return tier == TierId::kG1 ? store_into<G1>(kv, hashes, r) : store_into<G2>(kv, hashes, r);
+        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), rows, "store"), chained, tier);
       },
-      "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false, "tier"_a = TierId::kG2,
-      "Stores block i's bytes (row i of src, or rows[i]) under hashes[i]: blocks the tier already "
-      "holds are skipped, the others allocated (as many as fit), copied and registered, and go "
-      "down to G3/G4 as the config says. Returns how many of the hashes the tier now holds. "
-      "Hashes are flat by default (engine keys).");
+      "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false, "tier"_a = TierId::kG2, store_doc);
+  cls.def(
+      "store",
+      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& src, bool chained, TierId tier) {
+        KvBlockManager& kv = m.get();
+        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), "store"), chained, tier);
+      },
+      "hashes"_a, "src"_a, "chained"_a = false, "tier"_a = TierId::kG2, store_doc);
+  const char* load_doc =
+      "Onboards the longest prefix of `hashes` held in any tier (every block read from G3 or G4 "
+      "verified), copies block i into row i of dst (or rows[i]; or the i-th buffer of a list) "
+      "and returns the prefix's length: a block that fails its check ends the prefix, and is "
+      "never copied.";
   cls.def(
       "load",
       [](Manager& m, const HashArray& values, const HostBuffer& dst, const std::optional<RowArray>& rows,
          bool chained) {
         KvBlockManager& kv = m.get();
-        const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
-        const Rows r = rows_of(dst, kv.block_bytes(), hashes.size(), rows, "load");
-        const Layout& layout = layout_of<G1>(kv);
-        const bool device = !host_accessible<G1>(kv);
-        nb::gil_scoped_release release;
-        OnboardHandle h = kv.onboard(hashes);
-        std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
-        std::vector<Region> scratch;
-        for (std::size_t i = 0; i < blocks.size(); ++i) {
-          copy_block(layout, blocks[i].block_id(), r.row(i), false, device, scratch);
-        }
-        return blocks.size();
+        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), rows, "load"), chained);
       },
-      "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false,
-      "Onboards the longest prefix of `hashes` held in any tier (every block read from G3 or G4 "
-      "verified), copies block i into row i of dst (or rows[i]) and returns the prefix's length: "
-      "a block that fails its check ends the prefix, and is never copied.");
+      "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false, load_doc);
+  cls.def(
+      "load",
+      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& dst, bool chained) {
+        KvBlockManager& kv = m.get();
+        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), "load"), chained);
+      },
+      "hashes"_a, "dst"_a, "chained"_a = false, load_doc);
   cls.def(
       "block_address",
       [](Manager& m, const ImmutableBlock<G1>& b) {
