@@ -259,9 +259,10 @@ class KvbmTier(SecondaryTierManager):
             verdict = self._remote_verdict.pop(key, None)
             if verdict is not None:
                 return LookupResult.HIT if verdict else LookupResult.MISS
-            if key not in self._remote_pending:
-                self._remote_pending.add(key)
-                self._submit(self._ask_remote, key, h)
+            ask = key not in self._remote_pending
+            self._remote_pending.add(key)
+        if ask:
+            self._submit(self._ask_remote, key, h)
         return LookupResult.RETRY
 
     def _ask_remote(self, key, h) -> None:
