@@ -47,6 +47,7 @@ from ._kvbm import (  # noqa: F401  (the public API)
     hash_keys,
     hash_tokens,
     salt,
+    set_log_level,
 )
 
 __all__ = [name for name in dir(_kvbm) if not name.startswith("_")] + [
