@@ -279,7 +279,7 @@ check_cuda_sources() {
       -DKVBM_HAVE_CUDA=1 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DMSGPACK_NO_BOOST \
       -I"$tmp" -I"$KVBM_ROOT/include" -I"$tree/include" -I"$KVBM_ROOT/src" -I"$KVBM_ROOT/cuda" \
       -isystem "$cuda_inc" "$KVBM_ROOT/$f" || rc=1
-  done < <(cd "$KVBM_ROOT" && git ls-files --cached --others --exclude-standard -- 'src/*.cpp' |
+  done < <(cd "$KVBM_ROOT" && git ls-files --cached --others --exclude-standard -- 'src/*.cpp' ':!src/python/*' |
     xargs grep -l '^#if KVBM_HAVE_CUDA')
   rm -rf "$tmp"
   return "$rc"

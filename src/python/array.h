@@ -2,10 +2,9 @@
 
 #pragma once
 
+#include <cstddef>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-
-#include <cstddef>
 #include <utility>
 #include <vector>
 

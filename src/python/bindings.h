@@ -20,11 +20,10 @@
 
 #pragma once
 
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-
 #include <cstdint>
 #include <memory>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,7 +58,8 @@ struct Manager {
 };
 
 /// Returns the SequenceHash values of `values`, chained or flat (file comment).
-[[nodiscard]] std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values, bool chained);
+[[nodiscard]] std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values,
+                                                    bool chained);
 
 /// Returns the bytes of a host buffer and its size.
 [[nodiscard]] std::span<std::uint8_t> bytes_of(const HostBuffer& buffer);

@@ -7,11 +7,10 @@
 // manager is gone. A released handle is empty: valid is False and any other
 // use raises kvbm.UsageError naming the call.
 
+#include <chrono>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-
-#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,7 +52,8 @@ void bind_immutable(nb::module_& m, const char* name) {
                      return h.parent();
                    })
       .def_prop_ro("use_count", &B::use_count, "strong references (a snapshot)")
-      .def("clone", [](const B& b) { return B(b); }, "Returns another strong handle on the block.")
+      .def(
+          "clone", [](const B& b) { return B(b); }, "Returns another strong handle on the block.")
       .def("release", &release<B>, "Drops this handle now (the block stays cached if registered).")
       .def("__repr__", [name](const B& b) {
         if (!b.valid()) return std::string("<kvbm.") + name + " released>";
@@ -108,18 +108,21 @@ void bind_blocks(nb::module_& m) {
       .def_rw("no_space", &OnboardCounts::no_space, "found below G1 but no room in G1")
       .def_prop_ro("total", &OnboardCounts::total, "device + host + disk + remote")
       .def("__repr__", [](const OnboardCounts& c) {
-        return "OnboardCounts(device=" + std::to_string(c.device) + ", host=" + std::to_string(c.host) +
-               ", disk=" + std::to_string(c.disk) + ", remote=" + std::to_string(c.remote) +
-               ", failed=" + std::to_string(c.failed) + ", no_space=" + std::to_string(c.no_space) + ")";
+        return "OnboardCounts(device=" + std::to_string(c.device) +
+               ", host=" + std::to_string(c.host) + ", disk=" + std::to_string(c.disk) +
+               ", remote=" + std::to_string(c.remote) + ", failed=" + std::to_string(c.failed) +
+               ", no_space=" + std::to_string(c.no_space) + ")";
       });
 
-  nb::class_<OnboardHandle>(m, "OnboardHandle",
-                            "One onboarding (KvBlockManager.onboard); dropping it releases the prefix.")
+  nb::class_<OnboardHandle>(
+      m, "OnboardHandle",
+      "One onboarding (KvBlockManager.onboard); dropping it releases the prefix.")
       .def_prop_ro("valid", &OnboardHandle::valid)
       .def("status", &OnboardHandle::status)
       .def(
           "wait",
-          [](const OnboardHandle& h, std::optional<double> timeout_s) -> std::optional<TransferStatus> {
+          [](const OnboardHandle& h,
+             std::optional<double> timeout_s) -> std::optional<TransferStatus> {
             nb::gil_scoped_release release;
             if (!timeout_s) return h.wait();
             const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -128,7 +131,8 @@ void bind_blocks(nb::module_& m) {
             return h.status();
           },
           "timeout_s"_a = nb::none(),
-          "Waits until the onboarding ends (or timeout_s passes: then returns None); returns the status.")
+          "Waits until the onboarding ends (or timeout_s passes: then returns None); returns the "
+          "status.")
       .def("cancel", &OnboardHandle::cancel, nb::call_guard<nb::gil_scoped_release>(),
            "Discards the onboarding; returns False when it had already finished.")
       .def("take_blocks", &OnboardHandle::take_blocks, nb::call_guard<nb::gil_scoped_release>(),

@@ -17,10 +17,9 @@
 // views are then DLPack tensors on that device (torch.from_dlpack reads them)
 // and copies go through cudaMemcpy (CUDA builds only).
 
+#include <cstring>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
-
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -40,8 +39,9 @@ using namespace nb::literals;
 
 template <TierMarker T>
 const Layout& layout_of(KvBlockManager& kv) {
-  KVBM_CHECK(kv.config().move_bytes, "block bytes: the manager was built with move_bytes = False "
-                                     "(metadata only); it holds no bytes");
+  KVBM_CHECK(kv.config().move_bytes,
+             "block bytes: the manager was built with move_bytes = False "
+             "(metadata only); it holds no bytes");
   if constexpr (std::is_same_v<T, G1>) {
     return kv.device_layout();
   } else {
@@ -65,8 +65,9 @@ void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
 #if KVBM_HAVE_CUDA
   const cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
   if (err != cudaSuccess) {
-    throw RuntimeError(ErrorKind::kDevice, static_cast<int>(err),
-                       std::string("copy to or from G1: cudaMemcpy failed: ") + cudaGetErrorString(err));
+    throw RuntimeError(
+        ErrorKind::kDevice, static_cast<int>(err),
+        std::string("copy to or from G1: cudaMemcpy failed: ") + cudaGetErrorString(err));
   }
 #else
   KVBM_CHECK(false, "G1 is device memory but this build has no CUDA");
@@ -158,12 +159,13 @@ void copy_blocks(Manager& m, const std::vector<Block*>& blocks, const HostBuffer
   const Rows r = rows_of(buffer, kv.block_bytes(), ids.size(), rows, what);
   nb::gil_scoped_release release;
   std::vector<Region> scratch;
-  for (std::size_t i = 0; i < ids.size(); ++i) copy_block(layout, ids[i], r.row(i), into_block, device, scratch);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    copy_block(layout, ids[i], r.row(i), into_block, device, scratch);
 }
 
 /// An array over [addr, addr + size) that keeps `owner` alive.
-nb::object array_over(std::uintptr_t addr, std::size_t size, bool writable, bool device, int device_id,
-                      nb::handle owner) {
+nb::object array_over(std::uintptr_t addr, std::size_t size, bool writable, bool device,
+                      int device_id, nb::handle owner) {
   const std::size_t shape[1] = {size};
   if (!device) {
     if (writable) {
@@ -173,16 +175,17 @@ nb::object array_over(std::uintptr_t addr, std::size_t size, bool writable, bool
     return nb::cast(nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>>(
         reinterpret_cast<const std::uint8_t*>(addr), 1, shape, owner));
   }
-  return nb::cast(nb::ndarray<std::uint8_t, nb::ndim<1>>(reinterpret_cast<std::uint8_t*>(addr), 1, shape,
-                                                          owner, nullptr, nb::dtype<std::uint8_t>(),
-                                                          nb::device::cuda::value, device_id));
+  return nb::cast(nb::ndarray<std::uint8_t, nb::ndim<1>>(
+      reinterpret_cast<std::uint8_t*>(addr), 1, shape, owner, nullptr, nb::dtype<std::uint8_t>(),
+      nb::device::cuda::value, device_id));
 }
 
 /// The owner of a view: the manager's memory (a strong reference that close() does not
 /// drop) and the Python block object.
 nb::object view_owner(const Manager& m, nb::handle block_obj) {
   auto* kv = new std::shared_ptr<KvBlockManager>(m.kv);
-  nb::capsule memory(kv, [](void* p) noexcept { delete static_cast<std::shared_ptr<KvBlockManager>*>(p); });
+  nb::capsule memory(
+      kv, [](void* p) noexcept { delete static_cast<std::shared_ptr<KvBlockManager>*>(p); });
   return nb::make_tuple(memory, block_obj);
 }
 
@@ -200,27 +203,31 @@ void def_views(nb::class_<Manager>& cls, bool writable) {
                    "memory; use region_view(block, layer, outer), or set "
                    "config.device_layout = LayoutKind.FULLY_CONTIGUOUS");
         const Region r = layout.block_region(b.block_id());
-        return array_over(r.addr, r.size, writable, !host_accessible<T>(kv), kv.config().cuda_device,
-                          view_owner(m, block_obj));
+        return array_over(r.addr, r.size, writable, !host_accessible<T>(kv),
+                          kv.config().cuda_device, view_owner(m, block_obj));
       },
       "block"_a,
       "Returns a uint8 array over the block's memory (no copy; read-only for a registered block). "
-      "It keeps the manager's memory alive; its bytes are the block's only while the block is held.");
+      "It keeps the manager's memory alive; its bytes are the block's only while the block is "
+      "held.");
   cls.def(
       "region_view",
-      [writable](nb::handle self, nb::handle_t<Block> block_obj, std::uint32_t layer, std::uint32_t outer) {
+      [writable](nb::handle self, nb::handle_t<Block> block_obj, std::uint32_t layer,
+                 std::uint32_t outer) {
         Manager& m = nb::cast<Manager&>(self);
         const Block& b = nb::cast<const Block&>(block_obj);
         KvBlockManager& kv = m.get();
         const Region r = layout_of<T>(kv).region(b.block_id(), layer, outer);
-        return array_over(r.addr, r.size, writable, !host_accessible<T>(kv), kv.config().cuda_device,
-                          view_owner(m, block_obj));
+        return array_over(r.addr, r.size, writable, !host_accessible<T>(kv),
+                          kv.config().cuda_device, view_owner(m, block_obj));
       },
-      "block"_a, "layer"_a, "outer"_a, "Returns a uint8 array over one (layer, outer) region of the block.");
+      "block"_a, "layer"_a, "outer"_a,
+      "Returns a uint8 array over one (layer, outer) region of the block.");
 }
 
 template <TierMarker T>
-std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hashes, const Rows& rows) {
+std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hashes,
+                       const Rows& rows) {
   BlockManager<T>* pool = nullptr;
   if constexpr (std::is_same_v<T, G1>) {
     pool = &kv.device();
@@ -253,7 +260,8 @@ std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hash
   return hashes.size() - missing.size() + blocks.size();
 }
 
-std::size_t store(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained, TierId tier) {
+std::size_t store(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained,
+                  TierId tier) {
   const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
   KVBM_CHECK(tier == TierId::kG1 || tier == TierId::kG2, "store: blocks are stored into G1 or G2");
   nb::gil_scoped_release release;
@@ -292,32 +300,44 @@ void bind_buffers(nb::class_<Manager>& cls) {
   cls.def(
       "write",
       [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const HostBuffer& src,
-         const std::optional<RowArray>& rows) { copy_blocks<G1>(m, blocks, src, rows, true, "write"); },
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G1>(m, blocks, src, rows, true, "write");
+      },
       "blocks"_a, "src"_a, "rows"_a = nb::none(), write_doc);
   cls.def(
       "write",
       [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const HostBuffer& src,
-         const std::optional<RowArray>& rows) { copy_blocks<G2>(m, blocks, src, rows, true, "write"); },
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G2>(m, blocks, src, rows, true, "write");
+      },
       "blocks"_a, "src"_a, "rows"_a = nb::none(), write_doc);
   cls.def(
       "read",
       [](Manager& m, const std::vector<ImmutableBlock<G1>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) { copy_blocks<G1>(m, blocks, dst, rows, false, "read"); },
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G1>(m, blocks, dst, rows, false, "read");
+      },
       "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
   cls.def(
       "read",
       [](Manager& m, const std::vector<ImmutableBlock<G2>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) { copy_blocks<G2>(m, blocks, dst, rows, false, "read"); },
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G2>(m, blocks, dst, rows, false, "read");
+      },
       "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
   cls.def(
       "read",
       [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) { copy_blocks<G1>(m, blocks, dst, rows, false, "read"); },
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G1>(m, blocks, dst, rows, false, "read");
+      },
       "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
   cls.def(
       "read",
       [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) { copy_blocks<G2>(m, blocks, dst, rows, false, "read"); },
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G2>(m, blocks, dst, rows, false, "read");
+      },
       "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
 
   const char* store_doc =
@@ -327,17 +347,21 @@ void bind_buffers(nb::class_<Manager>& cls) {
       "of the hashes the tier now holds. Hashes are flat by default (engine keys).";
   cls.def(
       "store",
-      [](Manager& m, const HashArray& values, const HostBuffer& src, const std::optional<RowArray>& rows,
-         bool chained, TierId tier) {
+      [](Manager& m, const HashArray& values, const HostBuffer& src,
+         const std::optional<RowArray>& rows, bool chained, TierId tier) {
         KvBlockManager& kv = m.get();
-        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), rows, "store"), chained, tier);
+        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), rows, "store"),
+                     chained, tier);
       },
-      "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false, "tier"_a = TierId::kG2, store_doc);
+      "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false, "tier"_a = TierId::kG2,
+      store_doc);
   cls.def(
       "store",
-      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& src, bool chained, TierId tier) {
+      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& src, bool chained,
+         TierId tier) {
         KvBlockManager& kv = m.get();
-        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), "store"), chained, tier);
+        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), "store"), chained,
+                     tier);
       },
       "hashes"_a, "src"_a, "chained"_a = false, "tier"_a = TierId::kG2, store_doc);
   const char* load_doc =
@@ -347,10 +371,11 @@ void bind_buffers(nb::class_<Manager>& cls) {
       "never copied.";
   cls.def(
       "load",
-      [](Manager& m, const HashArray& values, const HostBuffer& dst, const std::optional<RowArray>& rows,
-         bool chained) {
+      [](Manager& m, const HashArray& values, const HostBuffer& dst,
+         const std::optional<RowArray>& rows, bool chained) {
         KvBlockManager& kv = m.get();
-        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), rows, "load"), chained);
+        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), rows, "load"),
+                    chained);
       },
       "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false, load_doc);
   cls.def(
@@ -367,7 +392,8 @@ void bind_buffers(nb::class_<Manager>& cls) {
       },
       "block"_a, "The address of a G1 block's memory (fully contiguous layout), as C++ sees it.");
   cls.def_static(
-      "_address", [](const HostBuffer& buffer) { return reinterpret_cast<std::uintptr_t>(buffer.data()); },
+      "_address",
+      [](const HostBuffer& buffer) { return reinterpret_cast<std::uintptr_t>(buffer.data()); },
       "buffer"_a, "The address of a buffer as the extension receives it (for zero-copy tests).");
 }
 

@@ -9,11 +9,10 @@
 // events are switched on by KvBlockManager(config, events=...)).
 // python/kvbm/__init__.py adds keyword constructors that reject unknown names.
 
+#include <chrono>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-
-#include <chrono>
 
 #include "kvbm/kv_block_manager.h"
 #include "python/bindings.h"
@@ -94,7 +93,8 @@ void bind_config(nb::module_& m) {
   def_duration(remote, "ttl_s", &RemoteTierConfig::ttl, "seconds; 0: keys never expire");
 
   using C = KvBlockManagerConfig;
-  nb::class_<C>(m, "KvBlockManagerConfig", "Everything KvBlockManager needs (kvbm/kv_block_manager.h).")
+  nb::class_<C>(m, "KvBlockManagerConfig",
+                "Everything KvBlockManager needs (kvbm/kv_block_manager.h).")
       .def(nb::init<>())
       .def_rw("layout", &C::layout)
       .def_rw("device_layout", &C::device_layout)

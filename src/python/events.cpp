@@ -7,12 +7,11 @@
 // format. take_events() flushes first, so it returns every event reported so
 // far, in the order the pools changed.
 
+#include <mutex>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
-
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,13 +57,15 @@ void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::st
     options.endpoint = endpoint;
     zmq = std::make_shared<events::ZmqEventSink>(options);
 #else
-    KVBM_CHECK(false, "events: this build has no ZeroMQ publisher (install libzmq3-dev and cppzmq-dev); "
-                      "use events=True and take_events()");
+    KVBM_CHECK(false,
+               "events: this build has no ZeroMQ publisher (install libzmq3-dev and cppzmq-dev); "
+               "use events=True and take_events()");
 #endif
   }
   manager.collector = std::make_shared<EventCollector>(std::move(zmq));
   events::KvEventPublisherOptions options;
-  options.background_flush = !endpoint.empty();  // a socket's subscribers should not wait for take_events()
+  options.background_flush =
+      !endpoint.empty();  // a socket's subscribers should not wait for take_events()
   manager.publisher = std::make_shared<events::KvEventPublisher>(manager.collector, options);
   const std::uint32_t block_size = config.layout.page_size;
   config.device_listeners.push_back(manager.publisher->listener(events::kMediumGpu, block_size));
@@ -74,7 +75,8 @@ void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::st
 
 void bind_events(nb::module_& m) {
   using namespace events;
-  nb::class_<BlockStored>(m, "BlockStored", "Blocks registered under new hashes (one parent chain).")
+  nb::class_<BlockStored>(m, "BlockStored",
+                          "Blocks registered under new hashes (one parent chain).")
       .def_ro("block_hashes", &BlockStored::block_hashes)
       .def_ro("parent_block_hash", &BlockStored::parent_block_hash)
       .def_ro("token_ids", &BlockStored::token_ids)
@@ -82,13 +84,15 @@ void bind_events(nb::module_& m) {
       .def_ro("lora_id", &BlockStored::lora_id)
       .def_ro("medium", &BlockStored::medium)
       .def("__repr__", [](const BlockStored& e) {
-        return "BlockStored(medium=" + e.medium + ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
+        return "BlockStored(medium=" + e.medium +
+               ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
       });
   nb::class_<BlockRemoved>(m, "BlockRemoved", "Registered blocks that left their pool.")
       .def_ro("block_hashes", &BlockRemoved::block_hashes)
       .def_ro("medium", &BlockRemoved::medium)
       .def("__repr__", [](const BlockRemoved& e) {
-        return "BlockRemoved(medium=" + e.medium + ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
+        return "BlockRemoved(medium=" + e.medium +
+               ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
       });
   nb::class_<AllBlocksCleared>(m, "AllBlocksCleared", "Everything a pool held is gone.")
       .def_ro("medium", &AllBlocksCleared::medium);
@@ -99,7 +103,8 @@ void bind_event_methods(nb::class_<Manager>& cls) {
       "take_events",
       [](Manager& m) {
         KVBM_CHECK(m.publisher != nullptr,
-                   "take_events: the manager was built without events; pass events=True to KvBlockManager");
+                   "take_events: the manager was built without events; pass events=True to "
+                   "KvBlockManager");
         std::vector<events::KvEvent> out;
         {
           nb::gil_scoped_release release;

@@ -9,21 +9,21 @@
 // that a key never hashes like a token block (whose seed is a salt).
 
 #define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "kvbm/hashing.h"
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
-
 #include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
-#include "kvbm/hashing.h"
+#include <xxhash.h>
+
 #include "python/array.h"
 #include "python/bindings.h"
 
@@ -62,8 +62,8 @@ std::pair<U64, U64> hash_span(std::span<const Token> tokens, std::uint32_t block
   std::vector<SequenceHash> sequence;
   {
     nb::gil_scoped_release release;
-    hash_blocks(tokens.first(full), block_size, SaltHash(salt), std::nullopt, block_hashes, sequence,
-                keys);
+    hash_blocks(tokens.first(full), block_size, SaltHash(salt), std::nullopt, block_hashes,
+                sequence, keys);
   }
   std::vector<std::uint64_t> values(sequence.size());
   for (std::size_t i = 0; i < sequence.size(); ++i) values[i] = sequence[i].value();
@@ -111,7 +111,8 @@ void bind_hashing(nb::module_& m) {
       "hash_tokens",
       [](const TokenArray& tokens, std::uint32_t block_size, std::uint64_t salt,
          const std::vector<MmKey>& mm_keys) {
-        return hash_span({tokens.data(), tokens.shape(0)}, block_size, salt, block_keys_of(mm_keys));
+        return hash_span({tokens.data(), tokens.shape(0)}, block_size, salt,
+                         block_keys_of(mm_keys));
       },
       "tokens"_a, "block_size"_a, "salt"_a = 0, "mm_keys"_a = std::vector<MmKey>{}, doc);
   m.def(

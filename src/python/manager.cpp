@@ -10,15 +10,14 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
-
-#include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
-
 #include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "kvbm/kv_block_manager.h"
 #include "python/array.h"
@@ -34,7 +33,8 @@ using namespace nb::literals;
 using Hashes = std::variant<HashArray, std::vector<std::uint64_t>>;
 
 std::vector<SequenceHash> hashes_of(const Hashes& h, bool chained) {
-  if (const auto* a = std::get_if<HashArray>(&h)) return make_hashes({a->data(), a->shape(0)}, chained);
+  if (const auto* a = std::get_if<HashArray>(&h))
+    return make_hashes({a->data(), a->shape(0)}, chained);
   return make_hashes(std::get<std::vector<std::uint64_t>>(h), chained);
 }
 
@@ -53,10 +53,11 @@ std::vector<MutableBlock<T>> take_all(const std::vector<MutableBlock<T>*>& block
 /// Stages every block under its hash; on a failure puts every block back and throws.
 template <TierMarker T>
 std::vector<CompleteBlock<T>> stage_all(std::vector<MutableBlock<T>>&& blocks,
-                                        const std::vector<SequenceHash>& hashes, std::uint32_t block_size,
+                                        const std::vector<SequenceHash>& hashes,
+                                        std::uint32_t block_size,
                                         const std::vector<MutableBlock<T>*>& owners) {
-  KVBM_CHECK(blocks.size() == hashes.size(), "register: ", blocks.size(), " blocks but ", hashes.size(),
-             " hashes; give one hash per block");
+  KVBM_CHECK(blocks.size() == hashes.size(), "register: ", blocks.size(), " blocks but ",
+             hashes.size(), " hashes; give one hash per block");
   std::vector<CompleteBlock<T>> out;
   out.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
@@ -85,7 +86,8 @@ BlockManager<T>* pool_of(KvBlockManager& kv) {
 template <TierMarker T>
 BlockManager<T>& require_pool(KvBlockManager& kv, const char* what) {
   BlockManager<T>* p = pool_of<T>(kv);
-  KVBM_CHECK(p != nullptr, what, ": the manager has no such tier (configure it in KvBlockManagerConfig)");
+  KVBM_CHECK(p != nullptr, what,
+             ": the manager has no such tier (configure it in KvBlockManagerConfig)");
   return *p;
 }
 
@@ -145,10 +147,12 @@ nb::dict stats_dict(const KvBlockManagerStats& s) {
   for (const auto& b : s.boundaries) {
     nb::dict d = offload_counts(b.counts);
     d["mode"] = std::string(to_string(b.mode));
-    boundaries[nb::str((std::string(to_string(b.upper)) + "->" + std::string(to_string(b.lower))).c_str())] = d;
+    boundaries[nb::str(
+        (std::string(to_string(b.upper)) + "->" + std::string(to_string(b.lower))).c_str())] = d;
   }
   nb::dict onboarded;
-  for (const auto& o : s.onboarding.onboarded) onboarded[nb::str(std::string(to_string(o.tier)).c_str())] = o.blocks;
+  for (const auto& o : s.onboarding.onboarded)
+    onboarded[nb::str(std::string(to_string(o.tier)).c_str())] = o.blocks;
   nb::dict onboarding;
   onboarding["hits"] = s.onboarding.hits;
   onboarding["onboarded"] = onboarded;
@@ -194,11 +198,13 @@ std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values, boo
 }
 
 void bind_manager(nb::module_& mod) {
-  auto cls = nb::class_<Manager>(mod, "KvBlockManager",
-                                 "The facade over G1-G4 (kvbm/kv_block_manager.h); see docs/python.md.");
+  auto cls =
+      nb::class_<Manager>(mod, "KvBlockManager",
+                          "The facade over G1-G4 (kvbm/kv_block_manager.h); see docs/python.md.");
   cls.def(
          "__init__",
-         [](Manager* self, KvBlockManagerConfig config, const std::variant<bool, std::string>& events) {
+         [](Manager* self, KvBlockManagerConfig config,
+            const std::variant<bool, std::string>& events) {
            auto* made = new (self) Manager();
            try {
              if (const auto* on = std::get_if<bool>(&events); on != nullptr && *on) {
@@ -216,14 +222,18 @@ void bind_manager(nb::module_& mod) {
          "config"_a, "events"_a = false,
          "Builds every tier (throws kvbm.UsageError naming a bad option). events=True keeps KV "
          "events for take_events(); a ZeroMQ endpoint string publishes them there as well.")
-      .def_prop_ro("block_size", [](const Manager& m) { return m.get().block_size(); }, "tokens per block")
+      .def_prop_ro(
+          "block_size", [](const Manager& m) { return m.get().block_size(); }, "tokens per block")
       .def_prop_ro("block_bytes", [](const Manager& m) { return m.get().block_bytes(); })
-      .def_prop_ro("device_emulated", [](const Manager& m) { return m.get().device_emulated(); },
-                   "True when G1 is host memory standing in for a GPU")
+      .def_prop_ro(
+          "device_emulated", [](const Manager& m) { return m.get().device_emulated(); },
+          "True when G1 is host memory standing in for a GPU")
       .def_prop_ro("has_host", [](const Manager& m) { return m.get().host() != nullptr; })
       .def_prop_ro("has_disk", [](const Manager& m) { return m.get().disk() != nullptr; })
-      .def_prop_ro("has_remote", [](const Manager& m) { return !m.get().config().remote.urls.empty(); })
-      .def_prop_ro("config", [](const Manager& m) { return m.get().config(); }, "a copy of the config")
+      .def_prop_ro("has_remote",
+                   [](const Manager& m) { return !m.get().config().remote.urls.empty(); })
+      .def_prop_ro(
+          "config", [](const Manager& m) { return m.get().config(); }, "a copy of the config")
       .def(
           "allocate",
           [](Manager& m, std::size_t count, TierId tier) {
@@ -238,21 +248,26 @@ void bind_manager(nb::module_& mod) {
           "all (nothing is taken then).")
       .def(
           "register",
-          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const Hashes& h, bool chained) {
+          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const Hashes& h,
+             bool chained) {
             KvBlockManager& kv = m.get();
-            auto complete = stage_all<G1>(take_all<G1>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
+            auto complete =
+                stage_all<G1>(take_all<G1>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
             nb::gil_scoped_release release;
             return kv.register_blocks(std::move(complete));
           },
           "blocks"_a, "hashes"_a, "chained"_a = true,
-          "Stages each G1 block under its hash and registers them (offloaded to G2 in write-through "
+          "Stages each G1 block under its hash and registers them (offloaded to G2 in "
+          "write-through "
           "mode); returns the ImmutableBlocks. The MutableBlocks are left empty.")
       .def(
           "register",
-          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const Hashes& h, bool chained) {
+          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const Hashes& h,
+             bool chained) {
             KvBlockManager& kv = m.get();
             BlockManager<G2>& pool = require_pool<G2>(kv, "register");
-            auto complete = stage_all<G2>(take_all<G2>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
+            auto complete =
+                stage_all<G2>(take_all<G2>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
             nb::gil_scoped_release release;
             return pool.register_blocks(std::move(complete));
           },
@@ -265,7 +280,8 @@ void bind_manager(nb::module_& mod) {
             nb::gil_scoped_release release;
             return kv.offload(blocks);
           },
-          "blocks"_a, "Enqueues registered G1 blocks for offload to G2 (and on down); returns the handle.")
+          "blocks"_a,
+          "Enqueues registered G1 blocks for offload to G2 (and on down); returns the handle.")
       .def(
           "onboard",
           [](Manager& m, const Hashes& h, bool chained) {
@@ -295,8 +311,10 @@ void bind_manager(nb::module_& mod) {
               nb::gil_scoped_release release;
               const auto& reg = *kv.device().registry();
               const auto g1 = reg.presence<G1>(hashes);
-              const auto g2 = kv.host() != nullptr ? reg.presence<G2>(hashes) : std::vector<bool>(hashes.size());
-              const auto g3 = kv.disk() != nullptr ? reg.presence<G3>(hashes) : std::vector<bool>(hashes.size());
+              const auto g2 = kv.host() != nullptr ? reg.presence<G2>(hashes)
+                                                   : std::vector<bool>(hashes.size());
+              const auto g3 = kv.disk() != nullptr ? reg.presence<G3>(hashes)
+                                                   : std::vector<bool>(hashes.size());
               for (std::size_t i = 0; i < hashes.size(); ++i) {
                 out[i] = g1[i] ? 1 : g2[i] ? 2 : g3[i] ? 3 : 0;
               }
@@ -311,10 +329,14 @@ void bind_manager(nb::module_& mod) {
           [](Manager& m, const Hashes& h, TierId tier, bool chained) -> nb::object {
             KvBlockManager& kv = m.get();
             switch (tier) {
-              case TierId::kG1: return nb::cast(match<G1>(kv, h, chained));
-              case TierId::kG2: return nb::cast(match<G2>(kv, h, chained));
-              case TierId::kG3: return nb::cast(match<G3>(kv, h, chained));
-              default: KVBM_CHECK(false, "match: G4 has no pool; use probe() or onboard()");
+              case TierId::kG1:
+                return nb::cast(match<G1>(kv, h, chained));
+              case TierId::kG2:
+                return nb::cast(match<G2>(kv, h, chained));
+              case TierId::kG3:
+                return nb::cast(match<G3>(kv, h, chained));
+              default:
+                KVBM_CHECK(false, "match: G4 has no pool; use probe() or onboard()");
             }
             return nb::none();
           },
@@ -336,7 +358,8 @@ void bind_manager(nb::module_& mod) {
           "drain", [](Manager& m) { m.get().drain(); }, nb::call_guard<nb::gil_scoped_release>(),
           "Waits until every offload and onboarding started so far has ended (G4 included).")
       .def(
-          "shutdown", [](Manager& m) { m.get().shutdown(); }, nb::call_guard<nb::gil_scoped_release>(),
+          "shutdown", [](Manager& m) { m.get().shutdown(); },
+          nb::call_guard<nb::gil_scoped_release>(),
           "Stops the pipelines and leaves every pool balanced; idempotent.")
       .def(
           "close",
@@ -351,14 +374,15 @@ void bind_manager(nb::module_& mod) {
           },
           "Shuts the manager down and lets it go; later calls raise kvbm.UsageError.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__",
+           [](Manager& m, nb::args) {
+             nb::gil_scoped_release release;
+             if (m.kv) m.kv->shutdown();
+           })
       .def(
-          "__exit__",
-          [](Manager& m, nb::args) {
-            nb::gil_scoped_release release;
-            if (m.kv) m.kv->shutdown();
-          })
-      .def("audit", [](const Manager& m) { return m.get().audit(); }, nb::call_guard<nb::gil_scoped_release>(),
-           "'' when every pool balances, else what is wrong.")
+          "audit", [](const Manager& m) { return m.get().audit(); },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "'' when every pool balances, else what is wrong.")
       .def(
           "stats",
           [](const Manager& m) {

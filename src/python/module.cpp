@@ -1,10 +1,9 @@
 // src/python/module.cpp: the module kvbm._kvbm; python/kvbm/__init__.py re-exports it.
 
-#include <spdlog/spdlog.h>
-
 #include <nanobind/stl/string.h>
-
 #include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "kvbm/logging.h"
 #include "python/bindings.h"

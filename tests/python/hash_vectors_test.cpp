@@ -8,15 +8,14 @@
 // Python bindings. Together: Python == the file == C++.
 //
 //   KVBM_WRITE_HASH_VECTORS=path ./python_hash_vectors_test   writes fresh random cases to path
-//                                                             (seeded, seed printed) and checks them
+//                                                             (seeded, seed printed) and checks
+//                                                             them
 //
 // File format, one case per four lines ('#' lines are comments):
 //   case <block_size> <lora or -> <cache_salt or -> <k> [<token offset> <content hash>]*k
 //   tokens <n> <token>*n
 //   block <m> <block hash>*m
 //   sequence <m> <sequence hash value>*m
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -27,10 +26,11 @@
 #include <string>
 #include <vector>
 
-#include <kvbm/hashing.h>
-#include <kvbm/token_block_sequence.h>
+#include <gtest/gtest.h>
 
 #include "test_util.h"
+#include <kvbm/hashing.h>
+#include <kvbm/token_block_sequence.h>
 
 namespace kvbm {
 namespace {
@@ -53,14 +53,15 @@ SaltHash salt_of(const Case& c) {
 }
 
 // The hashes of the case's full blocks, by hash_blocks().
-void compute(const Case& c, std::vector<std::uint64_t>& blocks, std::vector<std::uint64_t>& sequence) {
+void compute(const Case& c, std::vector<std::uint64_t>& blocks,
+             std::vector<std::uint64_t>& sequence) {
   std::vector<ExtraKey> keys;
   for (const auto& [offset, content] : c.mm) keys.push_back(ExtraKey::multimodal(offset, content));
   const std::size_t full = c.tokens.size() / c.block_size * c.block_size;
   std::vector<SequenceHash> seq;
   blocks.clear();
-  hash_blocks(std::span<const Token>(c.tokens).first(full), c.block_size, salt_of(c), std::nullopt, blocks,
-              seq, keys);
+  hash_blocks(std::span<const Token>(c.tokens).first(full), c.block_size, salt_of(c), std::nullopt,
+              blocks, seq, keys);
   sequence.clear();
   for (const auto& h : seq) sequence.push_back(h.value());
 }
@@ -108,7 +109,8 @@ std::string random_name(std::mt19937_64& rng) {
 void write_cases(const std::string& path, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::ofstream out(path);
-  out << "# kvbm hash vectors: written by tests/python/hash_vectors_test.cpp (seed " << seed << ")\n"
+  out << "# kvbm hash vectors: written by tests/python/hash_vectors_test.cpp (seed " << seed
+      << ")\n"
       << "# checked by that test against C++ and by tests/python/test_hashing.py against Python\n";
   const std::uint32_t sizes[] = {1, 4, 16, 32, 64};
   for (int i = 0; i < 48; ++i) {
@@ -117,7 +119,8 @@ void write_cases(const std::string& path, std::uint64_t seed) {
     if (rng() % 3 == 0) c.lora = random_name(rng);
     if (rng() % 3 == 0) c.cache_salt = random_name(rng);
     const std::size_t n = rng() % (c.block_size * 9 + 1);
-    for (std::size_t t = 0; t < n; ++t) c.tokens.push_back(static_cast<Token>(rng() % (i % 2 ? 4096 : 200'000)));
+    for (std::size_t t = 0; t < n; ++t)
+      c.tokens.push_back(static_cast<Token>(rng() % (i % 2 ? 4096 : 200'000)));
     const std::size_t full = n / c.block_size * c.block_size;
     if (full > 0 && rng() % 3 == 0) {
       std::vector<std::uint32_t> offsets(1 + rng() % 3);
@@ -158,7 +161,8 @@ TEST(HashVectors, FileMatchesTheCppApi) {
     seq.extend(c.tokens);
     ASSERT_EQ(seq.num_blocks(), c.sequence_hashes.size()) << "case " << i;
     for (std::size_t b = 0; b < seq.num_blocks(); ++b) {
-      EXPECT_EQ(seq.sequence_hashes()[b].value(), c.sequence_hashes[b]) << "case " << i << " block " << b;
+      EXPECT_EQ(seq.sequence_hashes()[b].value(), c.sequence_hashes[b])
+          << "case " << i << " block " << b;
     }
   }
 }
