@@ -182,6 +182,24 @@ def test_g4_shared_by_two_servers(tmp_path, redis_url):
     b.close()
 
 
+def test_ranks_get_their_own_g3_files(tmp_path):
+    """A persistent G3 file belongs to one process: two TP ranks on one directory each get a
+    subdirectory, and both work at once."""
+    extra = {"disk_directory": str(tmp_path), "disk_bytes": 64 * PAGE_BYTES,
+             "host_bytes": 16 * PAGE_BYTES, "device_blocks": 8, "page_bytes": PAGE_BYTES}
+    ranks = []
+    for r in range(2):
+        cfg = storage_config(dict(extra))
+        cfg.tp_rank, cfg.tp_size = r, 2
+        ranks.append(KvbmStorage(cfg, {}))
+    assert [os.path.basename(b.disk_directory) for b in ranks] == ["tp0-pp0-cp0-dp0", "tp1-pp0-cp0-dp0"]
+    for r, b in enumerate(ranks):
+        assert b.batch_set(page_hashes(2, f"rank{r}"), random_pages(2, r))
+    assert ranks[0].batch_exists(page_hashes(2, "rank1")) == 0  # TP shards hold different pages
+    for b in ranks:
+        b.close()
+
+
 def test_signatures_match_sglang():
     src = os.environ.get("KVBM_SGLANG_SOURCE")
     path = src and os.path.join(src, "sglang", "srt", "mem_cache", "hicache_storage.py")

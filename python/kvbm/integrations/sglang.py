@@ -73,7 +73,8 @@ class KvbmStorage(HiCacheStorage):
     """An SGLang HiCache storage backend on kvbm's G2, persistent G3 and optional G4.
 
     Options (``extra_config`` of HiCacheStorageConfig, or keyword arguments):
-      disk_directory   existing directory of the G3 file (required)
+      disk_directory   existing directory of the G3 file (required); a server of several
+                       ranks gets one subdirectory per rank (tp0-pp0-cp0-dp0, ...)
       disk_bytes       G3 size (default 64 GiB, preallocated)
       host_bytes       G2 size (default 1 GiB of pinned memory)
       device_blocks    G1 blocks, the landing zone of loads (default 64)
@@ -90,9 +91,15 @@ class KvbmStorage(HiCacheStorage):
         for k in ("backend_name", "module_path", "class_name", "interface_v1"):
             extra.pop(k, None)
         self.storage_config = storage_config
-        self.disk_directory = extra.pop("disk_directory", None)
-        if not self.disk_directory:
+        base = extra.pop("disk_directory", None)
+        if not base:
             raise kvbm.UsageError("KvbmStorage: extra_config needs 'disk_directory' (an existing directory)")
+        # One G3 file per rank: a persistent G3 file belongs to one process (it holds a lock), and
+        # every TP/PP/CP/DP rank of a server creates its own backend.
+        shard = self._shard_name(storage_config)
+        self.disk_directory = os.path.join(base, shard) if shard else base
+        if shard:
+            os.makedirs(self.disk_directory, exist_ok=True)
         self.disk_bytes = int(extra.pop("disk_bytes", 64 << 30))
         self.host_bytes = int(extra.pop("host_bytes", 1 << 30))
         self.device_blocks = int(extra.pop("device_blocks", 64))
@@ -109,6 +116,17 @@ class KvbmStorage(HiCacheStorage):
         self.mem_pool_host = None
         if self.page_bytes is not None:
             self._manager(int(self.page_bytes))
+
+    @staticmethod
+    def _shard_name(cfg) -> str:
+        """'' for a single-rank server, else the rank's subdirectory name."""
+        if cfg is None:
+            return ""
+        sizes = (getattr(cfg, "tp_size", 1), getattr(cfg, "pp_size", 1), getattr(cfg, "attn_cp_size", 1))
+        if sizes == (1, 1, 1) and not getattr(cfg, "dp_rank", 0):
+            return ""
+        return (f"tp{cfg.tp_rank}-pp{getattr(cfg, 'pp_rank', 0)}-cp{getattr(cfg, 'attn_cp_rank', 0)}"
+                f"-dp{getattr(cfg, 'dp_rank', 0)}")
 
     @staticmethod
     def _default_namespace(cfg) -> str:
