@@ -9,7 +9,7 @@ docs/architecture.md draws). A file may include its own layer and the layers
 below it; including a higher layer, or a file the table does not place, fails
 with the file, the line and the rule broken. src/ mirrors include/kvbm/: a
 source has the layer of the header it implements (src/facade/ and its
-internal headers are the facade).
+internal headers are the facade; src/python/, the Python extension, sits on top).
 """
 
 import re
@@ -29,6 +29,7 @@ LAYERS = [
     ("offload", ["offload/"]),
     ("facade", ["kv_block_manager.h", "kv_block_manager_stats.h", "admission.h", "facade/"]),
     ("umbrella", ["kvbm.h"]),
+    ("bindings", ["python/"]),
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -79,7 +79,8 @@ if [[ ! -f "$dir/compile_commands.json" ]]; then
   kvbm_configure_preset threadsafety >/dev/null || { kvbm_err "configure failed"; exit 1; }
 fi
 # Generated headers (kvbm/config.h) come with the configure step; nothing needs building.
-mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- 'src/*.cpp')
+# src/python/ (the extension) is left out: its compile commands are scikit-build-core's, not the preset's.
+mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- 'src/*.cpp' ':!src/python/*')
 kvbm_log "$clang_tidy on ${#sources[@]} library sources (-j$KVBM_JOBS)"
 log="$dir/clang-tidy.log"
 printf '%s\0' "${sources[@]}" |

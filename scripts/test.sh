@@ -13,6 +13,13 @@
 #             TSan from starting ("unexpected memory mapping")
 #   package   scripts/package_test.sh: install, then build consumers with find_package()
 #             and add_subdirectory()
+#   python    the Python package (docs/python.md): a virtual environment $KVBM_BUILD_ROOT/venv,
+#             nanobind, scikit-build-core, numpy and pytest installed with pip, `pip install .`
+#             (the library and its extension built in build/python/, through ccache), then
+#             pytest over tests/python/ (bindings, vLLM and SGLang integrations, the example).
+#             The hash vectors are compared with fresh ones from the release tree's C++ test
+#             when it is built; KVBM_VLLM_SOURCE / KVBM_SGLANG_SOURCE (unpacked wheels) add the
+#             signature checks against the engines' own interface files.
 #   threadsafety  preset `threadsafety`: the library and its tests built with clang and
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
@@ -49,7 +56,7 @@ if [[ -n "${KVBM_STAGES:-}" ]]; then
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
   stages=(layers release package)
 else
-  stages=(layers release asan tsan package threadsafety lint fuzz)
+  stages=(layers release asan tsan package python threadsafety lint fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
@@ -210,6 +217,45 @@ stage_package() {
   fi
 }
 
+# Builds and installs the Python package into $KVBM_BUILD_ROOT/venv and runs pytest over
+# tests/python/. pip installs the build tools there (not the system's); the C++ build goes through
+# ccache when it is installed and keeps its tree in build/python/ (pyproject.toml), so a second
+# run recompiles only what changed.
+stage_python() {
+  local venv="$KVBM_BUILD_ROOT/venv" py="${KVBM_PYTHON:-python3}"
+  if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
+    detail="$py >= 3.9 not found (set KVBM_PYTHON to one)"
+    return 1
+  fi
+  if [[ ! -x "$venv/bin/python" ]] && ! "$py" -m venv "$venv"; then
+    detail="cannot create $venv (python3-venv missing? bash scripts/deps.sh)"
+    return 1
+  fi
+  kvbm_log "python: tools into $venv"
+  if ! "$venv/bin/python" -m pip install -q nanobind scikit-build-core numpy pytest; then
+    detail="pip could not install nanobind, scikit-build-core, numpy, pytest"
+    return 1
+  fi
+  local cmake_args="${CMAKE_ARGS:-}"
+  if command -v ccache >/dev/null 2>&1; then cmake_args+=" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"; fi
+  kvbm_log "python: pip install . (-j$KVBM_JOBS)"
+  if ! CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$KVBM_JOBS" \
+    "$venv/bin/python" -m pip install -q --no-build-isolation "$KVBM_ROOT"; then
+    detail="pip install . failed: see the build output above"
+    return 1
+  fi
+  local vectors="$KVBM_BUILD_ROOT/release/tests/python_hash_vectors_test"
+  [[ -x "$vectors" ]] || vectors=""
+  local log="$KVBM_BUILD_ROOT/venv/pytest.log"
+  kvbm_log "python: pytest tests/python"
+  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$vectors" "$venv/bin/python" -m pytest -q -rs \
+    tests/python) 2>&1 | tee "$log"
+  local rc="${PIPESTATUS[0]}"
+  detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
+  [[ -n "$detail" ]] || detail="pytest exited with $rc"
+  return "$rc"
+}
+
 # Builds the preset threadsafety: clang with -Wthread-safety as an error, library and tests.
 # The sources with a CUDA-only part (#if KVBM_HAVE_CUDA): the preset builds without CUDA, so
 # they are checked again with clang -fsyntax-only against the CUDA toolkit's headers, with a
@@ -233,7 +279,7 @@ check_cuda_sources() {
       -DKVBM_HAVE_CUDA=1 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DMSGPACK_NO_BOOST \
       -I"$tmp" -I"$KVBM_ROOT/include" -I"$tree/include" -I"$KVBM_ROOT/src" -I"$KVBM_ROOT/cuda" \
       -isystem "$cuda_inc" "$KVBM_ROOT/$f" || rc=1
-  done < <(cd "$KVBM_ROOT" && git ls-files --cached --others --exclude-standard -- 'src/*.cpp' |
+  done < <(cd "$KVBM_ROOT" && git ls-files --cached --others --exclude-standard -- 'src/*.cpp' ':!src/python/*' |
     xargs grep -l '^#if KVBM_HAVE_CUDA')
   rm -rf "$tmp"
   return "$rc"
@@ -362,7 +408,7 @@ kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null 
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_$stage" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package threadsafety lint fuzz)"
+    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package python threadsafety lint fuzz)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then

@@ -1,0 +1,292 @@
+"""kvbm as an SGLang HiCache storage backend: ``kvbm.integrations.sglang.KvbmStorage``.
+
+SGLang's hierarchical cache backs its host KV pool with a storage backend it can
+load by module path (``python/sglang/srt/mem_cache/hicache_storage.py``,
+``HiCacheStorage``; ``storage/backend_factory.py``)::
+
+    python -m sglang.launch_server ... --enable-hierarchical-cache \\
+        --hicache-storage-backend dynamic \\
+        --hicache-storage-backend-extra-config '{"backend_name": "kvbm",
+            "module_path": "kvbm.integrations.sglang", "class_name": "KvbmStorage",
+            "disk_directory": "/nvme/kvbm", "disk_bytes": 200000000000,
+            "remote_urls": ["redis://cache-0:6379"]}'
+
+Each page (all layers of page_size tokens, as SGLang's host pool hands it out
+flat) is one kvbm block keyed by its page hash: stored into G2, written
+through to G3 (a persistent, checksummed file) and, when configured, G4
+(Redis, shared by instances). A restarted server finds the pages the last one
+stored; a page whose bytes fail their check is a miss and is never returned.
+
+The interface methods keep SGLang's signatures (the generic ``get``/``set``/
+``batch_get``/``batch_set``/``exists``/``batch_exists`` path, and
+``batch_get_v1``/``batch_set_v1`` through the registered host pool, used with
+``"interface_v1": 1``). SGLang is not needed to import this module: when it
+imports, ``KvbmStorage`` subclasses the real ``HiCacheStorage``.
+
+Buffers are whatever SGLang passes (torch tensors) or NumPy arrays: they reach
+kvbm through DLPack / the buffer protocol without a copy; torch is never
+imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, List, Optional
+
+import numpy as np
+
+import kvbm
+
+try:
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageExtraInfo
+
+    HAVE_SGLANG = True
+except Exception:  # ImportError, or SGLang present without a working torch
+    HAVE_SGLANG = False
+    HiCacheStorageExtraInfo = Any  # type: ignore[misc,assignment]
+
+    class HiCacheStorage:  # noqa: D101  (stands in for SGLang's ABC)
+        def register_mem_pool_host(self, mem_pool_host):
+            self.mem_pool_host = mem_pool_host
+
+
+__all__ = ["KvbmStorage", "HAVE_SGLANG"]
+
+_G3_FILE = "kvbm.slots"  # the persistent G3 file's name in disk_directory (docs/disk_tier.md)
+
+
+def _as_bytes_buffer(x):
+    """A tensor or array as something kvbm's buffers accept (no copy)."""
+    if hasattr(x, "__dlpack__") or isinstance(x, np.ndarray):
+        return x
+    return np.asarray(x)
+
+
+def _nbytes(x) -> int:
+    if hasattr(x, "nbytes"):
+        return int(x.nbytes)
+    return int(x.numel() * x.element_size())  # torch tensors before 2.1 lack .nbytes
+
+
+class KvbmStorage(HiCacheStorage):
+    """An SGLang HiCache storage backend on kvbm's G2, persistent G3 and optional G4.
+
+    Options (``extra_config`` of HiCacheStorageConfig, or keyword arguments):
+      disk_directory   existing directory of the G3 file (required); a server of several
+                       ranks gets one subdirectory per rank (tp0-pp0-cp0-dp0, ...)
+      disk_bytes       G3 size (default 64 GiB, preallocated)
+      host_bytes       G2 size (default 1 GiB of pinned memory)
+      device_blocks    G1 blocks, the landing zone of loads (default 64)
+      page_bytes       bytes of one page; otherwise learnt from the host pool or the
+                       first page stored or read
+      namespace        what makes pages reusable (default: model, TP/PP/CP shard)
+      remote_urls      G4 Redis URLs (remote_model, remote_dtype,
+                       remote_user_namespace as in kvbm.RemoteTierConfig)
+    """
+
+    def __init__(self, storage_config: Any = None, kwargs: Optional[dict] = None, **options: Any):
+        extra = dict(getattr(storage_config, "extra_config", None) or {})
+        extra.update(options)
+        for k in ("backend_name", "module_path", "class_name", "interface_v1"):
+            extra.pop(k, None)
+        self.storage_config = storage_config
+        base = extra.pop("disk_directory", None)
+        if not base:
+            raise kvbm.UsageError("KvbmStorage: extra_config needs 'disk_directory' (an existing directory)")
+        # One G3 file per rank: a persistent G3 file belongs to one process (it holds a lock), and
+        # every TP/PP/CP/DP rank of a server creates its own backend.
+        shard = self._shard_name(storage_config)
+        self.disk_directory = os.path.join(base, shard) if shard else base
+        if shard:
+            os.makedirs(self.disk_directory, exist_ok=True)
+        self.disk_bytes = int(extra.pop("disk_bytes", 64 << 30))
+        self.host_bytes = int(extra.pop("host_bytes", 1 << 30))
+        self.device_blocks = int(extra.pop("device_blocks", 64))
+        self.page_bytes = extra.pop("page_bytes", None)
+        self.namespace = extra.pop("namespace", None) or self._default_namespace(storage_config)
+        self.remote_urls = list(extra.pop("remote_urls", None) or [])
+        self.remote_model = extra.pop("remote_model", None)
+        self.remote_dtype = extra.pop("remote_dtype", "")
+        self.remote_user_namespace = extra.pop("remote_user_namespace", "")
+        if extra:
+            raise kvbm.UsageError(f"KvbmStorage: unknown option(s) {sorted(extra)}")
+        self._lock = threading.Lock()
+        self.kv: Optional[kvbm.KvBlockManager] = None
+        self.mem_pool_host = None
+        if self.page_bytes is not None:
+            self._manager(int(self.page_bytes))
+
+    @staticmethod
+    def _shard_name(cfg) -> str:
+        """'' for a single-rank server, else the rank's subdirectory name."""
+        if cfg is None:
+            return ""
+        sizes = (getattr(cfg, "tp_size", 1), getattr(cfg, "pp_size", 1), getattr(cfg, "attn_cp_size", 1))
+        if sizes == (1, 1, 1) and not getattr(cfg, "dp_rank", 0):
+            return ""
+        return (f"tp{cfg.tp_rank}-pp{getattr(cfg, 'pp_rank', 0)}-cp{getattr(cfg, 'attn_cp_rank', 0)}"
+                f"-dp{getattr(cfg, 'dp_rank', 0)}")
+
+    @staticmethod
+    def _default_namespace(cfg) -> str:
+        if cfg is None:
+            return "default"
+        model = getattr(cfg, "model_name", None) or "unknown-model"
+        mla = bool(getattr(cfg, "is_mla_model", False))
+        parts = [model.replace("/", "-")]
+        if not mla:  # MLA pages are the same on every TP rank
+            parts.append(f"tp{cfg.tp_rank}/{cfg.tp_size}")
+        if getattr(cfg, "pp_size", 1) > 1:
+            parts.append(f"pp{cfg.pp_rank}/{cfg.pp_size}")
+        if getattr(cfg, "attn_cp_size", 1) > 1:
+            parts.append(f"cp{cfg.attn_cp_rank}/{cfg.attn_cp_size}")
+        return "|".join(parts)
+
+    # -- the manager, built once the page size is known ------------------------------
+
+    def _manager(self, page_bytes: int) -> kvbm.KvBlockManager:
+        with self._lock:
+            if self.kv is None:
+                cfg = kvbm.KvBlockManagerConfig(
+                    layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
+                                             inner_dim=page_bytes, dtype_bytes=1),
+                    device_layout=kvbm.LayoutKind.FULLY_CONTIGUOUS,
+                    device=kvbm.TierConfig(blocks=self.device_blocks),
+                    host=kvbm.TierConfig(bytes=self.host_bytes),
+                    disk=kvbm.TierConfig(bytes=self.disk_bytes),
+                    disk_directory=self.disk_directory,
+                    disk_persistent=True,
+                    disk_namespace=self.namespace,
+                    device_to_host=kvbm.OffloadMode.NONE,
+                )
+                if self.remote_urls:
+                    cfg.remote.urls = self.remote_urls
+                    cfg.remote.model = self.remote_model or self.namespace
+                    cfg.remote.dtype = self.remote_dtype
+                    cfg.remote.user_namespace = self.remote_user_namespace
+                    cfg.host_to_remote = kvbm.OffloadMode.WRITE_THROUGH
+                self.kv = kvbm.KvBlockManager(cfg)
+                self.page_bytes = page_bytes
+            elif page_bytes != self.page_bytes:
+                raise kvbm.UsageError(
+                    f"KvbmStorage: a page of {page_bytes} bytes, but pages are {self.page_bytes} bytes")
+            return self.kv
+
+    def register_mem_pool_host(self, mem_pool_host) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        self.mem_pool_host = mem_pool_host
+        page = getattr(mem_pool_host, "get_dummy_flat_data_page", lambda: None)()
+        if page is not None and _nbytes(page) > 0:
+            self._manager(_nbytes(page))
+
+    # -- the generic interface ----------------------------------------------------------
+
+    def get(self, key: str, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None):
+        """Reads the page into target_location and returns it; None when absent or corrupt."""
+        return self.batch_get([key], [target_location] if target_location is not None else None)[0]
+
+    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None):
+        """Reads the longest stored prefix of `keys` into their targets; None from the first
+        page that is absent (or fails its check) on."""
+        if not keys:
+            return []
+        if target_locations is None:
+            if self.page_bytes is None:
+                return [None] * len(keys)
+            target_locations = [np.empty(int(self.page_bytes), dtype=np.uint8) for _ in keys]
+        targets = [_as_bytes_buffer(t) for t in target_locations]
+        kv = self._manager(_nbytes(targets[0]))
+        n = kv.load(kvbm.hash_keys(keys), targets, chained=False)
+        return [t if i < n else None for i, t in enumerate(target_locations)]
+
+    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> bool:
+        """Stores one page; True when kvbm holds it (stored now or before)."""
+        return self.batch_set([key], [value if value is not None else target_location])
+
+    def batch_set(self, keys: List[str], values: Optional[Any] = None,
+                  target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
+        """Stores the pages; True when kvbm holds every one of them."""
+        if not keys:
+            return True
+        values = values if values is not None else target_locations
+        if values is None:
+            return False
+        buffers = [_as_bytes_buffer(v) for v in values]
+        kv = self._manager(_nbytes(buffers[0]))
+        return kv.store(kvbm.hash_keys(keys), buffers, chained=False) == len(keys)
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+        """The number of leading keys stored (G1-G3, then G4 in one round trip)."""
+        if not keys or self.kv is None:
+            return 0
+        hashes = kvbm.hash_keys(keys)
+        local = self.kv.present(hashes, chained=False)
+        n = int(np.argmin(local > 0)) if not local.all() else len(keys)
+        if n == len(keys) or not self.remote_urls:
+            return n
+        return int(self.kv.probe(hashes, chained=False).total)
+
+    # -- the zero-copy interface ("interface_v1": 1), through the host pool ----------------
+
+    def batch_get_v1(self, keys: List[str], host_indices: Any,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        pool = self._host_pool()
+        pages = [pool.get_dummy_flat_data_page() for _ in keys]
+        got = self.batch_get(keys, pages)
+        out = []
+        for i, page in enumerate(got):
+            if page is None:
+                out.append(False)
+                continue
+            pool.set_from_flat_data_page(host_indices[i * pool.page_size], page)
+            out.append(True)
+        return out
+
+    def batch_set_v1(self, keys: List[str], host_indices: Any,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        pool = self._host_pool()
+        pages = [pool.get_data_page(host_indices[i * pool.page_size], flat=True) for i in range(len(keys))]
+        ok = self.batch_set(keys, pages)
+        return [ok] * len(keys)
+
+    def _host_pool(self):
+        if self.mem_pool_host is None:
+            raise kvbm.UsageError("KvbmStorage: batch_*_v1 needs register_mem_pool_host() first")
+        return self.mem_pool_host
+
+    # -- housekeeping -------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Forgets every page: the manager is closed and its G3 file removed."""
+        with self._lock:
+            kv, self.kv = self.kv, None
+        if kv is not None:
+            kv.close()
+        try:
+            os.remove(os.path.join(self.disk_directory, _G3_FILE))
+        except FileNotFoundError:
+            pass
+        if self.page_bytes is not None:
+            self._manager(int(self.page_bytes))
+
+    def get_stats(self):
+        return None
+
+    def kvbm_stats(self) -> Optional[dict]:
+        """kvbm's own counters (KvBlockManager.stats()), or None before the first page."""
+        return self.kv.stats() if self.kv is not None else None
+
+    def close(self) -> None:
+        """Waits for kvbm's writes to G3/G4 and closes the manager."""
+        with self._lock:
+            kv, self.kv = self.kv, None
+        if kv is not None:
+            kv.drain()
+            kv.close()

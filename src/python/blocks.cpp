@@ -1,0 +1,154 @@
+// src/python/blocks.cpp: block handles, onboarding and offload handles in Python.
+//
+// The handles are the library's own, one Python class per tier:
+// MutableBlockG1/G2 (allocated, writable, not yet registered) and
+// ImmutableBlockG1/G2/G3 (registered, shared). Dropping the Python object, or
+// release(), returns the block to its pool on any thread, also after the
+// manager is gone. A released handle is empty: valid is False and any other
+// use raises kvbm.UsageError naming the call.
+
+#include <chrono>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "kvbm/kv_block_manager.h"
+#include "python/bindings.h"
+
+namespace kvbm::python {
+
+namespace {
+
+using namespace nb::literals;
+
+template <TierMarker T>
+constexpr const char* tier_name() {
+  if constexpr (std::is_same_v<T, G1>) return "G1";
+  if constexpr (std::is_same_v<T, G2>) return "G2";
+  return "G3";
+}
+
+template <class Handle>
+void release(Handle& h) {
+  Handle gone = std::move(h);  // returns the block to its pool here
+}
+
+template <TierMarker T>
+void bind_immutable(nb::module_& m, const char* name) {
+  using B = ImmutableBlock<T>;
+  nb::class_<B>(m, name, "A registered block (shared); see kvbm/blocks/immutable_block.h.")
+      .def_prop_ro("valid", &B::valid, "False once released")
+      .def_prop_ro("tier", [](const B&) { return tier_name<T>(); })
+      .def_prop_ro("block_id", &B::block_id, "the block's index in its pool")
+      .def_prop_ro("sequence_hash", [](const B& b) { return b.sequence_hash().value(); })
+      .def_prop_ro("position", [](const B& b) { return b.sequence_hash().position(); })
+      .def_prop_ro("parent",
+                   [](const B& b) -> std::optional<std::uint64_t> {
+                     const SequenceHash& h = b.sequence_hash();
+                     if (!h.has_parent()) return std::nullopt;
+                     return h.parent();
+                   })
+      .def_prop_ro("use_count", &B::use_count, "strong references (a snapshot)")
+      .def(
+          "clone", [](const B& b) { return B(b); }, "Returns another strong handle on the block.")
+      .def("release", &release<B>, "Drops this handle now (the block stays cached if registered).")
+      .def("__repr__", [name](const B& b) {
+        if (!b.valid()) return std::string("<kvbm.") + name + " released>";
+        return std::string("<kvbm.") + name + " id=" + std::to_string(b.block_id()) +
+               " hash=" + std::to_string(b.sequence_hash().value()) + ">";
+      });
+}
+
+template <TierMarker T>
+void bind_mutable(nb::module_& m, const char* name) {
+  using B = MutableBlock<T>;
+  nb::class_<B>(m, name,
+                "An allocated block, exclusively owned and writable; KvBlockManager.register() "
+                "stages and registers it.")
+      .def_prop_ro("valid", &B::valid, "False once released or registered")
+      .def_prop_ro("tier", [](const B&) { return tier_name<T>(); })
+      .def_prop_ro("block_id", &B::block_id)
+      .def_prop_ro("block_size", &B::block_size, "tokens")
+      .def("release", &release<B>, "Returns the block to the free pool now.");
+}
+
+}  // namespace
+
+void bind_blocks(nb::module_& m) {
+  nb::enum_<TierId>(m, "TierId", "A tier: G1 device, G2 host, G3 disk, G4 remote.")
+      .value("G1", TierId::kG1)
+      .value("G2", TierId::kG2)
+      .value("G3", TierId::kG3)
+      .value("G4", TierId::kG4);
+  nb::enum_<TransferStatus>(m, "TransferStatus")
+      .value("QUEUED", TransferStatus::kQueued)
+      .value("WAITING", TransferStatus::kWaiting)
+      .value("BATCHED", TransferStatus::kBatched)
+      .value("TRANSFERRING", TransferStatus::kTransferring)
+      .value("DONE", TransferStatus::kDone)
+      .value("FAILED", TransferStatus::kFailed)
+      .value("CANCELLED", TransferStatus::kCancelled);
+
+  bind_mutable<G1>(m, "MutableBlockG1");
+  bind_mutable<G2>(m, "MutableBlockG2");
+  bind_immutable<G1>(m, "ImmutableBlockG1");
+  bind_immutable<G2>(m, "ImmutableBlockG2");
+  bind_immutable<G3>(m, "ImmutableBlockG3");
+
+  nb::class_<OnboardCounts>(m, "OnboardCounts", "Where an onboarded (or probed) prefix comes from.")
+      .def(nb::init<>())
+      .def_rw("device", &OnboardCounts::device, "already in G1")
+      .def_rw("host", &OnboardCounts::host, "from G2")
+      .def_rw("disk", &OnboardCounts::disk, "from G3")
+      .def_rw("remote", &OnboardCounts::remote, "from G4 (through G2), verified")
+      .def_rw("failed", &OnboardCounts::failed, "copies that failed (the prefix ends before)")
+      .def_rw("no_space", &OnboardCounts::no_space, "found below G1 but no room in G1")
+      .def_prop_ro("total", &OnboardCounts::total, "device + host + disk + remote")
+      .def("__repr__", [](const OnboardCounts& c) {
+        return "OnboardCounts(device=" + std::to_string(c.device) +
+               ", host=" + std::to_string(c.host) + ", disk=" + std::to_string(c.disk) +
+               ", remote=" + std::to_string(c.remote) + ", failed=" + std::to_string(c.failed) +
+               ", no_space=" + std::to_string(c.no_space) + ")";
+      });
+
+  nb::class_<OnboardHandle>(
+      m, "OnboardHandle",
+      "One onboarding (KvBlockManager.onboard); dropping it releases the prefix.")
+      .def_prop_ro("valid", &OnboardHandle::valid)
+      .def("status", &OnboardHandle::status)
+      .def(
+          "wait",
+          [](const OnboardHandle& h,
+             std::optional<double> timeout_s) -> std::optional<TransferStatus> {
+            nb::gil_scoped_release release;
+            if (!timeout_s) return h.wait();
+            const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::duration<double>(*timeout_s));
+            if (!h.wait_for(ns)) return std::nullopt;
+            return h.status();
+          },
+          "timeout_s"_a = nb::none(),
+          "Waits until the onboarding ends (or timeout_s passes: then returns None); returns the "
+          "status.")
+      .def("cancel", &OnboardHandle::cancel, nb::call_guard<nb::gil_scoped_release>(),
+           "Discards the onboarding; returns False when it had already finished.")
+      .def("take_blocks", &OnboardHandle::take_blocks, nb::call_guard<nb::gil_scoped_release>(),
+           "Waits, then returns the prefix's G1 blocks in order (once).")
+      .def("counts", &OnboardHandle::counts, nb::call_guard<nb::gil_scoped_release>())
+      .def("sources", &OnboardHandle::sources, nb::call_guard<nb::gil_scoped_release>(),
+           "Waits, then returns the tier each block came from.")
+      .def("error", &OnboardHandle::error, nb::call_guard<nb::gil_scoped_release>(),
+           "Waits, then returns the first copy error ('' when none).");
+
+  nb::class_<TransferHandle>(m, "TransferHandle", "One offload (KvBlockManager.offload).")
+      .def_prop_ro("valid", &TransferHandle::valid)
+      .def("status", &TransferHandle::status)
+      .def_prop_ro("block_count", &TransferHandle::block_count)
+      .def("wait", &TransferHandle::wait, nb::call_guard<nb::gil_scoped_release>())
+      .def("cancel", &TransferHandle::cancel, nb::call_guard<nb::gil_scoped_release>());
+}
+
+}  // namespace kvbm::python

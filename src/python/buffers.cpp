@@ -1,0 +1,400 @@
+// src/python/buffers.cpp: block bytes to and from NumPy (or any DLPack) buffers.
+//
+//   view(block) / region_view(block, layer, outer)   an array over the block's own memory
+//   write(blocks, src, rows) / read(blocks, dst, rows) copies between rows of a buffer and blocks
+//   store(hashes, src, rows) / load(hashes, dst, rows) the engine path: allocate, copy, register
+//                                                      / onboard, copy out, in one call
+//
+// A buffer is C-contiguous host memory seen as rows of block_bytes bytes (any
+// dtype; its size must be a whole number of blocks). A block's bytes in a row
+// are its (layer, outer) regions in that order, whatever the pool's layout, so
+// a row written to G1 reads back the same from G2 or after a trip through G3.
+// `rows` (int64) picks the row of each block; without it block i is row i.
+// The buffer's address is used as given (no copy on the way in or out):
+// _address(buffer) returns it as C++ sees it.
+//
+// G1 memory is host memory when device_emulated; on a GPU it is device memory:
+// views are then DLPack tensors on that device (torch.from_dlpack reads them)
+// and copies go through cudaMemcpy (CUDA builds only).
+
+#include <cstring>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+#include <optional>
+#include <vector>
+
+#include "kvbm/config.h"
+#include "kvbm/kv_block_manager.h"
+#include "python/bindings.h"
+
+#if KVBM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace kvbm::python {
+
+namespace {
+
+using namespace nb::literals;
+
+template <TierMarker T>
+const Layout& layout_of(KvBlockManager& kv) {
+  KVBM_CHECK(kv.config().move_bytes,
+             "block bytes: the manager was built with move_bytes = False "
+             "(metadata only); it holds no bytes");
+  if constexpr (std::is_same_v<T, G1>) {
+    return kv.device_layout();
+  } else {
+    KVBM_CHECK(kv.host() != nullptr, "block bytes: the manager has no G2");
+    return kv.host_layout();
+  }
+}
+
+template <TierMarker T>
+bool host_accessible(KvBlockManager& kv) {
+  if constexpr (std::is_same_v<T, G1>) return kv.device_emulated();
+  return true;
+}
+
+/// Copies n bytes; `device` when either side may be device memory.
+void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
+  if (!device) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+#if KVBM_HAVE_CUDA
+  const cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+  if (err != cudaSuccess) {
+    throw RuntimeError(
+        ErrorKind::kDevice, static_cast<int>(err),
+        std::string("copy to or from G1: cudaMemcpy failed: ") + cudaGetErrorString(err));
+  }
+#else
+  KVBM_CHECK(false, "G1 is device memory but this build has no CUDA");
+#endif
+}
+
+/// Where each block's bytes go or come from: one row of block_bytes per block.
+struct Rows {
+  std::vector<std::uint8_t*> ptrs;  // block i <-> ptrs[i]
+
+  std::uint8_t* row(std::size_t i) const { return ptrs[i]; }
+};
+
+Rows rows_of(const HostBuffer& buffer, std::size_t block_bytes, std::size_t blocks,
+             const std::optional<RowArray>& rows, const char* what) {
+  const auto bytes = bytes_of(buffer);
+  KVBM_CHECK(bytes.size() % block_bytes == 0, what, ": the buffer holds ", bytes.size(),
+             " bytes, not a whole number of blocks of ", block_bytes, " bytes");
+  const std::size_t count = bytes.size() / block_bytes;
+  Rows r;
+  r.ptrs.reserve(blocks);
+  if (rows) {
+    KVBM_CHECK(rows->shape(0) == blocks, what, ": ", rows->shape(0), " rows for ", blocks,
+               " blocks; give one row per block");
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const std::int64_t row = rows->data()[i];
+      KVBM_CHECK(row >= 0 && static_cast<std::size_t>(row) < count, what, ": row ", row,
+                 " is outside the buffer's ", count, " blocks");
+      r.ptrs.push_back(bytes.data() + static_cast<std::size_t>(row) * block_bytes);
+    }
+  } else {
+    KVBM_CHECK(blocks <= count, what, ": ", blocks, " blocks but the buffer holds only ", count);
+    for (std::size_t i = 0; i < blocks; ++i) r.ptrs.push_back(bytes.data() + i * block_bytes);
+  }
+  return r;
+}
+
+/// One buffer per block, each exactly block_bytes.
+Rows rows_of(const std::vector<HostBuffer>& buffers, std::size_t block_bytes, std::size_t blocks,
+             const char* what) {
+  KVBM_CHECK(buffers.size() == blocks, what, ": ", buffers.size(), " buffers for ", blocks,
+             " hashes; give one buffer per hash");
+  Rows r;
+  r.ptrs.reserve(blocks);
+  for (std::size_t i = 0; i < blocks; ++i) {
+    const auto bytes = bytes_of(buffers[i]);
+    KVBM_CHECK(bytes.size() == block_bytes, what, ": buffer ", i, " holds ", bytes.size(),
+               " bytes; a block is ", block_bytes);
+    r.ptrs.push_back(bytes.data());
+  }
+  return r;
+}
+
+/// Copies between one block's regions and a row of block_bytes.
+void copy_block(const Layout& layout, BlockId id, std::uint8_t* row, bool into_block, bool device,
+                std::vector<Region>& scratch) {
+  scratch.clear();
+  layout.append_regions(id, scratch);
+  std::size_t off = 0;
+  for (const Region& r : scratch) {
+    auto* mem = reinterpret_cast<std::uint8_t*>(r.addr);
+    if (into_block) {
+      copy_bytes(mem, row + off, r.size, device);
+    } else {
+      copy_bytes(row + off, mem, r.size, device);
+    }
+    off += r.size;
+  }
+}
+
+template <class Block>
+std::vector<BlockId> ids_of(const std::vector<Block*>& blocks, const char* what) {
+  std::vector<BlockId> ids;
+  ids.reserve(blocks.size());
+  for (const Block* b : blocks) {
+    KVBM_CHECK(b != nullptr && b->valid(), what, ": a block was released");
+    ids.push_back(b->block_id());
+  }
+  return ids;
+}
+
+template <TierMarker T, class Block>
+void copy_blocks(Manager& m, const std::vector<Block*>& blocks, const HostBuffer& buffer,
+                 const std::optional<RowArray>& rows, bool into_block, const char* what) {
+  KvBlockManager& kv = m.get();
+  const Layout& layout = layout_of<T>(kv);
+  const bool device = !host_accessible<T>(kv);
+  const std::vector<BlockId> ids = ids_of(blocks, what);
+  const Rows r = rows_of(buffer, kv.block_bytes(), ids.size(), rows, what);
+  nb::gil_scoped_release release;
+  std::vector<Region> scratch;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    copy_block(layout, ids[i], r.row(i), into_block, device, scratch);
+}
+
+/// An array over [addr, addr + size) that keeps `owner` alive.
+nb::object array_over(std::uintptr_t addr, std::size_t size, bool writable, bool device,
+                      int device_id, nb::handle owner) {
+  const std::size_t shape[1] = {size};
+  if (!device) {
+    if (writable) {
+      return nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(
+          reinterpret_cast<std::uint8_t*>(addr), 1, shape, owner));
+    }
+    return nb::cast(nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>>(
+        reinterpret_cast<const std::uint8_t*>(addr), 1, shape, owner));
+  }
+  return nb::cast(nb::ndarray<std::uint8_t, nb::ndim<1>>(
+      reinterpret_cast<std::uint8_t*>(addr), 1, shape, owner, nullptr, nb::dtype<std::uint8_t>(),
+      nb::device::cuda::value, device_id));
+}
+
+/// The owner of a view: the manager's memory (a strong reference that close() does not
+/// drop) and the Python block object.
+nb::object view_owner(const Manager& m, nb::handle block_obj) {
+  auto* kv = new std::shared_ptr<KvBlockManager>(m.kv);
+  nb::capsule memory(
+      kv, [](void* p) noexcept { delete static_cast<std::shared_ptr<KvBlockManager>*>(p); });
+  return nb::make_tuple(memory, block_obj);
+}
+
+template <TierMarker T, class Block>
+void def_views(nb::class_<Manager>& cls, bool writable) {
+  cls.def(
+      "view",
+      [writable](nb::handle self, nb::handle_t<Block> block_obj) {
+        Manager& m = nb::cast<Manager&>(self);
+        const Block& b = nb::cast<const Block&>(block_obj);
+        KvBlockManager& kv = m.get();
+        const Layout& layout = layout_of<T>(kv);
+        KVBM_CHECK(layout.kind() == LayoutKind::kFullyContiguous,
+                   "view: the pool's layout is layer separated, so a block is not one range of "
+                   "memory; use region_view(block, layer, outer), or set "
+                   "config.device_layout = LayoutKind.FULLY_CONTIGUOUS");
+        const Region r = layout.block_region(b.block_id());
+        return array_over(r.addr, r.size, writable, !host_accessible<T>(kv),
+                          kv.config().cuda_device, view_owner(m, block_obj));
+      },
+      "block"_a,
+      "Returns a uint8 array over the block's memory (no copy; read-only for a registered block). "
+      "It keeps the manager's memory alive; its bytes are the block's only while the block is "
+      "held.");
+  cls.def(
+      "region_view",
+      [writable](nb::handle self, nb::handle_t<Block> block_obj, std::uint32_t layer,
+                 std::uint32_t outer) {
+        Manager& m = nb::cast<Manager&>(self);
+        const Block& b = nb::cast<const Block&>(block_obj);
+        KvBlockManager& kv = m.get();
+        const Region r = layout_of<T>(kv).region(b.block_id(), layer, outer);
+        return array_over(r.addr, r.size, writable, !host_accessible<T>(kv),
+                          kv.config().cuda_device, view_owner(m, block_obj));
+      },
+      "block"_a, "layer"_a, "outer"_a,
+      "Returns a uint8 array over one (layer, outer) region of the block.");
+}
+
+template <TierMarker T>
+std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hashes,
+                       const Rows& rows) {
+  BlockManager<T>* pool = nullptr;
+  if constexpr (std::is_same_v<T, G1>) {
+    pool = &kv.device();
+  } else {
+    pool = kv.host();
+    KVBM_CHECK(pool != nullptr, "store: the manager has no G2; store into G1 (tier=TierId.G1)");
+  }
+  const Layout& layout = layout_of<T>(kv);
+  const bool device = !host_accessible<T>(kv);
+  const std::vector<bool> present = pool->registry()->template presence<T>(hashes);
+  std::vector<std::size_t> missing;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (!present[i]) missing.push_back(i);
+  }
+  std::vector<MutableBlock<T>> blocks = pool->allocate_at_most(missing.size());
+  std::vector<CompleteBlock<T>> complete;
+  complete.reserve(blocks.size());
+  std::vector<Region> scratch;
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    copy_block(layout, blocks[k].block_id(), rows.row(missing[k]), true, device, scratch);
+    auto staged = std::move(blocks[k]).stage(hashes[missing[k]], kv.block_size());
+    KVBM_CHECK(staged.ok(), "store: ", staged.error().reason);
+    complete.push_back(std::move(staged).value());
+  }
+  if constexpr (std::is_same_v<T, G1>) {
+    auto registered = kv.register_blocks(std::move(complete));
+  } else {
+    auto registered = pool->register_blocks(std::move(complete));
+  }
+  return hashes.size() - missing.size() + blocks.size();
+}
+
+std::size_t store(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained,
+                  TierId tier) {
+  const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
+  KVBM_CHECK(tier == TierId::kG1 || tier == TierId::kG2, "store: blocks are stored into G1 or G2");
+  nb::gil_scoped_release release;
+  return tier == TierId::kG1 ? store_into<G1>(kv, hashes, rows) : store_into<G2>(kv, hashes, rows);
+}
+
+std::size_t load(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained) {
+  const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
+  const Layout& layout = layout_of<G1>(kv);
+  const bool device = !host_accessible<G1>(kv);
+  nb::gil_scoped_release release;
+  OnboardHandle h = kv.onboard(hashes);
+  std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
+  std::vector<Region> scratch;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    copy_block(layout, blocks[i].block_id(), rows.row(i), false, device, scratch);
+  }
+  return blocks.size();
+}
+
+}  // namespace
+
+std::span<std::uint8_t> bytes_of(const HostBuffer& buffer) {
+  return {static_cast<std::uint8_t*>(buffer.data()), buffer.nbytes()};
+}
+
+void bind_buffers(nb::class_<Manager>& cls) {
+  def_views<G1, MutableBlock<G1>>(cls, true);
+  def_views<G2, MutableBlock<G2>>(cls, true);
+  def_views<G1, ImmutableBlock<G1>>(cls, false);
+  def_views<G2, ImmutableBlock<G2>>(cls, false);
+
+  const char* write_doc =
+      "Copies rows of `src` into the blocks (row i, or rows[i], into block i); GIL released.";
+  const char* read_doc = "Copies the blocks into rows of `dst` (block i into row i, or rows[i]).";
+  cls.def(
+      "write",
+      [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const HostBuffer& src,
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G1>(m, blocks, src, rows, true, "write");
+      },
+      "blocks"_a, "src"_a, "rows"_a = nb::none(), write_doc);
+  cls.def(
+      "write",
+      [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const HostBuffer& src,
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G2>(m, blocks, src, rows, true, "write");
+      },
+      "blocks"_a, "src"_a, "rows"_a = nb::none(), write_doc);
+  cls.def(
+      "read",
+      [](Manager& m, const std::vector<ImmutableBlock<G1>*>& blocks, const HostBuffer& dst,
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G1>(m, blocks, dst, rows, false, "read");
+      },
+      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
+  cls.def(
+      "read",
+      [](Manager& m, const std::vector<ImmutableBlock<G2>*>& blocks, const HostBuffer& dst,
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G2>(m, blocks, dst, rows, false, "read");
+      },
+      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
+  cls.def(
+      "read",
+      [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const HostBuffer& dst,
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G1>(m, blocks, dst, rows, false, "read");
+      },
+      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
+  cls.def(
+      "read",
+      [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const HostBuffer& dst,
+         const std::optional<RowArray>& rows) {
+        copy_blocks<G2>(m, blocks, dst, rows, false, "read");
+      },
+      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
+
+  const char* store_doc =
+      "Stores block i's bytes (row i of src, or rows[i]; or the i-th buffer of a list) under "
+      "hashes[i]: blocks the tier already holds are skipped, the others allocated (as many as "
+      "fit), copied and registered, and go down to G3/G4 as the config says. Returns how many "
+      "of the hashes the tier now holds. Hashes are flat by default (engine keys).";
+  cls.def(
+      "store",
+      [](Manager& m, const HashArray& values, const HostBuffer& src,
+         const std::optional<RowArray>& rows, bool chained, TierId tier) {
+        KvBlockManager& kv = m.get();
+        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), rows, "store"),
+                     chained, tier);
+      },
+      "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false, "tier"_a = TierId::kG2,
+      store_doc);
+  cls.def(
+      "store",
+      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& src, bool chained,
+         TierId tier) {
+        KvBlockManager& kv = m.get();
+        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), "store"), chained,
+                     tier);
+      },
+      "hashes"_a, "src"_a, "chained"_a = false, "tier"_a = TierId::kG2, store_doc);
+  const char* load_doc =
+      "Onboards the longest prefix of `hashes` held in any tier (every block read from G3 or G4 "
+      "verified), copies block i into row i of dst (or rows[i]; or the i-th buffer of a list) "
+      "and returns the prefix's length: a block that fails its check ends the prefix, and is "
+      "never copied.";
+  cls.def(
+      "load",
+      [](Manager& m, const HashArray& values, const HostBuffer& dst,
+         const std::optional<RowArray>& rows, bool chained) {
+        KvBlockManager& kv = m.get();
+        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), rows, "load"),
+                    chained);
+      },
+      "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false, load_doc);
+  cls.def(
+      "load",
+      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& dst, bool chained) {
+        KvBlockManager& kv = m.get();
+        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), "load"), chained);
+      },
+      "hashes"_a, "dst"_a, "chained"_a = false, load_doc);
+  cls.def(
+      "block_address",
+      [](Manager& m, const ImmutableBlock<G1>& b) {
+        return layout_of<G1>(m.get()).block_region(b.block_id()).addr;
+      },
+      "block"_a, "The address of a G1 block's memory (fully contiguous layout), as C++ sees it.");
+  cls.def_static(
+      "_address",
+      [](const HostBuffer& buffer) { return reinterpret_cast<std::uintptr_t>(buffer.data()); },
+      "buffer"_a, "The address of a buffer as the extension receives it (for zero-copy tests).");
+}
+
+}  // namespace kvbm::python

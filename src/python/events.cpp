@@ -1,0 +1,120 @@
+// src/python/events.cpp: KV events (kvbm/events/kv_events.h) in Python.
+//
+// KvBlockManager(config, events=True) attaches a KvEventPublisher to G1, G2
+// and G3 (media "GPU", "CPU", "DISK"); its sink is an EventCollector that
+// keeps every batch until take_events() returns it, and, given a ZeroMQ
+// endpoint (events="tcp://*:5557"), also publishes it there in vLLM's wire
+// format. take_events() flushes first, so it returns every event reported so
+// far, in the order the pools changed.
+
+#include <mutex>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvbm/config.h"
+#include "kvbm/events/event_sink.h"
+#include "kvbm/events/kv_events.h"
+#include "python/bindings.h"
+
+namespace kvbm::python {
+
+/// Keeps published batches for take_events(); forwards each to `next` when set.
+class EventCollector final : public events::EventSink {
+ public:
+  explicit EventCollector(std::shared_ptr<events::EventSink> next) : next_(std::move(next)) {}
+
+  void publish(std::uint64_t sequence, const events::KvEventBatch& batch,
+               std::span<const std::uint8_t> payload) override {
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& e : batch.events) events_.push_back(e);
+    }
+    if (next_) next_->publish(sequence, batch, payload);
+  }
+
+  /// Returns and forgets every event kept so far.
+  std::vector<events::KvEvent> take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(events_, {});
+  }
+
+ private:
+  std::shared_ptr<events::EventSink> next_;
+  std::mutex mu_;
+  std::vector<events::KvEvent> events_;
+};
+
+void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::string& endpoint) {
+  std::shared_ptr<events::EventSink> zmq;
+  if (!endpoint.empty()) {
+#if KVBM_HAVE_ZMQ
+    events::ZmqEventSinkOptions options;
+    options.endpoint = endpoint;
+    zmq = std::make_shared<events::ZmqEventSink>(options);
+#else
+    KVBM_CHECK(false,
+               "events: this build has no ZeroMQ publisher (install libzmq3-dev and cppzmq-dev); "
+               "use events=True and take_events()");
+#endif
+  }
+  manager.collector = std::make_shared<EventCollector>(std::move(zmq));
+  events::KvEventPublisherOptions options;
+  options.background_flush =
+      !endpoint.empty();  // a socket's subscribers should not wait for take_events()
+  manager.publisher = std::make_shared<events::KvEventPublisher>(manager.collector, options);
+  const std::uint32_t block_size = config.layout.page_size;
+  config.device_listeners.push_back(manager.publisher->listener(events::kMediumGpu, block_size));
+  config.host_listeners.push_back(manager.publisher->listener(events::kMediumCpu, block_size));
+  config.disk_listeners.push_back(manager.publisher->listener(events::kMediumDisk, block_size));
+}
+
+void bind_events(nb::module_& m) {
+  using namespace events;
+  nb::class_<BlockStored>(m, "BlockStored",
+                          "Blocks registered under new hashes (one parent chain).")
+      .def_ro("block_hashes", &BlockStored::block_hashes)
+      .def_ro("parent_block_hash", &BlockStored::parent_block_hash)
+      .def_ro("token_ids", &BlockStored::token_ids)
+      .def_ro("block_size", &BlockStored::block_size)
+      .def_ro("lora_id", &BlockStored::lora_id)
+      .def_ro("medium", &BlockStored::medium)
+      .def("__repr__", [](const BlockStored& e) {
+        return "BlockStored(medium=" + e.medium +
+               ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
+      });
+  nb::class_<BlockRemoved>(m, "BlockRemoved", "Registered blocks that left their pool.")
+      .def_ro("block_hashes", &BlockRemoved::block_hashes)
+      .def_ro("medium", &BlockRemoved::medium)
+      .def("__repr__", [](const BlockRemoved& e) {
+        return "BlockRemoved(medium=" + e.medium +
+               ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
+      });
+  nb::class_<AllBlocksCleared>(m, "AllBlocksCleared", "Everything a pool held is gone.")
+      .def_ro("medium", &AllBlocksCleared::medium);
+}
+
+void bind_event_methods(nb::class_<Manager>& cls) {
+  cls.def(
+      "take_events",
+      [](Manager& m) {
+        KVBM_CHECK(m.publisher != nullptr,
+                   "take_events: the manager was built without events; pass events=True to "
+                   "KvBlockManager");
+        std::vector<events::KvEvent> out;
+        {
+          nb::gil_scoped_release release;
+          m.publisher->flush();
+          out = m.collector->take();
+        }
+        return out;
+      },
+      "Returns every KV event (BlockStored, BlockRemoved, AllBlocksCleared) since the last call, "
+      "in order; needs events=True (or an endpoint) at construction.");
+}
+
+}  // namespace kvbm::python

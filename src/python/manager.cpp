@@ -1,0 +1,428 @@
+// src/python/manager.cpp: KvBlockManager in Python.
+//
+// The Python object wraps a Manager (python/bindings.h). Building it, every
+// copy, onboarding, probe (a G4 round trip), drain and shutdown release the
+// GIL. The methods follow the C++ facade (kvbm/kv_block_manager.h); hashes
+// are sequence hash values (uint64 arrays or lists), chained by default (one
+// sequence from position 0), flat with chained=False (bindings.h).
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "kvbm/kv_block_manager.h"
+#include "python/array.h"
+#include "python/bindings.h"
+
+namespace kvbm::python {
+
+namespace {
+
+using namespace nb::literals;
+
+/// Hashes as Python gives them: an array (no copy) or a list.
+using Hashes = std::variant<HashArray, std::vector<std::uint64_t>>;
+
+std::vector<SequenceHash> hashes_of(const Hashes& h, bool chained) {
+  if (const auto* a = std::get_if<HashArray>(&h))
+    return make_hashes({a->data(), a->shape(0)}, chained);
+  return make_hashes(std::get<std::vector<std::uint64_t>>(h), chained);
+}
+
+/// Moves the C++ blocks out of their Python objects (left empty).
+template <TierMarker T>
+std::vector<MutableBlock<T>> take_all(const std::vector<MutableBlock<T>*>& blocks) {
+  for (const auto* b : blocks) {
+    KVBM_CHECK(b != nullptr && b->valid(), "register: a block was released or already registered");
+  }
+  std::vector<MutableBlock<T>> out;
+  out.reserve(blocks.size());
+  for (auto* b : blocks) out.push_back(std::move(*b));
+  return out;
+}
+
+/// Stages every block under its hash; on a failure puts every block back and throws.
+template <TierMarker T>
+std::vector<CompleteBlock<T>> stage_all(std::vector<MutableBlock<T>>&& blocks,
+                                        const std::vector<SequenceHash>& hashes,
+                                        std::uint32_t block_size,
+                                        const std::vector<MutableBlock<T>*>& owners) {
+  KVBM_CHECK(blocks.size() == hashes.size(), "register: ", blocks.size(), " blocks but ",
+             hashes.size(), " hashes; give one hash per block");
+  std::vector<CompleteBlock<T>> out;
+  out.reserve(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    auto staged = std::move(blocks[i]).stage(hashes[i], block_size);
+    if (!staged.ok()) {
+      std::string reason = staged.error().reason;
+      *owners[i] = std::move(staged.error().block);
+      for (std::size_t j = i + 1; j < blocks.size(); ++j) *owners[j] = std::move(blocks[j]);
+      for (std::size_t j = 0; j < out.size(); ++j) {  // a staged block cannot go back: it is freed
+        CompleteBlock<T> dropped = std::move(out[j]);
+      }
+      KVBM_CHECK(false, "register: block ", i, " could not be staged: ", reason);
+    }
+    out.push_back(std::move(staged).value());
+  }
+  return out;
+}
+
+template <TierMarker T>
+BlockManager<T>* pool_of(KvBlockManager& kv) {
+  if constexpr (std::is_same_v<T, G1>) return &kv.device();
+  if constexpr (std::is_same_v<T, G2>) return kv.host();
+  if constexpr (std::is_same_v<T, G3>) return kv.disk();
+}
+
+template <TierMarker T>
+BlockManager<T>& require_pool(KvBlockManager& kv, const char* what) {
+  BlockManager<T>* p = pool_of<T>(kv);
+  KVBM_CHECK(p != nullptr, what,
+             ": the manager has no such tier (configure it in KvBlockManagerConfig)");
+  return *p;
+}
+
+template <TierMarker T>
+nb::object allocate(KvBlockManager& kv, std::size_t count) {
+  BlockManager<T>& pool = require_pool<T>(kv, "allocate");
+  std::optional<std::vector<MutableBlock<T>>> blocks;
+  {
+    nb::gil_scoped_release release;  // an on-eviction boundary waits for its copy here
+    blocks = pool.allocate_blocks(count);
+  }
+  if (!blocks) return nb::none();
+  return nb::cast(std::move(*blocks));
+}
+
+template <TierMarker T>
+std::vector<ImmutableBlock<T>> match(KvBlockManager& kv, const Hashes& h, bool chained) {
+  const auto hashes = hashes_of(h, chained);
+  BlockManager<T>& pool = require_pool<T>(kv, "match");
+  nb::gil_scoped_release release;
+  return pool.match_blocks(hashes);
+}
+
+nb::dict pool_counts(const PoolCounts& c) {
+  nb::dict d;
+  d["total"] = c.total;
+  d["reset"] = c.reset;
+  d["inactive"] = c.inactive;
+  d["in_use"] = c.in_use;
+  return d;
+}
+
+nb::dict offload_counts(const OffloadCounts& c) {
+  nb::dict d;
+  d["enqueued"] = c.enqueued;
+  d["transferred"] = c.transferred;
+  d["already_present"] = c.already_present;
+  d["filtered"] = c.filtered;
+  d["evicted"] = c.evicted;
+  d["no_space"] = c.no_space;
+  d["copy_failed"] = c.copy_failed;
+  d["cancelled_containers"] = c.cancelled_containers;
+  d["batches"] = c.batches;
+  return d;
+}
+
+nb::dict stats_dict(const KvBlockManagerStats& s) {
+  nb::dict tiers;
+  for (const auto& t : s.tiers) {
+    nb::dict d = pool_counts(t.blocks);
+    d["allocations"] = t.counters.allocations;
+    d["evictions"] = t.counters.evictions;
+    d["registrations"] = t.counters.registrations;
+    tiers[nb::str(std::string(to_string(t.tier)).c_str())] = d;
+  }
+  nb::dict boundaries;
+  for (const auto& b : s.boundaries) {
+    nb::dict d = offload_counts(b.counts);
+    d["mode"] = std::string(to_string(b.mode));
+    boundaries[nb::str(
+        (std::string(to_string(b.upper)) + "->" + std::string(to_string(b.lower))).c_str())] = d;
+  }
+  nb::dict onboarded;
+  for (const auto& o : s.onboarding.onboarded)
+    onboarded[nb::str(std::string(to_string(o.tier)).c_str())] = o.blocks;
+  nb::dict onboarding;
+  onboarding["hits"] = s.onboarding.hits;
+  onboarding["onboarded"] = onboarded;
+  onboarding["failed"] = s.onboarding.failed;
+  onboarding["cancelled"] = s.onboarding.cancelled;
+  nb::dict out;
+  out["tiers"] = tiers;
+  out["boundaries"] = boundaries;
+  out["onboarding"] = onboarding;
+  if (s.remote) {
+    nb::dict r;
+    r["hits"] = s.remote->hits;
+    r["misses"] = s.remote->misses;
+    r["puts"] = s.remote->puts;
+    r["failed_puts"] = s.remote->failed_puts;
+    r["read_bytes"] = s.remote->read_bytes;
+    r["written_bytes"] = s.remote->written_bytes;
+    out["remote"] = r;
+  } else {
+    out["remote"] = nb::none();
+  }
+  return out;
+}
+
+}  // namespace
+
+KvBlockManager& Manager::get() const {
+  KVBM_CHECK(kv != nullptr, "KvBlockManager: the manager was closed; build a new one");
+  return *kv;
+}
+
+std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values, bool chained) {
+  std::vector<SequenceHash> out;
+  out.reserve(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!chained || i == 0) {
+      out.emplace_back(values[i], std::nullopt, 0);
+    } else {
+      out.emplace_back(values[i], values[i - 1], static_cast<std::uint32_t>(i));
+    }
+  }
+  return out;
+}
+
+void bind_manager(nb::module_& mod) {
+  auto cls =
+      nb::class_<Manager>(mod, "KvBlockManager",
+                          "The facade over G1-G4 (kvbm/kv_block_manager.h); see docs/python.md.");
+  cls.def(
+         "__init__",
+         [](Manager* self, KvBlockManagerConfig config,
+            const std::variant<bool, std::string>& events) {
+           auto* made = new (self) Manager();
+           try {
+             if (const auto* on = std::get_if<bool>(&events); on != nullptr && *on) {
+               attach_events(*made, config, "");
+             } else if (const auto* endpoint = std::get_if<std::string>(&events)) {
+               attach_events(*made, config, *endpoint);
+             }
+             nb::gil_scoped_release release;  // a persistent G3 is recovered here
+             made->kv = KvBlockManager::build(std::move(config));
+           } catch (...) {
+             made->~Manager();
+             throw;
+           }
+         },
+         "config"_a, "events"_a = false,
+         "Builds every tier (throws kvbm.UsageError naming a bad option). events=True keeps KV "
+         "events for take_events(); a ZeroMQ endpoint string publishes them there as well.")
+      .def_prop_ro(
+          "block_size", [](const Manager& m) { return m.get().block_size(); }, "tokens per block")
+      .def_prop_ro("block_bytes", [](const Manager& m) { return m.get().block_bytes(); })
+      .def_prop_ro(
+          "device_emulated", [](const Manager& m) { return m.get().device_emulated(); },
+          "True when G1 is host memory standing in for a GPU")
+      .def_prop_ro("has_host", [](const Manager& m) { return m.get().host() != nullptr; })
+      .def_prop_ro("has_disk", [](const Manager& m) { return m.get().disk() != nullptr; })
+      .def_prop_ro("has_remote",
+                   [](const Manager& m) { return !m.get().config().remote.urls.empty(); })
+      .def_prop_ro(
+          "config", [](const Manager& m) { return m.get().config(); }, "a copy of the config")
+      .def(
+          "allocate",
+          [](Manager& m, std::size_t count, TierId tier) {
+            KvBlockManager& kv = m.get();
+            if (tier == TierId::kG1) return allocate<G1>(kv, count);
+            KVBM_CHECK(tier == TierId::kG2, "allocate: blocks are allocated in G1 or G2, not ",
+                       to_string(tier));
+            return allocate<G2>(kv, count);
+          },
+          "count"_a, "tier"_a = TierId::kG1,
+          "Returns `count` fresh MutableBlocks of G1 or G2, or None when the pool cannot give them "
+          "all (nothing is taken then).")
+      .def(
+          "register",
+          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const Hashes& h,
+             bool chained) {
+            KvBlockManager& kv = m.get();
+            auto complete =
+                stage_all<G1>(take_all<G1>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
+            nb::gil_scoped_release release;
+            return kv.register_blocks(std::move(complete));
+          },
+          "blocks"_a, "hashes"_a, "chained"_a = true,
+          "Stages each G1 block under its hash and registers them (offloaded to G2 in "
+          "write-through "
+          "mode); returns the ImmutableBlocks. The MutableBlocks are left empty.")
+      .def(
+          "register",
+          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const Hashes& h,
+             bool chained) {
+            KvBlockManager& kv = m.get();
+            BlockManager<G2>& pool = require_pool<G2>(kv, "register");
+            auto complete =
+                stage_all<G2>(take_all<G2>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
+            nb::gil_scoped_release release;
+            return pool.register_blocks(std::move(complete));
+          },
+          "blocks"_a, "hashes"_a, "chained"_a = true,
+          "Registers G2 blocks (written through to G3 and G4 as the config says).")
+      .def(
+          "offload",
+          [](Manager& m, const std::vector<ImmutableBlock<G1>>& blocks) {
+            KvBlockManager& kv = m.get();
+            nb::gil_scoped_release release;
+            return kv.offload(blocks);
+          },
+          "blocks"_a,
+          "Enqueues registered G1 blocks for offload to G2 (and on down); returns the handle.")
+      .def(
+          "onboard",
+          [](Manager& m, const Hashes& h, bool chained) {
+            KvBlockManager& kv = m.get();
+            const auto hashes = hashes_of(h, chained);
+            nb::gil_scoped_release release;
+            return kv.onboard(hashes);
+          },
+          "hashes"_a, "chained"_a = true,
+          "Starts bringing the longest prefix held in any tier into G1; returns an OnboardHandle.")
+      .def(
+          "probe",
+          [](const Manager& m, const Hashes& h, bool chained) {
+            KvBlockManager& kv = m.get();
+            const auto hashes = hashes_of(h, chained);
+            nb::gil_scoped_release release;  // G4: one round trip
+            return kv.probe(hashes);
+          },
+          "hashes"_a, "chained"_a = true, "What onboard(hashes) would find now, taking nothing.")
+      .def(
+          "present",
+          [](const Manager& m, const Hashes& h, bool chained) {
+            KvBlockManager& kv = m.get();
+            const auto hashes = hashes_of(h, chained);
+            std::vector<std::uint8_t> out(hashes.size(), 0);
+            {
+              nb::gil_scoped_release release;
+              const auto& reg = *kv.device().registry();
+              const auto g1 = reg.presence<G1>(hashes);
+              const auto g2 = kv.host() != nullptr ? reg.presence<G2>(hashes)
+                                                   : std::vector<bool>(hashes.size());
+              const auto g3 = kv.disk() != nullptr ? reg.presence<G3>(hashes)
+                                                   : std::vector<bool>(hashes.size());
+              for (std::size_t i = 0; i < hashes.size(); ++i) {
+                out[i] = g1[i] ? 1 : g2[i] ? 2 : g3[i] ? 3 : 0;
+              }
+            }
+            return to_numpy(std::move(out));
+          },
+          "hashes"_a, "chained"_a = true,
+          "For each hash, the fastest local tier holding it (1 G1, 2 G2, 3 G3) or 0; no G4 round "
+          "trip, nothing taken.")
+      .def(
+          "match",
+          [](Manager& m, const Hashes& h, TierId tier, bool chained) -> nb::object {
+            KvBlockManager& kv = m.get();
+            switch (tier) {
+              case TierId::kG1:
+                return nb::cast(match<G1>(kv, h, chained));
+              case TierId::kG2:
+                return nb::cast(match<G2>(kv, h, chained));
+              case TierId::kG3:
+                return nb::cast(match<G3>(kv, h, chained));
+              default:
+                KVBM_CHECK(false, "match: G4 has no pool; use probe() or onboard()");
+            }
+            return nb::none();
+          },
+          "hashes"_a, "tier"_a = TierId::kG1, "chained"_a = true,
+          "Strong handles on the leading blocks of `hashes` that the tier holds (prefix match).")
+      .def(
+          "touch",
+          [](Manager& m, const Hashes& h, bool chained) {
+            KvBlockManager& kv = m.get();
+            const auto hashes = hashes_of(h, chained);
+            nb::gil_scoped_release release;
+            (void)kv.device().refresh(hashes);
+            if (auto* p = kv.host()) (void)p->refresh(hashes);
+            if (auto* p = kv.disk()) (void)p->refresh(hashes);
+          },
+          "hashes"_a, "chained"_a = true,
+          "Marks the blocks most recently used in every local tier that holds them.")
+      .def(
+          "drain", [](Manager& m) { m.get().drain(); }, nb::call_guard<nb::gil_scoped_release>(),
+          "Waits until every offload and onboarding started so far has ended (G4 included).")
+      .def(
+          "shutdown", [](Manager& m) { m.get().shutdown(); },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Stops the pipelines and leaves every pool balanced; idempotent.")
+      .def(
+          "close",
+          [](Manager& m) {
+            std::shared_ptr<KvBlockManager> kv;
+            {
+              kv = std::move(m.kv);
+              nb::gil_scoped_release release;
+              if (kv) kv->shutdown();
+              kv.reset();  // freed here unless an array still views its memory
+            }
+          },
+          "Shuts the manager down and lets it go; later calls raise kvbm.UsageError.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__",
+           [](Manager& m, nb::args) {
+             nb::gil_scoped_release release;
+             if (m.kv) m.kv->shutdown();
+           })
+      .def(
+          "audit", [](const Manager& m) { return m.get().audit(); },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "'' when every pool balances, else what is wrong.")
+      .def(
+          "stats",
+          [](const Manager& m) {
+            KvBlockManagerStats s;
+            {
+              nb::gil_scoped_release release;
+              s = m.get().stats();
+            }
+            return stats_dict(s);
+          },
+          "Per tier, boundary, onboarding and G4: the library's own counters, as a dict.")
+      .def(
+          "disk_recovery",
+          [](const Manager& m) -> nb::object {
+            const auto r = m.get().disk_recovery();
+            if (!r) return nb::none();
+            nb::dict d;
+            d["scanned"] = r->scanned;
+            d["recovered"] = r->recovered;
+            d["discarded"] = r->discarded_total();
+            d["reset_reason"] = r->reset_reason;
+            d["bytes_read"] = r->bytes_read;
+            d["elapsed_s"] = std::chrono::duration<double>(r->elapsed).count();
+            return d;
+          },
+          "What build() recovered from a persistent G3 (dict), or None.")
+      .def(
+          "metrics_text",
+          [](const Manager& m) {
+            const auto& registry = m.get().metrics_registry();
+            std::vector<prometheus::MetricFamily> families;
+            {
+              nb::gil_scoped_release release;
+              families = registry->Collect();
+            }
+            return prometheus::TextSerializer().Serialize(families);
+          },
+          "Every series of the manager in Prometheus text exposition format.");
+  bind_buffers(cls);
+  bind_event_methods(cls);
+}
+
+}  // namespace kvbm::python

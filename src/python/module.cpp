@@ -1,0 +1,29 @@
+// src/python/module.cpp: the module kvbm._kvbm; python/kvbm/__init__.py re-exports it.
+
+#include <nanobind/stl/string.h>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "kvbm/logging.h"
+#include "python/bindings.h"
+
+NB_MODULE(_kvbm, m) {
+  m.doc() = "kvbm: block-based KV cache management across memory tiers (C++ core)";
+  kvbm::python::bind_errors(m);
+  kvbm::python::bind_hashing(m);
+  kvbm::python::bind_config(m);
+  kvbm::python::bind_blocks(m);
+  kvbm::python::bind_events(m);
+  kvbm::python::bind_manager(m);
+  m.def(
+      "set_log_level",
+      [](const std::string& level) {
+        const auto l = spdlog::level::from_str(level);
+        KVBM_CHECK(l != spdlog::level::off || level == "off", "set_log_level: '", level,
+                   "' is not one of trace, debug, info, warning, error, critical, off");
+        kvbm::logger()->set_level(l);
+      },
+      nanobind::arg("level"),
+      "Sets the level of kvbm's logger (named 'kvbm', on stderr): 'trace' ... 'critical', 'off'.");
+}

@@ -1,0 +1,87 @@
+"""Python's hashes equal C++'s: the shared vector file, and fresh random cases
+from the C++ test binary when it is built (scripts/test.sh sets KVBM_HASH_VECTORS_BIN)."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import kvbm
+
+from conftest import HERE
+
+
+def read_cases(path):
+    cases = []
+    with open(path) as f:
+        lines = [line.split() for line in f if line.strip() and not line.startswith("#")]
+    for i in range(0, len(lines), 4):
+        head, toks, blocks, seq = lines[i:i + 4]
+        assert head[0] == "case" and toks[0] == "tokens" and blocks[0] == "block" and seq[0] == "sequence"
+        k = int(head[4])
+        mm = [(int(head[5 + 2 * j]), int(head[6 + 2 * j])) for j in range(k)]
+        cases.append(dict(
+            block_size=int(head[1]),
+            lora=None if head[2] == "-" else head[2],
+            cache_salt=None if head[3] == "-" else head[3],
+            mm=mm,
+            tokens=[int(t) for t in toks[2:]],
+            block=[int(h) for h in blocks[2:]],
+            sequence=[int(h) for h in seq[2:]],
+        ))
+    return cases
+
+
+def check(cases):
+    assert len(cases) >= 40
+    for i, c in enumerate(cases):
+        salt = kvbm.salt(lora=c["lora"], cache_salt=c["cache_salt"])
+        # as a NumPy array (no copy for uint32) and as a list
+        for tokens in (np.array(c["tokens"], dtype=np.uint32), c["tokens"]):
+            b, s = kvbm.hash_tokens(tokens, c["block_size"], salt=salt, mm_keys=c["mm"])
+            assert b.dtype == np.uint64 and s.dtype == np.uint64
+            assert b.tolist() == c["block"], f"case {i}: block hashes"
+            assert s.tolist() == c["sequence"], f"case {i}: sequence hashes"
+
+
+def test_vectors_file_equals_python():
+    check(read_cases(HERE / "data" / "hash_vectors.txt"))
+
+
+def test_fresh_random_cases_from_cpp(tmp_path):
+    binary = os.environ.get("KVBM_HASH_VECTORS_BIN")
+    if not binary or not os.path.exists(binary):
+        pytest.skip("KVBM_HASH_VECTORS_BIN not set (the C++ test binary python_hash_vectors_test)")
+    out = tmp_path / "vectors.txt"
+    proc = subprocess.run([binary], env={**os.environ, "KVBM_WRITE_HASH_VECTORS": str(out)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(proc.stdout.splitlines()[0:3])  # the seed, for a replay
+    check(read_cases(out))
+
+
+def test_salt_domains_are_separate():
+    assert kvbm.salt() == 0
+    assert kvbm.salt(lora="x") != kvbm.salt(cache_salt="x")
+    assert kvbm.salt(lora="a", cache_salt="b") != kvbm.salt(lora="b", cache_salt="a")
+
+
+def test_tail_and_int64_tokens():
+    tokens = np.arange(50, dtype=np.int64)  # converted; the tail of 2 is not a block
+    b, s = kvbm.hash_tokens(tokens, 16)
+    assert len(b) == 3 and len(s) == 3
+    assert s[0] == b[0]  # the first block's sequence hash is its block hash
+    b2, s2 = kvbm.hash_tokens(tokens[:48].astype(np.uint32), 16)
+    assert (s == s2).all()
+
+
+def test_hash_key_is_stable_and_typed():
+    assert kvbm.hash_key(b"abc") == kvbm.hash_key("abc")
+    assert kvbm.hash_key(b"abc") != kvbm.hash_key(b"abd")
+    keys = [b"k%d" % i for i in range(100)]
+    arr = kvbm.hash_keys(keys)
+    assert arr.dtype == np.uint64 and len(set(arr.tolist())) == 100
+    assert arr[7] == kvbm.hash_key(b"k7")
+    with pytest.raises(TypeError):
+        kvbm.hash_key(7)

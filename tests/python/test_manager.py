@@ -1,0 +1,364 @@
+"""KvBlockManager from Python: round trips through every tier with NumPy buffers
+(bytes compared), zero copy, errors, events, metrics, restarts, memory."""
+
+import gc
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvbm
+
+from conftest import pages, run_python, small_config
+
+
+def chain(n, seed=0):
+    """The sequence hashes of n blocks of tokens (chained, as hash_tokens gives them)."""
+    tokens = np.random.default_rng(seed).integers(0, 50_000, size=n * 16, dtype=np.uint32)
+    return kvbm.hash_tokens(tokens, 16)[1]
+
+
+def test_round_trip_g1(tmp_path):
+    with kvbm.KvBlockManager(small_config(host=0, disk=0)) as kv:
+        assert kv.device_emulated and kv.block_size == 16 and kv.block_bytes == 2 * 2 * 16 * 256 * 2
+        h = chain(4)
+        src = pages(4, kv.block_bytes, 1)
+        assert kv.store(h, src, chained=True, tier=kvbm.TierId.G1) == 4
+        out = np.zeros_like(src)
+        assert kv.load(h, out, chained=True) == 4
+        assert (out == src).all()
+        counts = kv.probe(h)
+        assert counts.device == 4 and counts.total == 4
+
+
+def test_round_trip_g2_then_g3(tmp_path):
+    with kvbm.KvBlockManager(small_config(tmp_path, device=8, host=8, disk=64)) as kv:
+        h = chain(6, seed=2)
+        src = pages(6, kv.block_bytes, 2)
+        assert kv.store(h, src, chained=True) == 6  # into G2, written through to G3
+        kv.drain()
+        assert kv.present(h).tolist() == [2] * 6
+        out = np.zeros_like(src)
+        assert kv.load(h, out, chained=True) == 6
+        assert (out == src).all()
+        # Push everything out of G1 and G2 with other blocks: the prefix now comes from G3.
+        for s in range(3):
+            other = chain(8, seed=100 + s)
+            assert kv.store(other, pages(8, kv.block_bytes, 100 + s), chained=True) == 8
+            kv.drain()
+            assert kv.load(other, np.zeros((8, kv.block_bytes), np.uint8), chained=True) == 8
+        assert kv.present(h).tolist() == [3] * 6
+        handle = kv.onboard(h)
+        assert handle.wait(timeout_s=30) == kvbm.TransferStatus.DONE
+        assert handle.counts().disk == 6 and handle.sources() == [kvbm.TierId.G3] * 6
+        blocks = handle.take_blocks()
+        out = np.zeros_like(src)
+        kv.read(blocks, out)
+        assert (out == src).all()
+        assert [b.sequence_hash for b in blocks] == h.tolist()
+        assert [b.position for b in blocks] == list(range(6))
+        del blocks, handle
+        kv.drain()
+        assert kv.audit() == ""
+
+
+def test_rows_gather_and_scatter():
+    with kvbm.KvBlockManager(small_config(disk=0)) as kv:
+        buf = pages(10, kv.block_bytes, 3)
+        h = kvbm.hash_keys([b"a", b"b", b"c"])
+        rows = np.array([7, 2, 9], dtype=np.int64)
+        assert kv.store(h, buf, rows=rows) == 3
+        out = np.zeros_like(buf)
+        assert kv.load(h, out, rows=np.array([0, 5, 1], dtype=np.int64)) == 3
+        assert (out[0] == buf[7]).all() and (out[5] == buf[2]).all() and (out[1] == buf[9]).all()
+        assert not out[2].any()
+
+
+def test_layer_separated_round_trip():
+    cfg = small_config(disk=0)
+    cfg.device_layout = kvbm.LayoutKind.LAYER_SEPARATED
+    with kvbm.KvBlockManager(cfg) as kv:
+        blocks = kv.allocate(2)
+        with pytest.raises(kvbm.UsageError, match="region_view"):
+            kv.view(blocks[0])
+        region = kv.region_view(blocks[0], 1, 0)
+        assert region.nbytes == 16 * 256 * 2
+        src = pages(2, kv.block_bytes, 4)
+        kv.write(blocks, src)
+        # The row is the block's (layer, outer) regions in order: region (1, 0) is the third.
+        r = 16 * 256 * 2
+        assert (region == src[0, 2 * r:3 * r]).all()
+        out = np.zeros_like(src)
+        kv.read(blocks, out)
+        assert (out == src).all()
+
+
+def test_zero_copy_addresses():
+    with kvbm.KvBlockManager(small_config(disk=0)) as kv:
+        src = pages(4, kv.block_bytes, 5)
+        # The buffer's address reaches C++ unchanged (no conversion copy) ...
+        assert kvbm.KvBlockManager._address(src) == src.ctypes.data
+        assert kvbm.KvBlockManager._address(src[2:]) == src[2:].ctypes.data
+        # ... and a block's view is its memory, where C++ says the block is.
+        blocks = kv.allocate(1)
+        view = kv.view(blocks[0])
+        view[:] = src[0]  # written in place, no copy through Python
+        imm = kv.register(blocks, [42], chained=False)
+        ro = kv.view(imm[0])
+        assert ro.ctypes.data == view.ctypes.data == kv.block_address(imm[0])
+        assert not ro.flags.writeable
+        out = np.zeros((1, kv.block_bytes), np.uint8)
+        kv.read(imm, out)
+        assert (out[0] == src[0]).all()
+        # DLPack: NumPy's own import of the view sees the same memory.
+        assert np.from_dlpack(view).ctypes.data == view.ctypes.data
+
+
+def test_view_outlives_manager():
+    kv = kvbm.KvBlockManager(small_config(disk=0))
+    blocks = kv.allocate(1)
+    view = kv.view(blocks[0])
+    view[:] = 9
+    kv.close()
+    with pytest.raises(kvbm.UsageError, match="closed"):
+        kv.allocate(1)
+    assert (view == 9).all()  # the memory lives as long as a view of it
+    del blocks
+    gc.collect()
+    assert (view == 9).all()
+
+
+def test_handles_register_and_release():
+    with kvbm.KvBlockManager(small_config(disk=0)) as kv:
+        blocks = kv.allocate(3)
+        assert [b.tier for b in blocks] == ["G1"] * 3
+        assert kv.allocate(14) is None  # all or nothing: 13 of 16 are free
+        h = chain(3, seed=6)
+        imm = kv.register(blocks, h)
+        assert not any(b.valid for b in blocks)  # moved into the registered blocks
+        with pytest.raises(kvbm.UsageError, match="released or already registered"):
+            kv.register(blocks, h)
+        assert [b.parent for b in imm] == [None, int(h[0]), int(h[1])]
+        assert imm[0].use_count == 1
+        c = imm[0].clone()
+        assert imm[0].use_count == 2
+        c.release()
+        assert not c.valid and imm[0].use_count == 1
+        with pytest.raises(kvbm.UsageError, match="block_id"):
+            c.block_id
+        matched = kv.match(h)
+        assert [b.block_id for b in matched] == [b.block_id for b in imm]
+        t = kv.offload(imm)  # to G2
+        assert t.wait() == kvbm.TransferStatus.DONE
+        g2 = kv.match(h, tier=kvbm.TierId.G2)
+        assert len(g2) == 3 and g2[0].tier == "G2"
+        out = np.zeros((3, kv.block_bytes), np.uint8)
+        kv.read(g2, out)
+        ref = np.zeros_like(out)
+        kv.read(imm, ref)
+        assert (out == ref).all()
+
+
+def test_errors_carry_the_cpp_message(tmp_path):
+    cfg = small_config(disk=0)
+    cfg.device = kvbm.TierConfig(blocks=0)
+    with pytest.raises(kvbm.UsageError, match=r"KvBlockManagerConfig\.device") as e:
+        kvbm.KvBlockManager(cfg)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(TypeError, match="no option named 'devic'"):
+        kvbm.KvBlockManagerConfig(devic=kvbm.TierConfig(blocks=1))
+    with kvbm.KvBlockManager(small_config(disk=0)) as kv:
+        with pytest.raises(kvbm.UsageError, match="whole number of blocks"):
+            kv.store(kvbm.hash_keys([b"x"]), np.zeros(100, np.uint8))
+        with pytest.raises(kvbm.UsageError, match="outside the buffer"):
+            kv.store(kvbm.hash_keys([b"x"]), pages(1, kv.block_bytes, 0), rows=np.array([3]))
+        with pytest.raises(kvbm.UsageError, match="take_events"):
+            kv.take_events()
+
+
+def test_runtime_error_kind_no_space(tmp_path):
+    """A G3 file beyond the file size limit: KvbmRuntimeError, kind 'no_space' (child process,
+    where RLIMIT_FSIZE is set)."""
+    code = f"""
+import resource, signal, sys
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+import kvbm
+from conftest import small_config
+try:
+    kvbm.KvBlockManager(small_config(sys.argv[1], disk=4096))
+except kvbm.KvbmRuntimeError as e:
+    print(type(e).__mro__[1].__name__, e.kind, e.code, str(e)[:200])
+"""
+    out = run_python(code, tmp_path)
+    assert out.startswith("RuntimeError no_space"), out
+
+
+def test_events_and_metrics(tmp_path):
+    with kvbm.KvBlockManager(small_config(tmp_path), events=True) as kv:
+        h = chain(3, seed=7)
+        kv.store(h, pages(3, kv.block_bytes, 7), chained=True)
+        kv.drain()
+        events = kv.take_events()
+        stored = {(e.medium, tuple(e.block_hashes)) for e in events if isinstance(e, kvbm.BlockStored)}
+        assert ("CPU", tuple(h.tolist())) in stored
+        assert ("DISK", tuple(h.tolist())) in stored
+        chained = [e for e in events if isinstance(e, kvbm.BlockStored) and e.medium == "CPU"][0]
+        assert chained.parent_block_hash is None and chained.block_size == 16
+        assert kv.take_events() == []
+        text = kv.metrics_text()
+        assert "# TYPE kvbm_allocations_total counter" in text
+        assert 'kvbm_registrations_total{pool="G2"} 3' in text
+        s = kv.stats()
+        assert s["tiers"]["G2"]["registrations"] == 3 and s["tiers"]["G3"]["registrations"] == 3
+        assert s["boundaries"]["G2->G3"]["transferred"] == 3
+
+
+PERSIST_STORE = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[2])
+import kvbm
+from conftest import small_config, pages
+kv = kvbm.KvBlockManager(small_config(sys.argv[1], persistent=True))
+h = kvbm.hash_keys([b"page-%d" % i for i in range(8)])
+assert kv.store(h, pages(8, kv.block_bytes, 11)) == 8
+kv.close()   # drains: G3 holds all eight
+print("stored")
+"""
+
+PERSIST_LOAD = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[2])
+import kvbm
+from conftest import small_config, pages
+kv = kvbm.KvBlockManager(small_config(sys.argv[1], persistent=True))
+rec = kv.disk_recovery()
+h = kvbm.hash_keys([b"page-%d" % i for i in range(8)])
+out = np.zeros((8, kv.block_bytes), np.uint8)
+n = kv.load(h, out)
+ref = pages(8, kv.block_bytes, 11)
+print(rec["recovered"], n, int((out[:n] == ref[:n]).all()), kv.probe(h, chained=False).disk)
+kv.close()
+"""
+
+
+def test_restart_loads_warm_from_g3(tmp_path):
+    here = os.path.dirname(__file__)
+    assert run_python(PERSIST_STORE, tmp_path, here).strip() == "stored"
+    recovered, n, equal, _ = run_python(PERSIST_LOAD, tmp_path, here).split()
+    assert (recovered, n, equal) == ("8", "8", "1")
+
+
+def test_corrupt_block_is_a_miss_never_loaded(tmp_path):
+    here = os.path.dirname(__file__)
+    run_python(PERSIST_STORE, tmp_path, here)
+    # Flip one byte inside block 3's payload in the G3 file.
+    sys.path.insert(0, here)
+    from conftest import pages as make_pages
+    block_bytes = 2 * 2 * 16 * 256 * 2
+    ref = make_pages(8, block_bytes, 11)
+    path = tmp_path / "kvbm.slots"
+    data = bytearray(path.read_bytes())
+    at = data.find(ref[3, :64].tobytes())
+    assert at >= 0, "block 3's bytes not found in the G3 file"
+    data[at + 1000] ^= 0xFF
+    path.write_bytes(bytes(data))
+    recovered, n, equal, _ = run_python(PERSIST_LOAD, tmp_path, here).split()
+    assert n == "3" and equal == "1", (recovered, n, equal)  # blocks 0-2 served, 3 never
+
+
+def test_gil_released_while_copying():
+    """While one thread is inside kv.load (100 MiB of copies), another runs Python: the call
+    released the GIL (a call that kept it would let no bytecode run until it returned)."""
+    with kvbm.KvBlockManager(small_config(device=512, host=0, disk=0, inner_dim=4096)) as kv:
+        h = kvbm.hash_keys([b"g%d" % i for i in range(400)])
+        src = pages(400, kv.block_bytes, 12)  # 400 x 256 KiB
+        out = np.empty_like(src)
+        assert kv.store(h, src, tier=kvbm.TierId.G1) == 400
+        window = {}
+
+        def worker():
+            time.sleep(0.01)  # let the main thread start counting
+            window["start"] = time.perf_counter()
+            kv.load(h, out)
+            window["end"] = time.perf_counter()
+
+        t = threading.Thread(target=worker)
+        ticks = []
+        t.start()
+        while t.is_alive():
+            ticks.append(time.perf_counter())
+        t.join()
+        inside = [x for x in ticks if window["start"] < x < window["end"]]
+        assert (out == src).all()
+        assert len(inside) > 100, (f"the main thread ran {len(inside)} times in the "
+                                   f"{(window['end'] - window['start']) * 1e3:.1f} ms of kv.load")
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_no_leak_over_many_iterations(tmp_path):
+    with kvbm.KvBlockManager(small_config(tmp_path, device=64, host=64, disk=256), events=True) as kv:
+        buf = pages(8, kv.block_bytes, 13)
+        out = np.empty_like(buf)
+
+        def one(i):
+            h = kvbm.hash_keys([b"leak-%d-%d" % (i, j) for j in range(8)])
+            kv.store(h, buf)
+            kv.load(h, out)
+            blocks = kv.allocate(2)
+            v = kv.view(blocks[0])
+            v[0] = 1
+            imm = kv.register(blocks, kvbm.hash_keys([b"r-%d" % i, b"s-%d" % i]), chained=False)
+            kv.view(imm[1])
+            kv.probe(h, chained=False)
+            kv.present(h, chained=False)
+            kv.take_events()
+            kv.metrics_text()
+
+        for i in range(300):  # warm up: pools fill, evictions start, caches settle
+            one(i)
+        kv.drain()
+        gc.collect()
+        before = rss_bytes()
+        for i in range(300, 2300):
+            one(i)
+        kv.drain()
+        gc.collect()
+        growth = rss_bytes() - before
+        assert growth < 8 << 20, f"RSS grew by {growth / 2**20:.1f} MiB over 2000 iterations"
+        assert kv.audit() == ""
+
+
+def test_g4_two_managers_share_blocks(tmp_path, redis_url):
+    def config(sub):
+        d = tmp_path / sub
+        d.mkdir()
+        cfg = small_config(d)
+        cfg.remote.urls = [redis_url]
+        cfg.remote.model = "tests-model"
+        return cfg
+
+    a = kvbm.KvBlockManager(config("a"))
+    b = kvbm.KvBlockManager(config("b"))
+    try:
+        assert a.has_remote
+        h = chain(5, seed=14)
+        src = pages(5, a.block_bytes, 14)
+        assert a.store(h, src, chained=True) == 5
+        a.drain()  # written through to G4
+        assert b.probe(h).remote == 5
+        out = np.zeros_like(src)
+        assert b.load(h, out, chained=True) == 5
+        assert (out == src).all()
+        assert b.stats()["onboarding"]["onboarded"].get("G4", 0) == 5
+    finally:
+        a.close()
+        b.close()
