@@ -4,6 +4,8 @@
 //   small_layout()     2 KiB blocks of 4 tokens (2 layers x 2 outer x 64 x 2 bytes)
 //   config(g1, g2, g3) a small config: direct I/O off, 1 ms flushes, 4 bounce blocks
 //   write_block / read_block   a block's bytes through a layout's host pointers
+//   pattern / compute  bytes that are a function of the hash; blocks computed into G1 and
+//   registered
 
 #pragma once
 
@@ -13,9 +15,13 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <random>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/storage/layout.h"
@@ -85,6 +91,29 @@ inline Bytes read_block(const Layout& l, BlockId id) {
     out.insert(out.end(), p, p + r.size);
   }
   return out;
+}
+
+/// The bytes of the block with hash value `v`: a function of the value alone
+/// (all a recovered block or another instance's copy keeps).
+inline Bytes pattern(std::uint64_t v, std::size_t n) {
+  Bytes out(n);
+  std::mt19937_64 rng(v);
+  for (auto& b : out) b = static_cast<std::uint8_t>(rng());
+  return out;
+}
+
+/// Computes `hashes` into G1 of `kv` (bytes from pattern()) and registers them.
+inline void compute(KvBlockManager& kv, std::span<const SequenceHash> hashes) {
+  if (hashes.empty()) return;
+  auto blocks = kv.device().allocate_blocks(hashes.size());
+  ASSERT_TRUE(blocks.has_value());
+  std::vector<CompleteBlock<G1>> complete;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    write_block(kv.device_layout(), (*blocks)[i].block_id(),
+                pattern(hashes[i].value(), kv.block_bytes()));
+    complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv.block_size()).value());
+  }
+  (void)kv.register_blocks(std::move(complete));
 }
 
 }  // namespace kvbm::test

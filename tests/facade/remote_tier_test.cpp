@@ -36,6 +36,8 @@ namespace kvbm {
 namespace {
 
 using test::Bytes;
+using test::compute;
+using test::pattern;
 using test::read_block;
 using test::RedisServer;
 using test::write_block;
@@ -75,28 +77,6 @@ std::vector<SequenceHash> prefix(std::uint64_t seed, std::size_t n) {
     parent = out.back();
   }
   return out;
-}
-
-// The bytes of the block with hash value `v`.
-Bytes pattern(std::uint64_t v, std::size_t n) {
-  Bytes out(n);
-  std::mt19937_64 rng(v);
-  for (auto& b : out) b = static_cast<std::uint8_t>(rng());
-  return out;
-}
-
-// Computes `hashes` into G1 (bytes from pattern()) and registers them.
-void compute(KvBlockManager& kv, std::span<const SequenceHash> hashes) {
-  if (hashes.empty()) return;
-  auto blocks = kv.device().allocate_blocks(hashes.size());
-  ASSERT_TRUE(blocks.has_value());
-  std::vector<CompleteBlock<G1>> complete;
-  for (std::size_t i = 0; i < hashes.size(); ++i) {
-    write_block(kv.device_layout(), (*blocks)[i].block_id(),
-                pattern(hashes[i].value(), kv.block_bytes()));
-    complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv.block_size()).value());
-  }
-  (void)kv.register_blocks(std::move(complete));
 }
 
 struct Served {
