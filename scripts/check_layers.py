@@ -27,6 +27,7 @@ LAYERS = [
     ("pools", ["block_manager.h", "block_registry.h"]),
     ("transfer", ["storage/", "transfer/", "disk/", "remote/", "events/"]),
     ("offload", ["offload/"]),
+    ("router", ["router/"]),
     ("facade", ["kv_block_manager.h", "kv_block_manager_stats.h", "admission.h", "facade/"]),
     ("umbrella", ["kvbm.h"]),
     ("bindings", ["python/"]),

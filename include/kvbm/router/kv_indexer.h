@@ -1,0 +1,171 @@
+// kvbm/router/kv_indexer.h: which instance holds which block, from KV events.
+//
+// A KvIndexer is the router's view of a cluster. Every engine instance
+// publishes BlockStored / BlockRemoved / AllBlocksCleared batches
+// (kvbm/events/kv_event.h) with consecutive sequence numbers; the indexer
+// applies them, per instance and per tier, and answers overlaps(): for a
+// request's block hashes, how long a prefix each instance holds, and where.
+//
+//   router::KvIndexer index;
+//   const auto a = index.add_instance("engine-a");
+//   index.apply(a, seq, batch);                 // from a subscriber or an in-process sink
+//   router::OverlapScores s = index.overlaps(request_hashes);
+//
+// Tiers: an event's medium names its tier through options.mediums ("GPU" ->
+// G1, "CPU" -> G2, "DISK" and "STORAGE" -> G3, "REMOTE" -> G4 by default);
+// events of an unknown medium are counted (stats().unknown_medium_events)
+// and ignored. A shared tier (G4 by default: one store read by every
+// instance) is indexed once for the whole cluster: a block any instance
+// stored there counts for every instance, after its local tiers.
+//
+// Sequence numbers, per instance (apply() says what happened):
+//   kApplied    seq was the next one expected: applied, and any batches held
+//               after it are applied too.
+//   kDuplicate  seq is below the next expected (a replay overlapping what
+//               arrived live): ignored.
+//   kGap        seq is above the next expected: batches were lost. The batch
+//               is held (up to max_held_batches), the instance is stale, and
+//               the caller asks the publisher to replay from `expected`.
+//               When the missing batches arrive, the held ones follow and
+//               the instance is fresh again. When they cannot be replayed
+//               (the publisher no longer keeps them), resync() drops the
+//               instance's entries and goes on from the batches held.
+//   kRestart    seq 0 after a later one: the publisher restarted. The
+//               instance's entries are dropped and the batch applied.
+// An instance that has sent nothing for options.silence_timeout (any batch,
+// an empty heartbeat too, counts) is stale until it sends again; one that
+// vanished for good is remove_instance()d.
+//
+// Stale entries stay in the index, and overlaps() reports them with
+// InstanceOverlap::stale set; KvRouter decides whether to route by them
+// (and counts it when it does). Every gap, restart, resync and stale
+// instance is counted in the metrics (pool="router").
+//
+// Thread-safety: every member may be called from any thread; apply() takes
+// the index exclusively, overlaps() and the other readers share it.
+
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvbm/events/kv_event.h"
+#include "kvbm/router/overlap.h"
+#include "kvbm/tier.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvbm::router {
+
+/// Configuration of a KvIndexer.
+struct KvIndexerOptions {
+  /// Medium name -> tier. Empty: "GPU" G1, "CPU" G2, "DISK" and "STORAGE" G3,
+  /// "REMOTE" G4.
+  std::map<std::string, TierId, std::less<>> mediums;
+  /// Tiers every instance reads (indexed once for the cluster).
+  std::vector<TierId> shared_tiers{TierId::kG4};
+  /// Batches held per instance after a gap while the replay is awaited;
+  /// beyond this the instance is resynced.
+  std::size_t max_held_batches = 1024;
+  /// An instance silent this long is stale (zero: never).
+  std::chrono::milliseconds silence_timeout{0};
+  /// The clock for silence (steady_clock::now when empty); tests inject one.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// Where the router's series go (none when null).
+  std::shared_ptr<prometheus::Registry> metrics_registry;
+};
+
+/// What apply() did with one batch; see the file comment.
+enum class ApplyStatus : std::uint8_t { kApplied, kDuplicate, kGap, kRestart };
+
+/// The outcome of one apply().
+struct ApplyResult {
+  ApplyStatus status = ApplyStatus::kApplied;
+  std::uint64_t expected = 0;       ///< the next sequence number wanted after this call
+  std::size_t applied_batches = 0;  ///< batches applied by this call (held ones included)
+};
+
+/// Why an instance is stale.
+enum class StaleReason : std::uint8_t { kFresh, kGap, kSilent, kMarked };
+
+/// One instance as the indexer sees it.
+struct InstanceState {
+  std::string name;
+  std::uint64_t next_sequence = 0;  ///< the next batch expected
+  StaleReason stale = StaleReason::kFresh;
+  std::size_t held_batches = 0;     ///< batches past a gap, waiting
+  TierBlockCounts blocks{};         ///< blocks indexed per tier (shared tiers not included)
+};
+
+/// Counters of a KvIndexer.
+struct KvIndexerStats {
+  std::uint64_t batches_applied = 0;
+  std::uint64_t events_applied = 0;
+  std::uint64_t blocks_stored = 0;     ///< hashes of applied BlockStored events
+  std::uint64_t blocks_removed = 0;    ///< hashes of applied BlockRemoved events
+  std::uint64_t clears = 0;            ///< AllBlocksCleared applied
+  std::uint64_t duplicate_batches = 0;
+  std::uint64_t gaps = 0;              ///< gaps detected
+  std::uint64_t restarts = 0;
+  std::uint64_t resyncs = 0;
+  std::uint64_t unknown_medium_events = 0;
+  std::uint64_t removed_unknown_blocks = 0;  ///< BlockRemoved of hashes not indexed
+};
+
+/// The cluster's block index; see the file comment.
+class KvIndexer {
+ public:
+  explicit KvIndexer(KvIndexerOptions options = {});
+  ~KvIndexer();
+  KvIndexer(const KvIndexer&) = delete;
+  KvIndexer& operator=(const KvIndexer&) = delete;
+
+  /// Adds an instance and returns its id. Throws UsageError for an empty or
+  /// duplicate name.
+  InstanceId add_instance(std::string name);
+  /// Drops an instance that vanished: its entries go, it is in no answer.
+  /// Its blocks in shared tiers stay (the store still holds them).
+  void remove_instance(InstanceId id);
+  /// Returns the id of the instance named `name`, if there is one.
+  [[nodiscard]] std::optional<InstanceId> find_instance(std::string_view name) const;
+
+  /// Applies batch `sequence` of instance `id`; see the file comment.
+  /// Throws UsageError for an unknown or removed id.
+  ApplyResult apply(InstanceId id, std::uint64_t sequence, const events::KvEventBatch& batch);
+  /// The publisher cannot replay what was lost: drops the instance's
+  /// entries, applies the held batches from the lowest and makes it fresh.
+  void resync(InstanceId id);
+  /// Marks an instance stale (a batch could not be decoded, say) until its
+  /// next applied batch.
+  void mark_stale(InstanceId id);
+
+  /// Per live instance, the prefix of `hashes` it holds; see overlap.h.
+  [[nodiscard]] OverlapScores overlaps(std::span<const std::uint64_t> hashes) const;
+  /// Returns true when instance `id` holds `hash` in `tier` (a shared tier:
+  /// when the cluster does).
+  [[nodiscard]] bool holds(InstanceId id, std::uint64_t hash, TierId tier) const;
+  /// Returns the instance's state. Throws UsageError for an unknown id.
+  [[nodiscard]] InstanceState state(InstanceId id) const;
+  /// Returns the ids of the live instances, in order.
+  [[nodiscard]] std::vector<InstanceId> instances() const;
+  /// Returns the blocks indexed in shared tier `tier`.
+  [[nodiscard]] std::size_t shared_blocks(TierId tier) const;
+  [[nodiscard]] KvIndexerStats stats() const;
+
+  struct Impl;  // defined in src/router/kv_indexer.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvbm::router
