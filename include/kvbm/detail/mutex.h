@@ -1,4 +1,5 @@
-// kvbm/detail/mutex.h: a std::mutex that clang's thread-safety analysis sees.
+// kvbm/detail/mutex.h: a std::mutex (and a std::shared_mutex) that clang's
+// thread-safety analysis sees.
 //
 // libstdc++'s std::mutex and its lock types carry no annotations, so
 // KVBM_GUARDED_BY(mu_) on a member guarded by a std::mutex cannot be checked.
@@ -11,10 +12,15 @@
 //
 //   detail::UniqueLock lock(mu_);
 //   cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stop_; });
+//
+// detail::SharedMutex is a std::shared_mutex annotated the same way: writers
+// hold it through WriterLock, readers share it through ReaderLock, and a
+// member function that only reads says KVBM_REQUIRES_SHARED(mu_).
 
 #pragma once
 
 #include <mutex>
+#include <shared_mutex>
 
 #include "kvbm/detail/thread_annotations.h"
 
@@ -66,6 +72,46 @@ class KVBM_SCOPED_CAPABILITY UniqueLock {
 
  private:
   std::unique_lock<std::mutex> lock_;
+};
+
+/// A std::shared_mutex annotated as a capability: one writer or many readers.
+class KVBM_CAPABILITY("shared_mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void lock() KVBM_ACQUIRE() { mu_.lock(); }
+  void unlock() KVBM_RELEASE() { mu_.unlock(); }
+  void lock_shared() KVBM_ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void unlock_shared() KVBM_RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+/// Holds a SharedMutex exclusively for its lifetime (std::unique_lock's role).
+class KVBM_SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(SharedMutex& mu) KVBM_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~WriterLock() KVBM_RELEASE() { mu_.unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+/// Holds a SharedMutex shared for its lifetime (std::shared_lock's role).
+class KVBM_SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(SharedMutex& mu) KVBM_ACQUIRE_SHARED(mu) : mu_(mu) { mu_.lock_shared(); }
+  ~ReaderLock() KVBM_RELEASE() { mu_.unlock_shared(); }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 }  // namespace kvbm::detail

@@ -36,10 +36,17 @@
 #define KVBM_PT_GUARDED_BY(mu) KVBM_THREAD_ANNOTATION_(pt_guarded_by(mu))
 /// A function that must be called with the capabilities held.
 #define KVBM_REQUIRES(...) KVBM_THREAD_ANNOTATION_(requires_capability(__VA_ARGS__))
+/// A function that must be called with the capabilities held at least shared (a reader).
+#define KVBM_REQUIRES_SHARED(...) \
+  KVBM_THREAD_ANNOTATION_(requires_shared_capability(__VA_ARGS__))
 /// A function that must be called without the capabilities held (it takes them).
 #define KVBM_EXCLUDES(...) KVBM_THREAD_ANNOTATION_(locks_excluded(__VA_ARGS__))
 /// A function that acquires the capabilities (or, in a scoped class, its own).
 #define KVBM_ACQUIRE(...) KVBM_THREAD_ANNOTATION_(acquire_capability(__VA_ARGS__))
+/// A function that acquires the capabilities shared (a reader lock).
+#define KVBM_ACQUIRE_SHARED(...) KVBM_THREAD_ANNOTATION_(acquire_shared_capability(__VA_ARGS__))
+/// A function that releases the capabilities held shared.
+#define KVBM_RELEASE_SHARED(...) KVBM_THREAD_ANNOTATION_(release_shared_capability(__VA_ARGS__))
 /// A function that releases the capabilities (or, in a scoped class, its own).
 #define KVBM_RELEASE(...) KVBM_THREAD_ANNOTATION_(release_capability(__VA_ARGS__))
 /// A function that acquires the capabilities when it returns `result`.

@@ -1,0 +1,429 @@
+// src/router/kv_indexer.cpp: the cluster's block index fed by KV events
+// (kvbm/router/kv_indexer.h). The data structure is src/router/block_index.h;
+// this file keeps the instances, their sequence numbers and staleness.
+
+#include "kvbm/router/kv_indexer.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+#include <variant>
+
+#include "kvbm/detail/mutex.h"
+#include "kvbm/error.h"
+#include "router/block_index.h"
+#include "router/router_metrics.h"
+
+namespace kvbm::router {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::array<bool, 5> shared_mask(const std::vector<TierId>& tiers) {
+  std::array<bool, 5> out{};
+  for (TierId t : tiers) {
+    const auto i = static_cast<std::size_t>(t);
+    KVBM_CHECK(i >= 1 && i <= 4, "KvIndexerOptions.shared_tiers: tier ", i,
+               " is not one of G1..G4");
+    out[i] = true;
+  }
+  return out;
+}
+
+std::map<std::string, TierId, std::less<>> mediums_or_default(
+    std::map<std::string, TierId, std::less<>> mediums) {
+  if (mediums.empty()) {
+    mediums = {{"GPU", TierId::kG1},
+               {"CPU", TierId::kG2},
+               {"DISK", TierId::kG3},
+               {"STORAGE", TierId::kG3},
+               {"REMOTE", TierId::kG4}};
+  }
+  for (const auto& [name, tier] : mediums) {
+    const auto i = static_cast<std::size_t>(tier);
+    KVBM_CHECK(i >= 1 && i <= 4, "KvIndexerOptions.mediums[\"", name, "\"]: tier ", i,
+               " is not one of G1..G4");
+  }
+  return mediums;
+}
+
+/// One instance as the indexer keeps it.
+struct Instance {
+  std::string name;
+  bool live = true;
+  std::uint32_t lane = 0;
+  std::uint64_t next_sequence = 0;
+  bool gap = false;     // batches are missing; `held` waits for them
+  bool marked = false;  // mark_stale() until the next applied batch
+  std::map<std::uint64_t, events::KvEventBatch> held;
+  Clock::time_point last_seen{};
+};
+
+}  // namespace
+
+struct KvIndexer::Impl {
+  explicit Impl(KvIndexerOptions o)
+      : options(std::move(o)),
+        mediums(mediums_or_default(std::move(options.mediums))),
+        clock(options.clock ? options.clock : [] { return Clock::now(); }),
+        index(shared_mask(options.shared_tiers)) {
+    KVBM_CHECK(options.silence_timeout.count() >= 0,
+               "KvIndexerOptions.silence_timeout is negative; zero means never silent");
+    if (options.metrics_registry) {
+      metrics = std::make_unique<impl::IndexerMetrics>(options.metrics_registry);
+    }
+  }
+
+  const KvIndexerOptions options;
+  const std::map<std::string, TierId, std::less<>> mediums;
+  const std::function<Clock::time_point()> clock;
+  std::unique_ptr<impl::IndexerMetrics> metrics;  // its own atomics; touched after mu is released
+
+  mutable detail::SharedMutex mu;
+  impl::BlockIndex index KVBM_GUARDED_BY(mu);
+  std::vector<Instance> instances KVBM_GUARDED_BY(mu);
+  std::map<std::string, InstanceId, std::less<>> names KVBM_GUARDED_BY(mu);  // live ones
+  std::set<std::uint32_t> free_lanes KVBM_GUARDED_BY(mu);
+  std::uint32_t lanes = 0 KVBM_GUARDED_BY(mu);
+  KvIndexerStats stats KVBM_GUARDED_BY(mu);
+
+  /// Gauge values read under the lock, published after it.
+  struct Gauges {
+    std::size_t stale = 0;
+    std::size_t live = 0;
+    TierBlockCounts blocks{};
+  };
+
+  [[nodiscard]] bool silence_on() const noexcept { return options.silence_timeout.count() > 0; }
+  [[nodiscard]] Clock::time_point now() const {
+    return silence_on() ? clock() : Clock::time_point{};
+  }
+
+  Instance& live_instance(InstanceId id, const char* call) KVBM_REQUIRES(mu) {
+    KVBM_CHECK(id < instances.size() && instances[id].live, "KvIndexer::", call,
+               ": no live instance ", id, " (add_instance() gives the ids; removed ones stay removed)");
+    return instances[id];
+  }
+
+  [[nodiscard]] StaleReason reason(const Instance& in, Clock::time_point now) const noexcept {
+    if (in.gap) return StaleReason::kGap;
+    if (in.marked) return StaleReason::kMarked;
+    if (silence_on() && now - in.last_seen >= options.silence_timeout) return StaleReason::kSilent;
+    return StaleReason::kFresh;
+  }
+
+  Gauges gauges(Clock::time_point now) const KVBM_REQUIRES_SHARED(mu) {
+    Gauges g;
+    for (const Instance& in : instances) {
+      if (!in.live) continue;
+      ++g.live;
+      if (reason(in, now) != StaleReason::kFresh) ++g.stale;
+    }
+    g.blocks = index.tier_blocks();
+    return g;
+  }
+
+  void publish(const impl::IndexerDelta& d, const std::optional<Gauges>& g) const noexcept {
+    if (!metrics) return;
+    metrics->add(d);
+    if (g) {
+      metrics->set_stale_instances(g->stale);
+      metrics->set_instances(g->live);
+      metrics->set_indexed_blocks(g->blocks);
+    }
+  }
+
+  /// Applies one batch's events to the index.
+  void apply_events(const Instance& in, const events::KvEventBatch& batch, impl::IndexerDelta& d)
+      KVBM_REQUIRES(mu) {
+    for (const events::KvEvent& event : batch.events) {
+      if (const auto* cleared = std::get_if<events::AllBlocksCleared>(&event)) {
+        // The wire form has no medium, so the medium of an in-process event is
+        // ignored too: both transports mean "every local tier".
+        (void)cleared;
+        index.clear_lane(in.lane);
+        ++stats.clears;
+        ++d.events_applied;
+        continue;
+      }
+      const bool stored = std::holds_alternative<events::BlockStored>(event);
+      const auto& hashes = stored ? std::get<events::BlockStored>(event).block_hashes
+                                  : std::get<events::BlockRemoved>(event).block_hashes;
+      const std::string& medium = stored ? std::get<events::BlockStored>(event).medium
+                                         : std::get<events::BlockRemoved>(event).medium;
+      const auto it = mediums.find(medium);
+      if (it == mediums.end()) {
+        ++d.unknown_medium_events;
+        continue;
+      }
+      const TierId tier = it->second;
+      const bool shared = index.is_shared(tier);
+      if (stored) {
+        for (std::uint64_t h : hashes) {
+          (void)(shared ? index.store_shared(tier, h) : index.store_local(in.lane, tier, h));
+        }
+        stats.blocks_stored += hashes.size();
+      } else {
+        for (std::uint64_t h : hashes) {
+          const bool was = shared ? index.remove_shared(tier, h) : index.remove_local(in.lane, tier, h);
+          if (!was) ++d.removed_unknown_blocks;
+        }
+        stats.blocks_removed += hashes.size();
+      }
+      ++d.events_applied;
+    }
+  }
+
+  /// Applies a batch that is next in sequence and whatever held batches follow it.
+  std::size_t apply_in_order(Instance& in, const events::KvEventBatch& batch, impl::IndexerDelta& d)
+      KVBM_REQUIRES(mu) {
+    apply_events(in, batch, d);
+    ++in.next_sequence;
+    std::size_t applied = 1;
+    while (!in.held.empty() && in.held.begin()->first <= in.next_sequence) {
+      auto node = in.held.extract(in.held.begin());
+      if (node.key() == in.next_sequence) {
+        apply_events(in, node.mapped(), d);
+        ++in.next_sequence;
+        ++applied;
+      }
+    }
+    if (in.held.empty()) in.gap = false;
+    in.marked = false;
+    return applied;
+  }
+
+  /// Drops the instance's entries and applies its held batches from the lowest.
+  std::size_t resync(Instance& in, impl::IndexerDelta& d) KVBM_REQUIRES(mu) {
+    index.clear_lane(in.lane);
+    std::size_t applied = 0;
+    for (auto& [seq, batch] : in.held) {
+      apply_events(in, batch, d);
+      in.next_sequence = seq + 1;
+      ++applied;
+    }
+    in.held.clear();
+    in.gap = false;
+    in.marked = false;
+    ++stats.resyncs;
+    ++d.resyncs;
+    return applied;
+  }
+
+  void finish_counts(const impl::IndexerDelta& d, std::size_t applied_batches) KVBM_REQUIRES(mu) {
+    stats.batches_applied += applied_batches;
+    stats.events_applied += d.events_applied;
+    stats.unknown_medium_events += d.unknown_medium_events;
+    stats.removed_unknown_blocks += d.removed_unknown_blocks;
+  }
+};
+
+KvIndexer::KvIndexer(KvIndexerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->publish({}, Impl::Gauges{});
+}
+
+KvIndexer::~KvIndexer() = default;
+
+InstanceId KvIndexer::add_instance(std::string name) {
+  auto& m = *impl_;
+  std::optional<Impl::Gauges> g;
+  InstanceId id = 0;
+  {
+    detail::WriterLock lock(m.mu);
+    KVBM_CHECK(!name.empty(), "KvIndexer::add_instance: the name is empty");
+    KVBM_CHECK(!m.names.contains(name), "KvIndexer::add_instance: an instance named \"", name,
+               "\" is already live; remove_instance() it first or pick another name");
+    std::uint32_t lane = m.lanes;
+    if (!m.free_lanes.empty()) {
+      lane = *m.free_lanes.begin();
+      m.free_lanes.erase(m.free_lanes.begin());
+    } else {
+      ++m.lanes;
+    }
+    m.index.reserve_lanes(m.lanes);
+    id = static_cast<InstanceId>(m.instances.size());
+    Instance in;
+    in.name = name;
+    in.lane = lane;
+    in.last_seen = m.now();
+    m.instances.push_back(std::move(in));
+    m.names.emplace(std::move(name), id);
+    g = m.gauges(m.now());
+  }
+  m.publish({}, g);
+  return id;
+}
+
+void KvIndexer::remove_instance(InstanceId id) {
+  auto& m = *impl_;
+  std::optional<Impl::Gauges> g;
+  {
+    detail::WriterLock lock(m.mu);
+    Instance& in = m.live_instance(id, "remove_instance");
+    m.index.clear_lane(in.lane);
+    m.free_lanes.insert(in.lane);
+    m.names.erase(in.name);
+    in.live = false;
+    in.held.clear();
+    in.gap = false;
+    g = m.gauges(m.now());
+  }
+  m.publish({}, g);
+}
+
+std::optional<InstanceId> KvIndexer::find_instance(std::string_view name) const {
+  auto& m = *impl_;
+  detail::ReaderLock lock(m.mu);
+  const auto it = m.names.find(name);
+  if (it == m.names.end()) return std::nullopt;
+  return it->second;
+}
+
+ApplyResult KvIndexer::apply(InstanceId id, std::uint64_t sequence,
+                             const events::KvEventBatch& batch) {
+  auto& m = *impl_;
+  impl::IndexerDelta d;
+  std::optional<Impl::Gauges> g;
+  ApplyResult r;
+  {
+    detail::WriterLock lock(m.mu);
+    Instance& in = m.live_instance(id, "apply");
+    const auto now = m.now();
+    in.last_seen = now;
+    if (sequence == in.next_sequence) {
+      r.status = ApplyStatus::kApplied;
+      r.applied_batches = m.apply_in_order(in, batch, d);
+    } else if (sequence == 0) {  // and next_sequence > 0: the publisher restarted
+      r.status = ApplyStatus::kRestart;
+      m.index.clear_lane(in.lane);
+      in.held.clear();
+      in.gap = false;
+      in.next_sequence = 0;
+      ++m.stats.restarts;
+      r.applied_batches = m.apply_in_order(in, batch, d);
+    } else if (sequence < in.next_sequence) {
+      r.status = ApplyStatus::kDuplicate;
+      ++m.stats.duplicate_batches;
+    } else {
+      r.status = ApplyStatus::kGap;
+      if (!in.gap) ++m.stats.gaps;
+      in.gap = true;
+      in.held.try_emplace(sequence, batch);
+      if (in.held.size() > m.options.max_held_batches) r.applied_batches = m.resync(in, d);
+    }
+    r.expected = in.next_sequence;
+    ++d.batches[static_cast<std::size_t>(r.status)];
+    m.finish_counts(d, r.applied_batches);
+    if (m.metrics) g = m.gauges(now);
+  }
+  m.publish(d, g);
+  return r;
+}
+
+void KvIndexer::resync(InstanceId id) {
+  auto& m = *impl_;
+  impl::IndexerDelta d;
+  std::optional<Impl::Gauges> g;
+  {
+    detail::WriterLock lock(m.mu);
+    Instance& in = m.live_instance(id, "resync");
+    const std::size_t applied = m.resync(in, d);
+    m.finish_counts(d, applied);
+    if (m.metrics) g = m.gauges(m.now());
+  }
+  m.publish(d, g);
+}
+
+void KvIndexer::mark_stale(InstanceId id) {
+  auto& m = *impl_;
+  std::optional<Impl::Gauges> g;
+  {
+    detail::WriterLock lock(m.mu);
+    m.live_instance(id, "mark_stale").marked = true;
+    if (m.metrics) g = m.gauges(m.now());
+  }
+  m.publish({}, g);
+}
+
+OverlapScores KvIndexer::overlaps(std::span<const std::uint64_t> hashes) const {
+  auto& m = *impl_;
+  OverlapScores out;
+  out.request_blocks = hashes.size();
+  std::size_t stale = 0;
+  {
+    detail::ReaderLock lock(m.mu);
+    const auto now = m.now();
+    std::vector<std::uint64_t> alive(m.index.words(), 0);
+    for (const Instance& in : m.instances) {
+      if (in.live) alive[in.lane / 64] |= std::uint64_t{1} << (in.lane % 64);
+    }
+    impl::WalkCounters counters;
+    m.index.walk(hashes, alive, counters);
+    out.instances.reserve(m.names.size());
+    for (InstanceId id = 0; id < m.instances.size(); ++id) {
+      const Instance& in = m.instances[id];
+      if (!in.live) continue;
+      InstanceOverlap o;
+      o.instance = id;
+      o.per_tier = counters.counts(in.lane);
+      for (std::size_t n : o.per_tier) o.prefix_blocks += n;
+      o.stale = m.reason(in, now) != StaleReason::kFresh;
+      stale += o.stale ? 1 : 0;
+      out.instances.push_back(o);
+    }
+  }
+  if (m.metrics) m.metrics->set_stale_instances(stale);  // silence is seen when asked
+  return out;
+}
+
+bool KvIndexer::holds(InstanceId id, std::uint64_t hash, TierId tier) const {
+  auto& m = *impl_;
+  detail::ReaderLock lock(m.mu);
+  KVBM_CHECK(id < m.instances.size(), "KvIndexer::holds: no instance ", id);
+  const Instance& in = m.instances[id];
+  if (!in.live) return false;
+  return m.index.holds(in.lane, hash, tier);
+}
+
+InstanceState KvIndexer::state(InstanceId id) const {
+  auto& m = *impl_;
+  detail::ReaderLock lock(m.mu);
+  KVBM_CHECK(id < m.instances.size(), "KvIndexer::state: no instance ", id,
+             " (add_instance() gives the ids)");
+  const Instance& in = m.instances[id];
+  InstanceState s;
+  s.name = in.name;
+  s.next_sequence = in.next_sequence;
+  s.held_batches = in.held.size();
+  if (in.live) {
+    s.stale = m.reason(in, m.now());
+    s.blocks = m.index.lane_blocks(in.lane);
+  }
+  return s;
+}
+
+std::vector<InstanceId> KvIndexer::instances() const {
+  auto& m = *impl_;
+  detail::ReaderLock lock(m.mu);
+  std::vector<InstanceId> out;
+  for (InstanceId id = 0; id < m.instances.size(); ++id) {
+    if (m.instances[id].live) out.push_back(id);
+  }
+  return out;
+}
+
+std::size_t KvIndexer::shared_blocks(TierId tier) const {
+  auto& m = *impl_;
+  detail::ReaderLock lock(m.mu);
+  return m.index.is_shared(tier) ? m.index.tier_blocks()[static_cast<std::size_t>(tier)] : 0;
+}
+
+KvIndexerStats KvIndexer::stats() const {
+  auto& m = *impl_;
+  detail::ReaderLock lock(m.mu);
+  return m.stats;
+}
+
+}  // namespace kvbm::router

@@ -1,0 +1,146 @@
+// src/router/router_metrics.cpp: the router layer's Prometheus series
+// (src/router/router_metrics.h).
+
+#include "router/router_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <utility>
+
+#include "kvbm/error.h"
+
+namespace kvbm::router::impl {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+struct SeriesSet::Entries {
+  std::vector<std::pair<prometheus::Family<prometheus::Counter>*, prometheus::Counter*>> counters;
+  std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges;
+};
+
+SeriesSet::SeriesSet(std::shared_ptr<prometheus::Registry> registry, std::string what)
+    : registry_(std::move(registry)), what_(std::move(what)), entries_(std::make_unique<Entries>()) {
+  KVBM_CHECK(registry_ != nullptr, what_, ": the metrics registry is null");
+}
+
+SeriesSet::~SeriesSet() {
+  for (auto& [family, c] : entries_->counters) family->Remove(c);
+  for (auto& [family, g] : entries_->gauges) family->Remove(g);
+}
+
+namespace {
+
+std::map<std::string, std::string> label_map(const Labels& labels) {
+  std::map<std::string, std::string> out{{"pool", "router"}};
+  for (const auto& [k, v] : labels) out[k] = v;
+  return out;
+}
+
+template <class Family>
+auto* add_series(Family& family, const std::map<std::string, std::string>& labels,
+                 const std::string& name, const std::string& what) {
+  KVBM_CHECK(!family.Has(labels), "metrics registry already holds ", name,
+             " of another ", what,
+             ": give each indexer its own registry, and routers sharing one different policies");
+  return &family.Add(labels);
+}
+
+}  // namespace
+
+prometheus::Counter* SeriesSet::counter(const std::string& name, const std::string& help,
+                                        const Labels& labels) {
+  auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+  auto* c = add_series(family, label_map(labels), name, what_);
+  entries_->counters.emplace_back(&family, c);
+  return c;
+}
+
+prometheus::Gauge* SeriesSet::gauge(const std::string& name, const std::string& help,
+                                    const Labels& labels) {
+  auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+  auto* g = add_series(family, label_map(labels), name, what_);
+  entries_->gauges.emplace_back(&family, g);
+  return g;
+}
+
+IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : set_(std::move(registry), "KvIndexer"),
+      events_applied_(set_.counter("kvbm_router_events_applied_total",
+                                   "KV events applied to the router's index", {})),
+      resyncs_(set_.counter("kvbm_router_resyncs_total",
+                            "Instances resynced (entries dropped, held batches applied)", {})),
+      unknown_medium_(set_.counter("kvbm_router_unknown_medium_events_total",
+                                   "KV events of a medium the indexer maps to no tier (ignored)",
+                                   {})),
+      removed_unknown_(set_.counter("kvbm_router_removed_unknown_blocks_total",
+                                    "BlockRemoved hashes the index did not hold", {})),
+      stale_instances_(set_.gauge("kvbm_router_stale_instances",
+                                  "Live instances whose entries are stale", {})),
+      instances_(set_.gauge("kvbm_router_instances", "Live instances in the index", {})) {
+  static constexpr std::array<const char*, 4> kOutcomes{"applied", "duplicate", "gap", "restart"};
+  for (std::size_t i = 0; i < kOutcomes.size(); ++i) {
+    batches_[i] = set_.counter("kvbm_router_batches_total",
+                               "KV event batches received, by what apply() did with them",
+                               {{"outcome", kOutcomes[i]}});
+  }
+  static constexpr std::array<const char*, 5> kTiers{"", "G1", "G2", "G3", "G4"};
+  for (std::size_t t = 1; t < kTiers.size(); ++t) {
+    indexed_blocks_[t] = set_.gauge(
+        "kvbm_router_indexed_blocks",
+        "Blocks indexed per tier: (instance, block) pairs for a local tier, blocks for a shared one",
+        {{"tier", kTiers[t]}});
+  }
+}
+
+namespace {
+inline void bump(prometheus::Counter* c, std::uint64_t n) noexcept {
+  if (n != 0) c->Increment(static_cast<double>(n));
+}
+}  // namespace
+
+void IndexerMetrics::add(const IndexerDelta& d) noexcept {
+  bump(events_applied_, d.events_applied);
+  for (std::size_t i = 0; i < batches_.size(); ++i) bump(batches_[i], d.batches[i]);
+  bump(resyncs_, d.resyncs);
+  bump(unknown_medium_, d.unknown_medium_events);
+  bump(removed_unknown_, d.removed_unknown_blocks);
+}
+
+void IndexerMetrics::set_stale_instances(std::size_t n) noexcept {
+  stale_instances_->Set(static_cast<double>(n));
+}
+
+void IndexerMetrics::set_instances(std::size_t n) noexcept {
+  instances_->Set(static_cast<double>(n));
+}
+
+void IndexerMetrics::set_indexed_blocks(const std::array<std::size_t, 5>& blocks) noexcept {
+  for (std::size_t t = 1; t < blocks.size(); ++t) {
+    indexed_blocks_[t]->Set(static_cast<double>(blocks[t]));
+  }
+}
+
+RouterMetrics::RouterMetrics(std::shared_ptr<prometheus::Registry> registry,
+                             const std::string& policy)
+    : set_(std::move(registry), "KvRouter"),
+      decisions_(set_.counter("kvbm_router_decisions_total", "Requests routed",
+                              {{"policy", policy}})),
+      stale_decisions_(set_.counter("kvbm_router_stale_decisions_total",
+                                    "Routing decisions that relied on stale entries (use_stale)",
+                                    {{"policy", policy}})),
+      decisions_while_stale_(
+          set_.counter("kvbm_router_decisions_while_stale_total",
+                       "Routing decisions made while any instance was stale",
+                       {{"policy", policy}})) {}
+
+void RouterMetrics::decision(bool used_stale, bool any_stale) noexcept {
+  decisions_->Increment();
+  if (used_stale) stale_decisions_->Increment();
+  if (any_stale) decisions_while_stale_->Increment();
+}
+
+}  // namespace kvbm::router::impl
