@@ -23,18 +23,18 @@ inline void add_lanes(std::uint64_t* s, std::uint64_t m) noexcept {
 
 }  // namespace
 
-TierBlockCounts WalkCounters::counts(std::uint32_t lane) const noexcept {
-  TierBlockCounts out{};
-  const std::size_t w = lane / 64;
-  const unsigned b = lane % 64;
-  if (w >= words_) return out;
+void WalkCounters::unpack() {
+  per_lane_.assign(words_ * 64, TierBlockCounts{});
   for (std::size_t t = 1; t < kTiers; ++t) {
-    const std::uint64_t* s = s_.data() + ((t * words_) + w) * slices_;
-    std::size_t n = 0;
-    for (std::size_t k = 0; k < slices_; ++k) n |= static_cast<std::size_t>((s[k] >> b) & 1U) << k;
-    out[t] = n;
+    for (std::size_t w = 0; w < words_; ++w) {
+      const std::uint64_t* s = s_.data() + ((t * words_) + w) * slices_;
+      for (std::size_t k = 0; k < slices_; ++k) {
+        for (std::uint64_t m = s[k]; m != 0; m &= m - 1) {
+          per_lane_[(w * 64) + static_cast<std::size_t>(std::countr_zero(m))][t] += std::size_t{1} << k;
+        }
+      }
+    }
   }
-  return out;
 }
 
 BlockIndex::BlockIndex(std::array<bool, 5> shared) : shared_(shared) {
@@ -233,6 +233,7 @@ void BlockIndex::walk(std::span<const std::uint64_t> hashes, std::span<std::uint
     }
     if (any == 0) break;
   }
+  out.unpack();
 }
 
 }  // namespace kvbm::router::impl

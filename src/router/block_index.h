@@ -14,8 +14,8 @@
 // first block it holds in no local tier and the cluster holds in no shared
 // tier, and the walk stops when no lane is left. Per-lane, per-tier counts
 // are kept as bit-sliced counters (slice k holds bit k of 64 lanes' counts),
-// so counting a block for every lane that holds it is a few word operations,
-// not one increment per lane.
+// so counting a block for every lane that holds it in a tier is one carry
+// chain over a word (two steps on average), not one increment per lane.
 //
 // The property the fast path keeps: lanes are independent. A lane's answer is
 // exactly what the plain walk over that lane's own (hash, tier) set gives
@@ -45,13 +45,19 @@ namespace kvbm::router::impl {
 class WalkCounters {
  public:
   /// Returns lane `lane`'s blocks per tier.
-  [[nodiscard]] TierBlockCounts counts(std::uint32_t lane) const noexcept;
+  [[nodiscard]] TierBlockCounts counts(std::uint32_t lane) const noexcept {
+    return lane < per_lane_.size() ? per_lane_[lane] : TierBlockCounts{};
+  }
 
  private:
   friend class BlockIndex;
+  /// Reads the sliced counters out into per_lane_ (cost: one step per set bit).
+  void unpack();
+
   std::size_t words_ = 0;
   std::size_t slices_ = 0;
   std::vector<std::uint64_t> s_;  // [tier 1..4][word][slice]
+  std::vector<TierBlockCounts> per_lane_;
 };
 
 class BlockIndex {

@@ -365,13 +365,13 @@ OverlapScores KvIndexer::overlaps(std::span<const std::uint64_t> hashes) const {
     for (InstanceId id = 0; id < m.instances.size(); ++id) {
       const Instance& in = m.instances[id];
       if (!in.live) continue;
-      InstanceOverlap o;
+      // Filled in place: a local copied in would cost a store-forwarding stall per field.
+      InstanceOverlap& o = out.instances.emplace_back();
       o.instance = id;
       o.per_tier = counters.counts(in.lane);
       for (std::size_t n : o.per_tier) o.prefix_blocks += n;
       o.stale = m.reason(in, now) != StaleReason::kFresh;
       stale += o.stale ? 1 : 0;
-      out.instances.push_back(o);
     }
   }
   if (m.metrics) m.metrics->set_stale_instances(stale);  // silence is seen when asked

@@ -54,8 +54,8 @@ void check_options(const KvRouterOptions& o) {
 struct Estimate {
   double cost = 0;
   std::uint64_t to_compute = 0;
-  InstanceOverlap overlap;  // the entries the estimate used (none when stale ones are ignored)
-  bool used_stale = false;
+  bool ignored_stale = false;  // stale entries counted as no prefix
+  bool used_stale = false;     // stale entries counted (use_stale)
 };
 
 }  // namespace
@@ -84,24 +84,25 @@ struct KvRouter::Impl {
     return id < load.size() ? load[id] : 0;
   }
 
+  /// The cost model of the file comment; reads `o` without copying it (this
+  /// runs once per instance per request).
   [[nodiscard]] Estimate estimate(const InstanceOverlap& o, std::uint64_t tokens) const
       KVBM_REQUIRES(mu) {
     Estimate e;
-    e.overlap = o;
-    if (o.stale && !options.use_stale) {
-      e.overlap.prefix_blocks = 0;
-      e.overlap.per_tier = {};
-    }
+    e.ignored_stale = o.stale && !options.use_stale;
     e.used_stale = o.stale && options.use_stale && o.prefix_blocks > 0;
     const std::uint64_t bs = options.block_size;
+    const std::uint64_t prefix = e.ignored_stale ? 0 : o.prefix_blocks;
     // Tokens held: the prefix's blocks, never more than the request has.
-    std::uint64_t left = std::min<std::uint64_t>(tokens, e.overlap.prefix_blocks * bs);
+    std::uint64_t left = std::min<std::uint64_t>(tokens, prefix * bs);
     e.to_compute = tokens - left;
     double copy = 0;
-    for (std::size_t t = 1; t < e.overlap.per_tier.size(); ++t) {
-      const std::uint64_t n = std::min<std::uint64_t>(left, e.overlap.per_tier[t] * bs);
-      copy += options.tier_cost[t] * static_cast<double>(n);
-      left -= n;
+    if (!e.ignored_stale) {
+      for (std::size_t t = 1; t < o.per_tier.size(); ++t) {
+        const std::uint64_t n = std::min<std::uint64_t>(left, o.per_tier[t] * bs);
+        copy += options.tier_cost[t] * static_cast<double>(n);
+        left -= n;
+      }
     }
     e.cost = (options.compute_cost * static_cast<double>(e.to_compute)) + copy +
              (options.load_weight * static_cast<double>(load_of(o.instance)));
@@ -140,16 +141,17 @@ RouteDecision KvRouter::route(std::span<const std::uint64_t> hashes, std::uint64
     const auto& in = scores.instances;
     std::size_t chosen = 0;  // index into `in`
     if (policy == RoutePolicy::kKv) {
-      std::vector<Estimate> est;
-      est.reserve(in.size());
-      for (const auto& o : in) est.push_back(m.estimate(o, tokens));
-      double best = est[0].cost;
-      for (const auto& e : est) best = std::min(best, e.cost);
+      std::vector<double> cost(in.size());
+      double best = 0;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        cost[i] = m.estimate(in[i], tokens).cost;
+        if (i == 0 || cost[i] < best) best = cost[i];
+      }
       const double tolerance = 1e-9 * std::max(1.0, std::abs(best));
       std::vector<std::size_t> ties;
       std::uint64_t least_load = UINT64_MAX;
-      for (std::size_t i = 0; i < est.size(); ++i) {
-        if (est[i].cost > best + tolerance) continue;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (cost[i] > best + tolerance) continue;
         const std::uint64_t l = m.load_of(in[i].instance);
         if (l < least_load) {
           least_load = l;
@@ -158,8 +160,12 @@ RouteDecision KvRouter::route(std::span<const std::uint64_t> hashes, std::uint64
         if (l == least_load) ties.push_back(i);
       }
       chosen = ties.size() == 1 ? ties[0] : ties[m.draw(ties.size())];
-      const Estimate& e = est[chosen];
-      d.overlap = e.overlap;
+      const Estimate e = m.estimate(in[chosen], tokens);
+      d.overlap = in[chosen];
+      if (e.ignored_stale) {  // what the estimate used: no prefix
+        d.overlap.prefix_blocks = 0;
+        d.overlap.per_tier = {};
+      }
       d.cost = e.cost;
       d.tokens_to_compute = e.to_compute;
       d.used_stale = e.used_stale;

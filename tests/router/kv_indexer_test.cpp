@@ -589,6 +589,16 @@ TEST(KvIndexerModel, RandomEventSequencesMatchASetModel) {
     }
     model.apply(id, b);
     std::vector<std::vector<std::uint64_t>> queries{{0, 1, 2, 3, 4, 5}};
+    if (step % 10 == 0) {  // long runs of repeated blocks: a run is added as one number
+      std::vector<std::uint64_t> runs;
+      for (std::uint64_t h = 0; h < 3; ++h) runs.insert(runs.end(), 150 + (h * 61), h);
+      queries.push_back(std::move(runs));
+      std::vector<std::uint64_t> cycle;
+      for (int r = 0; r < 100; ++r) {
+        for (std::uint64_t h = 0; h < kHashes; ++h) cycle.push_back(h);
+      }
+      queries.push_back(std::move(cycle));
+    }
     for (int q = 0; q < 3; ++q) {
       std::vector<std::uint64_t> r(1 + pick(7));
       for (auto& h : r) h = pick(kHashes + 1);
