@@ -23,6 +23,9 @@ PAIRS = {
     "BM_Pipeline_HostEngine": ("BM_Engine_HostEngine_Alone", "speed"),
     "BM_Onboard_FromHost": ("BM_Engine_HostToDevice_Raw", "speed"),
     "BM_Onboard_FromDisk": ("BM_Engine_DiskRead_Raw", "speed"),
+    "BM_KvIndexer_Apply": ("BM_Baseline_HashMapInsert", "cost"),
+    "BM_KvIndexer_Overlaps": ("BM_Baseline_HashMapFind", "cost"),
+    "BM_KvRouter_Route": ("BM_Baseline_HashMapFind", "cost"),
 }
 
 

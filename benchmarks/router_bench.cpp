@@ -135,6 +135,8 @@ void BM_KvIndexer_Apply(benchmark::State& state) {
     for (std::size_t n : index.state(id).blocks) entries += n;
   }
   state.counters["entries"] = static_cast<double>(entries);
+  state.counters["bytes_per_block"] = static_cast<double>(index.stats().index_bytes) /
+                                      static_cast<double>(index.stats().distinct_blocks);
 }
 BENCHMARK(BM_KvIndexer_Apply);
 
@@ -194,6 +196,9 @@ void BM_KvIndexer_Overlaps(benchmark::State& state) {
   const auto request = request_hashes(blocks);
   for (auto _ : state) benchmark::DoNotOptimize(index->overlaps(request));
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(blocks));
+  const auto st = index->stats();
+  state.counters["bytes_per_block"] =
+      static_cast<double>(st.index_bytes) / static_cast<double>(st.distinct_blocks);
 }
 
 void overlap_args(benchmark::internal::Benchmark* b) {

@@ -423,7 +423,10 @@ std::size_t KvIndexer::shared_blocks(TierId tier) const {
 KvIndexerStats KvIndexer::stats() const {
   auto& m = *impl_;
   detail::ReaderLock lock(m.mu);
-  return m.stats;
+  KvIndexerStats s = m.stats;
+  s.distinct_blocks = m.index.size();
+  s.index_bytes = m.index.bytes();
+  return s;
 }
 
 }  // namespace kvbm::router

@@ -78,6 +78,13 @@ TEST(KvIndexer, StoresAndRemovesPerInstanceAndTier) {
   EXPECT_EQ(st.events_applied, 2U);
   EXPECT_EQ(st.blocks_stored, 3U);
   EXPECT_EQ(st.blocks_removed, 1U);
+  EXPECT_EQ(st.distinct_blocks, 2U);
+  EXPECT_GT(st.index_bytes, 0U);
+  index.apply(b, 0, batch({stored({1, 9})}));
+  EXPECT_EQ(index.stats().distinct_blocks, 3U);  // 1 is one entry for both instances
+  index.apply(a, 2, batch({cleared()}));
+  index.remove_instance(b);
+  EXPECT_EQ(index.stats().distinct_blocks, 0U);  // emptied entries leave the table
 }
 
 TEST(KvIndexer, BlockCountsInTheFastestTierHoldingIt) {
