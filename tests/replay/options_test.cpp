@@ -168,7 +168,9 @@ TEST(ReplayOptions, UsageMentionsEveryOption) {
         "--disk-dir",    "--metadata-only", "--realtime",      "--speed",        "--limit",
         "--sweep",       "--plot",          "--json",          "--quiet",        "--strict",
         "--metrics-port", "--soak",       "--model",         "--overlap-offload", "--prefill-tokens-per-s",
-        "--g2-gbps",      "--g3-gbps"}) {
+        "--g2-gbps",      "--g3-gbps",      "--instances",     "--assign",       "--remote",
+        "--router",       "--router-events", "--router-load-weight", "--router-tier-cost",
+        "--sweep-instances", "--sweep-routers"}) {
     EXPECT_NE(u.find(opt), std::string::npos) << opt;
   }
 }
@@ -213,6 +215,45 @@ TEST(ReplayOptions, SavingsInputsArePositiveNumbers) {
   for (const char* bad : {"0", "-3", "fast", "1e999", "nan"}) {
     (void)parse({"--g3-gbps", bad}, error);
     EXPECT_NE(error.find("--g3-gbps: expected a positive number"), std::string::npos) << bad << ": " << error;
+  }
+}
+
+TEST(ReplayOptions, RouterOptions) {
+  std::string error;
+  Options o = parse({"--instances", "4", "--router", "kv", "--router-events", "zmq",
+                     "--router-load-weight", "0.5", "--router-tier-cost", "0.1,0.25,0.5"},
+                    error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.router, router::RoutePolicy::kKv);
+  EXPECT_TRUE(o.router_zmq);
+  EXPECT_EQ(o.router_load_weight, 0.5);
+  ASSERT_TRUE(o.router_tier_cost.has_value());
+  EXPECT_EQ((*o.router_tier_cost)[2], 0.5);
+
+  o = parse({"--sweep-instances", "1,2,4,8"}, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.sweep_instances, (std::vector<std::uint32_t>{1, 2, 4, 8}));
+  EXPECT_EQ(o.sweep_routers.size(), 3u);  // kv, round_robin and random by default
+  o = parse({"--sweep-instances", "2", "--sweep-routers", "kv,random"}, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.sweep_routers,
+            (std::vector<router::RoutePolicy>{router::RoutePolicy::kKv, router::RoutePolicy::kRandom}));
+
+  const std::vector<std::pair<std::vector<const char*>, const char*>> bad = {
+      {{"--router", "nearest"}, "kv, round_robin or random"},
+      {{"--router", "kv", "--assign", "random"}, "not both"},
+      {{"--router-events", "zmq"}, "need --router"},
+      {{"--router", "kv", "--router-events", "tcp"}, "in_process or zmq"},
+      {{"--router", "kv", "--router-tier-cost", "0.1,0.2"}, "three numbers"},
+      {{"--router", "kv", "--router-load-weight", "-1"}, ">= 0"},
+      {{"--sweep-instances", "1,0"}, "instance counts"},
+      {{"--sweep-instances", "2", "--sweep", "1000"}, "one of them"},
+      {{"--sweep-instances", "2", "--instances", "4"}, "leave out --instances"},
+      {{"--router", "kv", "--soak", "10"}, "--soak"},
+  };
+  for (const auto& [args, says] : bad) {
+    (void)parse(args, error);
+    EXPECT_NE(error.find(says), std::string::npos) << args[0] << ": " << error;
   }
 }
 

@@ -24,6 +24,7 @@
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
+#include "replay/cluster_report.h"
 #include "replay/metrics_server.h"
 #include "replay/model_preset.h"
 #include "replay/options.h"
@@ -200,6 +201,17 @@ int run(int argc, char** argv) {
   rc.instances = o.instances;
   rc.assign_random = o.assign_random;
   rc.remote_urls = o.remote;
+  auto cluster_config = [&o, &rc](kvbm::router::RoutePolicy policy) {
+    ClusterConfig c;
+    c.policy = policy;
+    c.options.load_weight = o.router_load_weight;
+    if (o.router_tier_cost) {
+      for (std::size_t k = 0; k < 3; ++k) c.options.tier_cost[2 + k] = (*o.router_tier_cost)[k];
+    }
+    c.transport = o.router_zmq ? EventTransport::kZmq : EventTransport::kInProcess;
+    c.prefill_tokens_per_s = rc.savings.prefill_tokens_per_s;
+    return c;
+  };
   rc.remote_namespace = o.remote_namespace;
   rc.model = o.model;
   {
@@ -211,6 +223,7 @@ int run(int argc, char** argv) {
     rc.savings.g2_gb_per_s = o.g2_gb_per_s;
     rc.savings.g3_gb_per_s = o.g3_gb_per_s;
   }
+  if (o.router) rc.router = cluster_config(*o.router);
   rc.move_bytes = !o.metadata_only;
   rc.realtime = o.realtime;
   rc.speed = o.speed;
@@ -257,7 +270,59 @@ int run(int argc, char** argv) {
   };
 
   bool ok = true;
-  if (o.sweep.empty()) {
+  if (!o.sweep_instances.empty()) {
+    std::vector<ClusterSweepPoint> points;
+    for (const std::uint32_t n : o.sweep_instances) {
+      for (const kvbm::router::RoutePolicy policy : o.sweep_routers) {
+        if (g_stop.load()) break;
+        rc.instances = n;
+        rc.router = cluster_config(policy);
+        const std::string label = fmt::format("{} x{}", kvbm::router::to_string(policy), n);
+        note("sweep: {} instances, router {}", n, kvbm::router::to_string(policy));
+        ClusterSweepPoint p{n, kvbm::router::to_string(policy), replay_once(label)};
+        ok = ok && p.result.verify_failures == 0 && p.result.audit.empty() &&
+             p.result.onboard_failed == 0;
+        if (!o.json) {
+          std::cout << fmt::format("{:>2} instances, {:<11}: block hit ratio {:.2f}% (G1 {:.2f}%), "
+                                   "load max/mean {:.2f}, {:.1f} s\n",
+                                   n, kvbm::router::to_string(policy), 100 * p.result.block_hit_ratio(),
+                                   100.0 * static_cast<double>(p.result.hit_blocks[0]) /
+                                       static_cast<double>(std::max<std::uint64_t>(p.result.blocks, 1)),
+                                   p.result.cluster ? p.result.cluster->request_imbalance : 0.0,
+                                   p.result.wall_seconds);
+        }
+        points.push_back(std::move(p));
+      }
+    }
+    const std::string plot = o.plot_given ? o.plot : std::string("kvbm-replay-cluster.svg");
+    const std::string title = fmt::format("kvbm-replay: cluster hit ratio by router ({}{})",
+                                          fs::path(trace_path).filename().string(),
+                                          o.remote.empty() ? "" : ", shared G4");
+    {
+      std::ofstream svg(plot);
+      if (!svg) {
+        fmt::print(stderr, "kvbm-replay: cannot write {}\n", plot);
+        return 2;
+      }
+      svg << cluster_sweep_svg(points, title);
+    }
+    const std::optional<fs::path> png = convert_to_png(plot);
+    if (o.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& p : points) {
+        arr.push_back({{"instances", p.instances}, {"router", p.router}, {"result", result_json(p.result)}});
+      }
+      nlohmann::json j = {{"trace", trace_json(ts)},
+                          {"cluster_sweep", arr},
+                          {"plot", plot},
+                          {"png", png ? png->string() : ""}};
+      std::cout << json_text(j) << "\n";
+    } else {
+      std::cout << "\n";
+      print_cluster_sweep(std::cout, points);
+      std::cout << fmt::format("\nplot: {}{}\n", plot, png ? " and " + png->string() : "");
+    }
+  } else if (o.sweep.empty()) {
     const ReplayResult r = replay_once("replay");
     ok = r.verify_failures == 0 && r.audit.empty() && r.onboard_failed == 0;
     if (o.json) {

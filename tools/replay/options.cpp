@@ -47,6 +47,14 @@ std::optional<EvictionPolicy> parse_eviction(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<router::RoutePolicy> parse_policy(std::string_view s) {
+  for (const auto p :
+       {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin, router::RoutePolicy::kRandom}) {
+    if (s == router::to_string(p)) return p;
+  }
+  return std::nullopt;
+}
+
 std::optional<OffloadMode> parse_mode(std::string_view s) {
   for (const auto m : {OffloadMode::kNone, OffloadMode::kWriteThrough, OffloadMode::kOnEviction}) {
     if (s == to_string(m)) return m;
@@ -225,10 +233,71 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       if (v != "round_robin" && v != "random")
         return fail("--assign: expected round_robin or random, got '" + std::string(v) + "'");
       o.assign_random = v == "random";
+      o.assign_given = true;
     } else if (arg == "--remote") {
       KVBM_TAKE("a Redis URL (redis://host:port/db)");
       if (v.empty()) return fail("--remote: expected a Redis URL (redis://host:port/db), got ''");
       o.remote.emplace_back(v);
+    } else if (arg == "--router") {
+      KVBM_TAKE("kv, round_robin or random");
+      const auto p = parse_policy(v);
+      if (!p) return fail("--router: expected kv, round_robin or random, got '" + std::string(v) + "'");
+      o.router = *p;
+    } else if (arg == "--router-events") {
+      KVBM_TAKE("in_process or zmq");
+      if (v != "in_process" && v != "zmq")
+        return fail("--router-events: expected in_process or zmq, got '" + std::string(v) + "'");
+      o.router_zmq = v == "zmq";
+    } else if (arg == "--router-load-weight") {
+      KVBM_TAKE("a number >= 0");
+      const auto x = parse_double(v);
+      if (!x || *x < 0)
+        return fail("--router-load-weight: expected a number >= 0, got '" + std::string(v) + "'");
+      o.router_load_weight = *x;
+    } else if (arg == "--router-tier-cost") {
+      KVBM_TAKE("three numbers G2,G3,G4");
+      std::array<double, 3> c{};
+      std::string_view rest = v;
+      std::size_t k = 0;
+      for (; k < 3 && !rest.empty(); ++k) {
+        const auto comma = rest.find(',');
+        const auto x = parse_double(rest.substr(0, comma));
+        if (!x || *x < 0) break;
+        c[k] = *x;
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+      if (k != 3 || !rest.empty())
+        return fail("--router-tier-cost: expected three numbers >= 0 for G2,G3,G4 (per token, a "
+                    "recomputed token costing 1), got '" + std::string(v) + "'");
+      o.router_tier_cost = c;
+    } else if (arg == "--sweep-instances") {
+      KVBM_TAKE("a list of instance counts");
+      o.sweep_instances.clear();
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        const auto n = parse_int<std::uint32_t>(rest.substr(0, comma));
+        if (!n || *n == 0)
+          return fail("--sweep-instances: expected instance counts like 1,2,4,8, got '" +
+                      std::string(rest.substr(0, comma)) + "'");
+        o.sweep_instances.push_back(*n);
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+      if (o.sweep_instances.empty()) return fail("--sweep-instances: give at least one count");
+    } else if (arg == "--sweep-routers") {
+      KVBM_TAKE("a list of routers");
+      o.sweep_routers.clear();
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        const auto p = parse_policy(rest.substr(0, comma));
+        if (!p)
+          return fail("--sweep-routers: expected kv, round_robin or random, got '" +
+                      std::string(rest.substr(0, comma)) + "'");
+        o.sweep_routers.push_back(*p);
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+      if (o.sweep_routers.empty()) return fail("--sweep-routers: give at least one router");
     } else if (arg == "--remote-namespace") {
       KVBM_TAKE("a namespace");
       o.remote_namespace = std::string(v);
@@ -303,6 +372,7 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--plot") {
       KVBM_TAKE("a path");
       o.plot = std::string(v);
+      o.plot_given = true;
     } else if (arg == "--json") {
       if (!flag()) return fail("--json takes no value");
       o.json = true;
@@ -351,6 +421,21 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     return fail("--remote goes through G2 both ways: give G2 some blocks (--host-blocks)");
   if (o.instances > 1 && o.soak_seconds > 0)
     return fail("--soak replays through one instance: not with --instances");
+  const bool clustered = o.router.has_value() || !o.sweep_instances.empty();
+  if (clustered && o.assign_given)
+    return fail("--assign places requests without a router: give --router or --assign, not both");
+  if (clustered && o.soak_seconds > 0)
+    return fail("--soak replays through one instance: not with --router or --sweep-instances");
+  if (!o.sweep_instances.empty() && !o.sweep.empty())
+    return fail("--sweep varies G1 and --sweep-instances the cluster: give one of them");
+  if (!o.sweep_instances.empty() && o.instances != 1)
+    return fail("--sweep-instances gives the instance counts: leave out --instances");
+  if (!clustered && (o.router_zmq || o.router_tier_cost || o.router_load_weight != 1.0 ||
+                     !o.sweep_routers.empty()))
+    return fail("the --router-* and --sweep-routers options need --router or --sweep-instances");
+  if (!o.sweep_instances.empty() && o.sweep_routers.empty())
+    o.sweep_routers = {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin,
+                       router::RoutePolicy::kRandom};
   if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough && o.g2_g3 != OffloadMode::kWriteThrough)
     return fail("--overlap-offload applies to write-through copies: add --offload-mode write_through");
   return o;
@@ -404,6 +489,17 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          request i goes to instance i mod N
   --assign round_robin|random   how requests go to instances (random: seeded, the
                          same on every run)
+  --router kv|round_robin|random   a router places each request (instead of
+                         --assign): the instances publish their KV events, an
+                         indexer consumes them and the router sends a request
+                         where its prefix costs least (kv), or round-robin, or at
+                         random; reports load spread and simulated time to first
+                         token (prefill at --prefill-tokens-per-s per instance)
+  --router-events in_process|zmq   how the events reach the indexer (default
+                         in_process; zmq: real sockets on loopback, same figures)
+  --router-load-weight X weight of an instance's queued prefill tokens (default 1)
+  --router-tier-cost A,B,C   cost per token brought from G2, G3, G4, a recomputed
+                         token costing 1 (default 0.05,0.2,0.3)
   --remote URL           G4: a Redis server the instances share (redis://host:port/db;
                          repeat for a sharded set); blocks landing in G2 are
                          written through to it, and onboarding finds them there.
@@ -430,7 +526,12 @@ timing
 sweep
   --sweep LIST           replay once per G1 size, e.g. 1000,10000,50000,100000,unlimited,
                          and plot the hit ratio against G1 capacity
-  --plot PATH            the sweep's SVG (default kvbm-replay-sweep.svg; a PNG
+  --sweep-instances LIST replay once per instance count and router, e.g. 1,2,4,8,
+                         and plot the cluster's hit ratio against the count
+  --sweep-routers LIST   the routers of --sweep-instances (default
+                         kv,round_robin,random)
+  --plot PATH            the sweep's SVG (default kvbm-replay-sweep.svg, or
+                         kvbm-replay-cluster.svg for --sweep-instances; a PNG
                          beside it when rsvg-convert or ImageMagick is installed)
 output
   --json                 print the results as JSON on stdout (nothing else on stdout)

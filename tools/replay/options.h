@@ -8,6 +8,7 @@
 
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "kvbm/eviction/backend.h"
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/router/kv_router.h"
 
 namespace kvbm::replay {
 
@@ -49,8 +51,17 @@ struct Options {
   bool persist = false;             ///< keep G3 in --disk-dir across runs (a warm restart)
   std::uint32_t instances = 1;      ///< engine instances, each with its own G1/G2/G3
   bool assign_random = false;       ///< requests to instances at random (seeded), not round robin
+  bool assign_given = false;        ///< --assign was on the command line
   std::vector<std::string> remote;  ///< G4 Redis URLs shared by the instances (empty: none)
   std::string remote_namespace;     ///< G4 namespace ("" = fresh per run)
+  /// A router places the requests (replay/cluster.h); unset: --assign.
+  std::optional<router::RoutePolicy> router;
+  bool router_zmq = false;          ///< the events travel over ZeroMQ on loopback
+  double router_load_weight = 1.0;  ///< KvRouterOptions::load_weight
+  /// KvRouterOptions::tier_cost for G2, G3, G4 (unset: the router's defaults).
+  std::optional<std::array<double, 3>> router_tier_cost;
+  std::vector<std::uint32_t> sweep_instances;     ///< instance counts; empty = no cluster sweep
+  std::vector<router::RoutePolicy> sweep_routers;  ///< routers of the cluster sweep
   double prefill_tokens_per_s = 0;  ///< savings estimate; 0 = the model's assumed figure
   double g2_gb_per_s = 25;          ///< savings estimate: G2 -> G1 bandwidth
   double g3_gb_per_s = 6;           ///< savings estimate: G3 -> G1 bandwidth
@@ -62,6 +73,7 @@ struct Options {
   double soak_seconds = 0;        ///< > 0: replay the trace over and over for this long
   std::vector<SizeOption> sweep;  ///< G1 sizes; empty = one replay
   std::string plot = "kvbm-replay-sweep.svg";
+  bool plot_given = false;  ///< --plot was on the command line
   bool json = false;
   bool quiet = false;
   bool strict = false;

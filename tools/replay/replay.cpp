@@ -252,9 +252,11 @@ std::string fresh_namespace() {
 }
 
 // Builds instance `index` and fills its result's description of the run.
-Instance build_instance(const Trace& trace, const ReplayConfig& config, std::size_t index) {
+Instance build_instance(const Trace& trace, const ReplayConfig& config, std::size_t index,
+                        Cluster* cluster) {
   Instance in;
   KvBlockManagerConfig mc = manager_config(config, trace.block_tokens);
+  if (cluster != nullptr) cluster->attach(index, mc);
   // Each instance has its own series; instance 0 reports to the caller's registry.
   if (index > 0) mc.metrics_registry = std::make_shared<prometheus::Registry>();
   auto registry = mc.metrics_registry;
@@ -335,10 +337,14 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   if (!config.remote_urls.empty() && config.remote_namespace.empty()) {
     config.remote_namespace = fresh_namespace();
   }
+  std::unique_ptr<Cluster> cluster;
+  if (config.router) {
+    cluster = std::make_unique<Cluster>(config.instances, trace.block_tokens, *config.router);
+  }
   std::vector<Instance> instances;
   instances.reserve(config.instances);
   for (std::size_t k = 0; k < config.instances; ++k) {
-    instances.push_back(build_instance(trace, config, k));
+    instances.push_back(build_instance(trace, config, k, cluster.get()));
   }
   if (config.move_bytes && !instances[0].r.bytes_checked) {
     logger()->info(
@@ -363,8 +369,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   for (std::size_t ri = 0; ri < total; ++ri) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
-    Instance& in =
-        instances[config.assign_random ? assign() % instances.size() : ri % instances.size()];
+    Instance& in = instances[cluster        ? cluster->route(req)
+                             : config.assign_random ? assign() % instances.size()
+                                                    : ri % instances.size()];
     auto& kvbm = in.kvbm;
     ReplayResult& r = in.r;
     auto& onboarded = in.onboarded;
@@ -489,6 +496,18 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
     if (settle) kvbm->drain();
     for (auto& b : held) b.reset();
     in.series->add(n, counts, failures);
+    if (cluster) {
+      // Its prefill in the simulation, then its events reach the index.
+      std::array<std::uint64_t, 5> tier_tokens{};
+      std::uint64_t hit_tokens = 0;
+      for (std::size_t i = 0; i < prefix; ++i) {
+        const std::uint64_t tokens = req.tokens_in_block(i, bt);
+        tier_tokens[static_cast<std::size_t>(sources[i])] += tokens;
+        hit_tokens += tokens;
+      }
+      cluster->completed(tier_tokens, prefix,
+                         req.input_length > hit_tokens ? req.input_length - hit_tokens : 0);
+    }
     if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
       config.progress(ri + 1, total);
     }
@@ -517,6 +536,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   }
   if (config.on_finished) config.on_finished(*instances[0].kvbm);
   for (auto& in : instances) in.kvbm->shutdown();
+  if (cluster) instances[0].r.cluster = cluster->figures();
   if (instances.size() == 1) return std::move(instances[0].r);
   // Several instances: the totals, with each one's figures beside them.
   ReplayResult sum = instances[0].r;

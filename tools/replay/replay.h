@@ -41,10 +41,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvbm/kv_block_manager.h"
+#include "replay/cluster.h"
 #include "replay/savings.h"
 #include "replay/trace.h"
 
@@ -85,6 +87,10 @@ struct ReplayConfig {
   std::size_t instances = 1;
   bool assign_random = false;
   std::uint64_t assign_seed = 1;
+  /// A router places the requests instead (replay/cluster.h): the instances
+  /// publish their KV events, an indexer consumes them, and the router
+  /// chooses by them (kv) or round-robin or at random, with simulated load.
+  std::optional<ClusterConfig> router;
   /// G4 shared by every instance: Redis URLs (empty: none, the instances
   /// share nothing). Every block that lands in an instance's G2 is written
   /// through to G4 and has landed before the next request starts.
@@ -180,6 +186,8 @@ struct ReplayResult {
     std::uint64_t remote_hit_blocks = 0;
   };
   std::vector<InstanceFigures> per_instance;
+  /// The router's figures (ReplayConfig::router).
+  std::optional<ClusterFigures> cluster;
   double wall_seconds = 0;
   std::string audit;  ///< KvBlockManager::audit() at the end ("" = balanced)
 

@@ -1,5 +1,7 @@
 #include "replay/report.h"
 
+#include "replay/cluster_report.h"
+
 #include "replay/savings.h"
 
 #include <fcntl.h>
@@ -44,28 +46,6 @@ std::string capacity_text(std::size_t blocks) {
   return blocks == 0 ? std::string("absent") : group_digits(blocks) + " blocks";
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // Returns the full path of `name` on PATH, or "".
 std::string find_on_path(const std::string& name) {
@@ -102,6 +82,29 @@ bool run_quietly(const std::vector<std::string>& args) {
 }
 
 }  // namespace
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
 
 std::string group_digits(std::uint64_t v) {
   const std::string digits = std::to_string(v);
@@ -173,6 +176,7 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
     }
     out << "\n";
   }
+  print_cluster(out, r);
 
   out << fmt::format("  {:<8} {:>12} {:>12} {:>10}\n", "path", "blocks", "bytes", "GB/s");
   for (const auto& p : r.paths) {
@@ -311,6 +315,7 @@ nlohmann::json result_json(const ReplayResult& r) {
       {"savings", savings},
       {"recovered_blocks", r.recovered_blocks},
       {"instances", {{"count", r.instances}, {"remote", r.remote}, {"each", instances}}},
+      {"cluster", r.cluster ? cluster_json(*r.cluster) : json(nullptr)},
       {"engine_paths", engines},
       {"verification",
        {{"checked", r.bytes_checked},

@@ -63,6 +63,9 @@ void print_sweep(std::ostream& out, const std::vector<SweepPoint>& points);
 /// convert, if either is on PATH and succeeds. Returns the PNG's path.
 [[nodiscard]] std::optional<std::filesystem::path> convert_to_png(const std::filesystem::path& svg);
 
+/// Returns `s` with &, <, > and " escaped for XML text and attributes.
+[[nodiscard]] std::string xml_escape(const std::string& s);
+
 /// Formats 1234567 as "1,234,567".
 [[nodiscard]] std::string group_digits(std::uint64_t v);
 

@@ -1,0 +1,135 @@
+// The replay as a cluster behind a router (ReplayConfig::router): the
+// instances' KV events reach a KvIndexer, whose view is exact (every prefix
+// the router expected on an instance is the prefix the instance found); kv
+// routing finds more than round-robin and random; the baselines through the
+// router place requests exactly as --assign does; the figures repeat run to
+// run, and are the same whether the events travel in-process or over ZeroMQ.
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "kvbm/config.h"
+#include "replay/replay.h"
+#include "replay_test_util.h"
+
+namespace kvbm::replay {
+namespace {
+
+std::optional<Trace> first_requests(std::size_t n) {
+  const Trace* tr = test::shipped_trace();
+  if (tr == nullptr) return std::nullopt;
+  Trace t = *tr;
+  t.requests.resize(std::min(n, t.requests.size()));
+  return t;
+}
+
+ReplayConfig cluster(std::size_t instances, router::RoutePolicy policy) {
+  ReplayConfig c;
+  c.device = {.blocks = 300};
+  c.host = {.blocks = 1'500};
+  c.disk = {.blocks = 3'000};
+  c.instances = instances;
+  c.move_bytes = false;
+  ClusterConfig k;
+  k.policy = policy;
+  k.prefill_tokens_per_s = 31'000;
+  c.router = k;
+  return c;
+}
+
+void expect_same_figures(const ReplayResult& a, const ReplayResult& b) {
+  EXPECT_EQ(a.hit_blocks, b.hit_blocks);
+  EXPECT_EQ(a.hit_tokens, b.hit_tokens);
+  EXPECT_EQ(a.remote_hit_blocks, b.remote_hit_blocks);
+  ASSERT_EQ(a.per_instance.size(), b.per_instance.size());
+  for (std::size_t i = 0; i < a.per_instance.size(); ++i) {
+    EXPECT_EQ(a.per_instance[i].requests, b.per_instance[i].requests) << "instance " << i;
+    EXPECT_EQ(a.per_instance[i].hit_blocks, b.per_instance[i].hit_blocks) << "instance " << i;
+  }
+  ASSERT_TRUE(a.cluster && b.cluster);
+  EXPECT_EQ(a.cluster->requests, b.cluster->requests);
+  EXPECT_EQ(a.cluster->computed_tokens, b.cluster->computed_tokens);
+  EXPECT_EQ(a.cluster->ttft_mean_s, b.cluster->ttft_mean_s);
+  EXPECT_EQ(a.cluster->ttft_p99_s, b.cluster->ttft_p99_s);
+  EXPECT_EQ(a.cluster->predicted_blocks, b.cluster->predicted_blocks);
+}
+
+TEST(ReplayCluster, TheIndexKnowsExactlyWhatEachInstanceHolds) {
+  const auto trace = first_requests(1'500);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  const ReplayResult r = run_replay(*trace, cluster(4, router::RoutePolicy::kKv));
+  ASSERT_TRUE(r.cluster);
+  const ClusterFigures& f = *r.cluster;
+  EXPECT_EQ(r.audit, "");
+  EXPECT_GT(f.events_applied, 0u);
+  EXPECT_EQ(f.gaps, 0u);
+  EXPECT_EQ(f.stale_decisions, 0u);
+  // The events G1, G2 and G3 published are the index: the prefix the router
+  // saw on the chosen instance is, block for block, the one it onboarded.
+  EXPECT_GT(f.found_blocks, 0u);
+  EXPECT_EQ(f.predicted_blocks, f.found_blocks);
+  EXPECT_EQ(f.found_blocks, r.hits());
+  std::uint64_t requests = 0;
+  for (const auto n : f.requests) requests += n;
+  EXPECT_EQ(requests, r.requests);
+}
+
+TEST(ReplayCluster, KvRoutingFindsMoreThanRoundRobinAndRandom) {
+  const auto trace = first_requests(2'000);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  const ReplayResult kv = run_replay(*trace, cluster(4, router::RoutePolicy::kKv));
+  const ReplayResult rr = run_replay(*trace, cluster(4, router::RoutePolicy::kRoundRobin));
+  const ReplayResult rnd = run_replay(*trace, cluster(4, router::RoutePolicy::kRandom));
+  EXPECT_GT(kv.block_hit_ratio(), rr.block_hit_ratio() + 0.02);
+  EXPECT_GT(kv.block_hit_ratio(), rnd.block_hit_ratio() + 0.02);
+  // Fewer tokens to prefill, so the simulated first tokens come sooner.
+  EXPECT_LT(kv.cluster->ttft_mean_s, rr.cluster->ttft_mean_s);
+  // Round-robin spreads requests evenly; kv must not pile them on one instance.
+  EXPECT_LT(rr.cluster->request_imbalance, 1.01);
+  EXPECT_LT(kv.cluster->request_imbalance, 2.0);
+}
+
+TEST(ReplayCluster, RoundRobinThroughTheRouterPlacesRequestsAsAssignDoes) {
+  const auto trace = first_requests(600);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  ReplayConfig plain = cluster(3, router::RoutePolicy::kRoundRobin);
+  plain.router.reset();
+  const ReplayResult a = run_replay(*trace, plain);
+  const ReplayResult b = run_replay(*trace, cluster(3, router::RoutePolicy::kRoundRobin));
+  EXPECT_EQ(a.hit_blocks, b.hit_blocks);
+  ASSERT_EQ(a.per_instance.size(), b.per_instance.size());
+  for (std::size_t i = 0; i < a.per_instance.size(); ++i) {
+    EXPECT_EQ(a.per_instance[i].requests, b.per_instance[i].requests);
+    EXPECT_EQ(a.per_instance[i].hit_blocks, b.per_instance[i].hit_blocks);
+  }
+}
+
+TEST(ReplayCluster, TheFiguresRepeatRunToRun) {
+  const auto trace = first_requests(800);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  for (const auto policy : {router::RoutePolicy::kKv, router::RoutePolicy::kRandom}) {
+    SCOPED_TRACE(router::to_string(policy));
+    expect_same_figures(run_replay(*trace, cluster(4, policy)),
+                        run_replay(*trace, cluster(4, policy)));
+  }
+}
+
+TEST(ReplayCluster, LoadWeightTradesReuseForBalance) {
+  const auto trace = first_requests(1'500);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  // A slow prefill makes queues; with no load term kv chases prefixes alone.
+  ReplayConfig greedy = cluster(4, router::RoutePolicy::kKv);
+  greedy.router->prefill_tokens_per_s = 2'000;
+  greedy.router->options.load_weight = 0;
+  ReplayConfig balanced = greedy;
+  balanced.router->options.load_weight = 1;
+  const ReplayResult g = run_replay(*trace, greedy);
+  const ReplayResult b = run_replay(*trace, balanced);
+  EXPECT_LT(b.cluster->token_imbalance, g.cluster->token_imbalance);
+  EXPECT_LT(b.cluster->ttft_p99_s, g.cluster->ttft_p99_s);
+}
+
+
+}  // namespace
+}  // namespace kvbm::replay

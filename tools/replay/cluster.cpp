@@ -1,0 +1,168 @@
+#include "replay/cluster.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <utility>
+
+#include "kvbm/error.h"
+#include "kvbm/events/event_sink.h"
+#include "kvbm/events/kv_events.h"
+#include "kvbm/router/kv_indexer.h"
+
+namespace kvbm::replay {
+
+const char* to_string(EventTransport t) noexcept {
+  return t == EventTransport::kZmq ? "zmq" : "in-process";
+}
+
+namespace {
+
+// A routed request whose simulated prefill has not ended.
+struct InFlight {
+  double end_s = 0;
+  router::RouteDecision decision;
+  friend bool operator>(const InFlight& a, const InFlight& b) { return a.end_s > b.end_s; }
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+double imbalance(const std::vector<std::uint64_t>& v) {
+  if (v.empty()) return 0;
+  std::uint64_t sum = 0, max = 0;
+  for (const auto x : v) {
+    sum += x;
+    max = std::max(max, x);
+  }
+  return sum == 0 ? 0 : static_cast<double>(max) * static_cast<double>(v.size()) / static_cast<double>(sum);
+}
+
+}  // namespace
+
+struct Cluster::Impl {
+  ClusterConfig config;
+  std::uint32_t block_tokens = 0;
+  router::KvIndexer index;
+  std::vector<router::InstanceId> ids;
+  std::vector<std::shared_ptr<events::KvEventPublisher>> publishers;
+  std::unique_ptr<router::KvRouter> router;
+  // The simulation.
+  std::vector<double> busy_until;
+  std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> in_flight;
+  std::vector<double> ttft;
+  std::vector<std::uint64_t> requests, computed;
+  // The request being replayed.
+  router::RouteDecision current;
+  double arrival_s = 0;
+  std::uint64_t predicted = 0, found = 0;
+
+  Impl(std::size_t n, std::uint32_t bt, const ClusterConfig& c)
+      : config(c), block_tokens(bt), busy_until(n, 0.0), requests(n, 0), computed(n, 0) {
+    KVBM_CHECK(n >= 1, "Cluster: instances must be at least 1");
+    KVBM_CHECK(bt > 0, "Cluster: block_tokens must be > 0");
+    KVBM_CHECK(c.transport == EventTransport::kInProcess,
+               "Cluster: events over ZeroMQ are not wired yet; use the in-process transport");
+    KVBM_CHECK(c.prefill_tokens_per_s > 0, "Cluster: prefill_tokens_per_s must be > 0, not ",
+               c.prefill_tokens_per_s);
+    for (std::size_t k = 0; k < n; ++k) {
+      const router::InstanceId id = index.add_instance("instance-" + std::to_string(k));
+      ids.push_back(id);
+      events::KvEventPublisherOptions po;
+      po.background_flush = false;
+      po.max_batch_size = 1u << 16;
+      po.clock = [] { return 0.0; };  // the timestamps do not matter to the index
+      auto sink = std::make_shared<events::CallbackEventSink>(
+          [this, id](std::uint64_t seq, const events::KvEventBatch& batch,
+                     std::span<const std::uint8_t> /*payload*/) { index.apply(id, seq, batch); });
+      publishers.push_back(std::make_shared<events::KvEventPublisher>(std::move(sink), po));
+    }
+    router::KvRouterOptions ro = c.options;
+    ro.policy = c.policy;
+    ro.block_size = bt;
+    router = std::make_unique<router::KvRouter>(index, ro);
+  }
+};
+
+Cluster::Cluster(std::size_t instances, std::uint32_t block_tokens, const ClusterConfig& config)
+    : impl_(std::make_unique<Impl>(instances, block_tokens, config)) {}
+
+Cluster::~Cluster() = default;
+
+void Cluster::attach(std::size_t k, KvBlockManagerConfig& config) {
+  auto& p = impl_->publishers.at(k);
+  const std::uint32_t bt = impl_->block_tokens;
+  config.device_listeners.push_back(p->listener("GPU", bt));
+  config.host_listeners.push_back(p->listener("CPU", bt));
+  config.disk_listeners.push_back(p->listener("STORAGE", bt));
+}
+
+std::size_t Cluster::route(const TraceRequest& request) {
+  Impl& m = *impl_;
+  m.arrival_s = request.timestamp_ms / 1000.0;
+  while (!m.in_flight.empty() && m.in_flight.top().end_s <= m.arrival_s) {
+    m.router->finish(m.in_flight.top().decision);
+    m.in_flight.pop();
+  }
+  std::vector<std::uint64_t> hashes;
+  hashes.reserve(request.hashes.size());
+  for (const auto& h : request.hashes) hashes.push_back(h.value());
+  m.current = m.router->route(hashes, request.input_length);
+  const auto it = std::find(m.ids.begin(), m.ids.end(), m.current.instance);
+  KVBM_CHECK(it != m.ids.end(), "Cluster: the router chose an unknown instance");
+  return static_cast<std::size_t>(it - m.ids.begin());
+}
+
+void Cluster::completed(const std::array<std::uint64_t, 5>& hit_tokens, std::uint64_t hit_blocks,
+                        std::uint64_t computed_tokens) {
+  Impl& m = *impl_;
+  const auto k = static_cast<std::size_t>(
+      std::find(m.ids.begin(), m.ids.end(), m.current.instance) - m.ids.begin());
+  double work = static_cast<double>(computed_tokens) * m.config.options.compute_cost;
+  for (std::size_t t = 1; t < hit_tokens.size(); ++t) {
+    work += static_cast<double>(hit_tokens[t]) * m.config.options.tier_cost[t];
+  }
+  const double start = std::max(m.arrival_s, m.busy_until[k]);
+  const double end = start + work / m.config.prefill_tokens_per_s;
+  m.busy_until[k] = end;
+  m.ttft.push_back(end - m.arrival_s);
+  m.in_flight.push({end, m.current});
+  ++m.requests[k];
+  m.computed[k] += computed_tokens;
+  m.predicted += m.current.overlap.prefix_blocks;
+  m.found += hit_blocks;
+  for (auto& p : m.publishers) p->flush();
+}
+
+ClusterFigures Cluster::figures() const {
+  const Impl& m = *impl_;
+  ClusterFigures f;
+  f.policy = router::to_string(m.config.policy);
+  f.transport = to_string(m.config.transport);
+  f.prefill_tokens_per_s = m.config.prefill_tokens_per_s;
+  f.requests = m.requests;
+  f.computed_tokens = m.computed;
+  f.request_imbalance = imbalance(m.requests);
+  f.token_imbalance = imbalance(m.computed);
+  double sum = 0;
+  for (const double t : m.ttft) sum += t;
+  f.ttft_mean_s = m.ttft.empty() ? 0 : sum / static_cast<double>(m.ttft.size());
+  f.ttft_p50_s = percentile(m.ttft, 0.50);
+  f.ttft_p90_s = percentile(m.ttft, 0.90);
+  f.ttft_p99_s = percentile(m.ttft, 0.99);
+  const router::KvIndexerStats is = m.index.stats();
+  f.events_applied = is.events_applied;
+  f.batches_applied = is.batches_applied;
+  f.gaps = is.gaps;
+  f.stale_decisions = m.router->stats().stale_decisions;
+  f.predicted_blocks = m.predicted;
+  f.found_blocks = m.found;
+  return f;
+}
+
+}  // namespace kvbm::replay
