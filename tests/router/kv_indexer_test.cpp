@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -406,6 +408,37 @@ TEST(KvIndexer, EmptyRequestAndNoInstances) {
   ASSERT_EQ(s.instances.size(), 1U);
   EXPECT_EQ(s.instances[0].instance, a);
   EXPECT_EQ(s.instances[0].prefix_blocks, 0U);
+}
+
+// One writer applies while readers query: every answer is a state the
+// writer passed through (the prefix only grows here), never a torn one.
+TEST(KvIndexer, ReadersShareTheIndexWhileAWriterApplies) {
+  KvIndexer index;
+  const auto a = index.add_instance("a");
+  constexpr std::uint64_t kBlocks = 2000;
+  std::vector<std::uint64_t> request(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) request[i] = 1000 + i;
+  std::atomic<bool> done{false};
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      std::size_t last = 0;
+      while (!done.load()) {
+        const auto s = index.overlaps(request);
+        const std::size_t now = s.instances.at(0).prefix_blocks;
+        if (now < last || s.instances[0].per_tier[1] + s.instances[0].per_tier[2] != now) ++bad;
+        last = now;
+      }
+    });
+  }
+  for (std::uint64_t i = 0; i < kBlocks; ++i) {
+    index.apply(a, i, batch({stored({request[i]}, i % 2 == 0 ? "GPU" : "CPU")}));
+  }
+  done = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(index.overlaps(request).instances[0].prefix_blocks, kBlocks);
 }
 
 // ---------------------------------------------------------------------------
