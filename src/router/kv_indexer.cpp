@@ -85,7 +85,7 @@ struct KvIndexer::Impl {
   std::vector<Instance> instances KVBM_GUARDED_BY(mu);
   std::map<std::string, InstanceId, std::less<>> names KVBM_GUARDED_BY(mu);  // live ones
   std::set<std::uint32_t> free_lanes KVBM_GUARDED_BY(mu);
-  std::uint32_t lanes = 0 KVBM_GUARDED_BY(mu);
+  std::uint32_t lanes KVBM_GUARDED_BY(mu) = 0;
   KvIndexerStats stats KVBM_GUARDED_BY(mu);
 
   /// Gauge values read under the lock, published after it.
