@@ -1,17 +1,17 @@
 #include "kvbm/router/kv_router.h"
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "kvbm/error.h"
 #include "kvbm/events/event_sink.h"
@@ -32,8 +32,7 @@ constexpr std::uint64_t kTokens = 64;
 struct Cluster {
   KvIndexer index;
   std::vector<InstanceId> ids;
-  explicit Cluster(const std::vector<std::vector<events::KvEvent>>& held,
-                   KvIndexerOptions o = {})
+  explicit Cluster(const std::vector<std::vector<events::KvEvent>>& held, KvIndexerOptions o = {})
       : index(std::move(o)) {
     for (std::size_t i = 0; i < held.size(); ++i) {
       ids.push_back(index.add_instance(std::string(1, static_cast<char>('a' + i))));
@@ -245,7 +244,7 @@ TEST(KvRouter, MetricsCarryThePoolLabelAndCountDecisions) {
   KvRouterOptions rr;
   rr.policy = RoutePolicy::kRoundRobin;
   rr.metrics_registry = registry;
-  KvRouter second(c.index, rr);  // another policy may share the registry
+  KvRouter second(c.index, rr);                    // another policy may share the registry
   EXPECT_THROW(KvRouter(c.index, o), UsageError);  // the same one may not
   EXPECT_THROW(KvIndexer{io}, UsageError);
 
@@ -337,7 +336,8 @@ TEST(KvRouter, DocsSnippetIsTheTestAbove) {
         inside = false;
         std::size_t indent = std::string::npos;
         for (const auto& l : region) {
-          if (l.find_first_not_of(' ') != std::string::npos) indent = std::min(indent, l.find_first_not_of(' '));
+          if (l.find_first_not_of(' ') != std::string::npos)
+            indent = std::min(indent, l.find_first_not_of(' '));
         }
         if (!want.empty()) want.emplace_back();
         for (const auto& l : region) want.push_back(l.size() > indent ? l.substr(indent) : "");

@@ -131,8 +131,8 @@ struct KvIndexerStats {
   std::uint64_t resyncs = 0;
   std::uint64_t unknown_medium_events = 0;
   std::uint64_t removed_unknown_blocks = 0;  ///< BlockRemoved of hashes not indexed
-  std::uint64_t distinct_blocks = 0;  ///< block hashes indexed now (any instance, any tier)
-  std::uint64_t index_bytes = 0;      ///< memory of the index's table and rows now
+  std::uint64_t distinct_blocks = 0;         ///< block hashes indexed now (any instance, any tier)
+  std::uint64_t index_bytes = 0;             ///< memory of the index's table and rows now
 };
 
 /// The cluster's block index; see the file comment.

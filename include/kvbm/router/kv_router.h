@@ -91,14 +91,14 @@ struct KvRouterStats {
   std::uint64_t stale_decisions = 0;  ///< decisions that used stale entries
   std::uint64_t decisions_while_stale = 0;  ///< decisions made while any instance was stale
   std::vector<std::uint64_t> per_instance;  ///< decisions per InstanceId (one per id of the index)
-  std::vector<std::uint64_t> load;          ///< load in flight per InstanceId (one per id of the index)
+  std::vector<std::uint64_t> load;  ///< load in flight per InstanceId (one per id of the index)
 };
 
 /// Chooses an instance per request; see the file comment.
 class KvRouter {
  public:
   /// Precondition: `index` outlives the router. Throws UsageError for a bad option.
-  KvRouter(const KvIndexer& index, KvRouterOptions options = {});
+  explicit KvRouter(const KvIndexer& index, KvRouterOptions options = {});
   ~KvRouter();
   KvRouter(const KvRouter&) = delete;
   KvRouter& operator=(const KvRouter&) = delete;
