@@ -17,13 +17,13 @@
 // Every index also holds 200,000 unrelated blocks spread over its instances,
 // so lookups pay the cache misses of a real cluster's index.
 
-#include <benchmark/benchmark.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "kvbm/events/kv_event.h"
 #include "kvbm/router/kv_indexer.h"
@@ -89,7 +89,8 @@ void BM_Baseline_HashMapInsert(benchmark::State& state) {
     const std::size_t i = k % kApplyInstances;
     const std::size_t b = (k / kApplyInstances) % per_instance;
     for (std::uint64_t h : chunks[(i * per_instance) + b]) map.try_emplace(h, i);
-    for (std::uint64_t h : chunks[(i * per_instance) + ((b + kWindow) % per_instance)]) map.erase(h);
+    for (std::uint64_t h : chunks[(i * per_instance) + ((b + kWindow) % per_instance)])
+      map.erase(h);
     ++k;
   };
   for (std::size_t w = 0; w < kApplyInstances * per_instance; ++w) step();
@@ -102,7 +103,8 @@ BENCHMARK(BM_Baseline_HashMapInsert);
 void BM_KvIndexer_Apply(benchmark::State& state) {
   KvIndexer index;
   std::vector<InstanceId> ids;
-  for (std::size_t i = 0; i < kApplyInstances; ++i) ids.push_back(index.add_instance(std::to_string(i)));
+  for (std::size_t i = 0; i < kApplyInstances; ++i)
+    ids.push_back(index.add_instance(std::to_string(i)));
   const std::size_t per_instance = 2 * kWindow;
   // Batch b of instance i stores chunk b and removes chunk b + kWindow, stored
   // kWindow batches earlier (the cycle repeats).
@@ -159,12 +161,14 @@ std::unique_ptr<KvIndexer> cluster(std::size_t instances, std::size_t blocks) {
     const InstanceId id = index->add_instance(std::to_string(i));
     const std::size_t held = blocks * (i + 1) / instances;
     events::KvEventBatch b;
-    b.events.push_back(stored({request.begin(), request.begin() + static_cast<std::ptrdiff_t>(held / 2)}, "GPU"));
+    b.events.push_back(
+        stored({request.begin(), request.begin() + static_cast<std::ptrdiff_t>(held / 2)}, "GPU"));
     b.events.push_back(stored({request.begin() + static_cast<std::ptrdiff_t>(held / 2),
                                request.begin() + static_cast<std::ptrdiff_t>(held)},
                               "CPU"));
     std::vector<std::uint64_t> background;
-    for (std::size_t j = i; j < kBackgroundBlocks; j += instances) background.push_back(mix(1, 2, j));
+    for (std::size_t j = i; j < kBackgroundBlocks; j += instances)
+      background.push_back(mix(1, 2, j));
     b.events.push_back(stored(std::move(background), "GPU"));
     index->apply(id, 0, b);
   }

@@ -30,7 +30,8 @@ void WalkCounters::unpack() {
       const std::uint64_t* s = s_.data() + ((t * words_) + w) * slices_;
       for (std::size_t k = 0; k < slices_; ++k) {
         for (std::uint64_t m = s[k]; m != 0; m &= m - 1) {
-          per_lane_[(w * 64) + static_cast<std::size_t>(std::countr_zero(m))][t] += std::size_t{1} << k;
+          per_lane_[(w * 64) + static_cast<std::size_t>(std::countr_zero(m))][t] += std::size_t{1}
+                                                                                    << k;
         }
       }
     }
@@ -177,7 +178,8 @@ bool BlockIndex::holds(std::uint32_t lane, std::uint64_t hash, TierId tier) cons
   if (is_shared(tier)) return (slot->shared & (1U << static_cast<unsigned>(tier))) != 0;
   const int li = local_index(tier);
   if (li < 0 || slot->row == kNoRow || lane / 64 >= words_) return false;
-  const std::uint64_t word = row_ptr(slot->row)[(static_cast<std::size_t>(li) * words_) + (lane / 64)];
+  const std::uint64_t word =
+      row_ptr(slot->row)[(static_cast<std::size_t>(li) * words_) + (lane / 64)];
   return ((word >> (lane % 64)) & 1U) != 0;
 }
 
@@ -207,8 +209,9 @@ void BlockIndex::walk(std::span<const std::uint64_t> hashes, std::span<std::uint
     if (slot == nullptr) break;  // no lane holds it anywhere: every walk ends here
     const std::uint64_t* row = slot->row == kNoRow ? nullptr : row_ptr(slot->row);
     // The fastest shared tier holding the block, 0 when none does.
-    const auto shared_tier =
-        slot->shared == 0 ? std::size_t{0} : static_cast<std::size_t>(std::countr_zero(slot->shared));
+    const auto shared_tier = slot->shared == 0
+                                 ? std::size_t{0}
+                                 : static_cast<std::size_t>(std::countr_zero(slot->shared));
     std::uint64_t any = 0;
     for (std::size_t w = 0; w < words; ++w) {
       std::uint64_t rest = alive[w];

@@ -107,17 +107,19 @@ class BlockIndex {
     return rows_.data() + std::size_t{row} * stride();
   }
   [[nodiscard]] std::size_t stride() const noexcept { return local_.size() * words_; }
-  [[nodiscard]] int local_index(TierId tier) const noexcept { return local_index_[static_cast<std::size_t>(tier)]; }
+  [[nodiscard]] int local_index(TierId tier) const noexcept {
+    return local_index_[static_cast<std::size_t>(tier)];
+  }
   std::uint32_t new_row();
   [[nodiscard]] bool row_empty(std::uint32_t row) const noexcept;
   void release_row(std::uint32_t row);
 
   std::array<bool, 5> shared_{};
-  std::vector<TierId> local_;             // local tiers, fastest first
-  std::array<int, 5> local_index_{};      // tier -> position in local_, -1 if shared
+  std::vector<TierId> local_;         // local tiers, fastest first
+  std::array<int, 5> local_index_{};  // tier -> position in local_, -1 if shared
   std::size_t words_ = 1;
   BlockTable table_;
-  std::vector<std::uint64_t> rows_;       // rows of stride() words
+  std::vector<std::uint64_t> rows_;  // rows of stride() words
   std::vector<std::uint32_t> free_rows_;
   std::vector<TierBlockCounts> lane_blocks_;
   TierBlockCounts tier_blocks_{};

@@ -65,7 +65,7 @@ struct Instance {
 struct KvIndexer::Impl {
   explicit Impl(KvIndexerOptions o)
       : options(std::move(o)),
-        mediums(mediums_or_default(std::move(options.mediums))),
+        mediums(mediums_or_default(options.mediums)),
         clock(options.clock ? options.clock : [] { return Clock::now(); }),
         index(shared_mask(options.shared_tiers)) {
     KVBM_CHECK(options.silence_timeout.count() >= 0,
@@ -85,7 +85,7 @@ struct KvIndexer::Impl {
   std::vector<Instance> instances KVBM_GUARDED_BY(mu);
   std::map<std::string, InstanceId, std::less<>> names KVBM_GUARDED_BY(mu);  // live ones
   std::set<std::uint32_t> free_lanes KVBM_GUARDED_BY(mu);
-  std::uint32_t lanes = 0 KVBM_GUARDED_BY(mu);
+  std::uint32_t lanes KVBM_GUARDED_BY(mu) = 0;
   KvIndexerStats stats KVBM_GUARDED_BY(mu);
 
   /// Gauge values read under the lock, published after it.
@@ -102,7 +102,8 @@ struct KvIndexer::Impl {
 
   Instance& live_instance(InstanceId id, const char* call) KVBM_REQUIRES(mu) {
     KVBM_CHECK(id < instances.size() && instances[id].live, "KvIndexer::", call,
-               ": no live instance ", id, " (add_instance() gives the ids; removed ones stay removed)");
+               ": no live instance ", id,
+               " (add_instance() gives the ids; removed ones stay removed)");
     return instances[id];
   }
 
@@ -166,7 +167,8 @@ struct KvIndexer::Impl {
         stats.blocks_stored += hashes.size();
       } else {
         for (std::uint64_t h : hashes) {
-          const bool was = shared ? index.remove_shared(tier, h) : index.remove_local(in.lane, tier, h);
+          const bool was =
+              shared ? index.remove_shared(tier, h) : index.remove_local(in.lane, tier, h);
           if (!was) ++d.removed_unknown_blocks;
         }
         stats.blocks_removed += hashes.size();
@@ -219,8 +221,7 @@ struct KvIndexer::Impl {
   }
 };
 
-KvIndexer::KvIndexer(KvIndexerOptions options)
-    : impl_(std::make_unique<Impl>(std::move(options))) {
+KvIndexer::KvIndexer(KvIndexerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   impl_->publish({}, Impl::Gauges{});
 }
 

@@ -3,13 +3,13 @@
 
 #include "router/router_metrics.h"
 
+#include <map>
+#include <utility>
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
-
-#include <map>
-#include <utility>
 
 #include "kvbm/error.h"
 
@@ -23,7 +23,9 @@ struct SeriesSet::Entries {
 };
 
 SeriesSet::SeriesSet(std::shared_ptr<prometheus::Registry> registry, std::string what)
-    : registry_(std::move(registry)), what_(std::move(what)), entries_(std::make_unique<Entries>()) {
+    : registry_(std::move(registry)),
+      what_(std::move(what)),
+      entries_(std::make_unique<Entries>()) {
   KVBM_CHECK(registry_ != nullptr, what_, ": the metrics registry is null");
 }
 
@@ -43,8 +45,7 @@ std::map<std::string, std::string> label_map(const Labels& labels) {
 template <class Family>
 auto* add_series(Family& family, const std::map<std::string, std::string>& labels,
                  const std::string& name, const std::string& what) {
-  KVBM_CHECK(!family.Has(labels), "metrics registry already holds ", name,
-             " of another ", what,
+  KVBM_CHECK(!family.Has(labels), "metrics registry already holds ", name, " of another ", what,
              ": give each indexer its own registry, and routers sharing one different policies");
   return &family.Add(labels);
 }
@@ -78,8 +79,8 @@ IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                    {})),
       removed_unknown_(set_.counter("kvbm_router_removed_unknown_blocks_total",
                                     "BlockRemoved hashes the index did not hold", {})),
-      stale_instances_(set_.gauge("kvbm_router_stale_instances",
-                                  "Live instances whose entries are stale", {})),
+      stale_instances_(
+          set_.gauge("kvbm_router_stale_instances", "Live instances whose entries are stale", {})),
       instances_(set_.gauge("kvbm_router_instances", "Live instances in the index", {})) {
   static constexpr std::array<const char*, 4> kOutcomes{"applied", "duplicate", "gap", "restart"};
   for (std::size_t i = 0; i < kOutcomes.size(); ++i) {
@@ -89,10 +90,10 @@ IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
   }
   static constexpr std::array<const char*, 5> kTiers{"", "G1", "G2", "G3", "G4"};
   for (std::size_t t = 1; t < kTiers.size(); ++t) {
-    indexed_blocks_[t] = set_.gauge(
-        "kvbm_router_indexed_blocks",
-        "Blocks indexed per tier: (instance, block) pairs for a local tier, blocks for a shared one",
-        {{"tier", kTiers[t]}});
+    indexed_blocks_[t] = set_.gauge("kvbm_router_indexed_blocks",
+                                    "Blocks indexed per tier: (instance, block) pairs for a local "
+                                    "tier, blocks for a shared one",
+                                    {{"tier", kTiers[t]}});
   }
 }
 
@@ -127,15 +128,14 @@ void IndexerMetrics::set_indexed_blocks(const std::array<std::size_t, 5>& blocks
 RouterMetrics::RouterMetrics(std::shared_ptr<prometheus::Registry> registry,
                              const std::string& policy)
     : set_(std::move(registry), "KvRouter"),
-      decisions_(set_.counter("kvbm_router_decisions_total", "Requests routed",
-                              {{"policy", policy}})),
+      decisions_(
+          set_.counter("kvbm_router_decisions_total", "Requests routed", {{"policy", policy}})),
       stale_decisions_(set_.counter("kvbm_router_stale_decisions_total",
                                     "Routing decisions that relied on stale entries (use_stale)",
                                     {{"policy", policy}})),
-      decisions_while_stale_(
-          set_.counter("kvbm_router_decisions_while_stale_total",
-                       "Routing decisions made while any instance was stale",
-                       {{"policy", policy}})) {}
+      decisions_while_stale_(set_.counter("kvbm_router_decisions_while_stale_total",
+                                          "Routing decisions made while any instance was stale",
+                                          {{"policy", policy}})) {}
 
 void RouterMetrics::decision(bool used_stale, bool any_stale) noexcept {
   decisions_->Increment();

@@ -1,16 +1,18 @@
 #include "kvbm/router/kv_indexer.h"
 
-#include <gtest/gtest.h>
-
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/error.h"
 #include "router/router_test_util.h"
@@ -112,7 +114,7 @@ TEST(KvIndexer, SharedTierCountsForEveryInstanceAfterItsLocalTiers) {
   index.apply(b, 0, batch({stored({1}, "GPU")}));
   EXPECT_EQ(index.shared_blocks(kG4), 2U);
   EXPECT_EQ(index.shared_blocks(kG1), 0U);
-  EXPECT_TRUE(index.holds(b, 2, kG4));  // stored by a, held by the cluster
+  EXPECT_TRUE(index.holds(b, 2, kG4));                  // stored by a, held by the cluster
   EXPECT_EQ(index.state(a).blocks, tiers(0, 0, 0, 0));  // shared tiers are not an instance's
 
   const std::vector<std::uint64_t> request{1, 2, 3};
@@ -176,7 +178,8 @@ TEST(KvIndexer, AllBlocksClearedDropsEveryLocalTierOfThatInstanceOnly) {
   KvIndexer index;
   const auto a = index.add_instance("a");
   const auto b = index.add_instance("b");
-  index.apply(a, 0, batch({stored({1}), stored({2}, "CPU"), stored({3}, "DISK"), stored({4}, "REMOTE")}));
+  index.apply(a, 0,
+              batch({stored({1}), stored({2}, "CPU"), stored({3}, "DISK"), stored({4}, "REMOTE")}));
   index.apply(b, 0, batch({stored({1})}));
   events::AllBlocksCleared gpu_only;
   gpu_only.medium = "GPU";  // an in-process event's medium is ignored, as on the wire
@@ -202,7 +205,8 @@ TEST(KvIndexer, GapHoldsBatchesUntilTheReplayFillsItThenAppliesThemInOrder) {
   EXPECT_EQ(st.held_batches, 1U);
   const std::vector<std::uint64_t> request{1};
   EXPECT_TRUE(index.overlaps(request).instances[0].stale);
-  EXPECT_EQ(index.overlaps(request).instances[0].prefix_blocks, 1U);  // stale entries still reported
+  EXPECT_EQ(index.overlaps(request).instances[0].prefix_blocks,
+            1U);  // stale entries still reported
 
   // Batch 3 removes what batch 2 stores: applied out of order, 5 would stay.
   r = index.apply(a, 3, batch({removed({5}), stored({6})}));
@@ -408,6 +412,37 @@ TEST(KvIndexer, EmptyRequestAndNoInstances) {
   EXPECT_EQ(s.instances[0].prefix_blocks, 0U);
 }
 
+// One writer applies while readers query: every answer is a state the
+// writer passed through (the prefix only grows here), never a torn one.
+TEST(KvIndexer, ReadersShareTheIndexWhileAWriterApplies) {
+  KvIndexer index;
+  const auto a = index.add_instance("a");
+  constexpr std::uint64_t kBlocks = 2000;
+  std::vector<std::uint64_t> request(kBlocks);
+  for (std::uint64_t i = 0; i < kBlocks; ++i) request[i] = 1000 + i;
+  std::atomic<bool> done{false};
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      std::size_t last = 0;
+      while (!done.load()) {
+        const auto s = index.overlaps(request);
+        const std::size_t now = s.instances.at(0).prefix_blocks;
+        if (now < last || s.instances[0].per_tier[1] + s.instances[0].per_tier[2] != now) ++bad;
+        last = now;
+      }
+    });
+  }
+  for (std::uint64_t i = 0; i < kBlocks; ++i) {
+    index.apply(a, i, batch({stored({request[i]}, i % 2 == 0 ? "GPU" : "CPU")}));
+  }
+  done = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(index.overlaps(request).instances[0].prefix_blocks, kBlocks);
+}
+
 // ---------------------------------------------------------------------------
 // The fast path's property: lanes are independent (src/router/block_index.h).
 // Every answer must equal the plain walk over a std::set model of each
@@ -432,15 +467,19 @@ struct Model {
       } else if (const auto* s = std::get_if<events::BlockStored>(&e)) {
         const int t = tier_of(s->medium);
         for (auto h : s->block_hashes) {
-          if (t == 4) shared.insert({h, t});
-          else if (t != 0) local[id].insert({h, t});
+          if (t == 4)
+            shared.insert({h, t});
+          else if (t != 0)
+            local[id].insert({h, t});
         }
       } else {
         const auto& r = std::get<events::BlockRemoved>(e);
         const int t = tier_of(r.medium);
         for (auto h : r.block_hashes) {
-          if (t == 4) shared.erase({h, t});
-          else if (t != 0) local[id].erase({h, t});
+          if (t == 4)
+            shared.erase({h, t});
+          else if (t != 0)
+            local[id].erase({h, t});
         }
       }
     }
@@ -449,7 +488,8 @@ struct Model {
     if (!live[id]) return false;
     return t == 4 ? shared.contains({h, t}) : local[id].contains({h, t});
   }
-  [[nodiscard]] TierBlockCounts walk(InstanceId id, const std::vector<std::uint64_t>& hashes) const {
+  [[nodiscard]] TierBlockCounts walk(InstanceId id,
+                                     const std::vector<std::uint64_t>& hashes) const {
     TierBlockCounts c{};
     for (auto h : hashes) {
       int t = 1;
@@ -465,7 +505,8 @@ struct Model {
 };
 
 void expect_matches(const KvIndexer& index, const Model& model, std::uint64_t n_hashes,
-                    const std::vector<std::vector<std::uint64_t>>& queries, const std::string& where) {
+                    const std::vector<std::vector<std::uint64_t>>& queries,
+                    const std::string& where) {
   for (InstanceId id = 0; id < model.live.size(); ++id) {
     for (std::uint64_t h = 0; h < n_hashes; ++h) {
       for (int t = 1; t <= 4; ++t) {
@@ -496,8 +537,8 @@ void expect_matches(const KvIndexer& index, const Model& model, std::uint64_t n_
 // both sides of a word boundary (lanes 63 and 64), and in the shared G4: 2^10
 // indexes, each asked the requests in both orders and with a repeated hash.
 TEST(KvIndexerModel, ExhaustiveSmallCasesAcrossAWordBoundary) {
-  const std::vector<std::vector<std::uint64_t>> queries{
-      {0, 1}, {1, 0}, {0, 0, 1}, {1, 1}, {0}, {2, 0}};
+  const std::vector<std::vector<std::uint64_t>> queries{{0, 1}, {1, 0}, {0, 0, 1},
+                                                        {1, 1}, {0},    {2, 0}};
   const char* kMedium[] = {"GPU", "CPU"};
   for (std::uint32_t bits = 0; bits < (1U << 10); ++bits) {
     KvIndexer index;
@@ -554,7 +595,9 @@ TEST(KvIndexerModel, RandomEventSequencesMatchASetModel) {
     next_seq.push_back(0);
   };
   for (int i = 0; i < 70; ++i) add(name_of("i", i));
-  auto pick = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
+  auto pick = [&](std::uint64_t n) {
+    return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng);
+  };
   auto hashes = [&] {
     std::vector<std::uint64_t> hs(1 + pick(3));
     for (auto& h : hs) h = pick(kHashes);

@@ -1,14 +1,17 @@
 #include "kvbm/router/kv_router.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
-
-#include <cstdint>
-#include <memory>
-#include <set>
-#include <string>
-#include <vector>
 
 #include "kvbm/error.h"
 #include "kvbm/events/event_sink.h"
@@ -29,8 +32,7 @@ constexpr std::uint64_t kTokens = 64;
 struct Cluster {
   KvIndexer index;
   std::vector<InstanceId> ids;
-  explicit Cluster(const std::vector<std::vector<events::KvEvent>>& held,
-                   KvIndexerOptions o = {})
+  explicit Cluster(const std::vector<std::vector<events::KvEvent>>& held, KvIndexerOptions o = {})
       : index(std::move(o)) {
     for (std::size_t i = 0; i < held.size(); ++i) {
       ids.push_back(index.add_instance(std::string(1, static_cast<char>('a' + i))));
@@ -242,7 +244,7 @@ TEST(KvRouter, MetricsCarryThePoolLabelAndCountDecisions) {
   KvRouterOptions rr;
   rr.policy = RoutePolicy::kRoundRobin;
   rr.metrics_registry = registry;
-  KvRouter second(c.index, rr);  // another policy may share the registry
+  KvRouter second(c.index, rr);                    // another policy may share the registry
   EXPECT_THROW(KvRouter(c.index, o), UsageError);  // the same one may not
   EXPECT_THROW(KvIndexer{io}, UsageError);
 
@@ -268,26 +270,92 @@ TEST(KvRouter, MetricsCarryThePoolLabelAndCountDecisions) {
   }
 }
 
-// The usage docs/router.md shows: a publisher's batches feed the index in
-// process, then the router places a request.
-TEST(KvRouter, FedFromAPublisherThroughACallbackSink) {
-  KvIndexer index;
-  const InstanceId engine = index.add_instance("engine-0");
+// The usage docs/router.md shows (its [docs] regions; the next test keeps
+// the page equal to them): a publisher's batches feed the index in process,
+// then the router places a request.
+TEST(KvRouter, DocsUsageFedFromAPublisherThroughACallbackSink) {
+  const std::vector<std::uint64_t> request_hashes{1, 2, 3, 4};
+  const std::uint64_t prompt_tokens = 64;
+  // [docs]
+  router::KvIndexer index;
+  const router::InstanceId engine = index.add_instance("engine-0");
   auto sink = std::make_shared<events::CallbackEventSink>(
-      [&](std::uint64_t seq, const events::KvEventBatch& b, std::span<const std::uint8_t>) {
-        index.apply(engine, seq, b);
+      [&index, engine](std::uint64_t seq, const events::KvEventBatch& batch,
+                       std::span<const std::uint8_t> /*payload*/) {
+        if (index.apply(engine, seq, batch).status == router::ApplyStatus::kGap) {
+          // Batches were lost: ask the publisher to replay from
+          // index.state(engine).next_sequence, or index.resync(engine).
+        }
       });
-  events::KvEventPublisherOptions po;
-  po.background_flush = false;
-  events::KvEventPublisher publisher(sink, po);
+  events::KvEventPublisher publisher(sink);  // its listener("GPU", 16) goes to the G1 pool
+  // [/docs]
   publisher.record(stored({1, 2, 3}, "GPU"));
   publisher.flush();
   (void)index.add_instance("engine-1");
-  KvRouter router(index);
-  const auto d = router.route(kRequest, kTokens);
+  // [docs]
+  router::KvRouter router(index);  // RoutePolicy::kKv, the default weights
+  const router::RouteDecision d = router.route(request_hashes, prompt_tokens);
+  // ... send the request to d.instance; when it has finished:
+  router.finish(d);
+  // [/docs]
   EXPECT_EQ(d.instance, engine);
   EXPECT_EQ(d.overlap.prefix_blocks, 3U);
   EXPECT_EQ(d.tokens_to_compute, 16U);
+  EXPECT_EQ(router.stats().load[engine], 0U);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string line; std::getline(ss, line);) out.push_back(line);
+  return out;
+}
+
+// docs/router.md's C++ block is this file's [docs] regions, dedented and
+// joined by a blank line, so that the page shows code that compiles and runs.
+TEST(KvRouter, DocsSnippetIsTheTestAbove) {
+  const std::string root = KVBM_SOURCE_DIR;
+  std::vector<std::string> want;
+  {
+    std::vector<std::string> region;
+    bool inside = false;
+    for (const auto& line : lines_of(read_file(root + "/tests/router/kv_router_test.cpp"))) {
+      const auto text = line.substr(std::min(line.find_first_not_of(' '), line.size()));
+      if (text == "// [docs]") {
+        inside = true;
+        region.clear();
+      } else if (text == "// [/docs]") {
+        inside = false;
+        std::size_t indent = std::string::npos;
+        for (const auto& l : region) {
+          if (l.find_first_not_of(' ') != std::string::npos)
+            indent = std::min(indent, l.find_first_not_of(' '));
+        }
+        if (!want.empty()) want.emplace_back();
+        for (const auto& l : region) want.push_back(l.size() > indent ? l.substr(indent) : "");
+      } else if (inside) {
+        region.push_back(line);
+      }
+    }
+  }
+  ASSERT_FALSE(want.empty());
+  std::vector<std::string> shown;
+  const auto doc = lines_of(read_file(root + "/docs/router.md"));
+  for (std::size_t i = 0; i + 1 < doc.size(); ++i) {
+    if (doc[i] == "<!-- snippet: tests/router/kv_router_test.cpp -->" && doc[i + 1] == "```cpp") {
+      for (std::size_t j = i + 2; j < doc.size() && doc[j] != "```"; ++j) shown.push_back(doc[j]);
+    }
+  }
+  EXPECT_EQ(shown, want) << "docs/router.md's snippet differs from the [docs] regions of "
+                            "tests/router/kv_router_test.cpp; copy them over";
 }
 
 }  // namespace

@@ -37,8 +37,7 @@
 /// A function that must be called with the capabilities held.
 #define KVBM_REQUIRES(...) KVBM_THREAD_ANNOTATION_(requires_capability(__VA_ARGS__))
 /// A function that must be called with the capabilities held at least shared (a reader).
-#define KVBM_REQUIRES_SHARED(...) \
-  KVBM_THREAD_ANNOTATION_(requires_shared_capability(__VA_ARGS__))
+#define KVBM_REQUIRES_SHARED(...) KVBM_THREAD_ANNOTATION_(requires_shared_capability(__VA_ARGS__))
 /// A function that must be called without the capabilities held (it takes them).
 #define KVBM_EXCLUDES(...) KVBM_THREAD_ANNOTATION_(locks_excluded(__VA_ARGS__))
 /// A function that acquires the capabilities (or, in a scoped class, its own).

@@ -16,7 +16,17 @@
 // events of an unknown medium are counted (stats().unknown_medium_events)
 // and ignored. A shared tier (G4 by default: one store read by every
 // instance) is indexed once for the whole cluster: a block any instance
-// stored there counts for every instance, after its local tiers.
+// stored there counts for every instance, after its local tiers; any
+// instance's BlockRemoved there removes it for all. AllBlocksCleared (no
+// medium on the wire; an in-process event's medium is ignored too) clears
+// the instance's local tiers only; remove_instance() leaves shared entries.
+// A BlockStored of a hash already held changes nothing; a BlockRemoved of a
+// hash not held is counted (stats().removed_unknown_blocks).
+//
+// One hash map serves the whole cluster: block hash -> per local tier a
+// bitmap of the instances holding it, plus the shared tiers holding it, so a
+// query costs one lookup per request block and word-wide bit operations over
+// the instances still in the walk (docs/router.md, src/router/block_index.h).
 //
 // Sequence numbers, per instance (apply() says what happened):
 //   kApplied    seq was the next one expected: applied, and any batches held
@@ -39,7 +49,8 @@
 // Stale entries stay in the index, and overlaps() reports them with
 // InstanceOverlap::stale set; KvRouter decides whether to route by them
 // (and counts it when it does). Every gap, restart, resync and stale
-// instance is counted in the metrics (pool="router").
+// instance is counted in the metrics (pool="router"; one indexer per
+// registry: a second throws UsageError).
 //
 // Thread-safety: every member may be called from any thread; apply() takes
 // the index exclusively, overlaps() and the other readers share it.
@@ -120,8 +131,8 @@ struct KvIndexerStats {
   std::uint64_t resyncs = 0;
   std::uint64_t unknown_medium_events = 0;
   std::uint64_t removed_unknown_blocks = 0;  ///< BlockRemoved of hashes not indexed
-  std::uint64_t distinct_blocks = 0;  ///< block hashes indexed now (any instance, any tier)
-  std::uint64_t index_bytes = 0;      ///< memory of the index's table and rows now
+  std::uint64_t distinct_blocks = 0;         ///< block hashes indexed now (any instance, any tier)
+  std::uint64_t index_bytes = 0;             ///< memory of the index's table and rows now
 };
 
 /// The cluster's block index; see the file comment.

@@ -11,16 +11,20 @@
 // where load is the instance's work in flight: the tokens still to compute
 // of the requests routed to it and not finished (LoadUnit::kTokens), or
 // their number (LoadUnit::kRequests). A G1 hit costs nothing (tier_cost
-// G1 = 0); a G2, G3 or G4 hit costs a copy. The least cost wins; ties go to
+// G1 = 0); a G2, G3 or G4 hit costs a copy. Held tokens never exceed
+// `tokens`. The least cost wins; ties (equal within a relative 1e-9) go to
 // the instance with less load, then to one drawn by a generator seeded with
 // options.seed, so that a run repeats exactly. kRoundRobin and kRandom
-// (seeded too) ignore the index: the baselines.
+// (seeded too) ignore the index: the baselines; their decisions report no
+// overlap, cost 0 and every token to compute.
 //
 // Load: route() adds the chosen request to its instance's load; finish()
 // takes it off. Stale entries (InstanceOverlap::stale) count as no prefix
 // unless use_stale, and a decision that used them is counted
 // (kvbm_router_stale_decisions_total), as is every decision made while any
-// instance was stale.
+// instance was stale. The series carry pool="router" and policy=to_string
+// (policy): routers of different policies may share a registry, a second of
+// the same policy throws UsageError. docs/router.md explains the defaults.
 //
 // Thread-safety: every member may be called from any thread.
 
@@ -72,7 +76,9 @@ struct KvRouterOptions {
 /// One routing decision.
 struct RouteDecision {
   InstanceId instance = 0;
-  InstanceOverlap overlap;           ///< what the chosen instance holds (zeros unless kKv)
+  /// What the estimate used of the chosen instance (kKv; zeros for the
+  /// baselines, and for stale entries ignored, with overlap.stale still set).
+  InstanceOverlap overlap;
   double cost = 0;                   ///< its estimated cost (kKv), else 0
   std::uint64_t tokens_to_compute = 0;  ///< tokens of the request it holds in no tier
   std::uint64_t load = 0;            ///< what route() added to the instance's load
@@ -84,15 +90,15 @@ struct KvRouterStats {
   std::uint64_t decisions = 0;
   std::uint64_t stale_decisions = 0;  ///< decisions that used stale entries
   std::uint64_t decisions_while_stale = 0;  ///< decisions made while any instance was stale
-  std::vector<std::uint64_t> per_instance;  ///< decisions per InstanceId
-  std::vector<std::uint64_t> load;          ///< load in flight per InstanceId
+  std::vector<std::uint64_t> per_instance;  ///< decisions per InstanceId (one per id of the index)
+  std::vector<std::uint64_t> load;  ///< load in flight per InstanceId (one per id of the index)
 };
 
 /// Chooses an instance per request; see the file comment.
 class KvRouter {
  public:
   /// Precondition: `index` outlives the router. Throws UsageError for a bad option.
-  KvRouter(const KvIndexer& index, KvRouterOptions options = {});
+  explicit KvRouter(const KvIndexer& index, KvRouterOptions options = {});
   ~KvRouter();
   KvRouter(const KvRouter&) = delete;
   KvRouter& operator=(const KvRouter&) = delete;
