@@ -56,6 +56,7 @@ struct Instance {
   std::uint64_t next_sequence = 0;
   bool gap = false;     // batches are missing; `held` waits for them
   bool marked = false;  // mark_stale() until the next applied batch
+  bool accept_any = false;  // resynced with nothing to resume at: the next batch sets the sequence
   std::map<std::uint64_t, events::KvEventBatch> held;
   Clock::time_point last_seen{};
 };
@@ -197,14 +198,23 @@ struct KvIndexer::Impl {
   }
 
   /// Drops the instance's entries and applies its held batches from the lowest.
-  std::size_t resync(Instance& in, impl::IndexerDelta& d) KVBM_REQUIRES(mu) {
+  std::size_t resync(Instance& in, impl::IndexerDelta& d,
+                     std::optional<std::uint64_t> resume_at = std::nullopt) KVBM_REQUIRES(mu) {
     index.clear_lane(in.lane);
     std::size_t applied = 0;
+    bool resumed = false;
+    if (resume_at) {
+      in.next_sequence = *resume_at;
+      resumed = true;
+    }
     for (auto& [seq, batch] : in.held) {
+      if (resume_at && seq < *resume_at) continue;
       apply_events(in, batch, d);
       in.next_sequence = seq + 1;
+      resumed = true;
       ++applied;
     }
+    in.accept_any = !resumed;
     in.held.clear();
     in.gap = false;
     in.marked = false;
@@ -293,6 +303,10 @@ ApplyResult KvIndexer::apply(InstanceId id, std::uint64_t sequence,
     Instance& in = m.live_instance(id, "apply");
     const auto now = m.now();
     in.last_seen = now;
+    if (in.accept_any) {  // resynced with nothing to resume at: go on from this batch
+      in.accept_any = false;
+      in.next_sequence = sequence;
+    }
     if (sequence == in.next_sequence) {
       r.status = ApplyStatus::kApplied;
       r.applied_batches = m.apply_in_order(in, batch, d);
@@ -323,14 +337,14 @@ ApplyResult KvIndexer::apply(InstanceId id, std::uint64_t sequence,
   return r;
 }
 
-void KvIndexer::resync(InstanceId id) {
+void KvIndexer::resync(InstanceId id, std::optional<std::uint64_t> resume_at) {
   auto& m = *impl_;
   impl::IndexerDelta d;
   std::optional<Impl::Gauges> g;
   {
     detail::WriterLock lock(m.mu);
     Instance& in = m.live_instance(id, "resync");
-    const std::size_t applied = m.resync(in, d);
+    const std::size_t applied = m.resync(in, d, resume_at);
     m.finish_counts(d, applied);
     if (m.metrics) g = m.gauges(m.now());
   }

@@ -299,6 +299,38 @@ TEST(KvIndexer, ResyncDropsEntriesAndAppliesTheHeldBatches) {
   EXPECT_EQ(index.apply(a, 5, batch({})).status, ApplyStatus::kApplied);
 }
 
+TEST(KvIndexer, ResyncResumesWhereItIsTold) {
+  KvIndexer index;
+  const auto a = index.add_instance("a");
+  index.apply(a, 0, batch({stored({1})}));
+  index.apply(a, 3, batch({stored({3})}));
+  index.apply(a, 5, batch({stored({5})}));
+  // Batch 1 did not decode: go on after it; the held 3 and 5 come back.
+  index.resync(a, 4);
+  EXPECT_FALSE(index.holds(a, 1, kG1));
+  EXPECT_FALSE(index.holds(a, 3, kG1));  // held below the resume point: dropped
+  EXPECT_TRUE(index.holds(a, 5, kG1));
+  EXPECT_EQ(index.state(a).next_sequence, 6U);
+  EXPECT_EQ(index.apply(a, 6, batch({})).status, ApplyStatus::kApplied);
+
+  // Nothing held, a resume point: the instance waits for exactly that batch.
+  index.resync(a, 10);
+  EXPECT_EQ(index.state(a).next_sequence, 10U);
+  EXPECT_EQ(index.state(a).stale, StaleReason::kFresh);
+  EXPECT_EQ(index.apply(a, 11, batch({stored({11})})).status, ApplyStatus::kGap);
+
+  // Nothing held, no resume point: whatever comes next is taken as in order.
+  const auto b = index.add_instance("b");
+  index.apply(b, 0, batch({stored({1})}));
+  index.resync(b);
+  const auto r = index.apply(b, 42, batch({stored({42})}));
+  EXPECT_EQ(r.status, ApplyStatus::kApplied);
+  EXPECT_EQ(r.expected, 43U);
+  EXPECT_TRUE(index.holds(b, 42, kG1));
+  EXPECT_FALSE(index.holds(b, 1, kG1));
+  EXPECT_EQ(index.stats().resyncs, 3U);
+}
+
 TEST(KvIndexer, TooManyHeldBatchesResyncs) {
   KvIndexerOptions o;
   o.max_held_batches = 2;

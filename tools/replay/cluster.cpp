@@ -9,6 +9,7 @@
 #include "kvbm/error.h"
 #include "kvbm/events/event_sink.h"
 #include "kvbm/events/kv_events.h"
+#include "kvbm/router/kv_event_feed.h"
 #include "kvbm/router/kv_indexer.h"
 
 namespace kvbm::replay {
@@ -49,6 +50,7 @@ struct Cluster::Impl {
   ClusterConfig config;
   std::uint32_t block_tokens = 0;
   router::KvIndexer index;
+  std::unique_ptr<router::KvEventFeed> feed;  // kZmq: the subscriber feeding the index
   std::vector<router::InstanceId> ids;
   std::vector<std::shared_ptr<events::KvEventPublisher>> publishers;
   std::unique_ptr<router::KvRouter> router;
@@ -66,20 +68,33 @@ struct Cluster::Impl {
       : config(c), block_tokens(bt), busy_until(n, 0.0), requests(n, 0), computed(n, 0) {
     KVBM_CHECK(n >= 1, "Cluster: instances must be at least 1");
     KVBM_CHECK(bt > 0, "Cluster: block_tokens must be > 0");
-    KVBM_CHECK(c.transport == EventTransport::kInProcess,
-               "Cluster: events over ZeroMQ are not wired yet; use the in-process transport");
     KVBM_CHECK(c.prefill_tokens_per_s > 0, "Cluster: prefill_tokens_per_s must be > 0, not ",
                c.prefill_tokens_per_s);
+    if (c.transport == EventTransport::kZmq) feed = std::make_unique<router::KvEventFeed>(index);
     for (std::size_t k = 0; k < n; ++k) {
-      const router::InstanceId id = index.add_instance("instance-" + std::to_string(k));
-      ids.push_back(id);
+      const std::string name = "instance-" + std::to_string(k);
       events::KvEventPublisherOptions po;
       po.background_flush = false;
       po.max_batch_size = 1u << 16;
       po.clock = [] { return 0.0; };  // the timestamps do not matter to the index
-      auto sink = std::make_shared<events::CallbackEventSink>(
-          [this, id](std::uint64_t seq, const events::KvEventBatch& batch,
-                     std::span<const std::uint8_t> /*payload*/) { index.apply(id, seq, batch); });
+      std::shared_ptr<events::EventSink> sink;
+      if (feed) {
+        // A PUB socket and its replay socket on ephemeral loopback ports.
+        events::ZmqEventSinkOptions zo;
+        zo.endpoint = "tcp://127.0.0.1:*";
+        zo.replay_endpoint = "tcp://127.0.0.1:*";
+        zo.topic = "kv-events";
+        auto zmq = std::make_shared<events::ZmqEventSink>(zo);
+        ids.push_back(feed->add_instance(
+            name, {name, zmq->endpoint(), zo.topic, zmq->replay_endpoint()}));
+        sink = std::move(zmq);
+      } else {
+        const router::InstanceId id = index.add_instance(name);
+        ids.push_back(id);
+        sink = std::make_shared<events::CallbackEventSink>(
+            [this, id](std::uint64_t seq, const events::KvEventBatch& batch,
+                       std::span<const std::uint8_t> /*payload*/) { index.apply(id, seq, batch); });
+      }
       publishers.push_back(std::make_shared<events::KvEventPublisher>(std::move(sink), po));
     }
     router::KvRouterOptions ro = c.options;
@@ -136,7 +151,16 @@ void Cluster::completed(const std::array<std::uint64_t, 5>& hit_tokens, std::uin
   m.computed[k] += computed_tokens;
   m.predicted += m.current.overlap.prefix_blocks;
   m.found += hit_blocks;
-  for (auto& p : m.publishers) p->flush();
+  for (std::size_t i = 0; i < m.publishers.size(); ++i) {
+    auto& p = *m.publishers[i];
+    if (p.flush() == 0 || !m.feed) continue;
+    // Sequences count every batch handed to the sink, taken or not.
+    const events::KvEventPublisherStats ps = p.stats();
+    const std::uint64_t last = ps.batches_published + ps.failed_batches - 1;
+    KVBM_CHECK(m.feed->wait_applied(m.ids[i], last, std::chrono::seconds(30)),
+               "kvbm-replay: batch ", last, " of instance ", i,
+               " did not reach the router's index over ZeroMQ within 30 s");
+  }
 }
 
 ClusterFigures Cluster::figures() const {
@@ -159,6 +183,7 @@ ClusterFigures Cluster::figures() const {
   f.events_applied = is.events_applied;
   f.batches_applied = is.batches_applied;
   f.gaps = is.gaps;
+  if (m.feed) f.replays = m.feed->stats().replays_requested;
   f.stale_decisions = m.router->stats().stale_decisions;
   f.predicted_blocks = m.predicted;
   f.found_blocks = m.found;

@@ -72,6 +72,7 @@ struct ClusterFigures {
   std::uint64_t events_applied = 0;  ///< by the indexer
   std::uint64_t batches_applied = 0;
   std::uint64_t gaps = 0;            ///< sequence gaps the indexer saw (and had replayed)
+  std::uint64_t replays = 0;         ///< replays the ZeroMQ feed asked publishers for
   std::uint64_t stale_decisions = 0;
   /// Prefix blocks the router expected (by the index) and the instance found.
   std::uint64_t predicted_blocks = 0;

@@ -32,9 +32,10 @@ void print_cluster(std::ostream& out, const ReplayResult& r) {
       group_digits(static_cast<std::uint64_t>(f.prefill_tokens_per_s)), f.ttft_mean_s,
       f.ttft_p50_s, f.ttft_p90_s, f.ttft_p99_s);
   out << fmt::format(
-      "    index: {} events in {} batches, {} gaps; {} decisions on stale entries; prefix "
-      "blocks expected {} / found {}\n",
+      "    index: {} events in {} batches, {} gaps, {} replays; {} decisions on stale entries; "
+      "prefix blocks expected {} / found {}\n",
       group_digits(f.events_applied), group_digits(f.batches_applied), group_digits(f.gaps),
+      group_digits(f.replays),
       group_digits(f.stale_decisions), group_digits(f.predicted_blocks),
       group_digits(f.found_blocks));
   out << fmt::format("    {:<9} {:>9} {:>16}\n", "instance", "requests", "computed tokens");
@@ -59,7 +60,8 @@ nlohmann::json cluster_json(const ClusterFigures& f) {
       {"index",
        {{"events_applied", f.events_applied},
         {"batches_applied", f.batches_applied},
-        {"gaps", f.gaps}}},
+        {"gaps", f.gaps},
+        {"replays", f.replays}}},
       {"stale_decisions", f.stale_decisions},
       {"predicted_prefix_blocks", f.predicted_blocks},
       {"found_prefix_blocks", f.found_blocks},

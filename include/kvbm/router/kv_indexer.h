@@ -155,9 +155,12 @@ class KvIndexer {
   /// Applies batch `sequence` of instance `id`; see the file comment.
   /// Throws UsageError for an unknown or removed id.
   ApplyResult apply(InstanceId id, std::uint64_t sequence, const events::KvEventBatch& batch);
-  /// The publisher cannot replay what was lost: drops the instance's
-  /// entries, applies the held batches from the lowest and makes it fresh.
-  void resync(InstanceId id);
+  /// The publisher cannot replay what was lost (or a batch could not be
+  /// decoded): drops the instance's entries and makes it fresh. The held
+  /// batches from `resume_at` on (all of them when unset) are applied in
+  /// order, and the instance goes on after the last; with none, it goes on
+  /// at `resume_at`, or, when unset, at whatever batch comes next.
+  void resync(InstanceId id, std::optional<std::uint64_t> resume_at = std::nullopt);
   /// Marks an instance stale (a batch could not be decoded, say) until its
   /// next applied batch.
   void mark_stale(InstanceId id);
