@@ -59,9 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::span<const std::uint8_t> payload(data, size);
   const Outcome first = run(payload);
   const Outcome again = run(payload);
-  KVBM_FUZZ_CHECK(first.ok == again.ok && first.error == again.error &&
-                      first.skipped == again.skipped,
-                  "decoding is deterministic");
+  KVBM_FUZZ_CHECK(
+      first.ok == again.ok && first.error == again.error && first.skipped == again.skipped,
+      "decoding is deterministic");
   if (!first.ok) return 0;
   const bool nan = std::isnan(first.batch.ts);
   if (!nan) KVBM_FUZZ_CHECK(first.batch == again.batch, "decoding is deterministic");

@@ -227,7 +227,8 @@ void BlockStore::register_locked(Registration& r, PoolCounterDelta& delta,
     if (r.tokens.empty()) {
       for (const auto& l : listeners_) l->on_stored(std::span(&r.hash, 1));
     } else {
-      for (const auto& l : listeners_) l->on_stored_with_tokens(std::span(&r.hash, 1), std::span(&r.tokens, 1));
+      for (const auto& l : listeners_)
+        l->on_stored_with_tokens(std::span(&r.hash, 1), std::span(&r.tokens, 1));
     }
     s.hash = r.hash;
     s.state = SlotState::kActive;

@@ -39,17 +39,27 @@ constexpr std::size_t kMaxDepth = 32;
 
 const char* type_name(const object& o) {
   switch (o.type) {
-    case type::NIL: return "nil";
-    case type::BOOLEAN: return "a boolean";
-    case type::POSITIVE_INTEGER: return "a non-negative integer";
-    case type::NEGATIVE_INTEGER: return "a negative integer";
+    case type::NIL:
+      return "nil";
+    case type::BOOLEAN:
+      return "a boolean";
+    case type::POSITIVE_INTEGER:
+      return "a non-negative integer";
+    case type::NEGATIVE_INTEGER:
+      return "a negative integer";
     case type::FLOAT32:
-    case type::FLOAT64: return "a float";
-    case type::STR: return "a string";
-    case type::BIN: return "bytes";
-    case type::ARRAY: return "an array";
-    case type::MAP: return "a map";
-    case type::EXT: return "an extension value";
+    case type::FLOAT64:
+      return "a float";
+    case type::STR:
+      return "a string";
+    case type::BIN:
+      return "bytes";
+    case type::ARRAY:
+      return "an array";
+    case type::MAP:
+      return "a map";
+    case type::EXT:
+      return "an extension value";
   }
   return "an unknown msgpack type";
 }
@@ -75,8 +85,10 @@ std::string_view str_of(const object& o) { return {o.via.str.ptr, o.via.str.size
 /// A block hash: an integer of either sign, or bytes (see the header).
 std::uint64_t block_hash(const object& o, const std::string& where) {
   switch (o.type) {
-    case type::POSITIVE_INTEGER: return o.via.u64;
-    case type::NEGATIVE_INTEGER: return static_cast<std::uint64_t>(o.via.i64);
+    case type::POSITIVE_INTEGER:
+      return o.via.u64;
+    case type::NEGATIVE_INTEGER:
+      return static_cast<std::uint64_t>(o.via.i64);
     case type::BIN: {
       std::uint64_t v = 0;
       const auto* p = reinterpret_cast<const std::uint8_t*>(o.via.bin.ptr);
@@ -84,7 +96,8 @@ std::uint64_t block_hash(const object& o, const std::string& where) {
       for (std::uint32_t i = n > 8 ? n - 8 : 0; i < n; ++i) v = (v << 8) | p[i];
       return v;
     }
-    default: wrong_type(where, "an integer or bytes (a block hash)", o);
+    default:
+      wrong_type(where, "an integer or bytes (a block hash)", o);
   }
 }
 
@@ -260,17 +273,22 @@ std::optional<KvEvent> read_event(const object& o, const std::string& where) {
 double timestamp(const object& o) {
   switch (o.type) {
     case type::FLOAT32:
-    case type::FLOAT64: return o.via.f64;
-    case type::POSITIVE_INTEGER: return static_cast<double>(o.via.u64);
-    case type::NEGATIVE_INTEGER: return static_cast<double>(o.via.i64);
-    default: wrong_type("ts", "a number (seconds since the epoch)", o);
+    case type::FLOAT64:
+      return o.via.f64;
+    case type::POSITIVE_INTEGER:
+      return static_cast<double>(o.via.u64);
+    case type::NEGATIVE_INTEGER:
+      return static_cast<double>(o.via.i64);
+    default:
+      wrong_type("ts", "a number (seconds since the epoch)", o);
   }
 }
 
 std::optional<std::int32_t> rank(const object& o, const std::string& where) {
   if (o.type == type::NIL) return std::nullopt;
   const std::int64_t v = signed_int(o, where, "an integer or nil (the data-parallel rank)");
-  if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
+  if (v < std::numeric_limits<std::int32_t>::min() ||
+      v > std::numeric_limits<std::int32_t>::max()) {
     fail(where, "the data-parallel rank is out of range: " + std::to_string(v));
   }
   return static_cast<std::int32_t>(v);
@@ -292,7 +310,8 @@ KvEventBatch read_batch(const object& top, KvEventDecodeStats& stats) {
   KvEventBatch batch;
   if (top.type == type::ARRAY) {
     const std::uint32_t n = top.via.array.size;
-    if (n < 2) fail("", "a batch array of " + std::to_string(n) + " elements; expected [ts, events, rank]");
+    if (n < 2)
+      fail("", "a batch array of " + std::to_string(n) + " elements; expected [ts, events, rank]");
     batch.ts = timestamp(top.via.array.ptr[0]);
     read_events(top.via.array.ptr[1], batch, stats);
     if (n >= 3) batch.data_parallel_rank = rank(top.via.array.ptr[2], "data_parallel_rank");

@@ -169,7 +169,8 @@ struct ZmqEventSubscriber::Impl {
       if (!s->config.replay_endpoint.empty()) s->dealer = connect_dealer(s->config.replay_endpoint);
     } catch (const zmq::error_t& e) {
       KVBM_CHECK(false, "ZmqEventSubscriber::add_source: cannot connect source '", s->config.name,
-                 "' (", s->config.endpoint, " / replay '", s->config.replay_endpoint, "'): ", e.what());
+                 "' (", s->config.endpoint, " / replay '", s->config.replay_endpoint,
+                 "'): ", e.what());
     }
     const std::size_t id = next_id.fetch_add(1, std::memory_order_relaxed);
     s->id = id;
@@ -242,7 +243,8 @@ struct ZmqEventSubscriber::Impl {
             owners.emplace_back(s.get(), true);
           }
           if (s->replay) {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(s->replay->deadline - now);
+            const auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(s->replay->deadline - now);
             const auto wait = std::max(left, std::chrono::milliseconds(0));
             timeout = timeout.count() < 0 ? wait : std::min(timeout, wait);
           }
@@ -290,13 +292,17 @@ struct ZmqEventSubscriber::Impl {
     }
     for (auto& c : todo) {
       switch (c.kind) {
-        case Command::Kind::kAdd: sources[c.id] = std::move(c.source); break;
+        case Command::Kind::kAdd:
+          sources[c.id] = std::move(c.source);
+          break;
         case Command::Kind::kRemove: {
           if (Source* s = find(c.id)) s->removed = true;
           forget(c.id);
           break;
         }
-        case Command::Kind::kReplay: start_or_queue_replay(c.id, c.from); break;
+        case Command::Kind::kReplay:
+          start_or_queue_replay(c.id, c.from);
+          break;
       }
     }
     {
@@ -326,7 +332,8 @@ struct ZmqEventSubscriber::Impl {
     const auto start = big_endian(from);
     s->dealer->send(zmq::message_t(), zmq::send_flags::sndmore);  // the REQ-style delimiter
     s->dealer->send(zmq::buffer(start), zmq::send_flags::none);
-    s->replay = Replay{from, std::nullopt, 0, std::chrono::steady_clock::now() + options.replay_timeout};
+    s->replay =
+        Replay{from, std::nullopt, 0, std::chrono::steady_clock::now() + options.replay_timeout};
   }
 
   void read_live(Source& s) {

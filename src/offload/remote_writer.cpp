@@ -145,7 +145,8 @@ void RemoteWriter::write(std::vector<Item>& batch) {
       failed = true;
     }
     if (is_presence_[p] && !failed) {
-      for (std::size_t i = 0; i < pass.size(); ++i) present[i] = present[i] || (passed[i] && !pass[i]);
+      for (std::size_t i = 0; i < pass.size(); ++i)
+        present[i] = present[i] || (passed[i] && !pass[i]);
     }
     const auto after = static_cast<std::size_t>(std::count(pass.begin(), pass.end(), true));
     metrics_->add_policy(policy_index_[p], after, before - after, failed);

@@ -42,7 +42,9 @@ struct Bytes {
     for (int i = n - 1; i >= 0; --i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
     return *this;
   }
-  Bytes& arr(std::size_t n) { return n < 16 ? raw({0x90 | static_cast<int>(n)}) : raw({0xdc}).be(n, 2); }
+  Bytes& arr(std::size_t n) {
+    return n < 16 ? raw({0x90 | static_cast<int>(n)}) : raw({0xdc}).be(n, 2);
+  }
   Bytes& map(std::size_t n) { return raw({0x80 | static_cast<int>(n)}); }
   Bytes& nil() { return raw({0xc0}); }
   Bytes& str(const std::string& s) {
@@ -139,8 +141,8 @@ TEST_P(DecodeOwnOutput, PublisherBatchesRoundTrip) {
   ASSERT_TRUE(ca.ok() && cb.ok());
   auto ha = pool.register_block(std::move(ca).value(), a.tokens());
   auto hb = pool.register_block(std::move(cb).value());  // no tokens
-  pub.record(BlockStored{{0xffffffffffffffffULL, 1}, 0x8000000000000000ULL, {}, 16, 7,
-                         kMediumRemote});
+  pub.record(
+      BlockStored{{0xffffffffffffffffULL, 1}, 0x8000000000000000ULL, {}, 16, 7, kMediumRemote});
   pub.record(BlockRemoved{{42}, kMediumDisk});
   pub.clear_all(kMediumGpu);
   ASSERT_EQ(pub.flush(), 1U);
@@ -174,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DecodeOwnOutput,
                          ::testing::Values(WireLayout::kArray, WireLayout::kMap),
                          [](const auto& param_info) {
                            return param_info.param == WireLayout::kArray ? std::string("Array")
-                                                                   : std::string("Map");
+                                                                         : std::string("Map");
                          });
 
 // ---------------------------------------------------------------------------
@@ -188,17 +190,29 @@ TEST(DecodeVllm, MapLayoutOfVllm033WithOmittedDefaultsAndExtraKeys) {
   Bytes m;
   m.arr(3).f64(1789095808.5).arr(3);
   m.map(11)
-      .str("type").str("BlockStored")
-      .str("block_hashes").uints({15760518052499183552ULL})
-      .str("parent_block_hash").nil()
-      .str("token_ids").uints({151644, 872, 198, 9064})
-      .str("block_size").uint(4)
-      .str("lora_id").nil()
-      .str("medium").str("GPU")
-      .str("lora_name").nil()
-      .str("extra_keys").arr(1).nil()
-      .str("group_idx").uint(0)
-      .str("kv_cache_spec_kind").str("full_attention");
+      .str("type")
+      .str("BlockStored")
+      .str("block_hashes")
+      .uints({15760518052499183552ULL})
+      .str("parent_block_hash")
+      .nil()
+      .str("token_ids")
+      .uints({151644, 872, 198, 9064})
+      .str("block_size")
+      .uint(4)
+      .str("lora_id")
+      .nil()
+      .str("medium")
+      .str("GPU")
+      .str("lora_name")
+      .nil()
+      .str("extra_keys")
+      .arr(1)
+      .nil()
+      .str("group_idx")
+      .uint(0)
+      .str("kv_cache_spec_kind")
+      .str("full_attention");
   m.map(3).str("type").str("BlockRemoved").str("block_hashes").uints({1, 2}).str("medium").nil();
   m.map(1).str("type").str("AllBlocksCleared");
   m.uint(0);
@@ -207,9 +221,12 @@ TEST(DecodeVllm, MapLayoutOfVllm033WithOmittedDefaultsAndExtraKeys) {
   EXPECT_DOUBLE_EQ(got.ts, 1789095808.5);
   EXPECT_EQ(got.data_parallel_rank, 0);
   ASSERT_EQ(got.events.size(), 3U);
-  EXPECT_EQ(std::get<BlockStored>(got.events[0]),
-            (BlockStored{{15760518052499183552ULL}, std::nullopt, {151644, 872, 198, 9064}, 4,
-                         std::nullopt, "GPU"}));
+  EXPECT_EQ(std::get<BlockStored>(got.events[0]), (BlockStored{{15760518052499183552ULL},
+                                                               std::nullopt,
+                                                               {151644, 872, 198, 9064},
+                                                               4,
+                                                               std::nullopt,
+                                                               "GPU"}));
   EXPECT_EQ(std::get<BlockRemoved>(got.events[1]), (BlockRemoved{{1, 2}, "GPU"}));  // nil medium
   EXPECT_EQ(std::get<AllBlocksCleared>(got.events[2]), AllBlocksCleared{});
 }
@@ -219,10 +236,14 @@ TEST(DecodeVllm, MapEventsInAnyKeyOrderWithKeysLeftOut) {
   Bytes m;
   m.arr(2).f64(1.0).arr(1);
   m.map(4)
-      .str("block_size").uint(16)
-      .str("token_ids").arr(0)
-      .str("block_hashes").uints({5})
-      .str("type").str("BlockStored");
+      .str("block_size")
+      .uint(16)
+      .str("token_ids")
+      .arr(0)
+      .str("block_hashes")
+      .uints({5})
+      .str("type")
+      .str("BlockStored");
   const KvEventBatch got = decode(m);
   EXPECT_EQ(got.data_parallel_rank, std::nullopt);  // a two-element batch
   EXPECT_EQ(std::get<BlockStored>(got.events.at(0)),
@@ -232,8 +253,16 @@ TEST(DecodeVllm, MapEventsInAnyKeyOrderWithKeysLeftOut) {
 TEST(DecodeVllm, BatchAsAMap) {
   // {ts, events, data_parallel_rank}: a batch struct without array_like.
   Bytes m;
-  m.map(3).str("ts").f64(2.0).str("events").arr(1).map(2).str("type").str("BlockRemoved")
-      .str("block_hashes").uints({9});
+  m.map(3)
+      .str("ts")
+      .f64(2.0)
+      .str("events")
+      .arr(1)
+      .map(2)
+      .str("type")
+      .str("BlockRemoved")
+      .str("block_hashes")
+      .uints({9});
   m.str("data_parallel_rank").uint(4);
   const KvEventBatch got = decode(m);
   EXPECT_EQ(got.data_parallel_rank, 4);
@@ -249,8 +278,22 @@ TEST(DecodeVllm, ArrayLayoutWithTrailingFieldsAndOlderShortForms) {
   Bytes m;
   m.arr(3).f64(5.0).arr(3);
   // vLLM's newest tuple: lora_name, extra_keys, group_idx, kind, window, locality after medium.
-  m.arr(13).str("BlockStored").uints({10, 11}).uint(9).uints({1, 2, 3, 4}).uint(2).uint(3)
-      .str("DISK").nil().arr(2).nil().nil().uint(0).str("full_attention").nil().str("LOCAL");
+  m.arr(13)
+      .str("BlockStored")
+      .uints({10, 11})
+      .uint(9)
+      .uints({1, 2, 3, 4})
+      .uint(2)
+      .uint(3)
+      .str("DISK")
+      .nil()
+      .arr(2)
+      .nil()
+      .nil()
+      .uint(0)
+      .str("full_attention")
+      .nil()
+      .str("LOCAL");
   // vLLM before `medium`: tag + five fields.
   m.arr(6).str("BlockStored").uints({12}).nil().uints({5, 6}).uint(2).nil();
   // BlockRemoved before `medium`, and with group_idx after it.
@@ -272,14 +315,24 @@ TEST(DecodeVllm, HashesAsSignedIntegersAndAsBytes) {
   for (std::size_t i = 0; i < digest.size(); ++i) digest[i] = static_cast<std::uint8_t>(i);
   Bytes m;
   m.arr(3).f64(0.0).arr(2);
-  m.arr(8).str("BlockStored").arr(3).bin(digest).i64(-1).bin({0x01, 0x02})
-      .bin({0xaa}).arr(0).uint(1).nil().str("CPU").nil();
+  m.arr(8)
+      .str("BlockStored")
+      .arr(3)
+      .bin(digest)
+      .i64(-1)
+      .bin({0x01, 0x02})
+      .bin({0xaa})
+      .arr(0)
+      .uint(1)
+      .nil()
+      .str("CPU")
+      .nil();
   m.map(2).str("type").str("BlockRemoved").str("block_hashes").arr(1).raw({0xff});  // fixint -1
   m.nil();
   const KvEventBatch got = decode(m);
   const auto& s = std::get<BlockStored>(got.events.at(0));
-  EXPECT_EQ(s.block_hashes, (std::vector<std::uint64_t>{0x18191a1b1c1d1e1fULL,
-                                                        0xffffffffffffffffULL, 0x0102}));
+  EXPECT_EQ(s.block_hashes,
+            (std::vector<std::uint64_t>{0x18191a1b1c1d1e1fULL, 0xffffffffffffffffULL, 0x0102}));
   EXPECT_EQ(s.parent_block_hash, 0xaaU);
   EXPECT_EQ(std::get<BlockRemoved>(got.events.at(1)).block_hashes,
             std::vector<std::uint64_t>{0xffffffffffffffffULL});
@@ -306,8 +359,8 @@ TEST(DecodeVllm, UnknownEventTypesAreSkippedAndCounted) {
 TEST(DecodeVllm, LiteralBytesOfAHeartbeatAndAnEvent) {
   // [1.5, [["BlockRemoved", [1], "GPU"]], 0] without any helper.
   const std::vector<std::uint8_t> payload = {
-      0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac, 'B', 'l', 'o', 'c', 'k',
-      'R',  'e',  'm',  'o',  'v', 'e', 'd', 0x91, 0x01, 0xa3, 'G', 'P', 'U', 0x00};
+      0x93, 0xcb, 0x3f, 0xf8, 0,   0,   0,   0,   0,   0,    0x91, 0x93, 0xac, 'B', 'l', 'o',
+      'c',  'k',  'R',  'e',  'm', 'o', 'v', 'e', 'd', 0x91, 0x01, 0xa3, 'G',  'P', 'U', 0x00};
   EXPECT_EQ(decode_kv_event_batch(payload), (KvEventBatch{1.5, {BlockRemoved{{1}, "GPU"}}, 0}));
   const std::vector<std::uint8_t> heartbeat = {0x92, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x90};
   EXPECT_EQ(decode_kv_event_batch(heartbeat), (KvEventBatch{1.5, {}, std::nullopt}));
@@ -319,8 +372,16 @@ TEST(DecodeVllm, CanonicalMedium) {
   EXPECT_EQ(canonical_medium("STORAGE"), "STORAGE");
   EXPECT_EQ(canonical_medium("CPU_PINNED"), "CPU_PINNED");
   Bytes m;
-  m.arr(2).f64(0.0).arr(1).map(3).str("type").str("BlockRemoved").str("block_hashes").uints({1})
-      .str("medium").str("");
+  m.arr(2)
+      .f64(0.0)
+      .arr(1)
+      .map(3)
+      .str("type")
+      .str("BlockRemoved")
+      .str("block_hashes")
+      .uints({1})
+      .str("medium")
+      .str("");
   EXPECT_EQ(std::get<BlockRemoved>(decode(m).events.at(0)).medium, "GPU");
 }
 
@@ -360,8 +421,10 @@ TEST(DecodeMalformed, FieldsSayWhereTheyAre) {
   };
   expect_error(Bytes().arr(3).str("now").arr(0).uint(0).b, "ts", "expected a number");
   expect_error(Bytes().arr(3).f64(0).map(0).uint(0).b, "events", "expected an array of events");
-  expect_error(Bytes().arr(3).f64(0).arr(0).str("x").b, "data_parallel_rank", "expected an integer");
-  expect_error(Bytes().arr(3).f64(0).arr(0).uint(1ULL << 40).b, "data_parallel_rank", "out of range");
+  expect_error(Bytes().arr(3).f64(0).arr(0).str("x").b, "data_parallel_rank",
+               "expected an integer");
+  expect_error(Bytes().arr(3).f64(0).arr(0).uint(1ULL << 40).b, "data_parallel_rank",
+               "out of range");
   expect_error(batch_with([](Bytes& m) { m.uint(3); }), "events[1]", "expected an event");
   expect_error(batch_with([](Bytes& m) { m.arr(0); }), "events[1]", "empty array");
   expect_error(batch_with([](Bytes& m) { m.arr(2).uint(1).uints({1}); }), "events[1][0]",
@@ -372,8 +435,8 @@ TEST(DecodeMalformed, FieldsSayWhereTheyAre) {
                "expected a string");
   expect_error(batch_with([](Bytes& m) { m.arr(1).str("BlockStored"); }), "events[1]",
                "without block_hashes");
-  expect_error(batch_with([](Bytes& m) { m.map(1).str("type").str("BlockRemoved"); }),
-               "events[1]", "without block_hashes");
+  expect_error(batch_with([](Bytes& m) { m.map(1).str("type").str("BlockRemoved"); }), "events[1]",
+               "without block_hashes");
   expect_error(batch_with([](Bytes& m) { m.arr(2).str("BlockStored").uint(1); }),
                "events[1].block_hashes", "expected an array of block hashes");
   expect_error(batch_with([](Bytes& m) { m.arr(2).str("BlockRemoved").arr(2).uint(1).str("h"); }),
@@ -382,23 +445,37 @@ TEST(DecodeMalformed, FieldsSayWhereTheyAre) {
                  m.arr(4).str("BlockStored").uints({1}).nil().arr(1).uint(1ULL << 32);
                }),
                "events[1].token_ids[0]", "out of range");
+  expect_error(
+      batch_with([](Bytes& m) { m.arr(4).str("BlockStored").uints({1}).nil().arr(1).i64(-5); }),
+      "events[1].token_ids[0]", "expected a token id");
   expect_error(batch_with([](Bytes& m) {
-                 m.arr(4).str("BlockStored").uints({1}).nil().arr(1).i64(-5);
-               }),
-               "events[1].token_ids[0]", "expected a token id");
-  expect_error(batch_with([](Bytes& m) {
-                 m.map(3).str("type").str("BlockStored").str("block_hashes").uints({1})
-                     .str("medium").uint(3);
+                 m.map(3)
+                     .str("type")
+                     .str("BlockStored")
+                     .str("block_hashes")
+                     .uints({1})
+                     .str("medium")
+                     .uint(3);
                }),
                "events[1].medium", "expected a string or nil");
   expect_error(batch_with([](Bytes& m) {
-                 m.map(3).str("type").str("BlockStored").str("block_hashes").uints({1})
-                     .str("lora_id").str("a");
+                 m.map(3)
+                     .str("type")
+                     .str("BlockStored")
+                     .str("block_hashes")
+                     .uints({1})
+                     .str("lora_id")
+                     .str("a");
                }),
                "events[1].lora_id", "expected an integer or nil");
   expect_error(batch_with([](Bytes& m) {
-                 m.map(3).str("type").str("BlockStored").str("block_hashes").uints({1})
-                     .str("block_size").i64(-16);
+                 m.map(3)
+                     .str("type")
+                     .str("BlockStored")
+                     .str("block_hashes")
+                     .uints({1})
+                     .str("block_size")
+                     .i64(-16);
                }),
                "events[1].block_size", "expected an unsigned");
 }

@@ -24,8 +24,8 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
-#include "kvbm/token_block.h"
 #include "kvbm/config.h"
+#include "kvbm/token_block.h"
 #include "test_util.h"
 
 #if KVBM_HAVE_ZMQ
@@ -580,11 +580,12 @@ TEST(KvEventPublisher, HeartbeatPublishesAnEmptyBatchAfterSilence) {
   EXPECT_TRUE(seen[2].batch.events.empty());
   EXPECT_EQ(pub.stats().heartbeats, 2U);
   EXPECT_EQ(pub.stats().batches_published, 3U);
-  EXPECT_THROW(KvEventPublisher(rec.sink(), [] {
-                 KvEventPublisherOptions bad = manual();
-                 bad.heartbeat_interval = std::chrono::milliseconds(-1);
-                 return bad;
-               }()),
+  EXPECT_THROW(KvEventPublisher(rec.sink(),
+                                [] {
+                                  KvEventPublisherOptions bad = manual();
+                                  bad.heartbeat_interval = std::chrono::milliseconds(-1);
+                                  return bad;
+                                }()),
                UsageError);
 }
 
@@ -618,10 +619,10 @@ TEST(KvEventPublisher, BlocksRegisteredWithTokensArePublishedWithThem) {
   std::vector<TokenBlock> blocks;
   std::optional<SequenceHash> parent;
   for (std::size_t b = 0; b < 3; ++b) {
-    blocks.push_back(TokenBlock::compute(
-        {prompt.begin() + static_cast<std::ptrdiff_t>(b * kBlock),
-         prompt.begin() + static_cast<std::ptrdiff_t>((b + 1) * kBlock)},
-        kNoSalt, parent));
+    blocks.push_back(
+        TokenBlock::compute({prompt.begin() + static_cast<std::ptrdiff_t>(b * kBlock),
+                             prompt.begin() + static_cast<std::ptrdiff_t>((b + 1) * kBlock)},
+                            kNoSalt, parent));
     parent = blocks.back().sequence_hash();
   }
   auto fresh = pool.allocate_blocks(3);
@@ -643,10 +644,9 @@ TEST(KvEventPublisher, BlocksRegisteredWithTokensArePublishedWithThem) {
   auto events = all_events(rec.seen());
   ASSERT_EQ(events.size(), 1U);  // one chain: coalesced
   const auto& s = std::get<BlockStored>(events[0]);
-  EXPECT_EQ(s.block_hashes,
-            (std::vector<std::uint64_t>{blocks[0].sequence_hash().value(),
-                                        blocks[1].sequence_hash().value(),
-                                        blocks[2].sequence_hash().value()}));
+  EXPECT_EQ(s.block_hashes, (std::vector<std::uint64_t>{blocks[0].sequence_hash().value(),
+                                                        blocks[1].sequence_hash().value(),
+                                                        blocks[2].sequence_hash().value()}));
   EXPECT_EQ(s.parent_block_hash, std::nullopt);
   EXPECT_EQ(s.token_ids, std::vector<std::uint32_t>(prompt.begin(), prompt.end()));
   EXPECT_EQ(s.block_size, kBlock);
@@ -675,8 +675,9 @@ TEST(KvEventPublisher, BlocksRegisteredWithTokensArePublishedWithThem) {
   EXPECT_TRUE(c.valid());  // still the caller's
   std::vector<CompleteBlock<G1>> one;
   one.push_back(std::move(c));
-  EXPECT_THROW((void)pool.register_blocks(std::move(one), std::span<const std::span<const Token>>{}),
-               UsageError);
+  EXPECT_THROW(
+      (void)pool.register_blocks(std::move(one), std::span<const std::span<const Token>>{}),
+      UsageError);
   pub.flush();
   EXPECT_EQ(all_events(rec.seen()).size(), 2U);
   held.clear();

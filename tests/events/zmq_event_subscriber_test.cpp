@@ -76,7 +76,8 @@ class Collector {
     c.on_decode_error = [this](std::size_t s, std::uint64_t q, const std::string& e) {
       add([&] { errors_.emplace_back(s, q, e); });
     };
-    c.on_replay_incomplete = [this](std::size_t s, std::uint64_t w, std::optional<std::uint64_t> f) {
+    c.on_replay_incomplete = [this](std::size_t s, std::uint64_t w,
+                                    std::optional<std::uint64_t> f) {
       add([&] { incompletes_.emplace_back(s, w, f); });
     };
     return c;
@@ -128,7 +129,8 @@ class Collector {
 
 /// A publisher on a loopback PUB socket (and replay socket), flushed by hand.
 struct Publisher {
-  explicit Publisher(bool replay = true, std::size_t keep = 10'000, std::string endpoint = "tcp://127.0.0.1:*") {
+  explicit Publisher(bool replay = true, std::size_t keep = 10'000,
+                     std::string endpoint = "tcp://127.0.0.1:*") {
     ZmqEventSinkOptions so;
     so.endpoint = std::move(endpoint);
     so.topic = "kv-events";
@@ -221,7 +223,7 @@ TEST(ZmqEventSubscriber, SlowJoinerGapIsFilledByReplayInOrder) {
     ASSERT_FALSE(live.empty());
     EXPECT_GT(live.front().sequence, 0U);  // the caller sees the gap ...
   }
-  sub.request_replay(a, 0);  // ... and fills it
+  sub.request_replay(a, 0);               // ... and fills it
   const std::uint64_t after = p.send(6);  // live, possibly held while the replay runs
   ASSERT_TRUE(got.wait([&](const Collector& c) {
     const auto mine = Collector::of(c.batches_, a);
@@ -333,8 +335,8 @@ TEST(ZmqEventSubscriber, ARestartedPublisherIsDeliveredAsSuch) {
   // Its own sequence numbers, from 0 again: lower than the old publisher's last.
   EXPECT_LT(*seen_seq, old_last);
   const auto all = got.batches();
-  const auto it = std::find_if(all.begin(), all.end(),
-                               [](const auto& b) { return hash_of(b.batch) == kNew; });
+  const auto it =
+      std::find_if(all.begin(), all.end(), [](const auto& b) { return hash_of(b.batch) == kNew; });
   ASSERT_NE(it, all.begin());
   EXPECT_EQ(std::prev(it)->sequence, old_last);  // the caller sees the drop
   EXPECT_FALSE(it->replayed);
@@ -355,8 +357,8 @@ TEST(ZmqEventSubscriber, RemoveSourceStopsDelivery) {
   ASSERT_TRUE(sub.wait_until(b, marker, kPatience));
   EXPECT_EQ(got.of(a).size(), before);
   EXPECT_FALSE(sub.wait_until(a, 0, milliseconds(0)));  // removed
-  sub.remove_source(a);                                  // twice: ignored
-  sub.remove_source(99);                                 // unknown: ignored
+  sub.remove_source(a);                                 // twice: ignored
+  sub.remove_source(99);                                // unknown: ignored
   EXPECT_FALSE(sub.wait_until(99, 0, milliseconds(0)));
 }
 
@@ -433,7 +435,7 @@ TEST(ZmqEventSubscriber, DestructionWithSourcesConnectedAndReplaysUnderWay) {
     join(p, sub, a);
     sub.request_replay(a, 0);
     sub.request_replay(a, 1);
-  }  // stops the thread, closes every socket
+  }           // stops the thread, closes every socket
   p.send(1);  // the publishers live on
   SUCCEED();
 }

@@ -19,11 +19,10 @@
 // block's tokens when the caller registered it with them
 // (BlockManager::register_block(block, tokens), which reaches the listener's
 // on_stored_with_tokens), else empty (Dynamo's router drops a BlockStored
-// without tokens: register with tokens for it). Consecutive events of one kind and medium are coalesced
-// into one event with several hashes, keeping their order; a BlockStored only
-// grows when the new block's parent is its last block, so the chain a router
-// reads stays true. record() adds any event (one with token ids, say) and
-// clear_all(medium) an AllBlocksCleared.
+// without tokens: register with tokens for it). Consecutive events of one kind and medium are
+// coalesced into one event with several hashes, keeping their order; a BlockStored only grows when
+// the new block's parent is its last block, so the chain a router reads stays true. record() adds
+// any event (one with token ids, say) and clear_all(medium) an AllBlocksCleared.
 //
 // Publishing: flush() encodes everything collected so far into batches of at
 // most max_batch_size blocks (an AllBlocksCleared counts as one) and hands
