@@ -267,6 +267,37 @@ class BlockManager {
     return out;
   }
 
+  /// As register_block(block), and hands the block's tokens to the pool's
+  /// listeners (PoolListener::on_stored_with_tokens) when it is stored under
+  /// a new hash, so that a KV event publisher can publish them (routers that
+  /// index by tokens need them). The tokens are not kept. Throws UsageError
+  /// (nothing registered) unless tokens.size() == block_size().
+  ImmutableBlock<T> register_block(CompleteBlock<T>&& block, std::span<const Token> tokens) {
+    check("register_block");
+    KVBM_CHECK(tokens.size() == store_->block_size(), "register_block: ", tokens.size(),
+               " tokens given for a block of ", store_->block_size());
+    ImmutableBlock<T> out = register_one(std::move(block), tokens);
+    if (on_register_) on_register_(std::vector<ImmutableBlock<T>>{out});
+    return out;
+  }
+
+  /// As register_blocks(blocks), with tokens[i] the tokens of blocks[i]; see
+  /// register_block(block, tokens). Throws UsageError (nothing registered)
+  /// unless there is one span of block_size() tokens per block.
+  std::vector<ImmutableBlock<T>> register_blocks(std::vector<CompleteBlock<T>>&& blocks,
+                                                 std::span<const std::span<const Token>> tokens) {
+    check("register_blocks");
+    KVBM_CHECK(tokens.size() == blocks.size(), "register_blocks: ", tokens.size(),
+               " token spans given for ", blocks.size(), " blocks");
+    for (const auto& t : tokens) {
+      KVBM_CHECK(t.size() == store_->block_size(), "register_blocks: ", t.size(),
+                 " tokens given for a block of ", store_->block_size());
+    }
+    std::vector<ImmutableBlock<T>> out = register_many(std::move(blocks), tokens);
+    if (on_register_ && !out.empty()) on_register_(out);
+    return out;
+  }
+
   /// Registers every block; see register_block. All blocks are checked first,
   /// so on a UsageError none is registered and all stay with the caller.
   /// Runs the on_register hook once, with every block.
@@ -279,40 +310,13 @@ class BlockManager {
   /// As register_block(), without the on_register hook (see the file comment).
   ImmutableBlock<T> register_copy(CompleteBlock<T>&& block) {
     check("register_block");
-    KVBM_CHECK(block.valid(), "register_block: the CompleteBlock was moved from");
-    KVBM_CHECK(block.store_ == store_.get(), "register_block: block ", block.id_,
-               " belongs to another manager (pool ", block.store_->name(),
-               "); register it with the manager that allocated it");
-    const BlockId id = block.id_;
-    const SequenceHash hash = block.hash_;
-    const auto outcome = store_->register_block(id, hash);
-    block.release_to_registry();
-    return ImmutableBlock<T>(store_.get(), outcome.id);
+    return register_one(std::move(block), {});
   }
 
   /// As register_blocks(), without the on_register hook (see the file comment).
   std::vector<ImmutableBlock<T>> register_copies(std::vector<CompleteBlock<T>>&& blocks) {
     check("register_blocks");
-    for (const auto& b : blocks) {
-      KVBM_CHECK(b.valid(), "register_blocks: a CompleteBlock was moved from");
-      KVBM_CHECK(b.store_ == store_.get(), "register_blocks: block ", b.id_,
-                 " belongs to another manager (pool ", b.store_->name(), ")");
-    }
-    std::vector<ImmutableBlock<T>> out;
-    if (blocks.size() == 1) {
-      out.push_back(register_copy(std::move(blocks.front())));
-      blocks.clear();
-      return out;
-    }
-    std::vector<detail::Registration> batch;
-    batch.reserve(blocks.size());
-    for (const auto& b : blocks) batch.push_back({b.id_, b.hash_});
-    store_->register_blocks(batch);  // the store now owns every block
-    for (auto& b : blocks) b.release_to_registry();
-    blocks.clear();
-    out.reserve(batch.size());
-    for (const auto& r : batch) out.push_back(ImmutableBlock<T>(store_.get(), r.id));
-    return out;
+    return register_many(std::move(blocks), {});
   }
 
   /// Prefix match: strong handles to the leading blocks whose hashes are
@@ -446,6 +450,48 @@ class BlockManager {
   void check(const char* call) const {
     KVBM_CHECK(store_ != nullptr, "BlockManager::", call,
                ": this BlockManager was moved from; use the manager it was moved into");
+  }
+
+  // One block, with its tokens for the listeners (empty: none). check() done.
+  ImmutableBlock<T> register_one(CompleteBlock<T>&& block, std::span<const Token> tokens) {
+    KVBM_CHECK(block.valid(), "register_block: the CompleteBlock was moved from");
+    KVBM_CHECK(block.store_ == store_.get(), "register_block: block ", block.id_,
+               " belongs to another manager (pool ", block.store_->name(),
+               "); register it with the manager that allocated it");
+    const BlockId id = block.id_;
+    const SequenceHash hash = block.hash_;
+    const auto outcome = store_->register_block(id, hash, tokens);
+    block.release_to_registry();
+    return ImmutableBlock<T>(store_.get(), outcome.id);
+  }
+
+  // A batch under one lock; tokens empty, or one span per block. check() done.
+  std::vector<ImmutableBlock<T>> register_many(std::vector<CompleteBlock<T>>&& blocks,
+                                               std::span<const std::span<const Token>> tokens) {
+    for (const auto& b : blocks) {
+      KVBM_CHECK(b.valid(), "register_blocks: a CompleteBlock was moved from");
+      KVBM_CHECK(b.store_ == store_.get(), "register_blocks: block ", b.id_,
+                 " belongs to another manager (pool ", b.store_->name(), ")");
+    }
+    std::vector<ImmutableBlock<T>> out;
+    if (blocks.size() == 1) {
+      out.push_back(register_one(std::move(blocks.front()),
+                                 tokens.empty() ? std::span<const Token>{} : tokens.front()));
+      blocks.clear();
+      return out;
+    }
+    std::vector<detail::Registration> batch;
+    batch.reserve(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      batch.push_back({blocks[i].id_, blocks[i].hash_, false,
+                       tokens.empty() ? std::span<const Token>{} : tokens[i]});
+    }
+    store_->register_blocks(batch);  // the store now owns every block
+    for (auto& b : blocks) b.release_to_registry();
+    blocks.clear();
+    out.reserve(batch.size());
+    for (const auto& r : batch) out.push_back(ImmutableBlock<T>(store_.get(), r.id));
+    return out;
   }
 
   std::vector<ImmutableBlock<T>> wrap(const std::vector<BlockId>& ids) {

@@ -194,6 +194,16 @@ struct KvBlockManagerConfig {
   std::vector<std::shared_ptr<PoolListener>> device_listeners;
   std::vector<std::shared_ptr<PoolListener>> host_listeners;
   std::vector<std::shared_ptr<PoolListener>> disk_listeners;
+  /// Listeners of G4 (needs `remote`): on_stored(hashes) runs on the G2 -> G4
+  /// writer's thread, once per written batch, with the hashes of the blocks
+  /// now in G4 in staging order: those written successfully and those the
+  /// presence policy (host_to_remote_policy.skip_present) found there
+  /// already (another instance wrote them: stored in the cluster all the
+  /// same). Attach KvEventPublisher::listener(events::kMediumRemote,
+  /// block_size) to publish G4 BlockStored events. G4 removals are never
+  /// reported: the store drops values by TTL and eviction without telling
+  /// anyone, so on_removed is not called.
+  std::vector<std::shared_ptr<PoolListener>> remote_listeners;
 };
 
 /// Where an onboarded prefix came from.

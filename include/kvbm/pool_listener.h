@@ -6,11 +6,16 @@
 //   on_stored(hashes)    a block was registered under a hash the pool did not
 //                        hold before (not for Allow duplicates, not when
 //                        Reject hands back the existing block)
+//   on_stored_with_tokens(hashes, tokens)
+//                        the same, for a block registered with its tokens
+//                        (BlockManager::register_block(block, tokens)); the
+//                        default forwards to on_stored(hashes), so a listener
+//                        that has no use for tokens overrides on_stored only
 //   on_removed(hashes)   registered blocks left the pool: evicted by an
 //                        allocation, or dropped by reset_inactive_pool()
 //   on_evicting(blocks)  an allocation evicted these blocks; see below
 //
-// on_stored and on_removed run under the pool's lock, in the order the pool
+// on_stored, on_stored_with_tokens and on_removed run under the pool's lock, in the order the pool
 // changed, so a listener that records them (the KV event publisher does)
 // sees a consistent history. They must be cheap and must not call back into
 // the pool.
@@ -31,6 +36,7 @@
 #include <span>
 
 #include "kvbm/eviction/backend.h"  // BlockId
+#include "kvbm/hashing.h"           // Token
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {
@@ -47,6 +53,14 @@ class PoolListener {
   virtual ~PoolListener() = default;
   /// Blocks registered under new hashes (under the pool's lock).
   virtual void on_stored(std::span<const SequenceHash> /*hashes*/) noexcept {}
+  /// As on_stored, with the blocks' tokens: tokens[i] holds the tokens of
+  /// hashes[i] (tokens.size() == hashes.size()). The spans are valid only
+  /// during the call. The pool calls this one only for blocks registered with
+  /// tokens; the default forwards to on_stored(hashes).
+  virtual void on_stored_with_tokens(std::span<const SequenceHash> hashes,
+                                     std::span<const std::span<const Token>> /*tokens*/) noexcept {
+    on_stored(hashes);
+  }
   /// Registered blocks that left the pool (under the pool's lock).
   virtual void on_removed(std::span<const SequenceHash> /*hashes*/) noexcept {}
   /// Blocks an allocation evicted, before it hands them out (no lock held).

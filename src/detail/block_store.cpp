@@ -224,7 +224,12 @@ void BlockStore::register_locked(Registration& r, PoolCounterDelta& delta,
   const auto [existing_id, inserted] = table_.try_emplace(r.hash.value(), r.id);
   if (inserted) {
     backend_->on_registered(r.hash);
-    for (const auto& l : listeners_) l->on_stored(std::span(&r.hash, 1));
+    if (r.tokens.empty()) {
+      for (const auto& l : listeners_) l->on_stored(std::span(&r.hash, 1));
+    } else {
+      for (const auto& l : listeners_)
+        l->on_stored_with_tokens(std::span(&r.hash, 1), std::span(&r.tokens, 1));
+    }
     s.hash = r.hash;
     s.state = SlotState::kActive;
     s.refs.store(1, std::memory_order_relaxed);
@@ -251,8 +256,9 @@ void BlockStore::register_locked(Registration& r, PoolCounterDelta& delta,
   }
 }
 
-RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash) {
-  Registration r{id, hash};
+RegisterOutcome BlockStore::register_block(BlockId id, const SequenceHash& hash,
+                                           std::span<const Token> tokens) {
+  Registration r{id, hash, false, tokens};
   register_blocks(std::span(&r, 1));
   return {r.id, r.deduplicated};
 }

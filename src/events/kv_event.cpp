@@ -3,6 +3,10 @@
 // The layout follows vLLM's event structs field by field; docs/events.md lists
 // it. Integers take msgpack's smallest form, the timestamp is always a float64,
 // and hashes are unsigned (uint64 once they reach 2^63), as vLLM writes them.
+// Every field vLLM declares without a default is written, nil or not (msgspec
+// writes required fields always); the fields vLLM declares with a default of
+// None (extra_keys, group_idx, the cache-spec fields, locality) are never
+// written, which is what omit_defaults makes of them when they are None.
 
 #include <bit>
 #include <msgpack.hpp>
@@ -108,14 +112,16 @@ void pack_event(Packer& p, const AllBlocksCleared& /*e*/, WireLayout layout) {
 std::vector<std::uint8_t> encode_kv_event_batch(const KvEventBatch& batch, WireLayout layout) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  // [ts, events, data_parallel_rank]: the batch is positional in both layouts.
-  p.pack_array(3);
+  // [ts, events, data_parallel_rank]: the batch is positional in both layouts
+  // (vLLM keeps array_like on its EventBatch). An unset rank is left out, as
+  // msgspec's omit_defaults leaves out a trailing default of an array_like struct.
+  p.pack_array(batch.data_parallel_rank ? 3 : 2);
   pack_float64(buffer, batch.ts);
   p.pack_array(static_cast<std::uint32_t>(batch.events.size()));
   for (const KvEvent& event : batch.events) {
     std::visit([&](const auto& e) { pack_event(p, e, layout); }, event);
   }
-  pack_optional(p, batch.data_parallel_rank);
+  if (batch.data_parallel_rank) p.pack(*batch.data_parallel_rank);
   const auto* data = reinterpret_cast<const std::uint8_t*>(buffer.data());
   return {data, data + buffer.size()};
 }

@@ -3,8 +3,10 @@
 
 #include "kvbm/events/kv_events.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -46,7 +48,11 @@ std::size_t blocks_of(const KvEvent& event) {
 
 struct KvEventPublisher::State {
   State(std::shared_ptr<EventSink> s, KvEventPublisherOptions o)
-      : sink(std::move(s)), options(std::move(o)) {}
+      : sink(std::move(s)), options(std::move(o)), last_published(now()) {}
+
+  std::chrono::steady_clock::time_point now() const {
+    return options.monotonic_clock ? options.monotonic_clock() : std::chrono::steady_clock::now();
+  }
 
   const std::shared_ptr<EventSink> sink;
   const KvEventPublisherOptions options;
@@ -62,8 +68,11 @@ struct KvEventPublisher::State {
   // Publishing: one flush at a time, so sequence numbers reach the sink in order.
   detail::Mutex publish_mu;
   std::uint64_t next_sequence KVBM_GUARDED_BY(publish_mu) = 0;
+  // When the last batch went to the sink (construction at first): the heartbeat's clock.
+  std::chrono::steady_clock::time_point last_published KVBM_GUARDED_BY(publish_mu);
 
   std::atomic<std::uint64_t> batches_published{0};
+  std::atomic<std::uint64_t> heartbeats{0};
   std::atomic<std::uint64_t> events_published{0};
   std::atomic<std::uint64_t> failed_batches{0};
   std::atomic<std::uint64_t> dropped_blocks{0};
@@ -136,11 +145,13 @@ struct KvEventPublisher::State {
     batch.ts = options.clock ? options.clock() : system_seconds();
     batch.data_parallel_rank = options.data_parallel_rank;
     const std::uint64_t sequence = next_sequence++;
+    last_published = now();
     try {
       const std::vector<std::uint8_t> payload = encode_kv_event_batch(batch, options.layout);
       sink->publish(sequence, batch, payload);
       batches_published.fetch_add(1, std::memory_order_relaxed);
       events_published.fetch_add(batch.events.size(), std::memory_order_relaxed);
+      if (batch.events.empty()) heartbeats.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       const std::uint64_t failed = failed_batches.fetch_add(1, std::memory_order_relaxed) + 1;
       if (std::has_single_bit(failed)) {  // the 1st, 2nd, 4th, ... failure: no flood
@@ -181,14 +192,21 @@ struct KvEventPublisher::State {
       publish_one(batch);
       ++batches;
     }
+    if (batches == 0 && options.heartbeat_interval.count() > 0 &&
+        now() - last_published >= options.heartbeat_interval) {
+      publish_one(batch);  // empty: the heartbeat
+      ++batches;
+    }
     return batches;
   }
 
   void run() noexcept {
+    const auto period = options.heartbeat_interval.count() > 0
+                            ? std::min(options.flush_interval, options.heartbeat_interval)
+                            : options.flush_interval;
     detail::UniqueLock lock(mu);
     while (!stop) {
-      cv.wait_for(lock.native(), options.flush_interval,
-                  [this]() KVBM_REQUIRES(mu) { return stop || wake; });
+      cv.wait_for(lock.native(), period, [this]() KVBM_REQUIRES(mu) { return stop || wake; });
       if (stop) break;
       lock.unlock();
       try {
@@ -211,24 +229,11 @@ class PublisherListener final : public PoolListener {
                     std::uint32_t block_size)
       : state_(std::move(state)), medium_(std::move(medium)), block_size_(block_size) {}
 
-  void on_stored(std::span<const SequenceHash> hashes) noexcept override {
-    const auto state = state_.lock();
-    if (!state || hashes.empty()) return;
-    try {
-      detail::LockGuard lock(state->mu);
-      for (const SequenceHash& h : hashes) {
-        BlockStored e;
-        e.block_hashes.push_back(h.value());
-        if (h.has_parent()) e.parent_block_hash = h.parent();
-        e.block_size = block_size_;
-        e.medium = medium_;
-        state->add_stored(std::move(e));
-      }
-    } catch (const std::exception&) {
-      // bad_alloc (or the mutex's system_error), maybe under a pool's lock,
-      // where nothing may log: dropped and counted (stats().dropped_blocks).
-      state->dropped_blocks.fetch_add(hashes.size(), std::memory_order_relaxed);
-    }
+  void on_stored(std::span<const SequenceHash> hashes) noexcept override { stored(hashes, {}); }
+
+  void on_stored_with_tokens(std::span<const SequenceHash> hashes,
+                             std::span<const std::span<const Token>> tokens) noexcept override {
+    stored(hashes, tokens);
   }
 
   void on_removed(std::span<const SequenceHash> hashes) noexcept override {
@@ -241,12 +246,37 @@ class PublisherListener final : public PoolListener {
       e.medium = medium_;
       detail::LockGuard lock(state->mu);
       state->add_removed(std::move(e));
-    } catch (const std::exception&) {  // as in on_stored: dropped and counted
+    } catch (const std::exception&) {  // as in stored(): dropped and counted
       state->dropped_blocks.fetch_add(hashes.size(), std::memory_order_relaxed);
     }
   }
 
  private:
+  // One BlockStored per hash (coalesced by add_stored), with tokens[i] as the
+  // token ids of hashes[i] when tokens are given (tokens empty otherwise).
+  void stored(std::span<const SequenceHash> hashes,
+              std::span<const std::span<const Token>> tokens) noexcept {
+    const auto state = state_.lock();
+    if (!state || hashes.empty()) return;
+    try {
+      detail::LockGuard lock(state->mu);
+      for (std::size_t i = 0; i < hashes.size(); ++i) {
+        const SequenceHash& h = hashes[i];
+        BlockStored e;
+        e.block_hashes.push_back(h.value());
+        if (h.has_parent()) e.parent_block_hash = h.parent();
+        if (i < tokens.size()) e.token_ids.assign(tokens[i].begin(), tokens[i].end());
+        e.block_size = block_size_;
+        e.medium = medium_;
+        state->add_stored(std::move(e));
+      }
+    } catch (const std::exception&) {
+      // bad_alloc (or the mutex's system_error), maybe under a pool's lock,
+      // where nothing may log: dropped and counted (stats().dropped_blocks).
+      state->dropped_blocks.fetch_add(hashes.size(), std::memory_order_relaxed);
+    }
+  }
+
   const std::weak_ptr<KvEventPublisher::State> state_;
   const std::string medium_;
   const std::uint32_t block_size_;
@@ -264,6 +294,8 @@ KvEventPublisher::KvEventPublisher(std::shared_ptr<EventSink> sink,
   KVBM_CHECK(!options.background_flush || options.flush_interval.count() > 0,
              "KvEventPublisher: flush_interval must be positive with background_flush; "
              "set background_flush = false to publish only on flush()");
+  KVBM_CHECK(options.heartbeat_interval.count() >= 0,
+             "KvEventPublisher: heartbeat_interval must not be negative (zero turns it off)");
   state_ = std::make_shared<State>(std::move(sink), std::move(options));
   if (state_->options.background_flush) {
     State* s = state_.get();
@@ -290,7 +322,8 @@ KvEventPublisher::~KvEventPublisher() {
 std::shared_ptr<PoolListener> KvEventPublisher::listener(std::string medium,
                                                          std::uint32_t block_size) {
   KVBM_CHECK(!medium.empty(),
-             "KvEventPublisher::listener: name the medium (\"GPU\", \"CPU\", \"DISK\")");
+             "KvEventPublisher::listener: name the medium (kMediumGpu \"GPU\", kMediumCpu "
+             "\"CPU\", kMediumDisk \"STORAGE\", kMediumRemote \"REMOTE\")");
   KVBM_CHECK(block_size > 0, "KvEventPublisher::listener: block_size must be positive");
   return std::make_shared<PublisherListener>(state_, std::move(medium), block_size);
 }
@@ -320,6 +353,7 @@ std::size_t KvEventPublisher::pending_events() const {
 KvEventPublisherStats KvEventPublisher::stats() const {
   KvEventPublisherStats s;
   s.batches_published = state_->batches_published.load(std::memory_order_relaxed);
+  s.heartbeats = state_->heartbeats.load(std::memory_order_relaxed);
   s.events_published = state_->events_published.load(std::memory_order_relaxed);
   s.failed_batches = state_->failed_batches.load(std::memory_order_relaxed);
   s.dropped_blocks = state_->dropped_blocks.load(std::memory_order_relaxed);

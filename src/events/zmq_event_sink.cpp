@@ -99,9 +99,10 @@ struct ZmqEventSink::Impl {
   }
 
   // A request is [identity, "", start sequence as 8 bytes big endian]; the
-  // answer is one [identity, "", sequence, payload] per kept batch from there,
-  // then [identity, "", -1 as 8 bytes, ""]. Runs on its own thread, which alone
-  // touches the ROUTER socket.
+  // answer is one [identity, "", topic, sequence, payload] per kept batch from
+  // there (the frames of the PUB socket behind the envelope), then
+  // [identity, "", "", -1 as 8 bytes, ""], as vLLM answers since 0.26. Runs on
+  // its own thread, which alone touches the ROUTER socket.
   void serve_replay() noexcept {
     while (!stop.load(std::memory_order_relaxed)) {
       try {
@@ -131,12 +132,14 @@ struct ZmqEventSink::Impl {
           const auto seq_bytes = big_endian(seq);
           replay->send(zmq::buffer(identity), zmq::send_flags::sndmore);
           replay->send(zmq::message_t(), zmq::send_flags::sndmore);
+          replay->send(zmq::buffer(options.topic), zmq::send_flags::sndmore);
           replay->send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
           replay->send(zmq::buffer(payload), zmq::send_flags::none);
         }
         const auto end = big_endian(~std::uint64_t{0});
         replay->send(zmq::buffer(identity), zmq::send_flags::sndmore);
         replay->send(zmq::message_t(), zmq::send_flags::sndmore);
+        replay->send(zmq::message_t(), zmq::send_flags::sndmore);  // no topic on the end marker
         replay->send(zmq::buffer(end), zmq::send_flags::sndmore);
         replay->send(zmq::message_t(), zmq::send_flags::none);
       } catch (const std::exception& e) {

@@ -352,6 +352,12 @@ void check_listeners(KvBlockManagerConfig& c) {
   for (const auto& l : c.host_listeners) {
     if (!l) config_error("host_listeners", "a listener is null; pass PoolListeners");
   }
+  for (const auto& l : c.remote_listeners) {
+    if (!l) config_error("remote_listeners", "a listener is null; pass PoolListeners");
+  }
+  if (!c.remote_listeners.empty() && c.remote.urls.empty()) {
+    config_error("remote_listeners", "there is no remote tier to listen to; set remote.urls");
+  }
   for (const auto& l : c.disk_listeners) {
     if (!l) config_error("disk_listeners", "a listener is null; pass PoolListeners");
   }

@@ -63,9 +63,9 @@ RemoteTier::RemoteTier(const KvBlockManagerConfig& c, Layout host,
   }
   writer_ = std::make_shared<RemoteWriter>(
       store_, host_,
-      RemoteWriter::Options{
-          c.remote.staging_blocks, c.remote.max_batch_blocks,
-          mode_ == OffloadMode::kOnEviction ? "G2_to_G4_on_eviction" : "G2_to_G4"},
+      RemoteWriter::Options{c.remote.staging_blocks, c.remote.max_batch_blocks,
+                            mode_ == OffloadMode::kOnEviction ? "G2_to_G4_on_eviction" : "G2_to_G4",
+                            c.remote_listeners},
       std::move(policies), c.metrics_registry);
   if (mode_ == OffloadMode::kOnEviction) {
     listener_ = std::make_shared<RemoteEvictionListener>(writer_);

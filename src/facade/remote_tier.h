@@ -12,7 +12,8 @@
 //         either way a RemoteWriter copies the block into its staging memory
 //         at once and writes it on its worker, through the boundary's
 //         policies (host_to_remote_policy: the presence policy asks G4 in one
-//         round trip per batch; min_frequency);
+//         round trip per batch; min_frequency); config.remote_listeners hear
+//         of each block that is then in G4 (written, or found there);
 //   up    fetch_into_g2(hashes), on the fetch worker (post(): never the
 //         caller's thread): that many G2 blocks are allocated and filled by
 //         one pipelined GET per server, each value verified (namespace,

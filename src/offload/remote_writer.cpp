@@ -128,7 +128,11 @@ void RemoteWriter::write(std::vector<Item>& batch) {
   hashes.reserve(batch.size());
   for (const auto& item : batch) hashes.push_back(item.hash);
   std::vector<bool> pass(batch.size(), true);
+  // Blocks now in the store, for the listeners: those the presence policy
+  // found there, then those written.
+  std::vector<bool> present(batch.size(), false);
   for (std::size_t p = 0; p < policies_.size(); ++p) {
+    const std::vector<bool> passed = pass;
     const auto before = static_cast<std::size_t>(std::count(pass.begin(), pass.end(), true));
     bool failed = false;
     try {
@@ -140,6 +144,10 @@ void RemoteWriter::write(std::vector<Item>& batch) {
       std::fill(pass.begin(), pass.end(), false);
       failed = true;
     }
+    if (is_presence_[p] && !failed) {
+      for (std::size_t i = 0; i < pass.size(); ++i)
+        present[i] = present[i] || (passed[i] && !pass[i]);
+    }
     const auto after = static_cast<std::size_t>(std::count(pass.begin(), pass.end(), true));
     metrics_->add_policy(policy_index_[p], after, before - after, failed);
     metrics_->add_blocks(is_presence_[p] ? BlockOutcome::kAlreadyPresent : BlockOutcome::kFiltered,
@@ -147,21 +155,37 @@ void RemoteWriter::write(std::vector<Item>& batch) {
   }
   std::vector<std::span<const std::byte>> regions;
   std::vector<RemotePut> puts;
+  std::vector<std::size_t> put_index;  // into batch
   regions.reserve(batch.size());
   puts.reserve(batch.size());
+  put_index.reserve(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (!pass[i]) continue;
     regions.emplace_back(slot_bytes(batch[i].slot));
     puts.push_back({batch[i].hash.value(), 0, {}});
+    put_index.push_back(i);
   }
   for (std::size_t k = 0; k < puts.size(); ++k) puts[k].regions = {&regions[k], 1};
-  if (puts.empty()) return;
-  metrics_->add_batch();
-  const std::vector<RemoteStatus> status = store_->put(puts);
-  std::size_t ok = 0;
-  for (const auto s : status) ok += s == RemoteStatus::kOk ? 1 : 0;
-  metrics_->add_blocks(BlockOutcome::kTransferred, ok);
-  metrics_->add_blocks(BlockOutcome::kCopyFailed, puts.size() - ok);
+  if (!puts.empty()) {
+    metrics_->add_batch();
+    const std::vector<RemoteStatus> status = store_->put(puts);
+    std::size_t ok = 0;
+    for (std::size_t k = 0; k < status.size(); ++k) {
+      if (status[k] != RemoteStatus::kOk) continue;
+      ++ok;
+      present[put_index[k]] = true;
+    }
+    metrics_->add_blocks(BlockOutcome::kTransferred, ok);
+    metrics_->add_blocks(BlockOutcome::kCopyFailed, puts.size() - ok);
+  }
+  if (options_.listeners.empty()) return;
+  std::vector<SequenceHash> stored;
+  stored.reserve(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (present[i]) stored.push_back(batch[i].hash);
+  }
+  if (stored.empty()) return;
+  for (const auto& l : options_.listeners) l->on_stored(stored);
 }
 
 }  // namespace kvbm

@@ -1,7 +1,7 @@
 // src/python/events.cpp: KV events (kvbm/events/kv_events.h) in Python.
 //
 // KvBlockManager(config, events=True) attaches a KvEventPublisher to G1, G2
-// and G3 (media "GPU", "CPU", "DISK"); its sink is an EventCollector that
+// and G3 (media "GPU", "CPU", "STORAGE"); its sink is an EventCollector that
 // keeps every batch until take_events() returns it, and, given a ZeroMQ
 // endpoint (events="tcp://*:5557"), also publishes it there in vLLM's wire
 // format. take_events() flushes first, so it returns every event reported so

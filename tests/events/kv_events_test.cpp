@@ -25,6 +25,7 @@
 
 #include "kvbm/block_manager.h"
 #include "kvbm/config.h"
+#include "kvbm/token_block.h"
 #include "test_util.h"
 
 #if KVBM_HAVE_ZMQ
@@ -193,17 +194,18 @@ TEST(KvEventEncoding, AllBlocksClearedArrayBytes) {
 
 TEST(KvEventEncoding, BlockRemovedArrayBytes) {
   KvEventBatch batch{2.0, {BlockRemoved{{1, 0xffffffffffffffffULL}, "CPU"}}, std::nullopt};
-  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac}, "BlockRemoved");
+  // No rank: a two-element batch, as msgspec's omit_defaults writes an
+  // array_like struct whose trailing field holds its default (None).
+  auto want = bytes_of({0x92, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac}, "BlockRemoved");
   append(want, {0x92, 0x01, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xa3}, "CPU");
-  append(want, {0xc0});  // data_parallel_rank nil
   EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kArray), want);
 }
 
 TEST(KvEventEncoding, BlockStoredArrayBytes) {
-  // [ts, [["BlockStored", [7, 8], 6, [], 16, nil, "DISK", nil]], 3]
-  KvEventBatch batch{2.0, {stored({7, 8}, 6, "DISK")}, 3};
+  // [ts, [["BlockStored", [7, 8], 6, [], 16, nil, "STORAGE", nil]], 3]
+  KvEventBatch batch{2.0, {stored({7, 8}, 6, kMediumDisk)}, 3};
   auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x98, 0xab}, "BlockStored");
-  append(want, {0x92, 0x07, 0x08, 0x06, 0x90, 0x10, 0xc0, 0xa4}, "DISK");
+  append(want, {0x92, 0x07, 0x08, 0x06, 0x90, 0x10, 0xc0, 0xa7}, "STORAGE");
   append(want, {0xc0, 0x03});
   EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kArray), want);
 }
@@ -217,6 +219,39 @@ TEST(KvEventEncoding, BlockRemovedMapBytes) {
   append(want, {0xa3}, "GPU");
   append(want, {0x00});
   EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kMap), want);
+}
+
+TEST(KvEventEncoding, BlockStoredMapBytesWithTokens) {
+  // vLLM 0.33's map layout: every field without a default, in declaration
+  // order after the "type" tag; lora_id and lora_name written as nil; the
+  // defaulted fields (extra_keys, group_idx, ...) left out.
+  BlockStored e = stored({7}, std::nullopt, kMediumGpu, 2);
+  e.token_ids = {1, 300};
+  KvEventBatch batch{2.0, {e}, 0};
+  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x88, 0xa4}, "type");
+  append(want, {0xab}, "BlockStored");
+  append(want, {0xac}, "block_hashes");
+  append(want, {0x91, 0x07, 0xb1}, "parent_block_hash");
+  append(want, {0xc0, 0xa9}, "token_ids");
+  append(want, {0x92, 0x01, 0xcd, 0x01, 0x2c, 0xaa}, "block_size");
+  append(want, {0x02, 0xa7}, "lora_id");
+  append(want, {0xc0, 0xa6}, "medium");
+  append(want, {0xa3}, "GPU");
+  append(want, {0xa9}, "lora_name");
+  append(want, {0xc0, 0x00});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kMap), want);
+}
+
+TEST(KvEventEncoding, AllBlocksClearedMapBytesAndEmptyBatch) {
+  KvEventBatch batch{1.5, {AllBlocksCleared{}}, 1};
+  auto want = bytes_of({0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x91, 0x81, 0xa4}, "type");
+  append(want, {0xb0}, "AllBlocksCleared");
+  append(want, {0x01});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kMap), want);
+  // A heartbeat: no events.
+  const KvEventBatch empty{1.5, {}, 0};
+  EXPECT_EQ(encode_kv_event_batch(empty, WireLayout::kMap),
+            bytes_of({0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x90, 0x00}));
 }
 
 TEST(KvEventEncoding, BlockStoredArrayDecodesFieldByField) {
@@ -284,7 +319,8 @@ TEST(KvEventPublisher, NothingIsPublishedBeforeFlush) {
   EXPECT_EQ(rec.seen()[0].sequence, 0U);
   EXPECT_DOUBLE_EQ(rec.seen()[0].batch.ts, 1700000000.5);
   EXPECT_EQ(rec.seen()[0].batch.data_parallel_rank, 0);
-  EXPECT_EQ(rec.seen()[0].payload, encode_kv_event_batch(rec.seen()[0].batch, WireLayout::kArray));
+  // The default layout is vLLM's current one.
+  EXPECT_EQ(rec.seen()[0].payload, encode_kv_event_batch(rec.seen()[0].batch, WireLayout::kMap));
   EXPECT_EQ(pub.flush(), 0U);
 }
 
@@ -516,8 +552,137 @@ TEST(KvEventPublisher, ConcurrentPoolsAndFlushesLoseNothing) {
   EXPECT_EQ(next, std::vector<std::uint64_t>(3, kPerThread + 1));
 }
 
+TEST(KvEventPublisher, HeartbeatPublishesAnEmptyBatchAfterSilence) {
+  Recorder rec;
+  auto now = std::chrono::steady_clock::time_point{};
+  KvEventPublisherOptions o = manual();
+  o.heartbeat_interval = std::chrono::seconds(5);
+  o.monotonic_clock = [&now] { return now; };
+  KvEventPublisher pub(rec.sink(), o);
+  EXPECT_EQ(pub.flush(), 0U);  // nothing for 0 s: no heartbeat yet
+  now += std::chrono::seconds(4);
+  EXPECT_EQ(pub.flush(), 0U);
+  now += std::chrono::seconds(1);
+  EXPECT_EQ(pub.flush(), 1U);  // 5 s of silence
+  pub.clear_all("GPU");
+  now += std::chrono::seconds(3);
+  EXPECT_EQ(pub.flush(), 1U);  // a real batch, which restarts the silence
+  now += std::chrono::seconds(4);
+  EXPECT_EQ(pub.flush(), 0U);
+  now += std::chrono::seconds(1);
+  EXPECT_EQ(pub.flush(), 1U);
+  const auto seen = rec.seen();
+  ASSERT_EQ(seen.size(), 3U);
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].sequence, i);
+  EXPECT_TRUE(seen[0].batch.events.empty());
+  EXPECT_EQ(seen[0].batch.data_parallel_rank, 0);
+  EXPECT_EQ(seen[1].batch.events.size(), 1U);
+  EXPECT_TRUE(seen[2].batch.events.empty());
+  EXPECT_EQ(pub.stats().heartbeats, 2U);
+  EXPECT_EQ(pub.stats().batches_published, 3U);
+  EXPECT_THROW(KvEventPublisher(rec.sink(),
+                                [] {
+                                  KvEventPublisherOptions bad = manual();
+                                  bad.heartbeat_interval = std::chrono::milliseconds(-1);
+                                  return bad;
+                                }()),
+               UsageError);
+}
+
+TEST(KvEventPublisher, BackgroundFlusherSendsHeartbeats) {
+  Recorder rec;
+  KvEventPublisherOptions o;
+  o.flush_interval = std::chrono::hours(1);  // only the heartbeat can wake it in time
+  o.heartbeat_interval = std::chrono::milliseconds(5);
+  KvEventPublisher pub(rec.sink(), o);
+  ASSERT_TRUE(rec.wait_for(2));
+  const auto seen = rec.seen();
+  EXPECT_TRUE(seen[0].batch.events.empty());
+  EXPECT_EQ(seen[1].sequence, seen[0].sequence + 1);
+}
+
 // ---------------------------------------------------------------------------
 // Attached to a real pool
+
+TEST(KvEventPublisher, BlocksRegisteredWithTokensArePublishedWithThem) {
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  constexpr std::uint32_t kBlock = 4;
+  auto pool = BlockManager<G1>::builder()
+                  .block_count(8)
+                  .block_size(kBlock)
+                  .listener(pub.listener(kMediumGpu, kBlock))
+                  .build();
+  // A prompt of three blocks, hashed as an engine hashes it.
+  std::vector<Token> prompt(3 * kBlock);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<Token>(100 + i);
+  std::vector<TokenBlock> blocks;
+  std::optional<SequenceHash> parent;
+  for (std::size_t b = 0; b < 3; ++b) {
+    blocks.push_back(
+        TokenBlock::compute({prompt.begin() + static_cast<std::ptrdiff_t>(b * kBlock),
+                             prompt.begin() + static_cast<std::ptrdiff_t>((b + 1) * kBlock)},
+                            kNoSalt, parent));
+    parent = blocks.back().sequence_hash();
+  }
+  auto fresh = pool.allocate_blocks(3);
+  ASSERT_TRUE(fresh.has_value());
+  // The first block alone, the other two as a batch.
+  auto first = std::move((*fresh)[0]).complete(blocks[0]);
+  ASSERT_TRUE(first.ok());
+  std::vector<ImmutableBlock<G1>> held;
+  held.push_back(pool.register_block(std::move(first).value(), blocks[0].tokens()));
+  std::vector<CompleteBlock<G1>> rest;
+  for (std::size_t b = 1; b < 3; ++b) {
+    auto c = std::move((*fresh)[b]).complete(blocks[b]);
+    ASSERT_TRUE(c.ok());
+    rest.push_back(std::move(c).value());
+  }
+  const std::vector<std::span<const Token>> rest_tokens = {blocks[1].tokens(), blocks[2].tokens()};
+  for (auto& h : pool.register_blocks(std::move(rest), rest_tokens)) held.push_back(std::move(h));
+  pub.flush();
+  auto events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 1U);  // one chain: coalesced
+  const auto& s = std::get<BlockStored>(events[0]);
+  EXPECT_EQ(s.block_hashes, (std::vector<std::uint64_t>{blocks[0].sequence_hash().value(),
+                                                        blocks[1].sequence_hash().value(),
+                                                        blocks[2].sequence_hash().value()}));
+  EXPECT_EQ(s.parent_block_hash, std::nullopt);
+  EXPECT_EQ(s.token_ids, std::vector<std::uint32_t>(prompt.begin(), prompt.end()));
+  EXPECT_EQ(s.block_size, kBlock);
+  EXPECT_EQ(s.medium, "GPU");
+
+  // Without tokens the event has none, and does not join a chain with tokens.
+  auto more = pool.allocate_blocks(2);
+  ASSERT_TRUE(more.has_value());
+  const TokenBlock next = TokenBlock::compute({1, 2, 3, 4}, kNoSalt, blocks[2].sequence_hash());
+  auto plain = std::move((*more)[0]).complete(next);
+  ASSERT_TRUE(plain.ok());
+  held.push_back(pool.register_block(std::move(plain).value()));
+  pub.flush();
+  events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_TRUE(std::get<BlockStored>(events[1]).token_ids.empty());
+  EXPECT_EQ(std::get<BlockStored>(events[1]).parent_block_hash, blocks[2].sequence_hash().value());
+
+  // Misuse: the wrong number of tokens or of spans registers nothing.
+  const TokenBlock other = TokenBlock::compute({9, 9, 9, 9}, kNoSalt, std::nullopt);
+  auto staged = std::move((*more)[1]).complete(other);
+  ASSERT_TRUE(staged.ok());
+  auto c = std::move(staged).value();
+  const std::vector<Token> three = {1, 2, 3};
+  EXPECT_THROW((void)pool.register_block(std::move(c), three), UsageError);
+  EXPECT_TRUE(c.valid());  // still the caller's
+  std::vector<CompleteBlock<G1>> one;
+  one.push_back(std::move(c));
+  EXPECT_THROW(
+      (void)pool.register_blocks(std::move(one), std::span<const std::span<const Token>>{}),
+      UsageError);
+  pub.flush();
+  EXPECT_EQ(all_events(rec.seen()).size(), 2U);
+  held.clear();
+  test::expect_balanced(pool);
+}
 
 TEST(KvEventPublisher, BlockManagerReportsStoredAndRemoved) {
   Recorder rec;
@@ -634,6 +799,7 @@ TEST(ZmqEventSink, SubscriberReceivesAndDecodesBatches) {
 
   KvEventPublisherOptions o = manual();
   o.data_parallel_rank = 2;
+  o.layout = WireLayout::kArray;  // decoded positionally below
   KvEventPublisher pub(sink, o);
   zmq::context_t ctx;
   Subscriber sub(ctx, endpoint, "kv-events");
@@ -641,7 +807,7 @@ TEST(ZmqEventSink, SubscriberReceivesAndDecodesBatches) {
   ASSERT_GT(probes, 0U);
 
   auto gpu = pub.listener("GPU", 16);
-  auto disk = pub.listener("DISK", 16);
+  auto disk = pub.listener(kMediumDisk, 16);
   for (const auto& h : chain(3)) gpu->on_stored(std::span(&h, 1));
   disk->on_stored(std::vector{seq(3)});
   gpu->on_removed(std::vector{seq(2)});
@@ -680,7 +846,7 @@ TEST(ZmqEventSink, SubscriberReceivesAndDecodesBatches) {
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(as_u64s(d[1]), std::vector<std::uint64_t>{seq(3).value()});
   EXPECT_EQ(as_u64(d[2]), seq(2).value());  // the parent
-  EXPECT_EQ(as_str(d[6]), "DISK");
+  EXPECT_EQ(as_str(d[6]), "STORAGE");
 
   const auto* r = as_array(events[2], 3);
   ASSERT_NE(r, nullptr);
@@ -701,9 +867,12 @@ TEST(ZmqEventSink, ReplayResendsKeptBatches) {
   so.endpoint = "tcp://127.0.0.1:*";
   so.replay_endpoint = "tcp://127.0.0.1:*";
   so.replay_buffer_batches = 3;
+  so.topic = "kv@a";
   auto sink = std::make_shared<ZmqEventSink>(so);
   ASSERT_FALSE(sink->replay_endpoint().empty());
-  KvEventPublisher pub(sink, manual());
+  KvEventPublisherOptions o = manual();
+  o.layout = WireLayout::kArray;  // decoded positionally below
+  KvEventPublisher pub(sink, o);
   for (std::uint64_t v = 1; v <= 5; ++v) {  // five batches, sequence 0..4; 2..4 are kept
     pub.listener("GPU", 16)->on_removed(std::vector{root(v)});
     pub.flush();
@@ -729,15 +898,17 @@ TEST(ZmqEventSink, ReplayResendsKeptBatches) {
       frames.emplace_back();
       ASSERT_TRUE(dealer.recv(frames.back(), zmq::recv_flags::none));
     } while (frames.back().more());
-    ASSERT_EQ(frames.size(), 3U);  // "", sequence, payload
+    ASSERT_EQ(frames.size(), 4U);  // "", topic, sequence, payload
     EXPECT_EQ(frames[0].size(), 0U);
-    if (frames[2].size() == 0) {  // the end marker: sequence -1, empty payload
-      EXPECT_EQ(big_endian_u64(frames[1]), ~std::uint64_t{0});
+    if (frames[3].size() == 0) {  // the end marker: no topic, sequence -1, empty payload
+      EXPECT_EQ(frames[1].size(), 0U);
+      EXPECT_EQ(big_endian_u64(frames[2]), ~std::uint64_t{0});
       ended = true;
       continue;
     }
-    sequences.push_back(big_endian_u64(frames[1]));
-    auto h = decode(bytes(frames[2]));
+    EXPECT_EQ(frames[1].to_string(), "kv@a");  // the topic, as on the PUB socket
+    sequences.push_back(big_endian_u64(frames[2]));
+    auto h = decode(bytes(frames[3]));
     hashes.push_back(as_u64s(h.get().via.array.ptr[1].via.array.ptr[0].via.array.ptr[1])[0]);
   }
   EXPECT_TRUE(ended);

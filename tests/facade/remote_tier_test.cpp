@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 #include <prometheus/registry.h>
 
 #include "facade/facade_test_util.h"
+#include "kvbm/events/kv_events.h"
 #include "kvbm/hashing.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/remote/remote_value.h"
@@ -206,6 +208,73 @@ TEST(RemoteTier, PresentBlocksAreNotWrittenAgain) {
             0.0);
   expect_balanced(*a);
   expect_balanced(*b);
+}
+
+// G4 BlockStored events: a publisher on remote_listeners hears of every block
+// A writes, and of every block B finds there already (stored in the cluster
+// all the same), as one parent chain on the medium "REMOTE".
+TEST(RemoteTier, RemoteListenersPublishWhatReachesG4) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(3, 6);
+  struct Seen {
+    std::mutex mu;
+    std::vector<events::KvEvent> events;
+  };
+  auto publisher_for = [](Seen& seen) {
+    events::KvEventPublisherOptions o;
+    o.background_flush = false;
+    return std::make_shared<events::KvEventPublisher>(
+        std::make_shared<events::CallbackEventSink>(
+            [&seen](std::uint64_t, const events::KvEventBatch& b, std::span<const std::uint8_t>) {
+              std::lock_guard lock(seen.mu);
+              seen.events.insert(seen.events.end(), b.events.begin(), b.events.end());
+            }),
+        o);
+  };
+  const auto check = [&](Seen& seen, events::KvEventPublisher& pub) {
+    pub.flush();
+    std::lock_guard lock(seen.mu);
+    std::vector<std::uint64_t> stored;
+    for (const auto& e : seen.events) {
+      const auto* s = std::get_if<events::BlockStored>(&e);
+      if (s == nullptr || s->medium != events::kMediumRemote) continue;
+      if (stored.empty()) {
+        EXPECT_EQ(s->parent_block_hash, std::nullopt);
+      }
+      stored.insert(stored.end(), s->block_hashes.begin(), s->block_hashes.end());
+    }
+    std::vector<std::uint64_t> want;
+    for (const auto& h : hashes) want.push_back(h.value());
+    EXPECT_EQ(stored, want);
+  };
+
+  Seen seen_a, seen_b;
+  auto pub_a = publisher_for(seen_a);
+  auto pub_b = publisher_for(seen_b);
+  auto ca = remote_config(server.url());
+  ca.remote_listeners = {pub_a->listener(events::kMediumRemote, ca.layout.page_size)};
+  auto a = KvBlockManager::build(ca);
+  compute(*a, hashes);
+  a->drain();
+  check(seen_a, *pub_a);  // written by A
+
+  auto cb = remote_config(server.url());
+  cb.remote_listeners = {pub_b->listener(events::kMediumRemote, cb.layout.page_size)};
+  auto b = KvBlockManager::build(cb);
+  compute(*b, hashes);
+  b->drain();
+  check(seen_b, *pub_b);  // found there by B's presence policy, not written again
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_offload_blocks_total",
+                   {{"pipeline", "G2_to_G4"}, {"outcome", "transferred"}}),
+            0.0);
+  expect_balanced(*a);
+  expect_balanced(*b);
+
+  // Without a remote tier there is nothing to listen to.
+  auto no_remote = test::config(4, 4, 0);
+  no_remote.remote_listeners = {pub_a->listener(events::kMediumRemote, 16)};
+  EXPECT_THROW((void)KvBlockManager::build(no_remote), UsageError);
 }
 
 TEST(RemoteTier, CorruptedValueIsACountedMissAndNeverServed) {

@@ -206,7 +206,7 @@ def test_events_and_metrics(tmp_path):
         events = kv.take_events()
         stored = {(e.medium, tuple(e.block_hashes)) for e in events if isinstance(e, kvbm.BlockStored)}
         assert ("CPU", tuple(h.tolist())) in stored
-        assert ("DISK", tuple(h.tolist())) in stored
+        assert ("STORAGE", tuple(h.tolist())) in stored
         chained = [e for e in events if isinstance(e, kvbm.BlockStored) and e.medium == "CPU"][0]
         assert chained.parent_block_hash is None and chained.block_size == 16
         assert kv.take_events() == []

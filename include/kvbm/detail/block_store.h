@@ -88,6 +88,9 @@ struct Registration {
   BlockId id;            ///< in: the staged block; out: the block now held
   SequenceHash hash;     ///< in
   bool deduplicated = false;  ///< out: true when an existing block was returned
+  /// in: the block's tokens for the listeners (on_stored_with_tokens); empty
+  /// when the caller gave none. Valid during the registration only.
+  std::span<const Token> tokens{};
 };
 
 class BlockStore : public std::enable_shared_from_this<BlockStore> {
@@ -140,7 +143,8 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
 
   /// Registers a staged block under `hash`. The caller's reference to `id`
   /// is consumed; it holds one strong reference to the returned block.
-  RegisterOutcome register_block(BlockId id, const SequenceHash& hash);
+  RegisterOutcome register_block(BlockId id, const SequenceHash& hash,
+                                 std::span<const Token> tokens = {});
   /// Registers a batch under one lock acquisition, in order; each entry's
   /// outcome is written back into it.
   void register_blocks(std::span<Registration> batch);

@@ -9,8 +9,10 @@
 //                      the multipart message [topic, sequence as 8 bytes big
 //                      endian, payload]; optionally a ROUTER socket that
 //                      replays recent batches to a subscriber that missed
-//                      some. Built when kvbm has KVBM_HAVE_ZMQ (kvbm/config.h);
-//                      otherwise its constructor throws UsageError.
+//                      some, each as [topic, sequence, payload] behind the
+//                      envelope, then an end marker [topic "", -1, ""]
+//                      (vLLM's replay frames; docs/events.md). Built when kvbm has KVBM_HAVE_ZMQ
+//                      (kvbm/config.h); otherwise its constructor throws UsageError.
 //
 // Thread-safety: the publisher calls publish() from one thread at a time, in
 // increasing sequence order; a sink needs no locking of its own for that.

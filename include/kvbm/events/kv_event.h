@@ -11,12 +11,15 @@
 // vLLM's KV event publisher uses, so a router that reads vLLM's events reads
 // these. Two layouts exist because vLLM changed its own:
 //
-//   WireLayout::kArray  every struct a positional array, an event's class name
-//                       first: ["BlockStored", hashes, parent, tokens,
-//                       block_size, lora_id, medium, lora_name]
-//   WireLayout::kMap    the batch stays an array; each event is a map whose
-//                       "type" key names its class, then one key per field
+//   WireLayout::kMap    (the default; vLLM since its events dropped
+//                       array_like) the batch stays a positional array
+//                       [ts, events, data_parallel_rank]; each event is a map
+//                       whose "type" key names its class, then one key per field
+//   WireLayout::kArray  (vLLM before that) every struct a positional array, an
+//                       event's class name first: ["BlockStored", hashes,
+//                       parent, tokens, block_size, lora_id, medium, lora_name]
 //
+// kvbm/events/kv_event_decoder.h reads both, and vLLM's own batches.
 // docs/events.md has the byte-level description and the subscriber's side.
 //
 // Thread-safety: plain value types and a pure function.
@@ -31,10 +34,20 @@
 
 namespace kvbm::events {
 
-/// Medium names as vLLM spells them.
+/// G1, device memory: vLLM's "GPU" (a nil or absent medium means the same).
 inline constexpr const char* kMediumGpu = "GPU";
+/// G2, host memory: vLLM's "CPU" (its CPU offloading tier).
 inline constexpr const char* kMediumCpu = "CPU";
-inline constexpr const char* kMediumDisk = "DISK";
+/// G3, local disk: vLLM's "STORAGE" (its file-system offloading tier, since
+/// vLLM 0.27; Dynamo's router maps it, and the older "DISK", to its disk tier).
+inline constexpr const char* kMediumDisk = "STORAGE";
+/// The name kvbm published for G3 before vLLM settled on "STORAGE"; the
+/// decoder turns it into kMediumDisk.
+inline constexpr const char* kMediumDiskLegacy = "DISK";
+/// G4, the remote store shared by instances. vLLM has no medium for a remote
+/// store (it marks its object-store tier "STORAGE" with locality "REMOTE");
+/// kvbm names it "REMOTE", which Dynamo's router maps to its external tier.
+inline constexpr const char* kMediumRemote = "REMOTE";
 
 /// Blocks registered under new hashes; block_hashes form one parent chain.
 struct BlockStored {
@@ -43,7 +56,7 @@ struct BlockStored {
   std::vector<std::uint32_t> token_ids;            ///< the blocks' tokens; empty when unknown
   std::uint32_t block_size = 0;                    ///< tokens per block
   std::optional<std::int64_t> lora_id;             ///< LoRA adapter id; nil for the base model
-  std::string medium;                              ///< "GPU", "CPU", "DISK", ...
+  std::string medium;                              ///< "GPU", "CPU", "STORAGE", "REMOTE", ...
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 
@@ -64,20 +77,24 @@ struct AllBlocksCleared {
 /// One KV cache event.
 using KvEvent = std::variant<BlockStored, BlockRemoved, AllBlocksCleared>;
 
-/// Events published together under one sequence number.
+/// Events published together under one sequence number. An empty batch is a
+/// heartbeat (KvEventPublisherOptions::heartbeat_interval).
 struct KvEventBatch {
   double ts = 0.0;                                 ///< seconds since the Unix epoch
   std::vector<KvEvent> events;                     ///< in the order the pools changed
-  std::optional<std::int32_t> data_parallel_rank;  ///< the worker's DP rank; nil when unset
+  std::optional<std::int32_t> data_parallel_rank;  ///< the worker's DP rank; left out when unset
+  friend bool operator==(const KvEventBatch&, const KvEventBatch&) = default;
 };
 
 /// Which msgpack layout of vLLM's events to write; see the file comment.
 enum class WireLayout {
   kArray,  ///< positional arrays throughout (vLLM's original layout)
-  kMap,    ///< tagged maps for events inside an array batch (vLLM's later layout)
+  kMap,    ///< tagged maps for events inside an array batch (vLLM's current layout)
 };
 
-/// Returns `batch` encoded as msgpack in `layout`.
+/// Returns `batch` encoded as msgpack in `layout`: the batch is
+/// [ts, events, data_parallel_rank], or [ts, events] when the rank is unset
+/// (msgspec's omit_defaults leaves out a trailing default).
 [[nodiscard]] std::vector<std::uint8_t> encode_kv_event_batch(const KvEventBatch& batch,
                                                               WireLayout layout);
 

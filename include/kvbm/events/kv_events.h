@@ -15,12 +15,14 @@
 // on_stored / on_removed run under the pool's lock, so they only append to a
 // buffer under the publisher's own short lock: no encoding, no I/O. A stored
 // hash becomes a BlockStored with block_hashes = [value], parent_block_hash =
-// its parent (nil at position 0), no token ids (the pool does not know them)
-// and no LoRA id. Consecutive events of one kind and medium are coalesced
-// into one event with several hashes, keeping their order; a BlockStored only
-// grows when the new block's parent is its last block, so the chain a router
-// reads stays true. record() adds any event (one with token ids, say) and
-// clear_all(medium) an AllBlocksCleared.
+// its parent (nil at position 0) and no LoRA id; its token_ids are the
+// block's tokens when the caller registered it with them
+// (BlockManager::register_block(block, tokens), which reaches the listener's
+// on_stored_with_tokens), else empty (Dynamo's router drops a BlockStored
+// without tokens: register with tokens for it). Consecutive events of one kind and medium are
+// coalesced into one event with several hashes, keeping their order; a BlockStored only grows when
+// the new block's parent is its last block, so the chain a router reads stays true. record() adds
+// any event (one with token ids, say) and clear_all(medium) an AllBlocksCleared.
 //
 // Publishing: flush() encodes everything collected so far into batches of at
 // most max_batch_size blocks (an AllBlocksCleared counts as one) and hands
@@ -28,6 +30,12 @@
 // the sink has them, so tests can flush and look. A background flusher does
 // the same every flush_interval, and sooner when max_batch_size blocks wait.
 // The destructor stops it and flushes what is left.
+//
+// Heartbeat (heartbeat_interval, off by default): a flush that finds nothing
+// to publish, heartbeat_interval or more after the last batch went to the
+// sink, publishes an empty batch (events = []) with the next sequence number,
+// so a router can tell a silent instance from a vanished one. The background
+// flusher wakes at least every heartbeat_interval for it.
 //
 // Ordering: events reach the sink in the order the pools reported them (the
 // order each pool changed; across pools, the order their listeners ran).
@@ -70,15 +78,21 @@ struct KvEventPublisherOptions {
   bool background_flush = true;
   /// The data-parallel rank stamped on every batch (vLLM stamps its own).
   std::optional<std::int32_t> data_parallel_rank = 0;
-  /// The msgpack layout; kArray is what vLLM's subscribers decoded first.
-  WireLayout layout = WireLayout::kArray;
+  /// The msgpack layout: kMap is what vLLM sends today (docs/events.md).
+  WireLayout layout = WireLayout::kMap;
   /// Seconds since the epoch for a batch's timestamp; the system clock when empty.
   std::function<double()> clock;
+  /// Publish an empty batch when nothing was published for this long; zero
+  /// (the default) turns heartbeats off. See the file comment.
+  std::chrono::milliseconds heartbeat_interval{0};
+  /// Monotonic time for the heartbeat; std::chrono::steady_clock when empty.
+  std::function<std::chrono::steady_clock::time_point()> monotonic_clock;
 };
 
 /// Counters of a KvEventPublisher.
 struct KvEventPublisherStats {
-  std::uint64_t batches_published = 0;  ///< batches the sink accepted
+  std::uint64_t batches_published = 0;  ///< batches the sink accepted (heartbeats included)
+  std::uint64_t heartbeats = 0;         ///< empty batches the sink accepted
   std::uint64_t events_published = 0;   ///< events in those batches
   std::uint64_t failed_batches = 0;     ///< batches the sink threw on
   std::uint64_t dropped_blocks = 0;     ///< blocks dropped beyond max_pending_blocks
@@ -88,7 +102,7 @@ struct KvEventPublisherStats {
 class KvEventPublisher {
  public:
   /// Precondition: sink is not null, max_batch_size > 0, flush_interval > 0
-  /// when background_flush.
+  /// when background_flush, heartbeat_interval >= 0.
   explicit KvEventPublisher(std::shared_ptr<EventSink> sink, KvEventPublisherOptions options = {});
   /// Stops the flusher and flushes what is left.
   ~KvEventPublisher();
@@ -96,7 +110,8 @@ class KvEventPublisher {
   KvEventPublisher& operator=(const KvEventPublisher&) = delete;
 
   /// Returns a listener for one pool: blocks of `block_size` tokens on `medium`
-  /// ("GPU", "CPU", "DISK"). Precondition: medium is not empty, block_size > 0.
+  /// (kMediumGpu, kMediumCpu, kMediumDisk, kMediumRemote). Precondition:
+  /// medium is not empty, block_size > 0.
   [[nodiscard]] std::shared_ptr<PoolListener> listener(std::string medium,
                                                        std::uint32_t block_size);
 
@@ -106,7 +121,7 @@ class KvEventPublisher {
   void clear_all(std::string medium);
 
   /// Publishes everything collected so far; returns the number of batches
-  /// handed to the sink (0 when nothing was waiting).
+  /// handed to the sink (0 when nothing was waiting and no heartbeat was due).
   std::size_t flush();
 
   /// Returns the number of events waiting for a flush.

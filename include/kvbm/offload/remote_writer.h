@@ -11,7 +11,11 @@
 //   1. the policies drop what they filter (a RemotePresencePolicy asks the
 //      store which blocks it holds in one round trip per batch);
 //   2. the rest is written in one pipelined put per batch;
-//   3. each block's outcome is counted in OffloadMetrics (pipeline `name`):
+//   3. each block's outcome is counted in OffloadMetrics (pipeline `name`),
+//      and the listeners' on_stored sees, once per batch, the hashes of the
+//      blocks now in the store: written, or found there by the presence
+//      policy (already_present), in staging order (no lock held, on the
+//      worker):
 //      transferred; already_present (the presence policy); filtered (the
 //      other policies); no_space (the staging memory was full when the block
 //      came: it is dropped, never waited for); copy_failed (the store refused
@@ -47,6 +51,7 @@
 #include "kvbm/detail/mutex.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/policy.h"
+#include "kvbm/pool_listener.h"
 #include "kvbm/remote/remote_store.h"
 #include "kvbm/sequence_hash.h"
 #include "kvbm/storage/layout.h"
@@ -64,6 +69,8 @@ class RemoteWriter {
     std::size_t staging_blocks = 128;   ///< blocks waiting to be written (1 ..)
     std::size_t max_batch_blocks = 64;  ///< blocks per write batch (1 ..)
     std::string name = "G2_to_G4";      ///< the metrics' pipeline label
+    /// Told what reached the store (step 3 of the file comment).
+    std::vector<std::shared_ptr<PoolListener>> listeners;
   };
   /// One block to take: where it is in the source layout, and its hash.
   struct Source {
