@@ -351,6 +351,27 @@ void KvIndexer::resync(InstanceId id, std::optional<std::uint64_t> resume_at) {
   m.publish(d, g);
 }
 
+void KvIndexer::restart(InstanceId id) {
+  auto& m = *impl_;
+  impl::IndexerDelta d;
+  std::optional<Impl::Gauges> g;
+  {
+    detail::WriterLock lock(m.mu);
+    Instance& in = m.live_instance(id, "restart");
+    m.index.clear_lane(in.lane);
+    in.held.clear();
+    in.gap = false;
+    in.marked = false;
+    in.accept_any = false;
+    in.next_sequence = 0;
+    ++m.stats.restarts;
+    ++d.batches[static_cast<std::size_t>(ApplyStatus::kRestart)];
+    m.finish_counts(d, 0);
+    if (m.metrics) g = m.gauges(m.now());
+  }
+  m.publish(d, g);
+}
+
 void KvIndexer::mark_stale(InstanceId id) {
   auto& m = *impl_;
   std::optional<Impl::Gauges> g;

@@ -32,23 +32,7 @@
 #include <zmq.hpp>
 #endif
 
-#if defined(__SANITIZE_THREAD__)
-#define KVBM_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KVBM_TEST_TSAN 1
-#endif
-#endif
-
-#if defined(KVBM_TEST_TSAN) && KVBM_HAVE_ZMQ
-// libzmq is not built with TSan: its I/O thread hands received bytes to the
-// receiving thread through atomics TSan cannot see, so every read of a
-// received message looks like a race with the recv() that filled it. Ignore
-// what libzmq's own calls do (a scheduler linking kvbm under TSan needs the
-// same suppression).
-extern "C" const char* __tsan_default_suppressions();
-extern "C" const char* __tsan_default_suppressions() { return "called_from_lib:libzmq.so\n"; }
-#endif
+#include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::events {
 namespace {

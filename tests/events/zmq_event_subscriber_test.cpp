@@ -33,20 +33,7 @@
 #include <zmq.hpp>
 #endif
 
-#if defined(__SANITIZE_THREAD__)
-#define KVBM_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KVBM_TEST_TSAN 1
-#endif
-#endif
-
-#if defined(KVBM_TEST_TSAN) && KVBM_HAVE_ZMQ
-// As in kv_events_test.cpp: libzmq is not instrumented, and hands received
-// bytes between its threads through atomics TSan cannot see.
-extern "C" const char* __tsan_default_suppressions();
-extern "C" const char* __tsan_default_suppressions() { return "called_from_lib:libzmq.so\n"; }
-#endif
+#include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::events {
 namespace {

@@ -12,6 +12,7 @@
 #include "kvbm/config.h"
 #include "replay/replay.h"
 #include "replay_test_util.h"
+#include "zmq_tsan.h"  // the ZeroMQ transport: libzmq is not instrumented for TSan
 
 namespace kvbm::replay {
 namespace {
@@ -130,6 +131,20 @@ TEST(ReplayCluster, LoadWeightTradesReuseForBalance) {
   EXPECT_LT(b.cluster->ttft_p99_s, g.cluster->ttft_p99_s);
 }
 
+
+#if KVBM_HAVE_ZMQ
+TEST(ReplayCluster, ZeroMqEventsGiveTheSameFiguresAsInProcess) {
+  const auto trace = first_requests(500);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  ReplayConfig zmq = cluster(3, router::RoutePolicy::kKv);
+  zmq.router->transport = EventTransport::kZmq;
+  const ReplayResult a = run_replay(*trace, cluster(3, router::RoutePolicy::kKv));
+  const ReplayResult b = run_replay(*trace, zmq);
+  expect_same_figures(a, b);
+  EXPECT_EQ(b.cluster->transport, "zmq");
+  EXPECT_EQ(b.cluster->predicted_blocks, b.cluster->found_blocks);
+}
+#endif
 
 }  // namespace
 }  // namespace kvbm::replay

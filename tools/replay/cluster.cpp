@@ -112,9 +112,16 @@ Cluster::~Cluster() = default;
 void Cluster::attach(std::size_t k, KvBlockManagerConfig& config) {
   auto& p = impl_->publishers.at(k);
   const std::uint32_t bt = impl_->block_tokens;
-  config.device_listeners.push_back(p->listener("GPU", bt));
-  config.host_listeners.push_back(p->listener("CPU", bt));
-  config.disk_listeners.push_back(p->listener("STORAGE", bt));
+  config.device_listeners.push_back(p->listener(events::kMediumGpu, bt));
+  if (config.host.blocks != 0 || config.host.bytes != 0) {
+    config.host_listeners.push_back(p->listener(events::kMediumCpu, bt));
+  }
+  if (config.disk.blocks != 0 || config.disk.bytes != 0) {
+    config.disk_listeners.push_back(p->listener(events::kMediumDisk, bt));
+  }
+  if (!config.remote.urls.empty()) {
+    config.remote_listeners.push_back(p->listener(events::kMediumRemote, bt));
+  }
 }
 
 std::size_t Cluster::route(const TraceRequest& request) {

@@ -161,6 +161,10 @@ class KvIndexer {
   /// order, and the instance goes on after the last; with none, it goes on
   /// at `resume_at`, or, when unset, at whatever batch comes next.
   void resync(InstanceId id, std::optional<std::uint64_t> resume_at = std::nullopt);
+  /// The publisher restarted (its caller saw a live batch numbered below the
+  /// next expected one, say): drops the instance's entries and held batches
+  /// and expects batch 0 of the new run. Counted as a restart.
+  void restart(InstanceId id);
   /// Marks an instance stale (a batch could not be decoded, say) until its
   /// next applied batch.
   void mark_stale(InstanceId id);

@@ -1,0 +1,97 @@
+// kvbm/router/kv_event_feed.h: a KvIndexer fed by the instances' ZeroMQ event streams.
+//
+// A KvEventFeed subscribes to every instance's KV event publisher
+// (events::ZmqEventSink: a PUB socket and its replay ROUTER) through one
+// events::ZmqEventSubscriber and applies each batch to a KvIndexer. It is
+// what keeps the index right when the network is not:
+//
+//   a router that starts late   add_instance() asks the publisher at once
+//                               for every batch it still keeps (replay from
+//                               0); batches already applied are duplicates
+//   a lost batch                the indexer reports a gap; the feed asks for
+//                               a replay from the first missing batch, and
+//                               the instance is stale until it arrives
+//   a replay that cannot be     the publisher no longer keeps the batch: the
+//   served                      instance is resynced (its entries dropped,
+//                               rebuilt from what comes next)
+//   an undecodable batch        the instance is marked stale and the batch
+//                               asked for again
+//   a restart                   a live batch numbered below the next one
+//                               expected (a PUB stream never goes back):
+//                               the instance's entries are dropped and the
+//                               new run is read from batch 0 (replayed when
+//                               its first batches were missed). A restart
+//                               whose first batch seen happens to carry the
+//                               very number expected next cannot be told
+//                               from a continuation; an engine that restarts
+//                               should publish AllBlocksCleared first
+//                               (KvEventPublisher::clear_all), which clears
+//                               the old entries whatever its number.
+//   an instance that vanished   silent past KvIndexerOptions::silence_timeout
+//                               (with the publisher's heartbeat on): stale;
+//                               remove_instance() drops it
+//
+// wait_applied() lets a caller that knows what an instance published (the
+// replay does) wait until the index has it; while it waits it asks for a
+// replay from the first missing batch every `retry_interval`, so a batch
+// lost at the tail of a stream (no later batch reveals the gap) is fetched
+// too.
+//
+// Thread-safety: every member may be called from any thread; the indexer is
+// written from the subscriber's thread.
+
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvbm/events/zmq_event_subscriber.h"
+#include "kvbm/router/kv_indexer.h"
+
+namespace kvbm::router {
+
+/// Configuration of a KvEventFeed.
+struct KvEventFeedOptions {
+  events::ZmqEventSubscriberOptions subscriber;
+  /// How often wait_applied() asks again for what is missing.
+  std::chrono::milliseconds retry_interval{100};
+};
+
+/// Counters of a KvEventFeed.
+struct KvEventFeedStats {
+  std::uint64_t batches_received = 0;  ///< live and replayed
+  std::uint64_t replays_requested = 0;
+  std::uint64_t replays_incomplete = 0;  ///< the publisher no longer kept the batch: resynced
+  std::uint64_t decode_errors = 0;
+  std::uint64_t restarts = 0;  ///< live batches numbered below the next expected
+};
+
+/// Feeds a KvIndexer from ZeroMQ; see the file comment.
+class KvEventFeed {
+ public:
+  /// Precondition: `index` outlives the feed. Throws UsageError when kvbm was
+  /// built without ZeroMQ.
+  explicit KvEventFeed(KvIndexer& index, KvEventFeedOptions options = {});
+  ~KvEventFeed();
+  KvEventFeed(const KvEventFeed&) = delete;
+  KvEventFeed& operator=(const KvEventFeed&) = delete;
+
+  /// Adds instance `name` to the index and subscribes to `source` (its
+  /// endpoint, topic and replay endpoint). Returns its id in the index.
+  InstanceId add_instance(std::string name, events::EventSource source);
+  /// Unsubscribes and removes the instance from the index.
+  void remove_instance(InstanceId id);
+  /// Waits until the index has applied batch `sequence` of `id` (and every
+  /// one before it); returns false after `timeout`.
+  bool wait_applied(InstanceId id, std::uint64_t sequence, std::chrono::milliseconds timeout);
+  [[nodiscard]] KvEventFeedStats stats() const;
+
+  struct Impl;  // defined in src/router/kv_event_feed.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvbm::router
