@@ -6,10 +6,10 @@
 #include <mutex>
 #include <utility>
 
-#include "kvbm/detail/mutex.h"
-#include "kvbm/error.h"
 #include <spdlog/spdlog.h>
 
+#include "kvbm/detail/mutex.h"
+#include "kvbm/error.h"
 #include "kvbm/logging.h"
 
 namespace kvbm::router {
@@ -36,9 +36,8 @@ struct KvEventFeed::Impl {
   // Last: its thread calls back into the members above, and stops first.
   std::unique_ptr<events::ZmqEventSubscriber> subscriber;
 
-  Impl(KvIndexer& i, KvEventFeedOptions o) : index(i), options(std::move(o)) {
-    KVBM_CHECK(options.retry_interval.count() > 0,
-               "KvEventFeedOptions.retry_interval must be > 0");
+  Impl(KvIndexer& i, const KvEventFeedOptions& o) : index(i), options(o) {
+    KVBM_CHECK(options.retry_interval.count() > 0, "KvEventFeedOptions.retry_interval must be > 0");
     events::ZmqEventSubscriber::Callbacks cb;
     cb.on_batch = [this](std::size_t source, std::uint64_t seq, const events::KvEventBatch& b,
                          bool replayed) { on_batch(source, seq, b, replayed); };
@@ -81,9 +80,10 @@ struct KvEventFeed::Impl {
       }
     }
     if (restarted) {
-      logger()->info("KvEventFeed: instance {} restarted (batch {} after {}); its entries are "
-                     "dropped and its new run read from batch 0",
-                     index.state(*id).name, seq, index.state(*id).next_sequence);
+      logger()->info(
+          "KvEventFeed: instance {} restarted (batch {} after {}); its entries are "
+          "dropped and its new run read from batch 0",
+          index.state(*id).name, seq, index.state(*id).next_sequence);
       index.restart(*id);
     }
     const ApplyResult r = index.apply(*id, seq, batch);
@@ -100,8 +100,7 @@ struct KvEventFeed::Impl {
         ++stats.replays_requested;
         ask = true;
         from = r.expected;
-      } else if (r.status != ApplyStatus::kGap &&
-                 index.state(*id).stale != StaleReason::kGap) {
+      } else if (r.status != ApplyStatus::kGap && index.state(*id).stale != StaleReason::kGap) {
         s.replay_pending = false;
       }
     }
@@ -122,9 +121,10 @@ struct KvEventFeed::Impl {
     }
     // A batch the index went past already (resynced over it) is no news.
     if (seq < index.state(*id).next_sequence) return;
-    logger()->warn("KvEventFeed: batch {} of instance {} does not decode ({}); its entries are "
-                   "dropped and rebuilt from the batches after it",
-                   seq, index.state(*id).name, error);
+    logger()->warn(
+        "KvEventFeed: batch {} of instance {} does not decode ({}); its entries are "
+        "dropped and rebuilt from the batches after it",
+        seq, index.state(*id).name, error);
     // What that batch changed is unknown: the instance's entries cannot be trusted.
     index.resync(*id, seq + 1);
     sync_next(*id);
@@ -145,9 +145,10 @@ struct KvEventFeed::Impl {
     const InstanceState st = index.state(*id);
     const bool lost = first_kept ? st.next_sequence < *first_kept : st.stale == StaleReason::kGap;
     if (!lost) return;
-    logger()->warn("KvEventFeed: instance {} no longer keeps batch {}; its entries are dropped "
-                   "and rebuilt from what follows",
-                   st.name, std::max(wanted, st.next_sequence));
+    logger()->warn(
+        "KvEventFeed: instance {} no longer keeps batch {}; its entries are dropped "
+        "and rebuilt from what follows",
+        st.name, std::max(wanted, st.next_sequence));
     index.resync(*id, first_kept);
     sync_next(*id);
   }
@@ -164,7 +165,7 @@ struct KvEventFeed::Impl {
 };
 
 KvEventFeed::KvEventFeed(KvIndexer& index, KvEventFeedOptions options)
-    : impl_(std::make_unique<Impl>(index, std::move(options))) {}
+    : impl_(std::make_unique<Impl>(index, options)) {}
 
 KvEventFeed::~KvEventFeed() {
   // Stop the subscriber's thread before the members its callbacks use go.

@@ -54,8 +54,8 @@ struct Instance {
   bool live = true;
   std::uint32_t lane = 0;
   std::uint64_t next_sequence = 0;
-  bool gap = false;     // batches are missing; `held` waits for them
-  bool marked = false;  // mark_stale() until the next applied batch
+  bool gap = false;         // batches are missing; `held` waits for them
+  bool marked = false;      // mark_stale() until the next applied batch
   bool accept_any = false;  // resynced with nothing to resume at: the next batch sets the sequence
   std::map<std::uint64_t, events::KvEventBatch> held;
   Clock::time_point last_seen{};

@@ -131,7 +131,6 @@ TEST(ReplayCluster, LoadWeightTradesReuseForBalance) {
   EXPECT_LT(b.cluster->ttft_p99_s, g.cluster->ttft_p99_s);
 }
 
-
 #if KVBM_HAVE_ZMQ
 TEST(ReplayCluster, ZeroMqEventsGiveTheSameFiguresAsInProcess) {
   const auto trace = first_requests(500);

@@ -161,16 +161,47 @@ TEST(ReplayOptions, RejectsBadArgumentsNamingThem) {
 
 TEST(ReplayOptions, UsageMentionsEveryOption) {
   const std::string u = usage();
-  for (const char* opt :
-       {"--trace",       "--block-tokens",  "--layers",        "--kv-heads",     "--inner-dim",
-        "--dtype-bytes", "--outer-dim",     "--device-blocks", "--host-bytes",   "--disk-blocks",
-        "--eviction",    "--g1-g2",         "--g2-g3",         "--offload-mode", "--min-frequency",
-        "--disk-dir",    "--metadata-only", "--realtime",      "--speed",        "--limit",
-        "--sweep",       "--plot",          "--json",          "--quiet",        "--strict",
-        "--metrics-port", "--soak",       "--model",         "--overlap-offload", "--prefill-tokens-per-s",
-        "--g2-gbps",      "--g3-gbps",      "--instances",     "--assign",       "--remote",
-        "--router",       "--router-events", "--router-load-weight", "--router-tier-cost",
-        "--sweep-instances", "--sweep-routers"}) {
+  for (const char* opt : {"--trace",
+                          "--block-tokens",
+                          "--layers",
+                          "--kv-heads",
+                          "--inner-dim",
+                          "--dtype-bytes",
+                          "--outer-dim",
+                          "--device-blocks",
+                          "--host-bytes",
+                          "--disk-blocks",
+                          "--eviction",
+                          "--g1-g2",
+                          "--g2-g3",
+                          "--offload-mode",
+                          "--min-frequency",
+                          "--disk-dir",
+                          "--metadata-only",
+                          "--realtime",
+                          "--speed",
+                          "--limit",
+                          "--sweep",
+                          "--plot",
+                          "--json",
+                          "--quiet",
+                          "--strict",
+                          "--metrics-port",
+                          "--soak",
+                          "--model",
+                          "--overlap-offload",
+                          "--prefill-tokens-per-s",
+                          "--g2-gbps",
+                          "--g3-gbps",
+                          "--instances",
+                          "--assign",
+                          "--remote",
+                          "--router",
+                          "--router-events",
+                          "--router-load-weight",
+                          "--router-tier-cost",
+                          "--sweep-instances",
+                          "--sweep-routers"}) {
     EXPECT_NE(u.find(opt), std::string::npos) << opt;
   }
 }
@@ -236,8 +267,8 @@ TEST(ReplayOptions, RouterOptions) {
   EXPECT_EQ(o.sweep_routers.size(), 3u);  // kv, round_robin and random by default
   o = parse({"--sweep-instances", "2", "--sweep-routers", "kv,random"}, error);
   ASSERT_EQ(error, "");
-  EXPECT_EQ(o.sweep_routers,
-            (std::vector<router::RoutePolicy>{router::RoutePolicy::kKv, router::RoutePolicy::kRandom}));
+  EXPECT_EQ(o.sweep_routers, (std::vector<router::RoutePolicy>{router::RoutePolicy::kKv,
+                                                               router::RoutePolicy::kRandom}));
 
   const std::vector<std::pair<std::vector<const char*>, const char*>> bad = {
       {{"--router", "nearest"}, "kv, round_robin or random"},

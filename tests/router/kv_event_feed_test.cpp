@@ -13,10 +13,10 @@
 #include "kvbm/router/kv_event_feed.h"
 
 #include <atomic>
-#include <iterator>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -65,7 +65,8 @@ std::vector<std::uint8_t> encode(const events::KvEventBatch& b) {
 
 zmq::message_t be64(std::int64_t v) {
   std::uint8_t b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    b[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (56 - 8 * i));
   return zmq::message_t(b, 8);
 }
 
@@ -74,8 +75,7 @@ zmq::message_t be64(std::int64_t v) {
 // kept batch from start on, then [id, "", "", -1, ""].
 class HandPublisher {
  public:
-  HandPublisher()
-      : pub_(ctx_, zmq::socket_type::pub), router_(ctx_, zmq::socket_type::router) {
+  HandPublisher() : pub_(ctx_, zmq::socket_type::pub), router_(ctx_, zmq::socket_type::router) {
     pub_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::linger, 0);
     pub_.bind("tcp://127.0.0.1:*");
@@ -247,12 +247,12 @@ TEST(KvEventFeed, ALostBatchIsReplayedAndTheInstanceIsStaleUntilItArrives) {
   }
   // Every replay asked so far is answered: none is under way (the subscriber
   // holds live batches back behind one).
-  ASSERT_TRUE(eventually([&] {
-    return pub.replays_answered() == static_cast<int>(feed.stats().replays_requested);
-  }));
+  ASSERT_TRUE(eventually(
+      [&] { return pub.replays_answered() == static_cast<int>(feed.stats().replays_requested); }));
 
   pub.hold_replays(true);
-  pub.publish(seq, encode(batch({stored({12}), removed({10})})), /*live=*/false);  // lost on the wire
+  pub.publish(seq, encode(batch({stored({12}), removed({10})})),
+              /*live=*/false);  // lost on the wire
   pub.publish(seq + 1, encode(batch({stored({13})})));
   ASSERT_TRUE(eventually([&] { return index.state(a).stale == StaleReason::kGap; }));
   EXPECT_TRUE(index.holds(a, 10, kG1));   // what batch 1 removed: stale, and said so

@@ -41,7 +41,9 @@ double imbalance(const std::vector<std::uint64_t>& v) {
     sum += x;
     max = std::max(max, x);
   }
-  return sum == 0 ? 0 : static_cast<double>(max) * static_cast<double>(v.size()) / static_cast<double>(sum);
+  return sum == 0
+             ? 0
+             : static_cast<double>(max) * static_cast<double>(v.size()) / static_cast<double>(sum);
 }
 
 }  // namespace
@@ -85,8 +87,8 @@ struct Cluster::Impl {
         zo.replay_endpoint = "tcp://127.0.0.1:*";
         zo.topic = "kv-events";
         auto zmq = std::make_shared<events::ZmqEventSink>(zo);
-        ids.push_back(feed->add_instance(
-            name, {name, zmq->endpoint(), zo.topic, zmq->replay_endpoint()}));
+        ids.push_back(
+            feed->add_instance(name, {name, zmq->endpoint(), zo.topic, zmq->replay_endpoint()}));
         sink = std::move(zmq);
       } else {
         const router::InstanceId id = index.add_instance(name);

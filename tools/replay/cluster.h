@@ -63,16 +63,16 @@ struct ClusterFigures {
   double prefill_tokens_per_s = 0;
   std::vector<std::uint64_t> requests;         ///< per instance
   std::vector<std::uint64_t> computed_tokens;  ///< per instance: tokens prefilled
-  double request_imbalance = 0;  ///< max / mean requests per instance
-  double token_imbalance = 0;    ///< max / mean computed tokens per instance
-  double ttft_mean_s = 0;        ///< simulated time to first token
+  double request_imbalance = 0;                ///< max / mean requests per instance
+  double token_imbalance = 0;                  ///< max / mean computed tokens per instance
+  double ttft_mean_s = 0;                      ///< simulated time to first token
   double ttft_p50_s = 0;
   double ttft_p90_s = 0;
   double ttft_p99_s = 0;
   std::uint64_t events_applied = 0;  ///< by the indexer
   std::uint64_t batches_applied = 0;
-  std::uint64_t gaps = 0;            ///< sequence gaps the indexer saw (and had replayed)
-  std::uint64_t replays = 0;         ///< replays the ZeroMQ feed asked publishers for
+  std::uint64_t gaps = 0;     ///< sequence gaps the indexer saw (and had replayed)
+  std::uint64_t replays = 0;  ///< replays the ZeroMQ feed asked publishers for
   std::uint64_t stale_decisions = 0;
   /// Prefix blocks the router expected (by the index) and the instance found.
   std::uint64_t predicted_blocks = 0;

@@ -29,14 +29,13 @@ void print_cluster(std::ostream& out, const ReplayResult& r) {
   out << fmt::format(
       "    simulated time to first token (prefill {} tokens/s per instance, one request at a "
       "time): mean {:.3f} s, p50 {:.3f} s, p90 {:.3f} s, p99 {:.3f} s\n",
-      group_digits(static_cast<std::uint64_t>(f.prefill_tokens_per_s)), f.ttft_mean_s,
-      f.ttft_p50_s, f.ttft_p90_s, f.ttft_p99_s);
+      group_digits(static_cast<std::uint64_t>(f.prefill_tokens_per_s)), f.ttft_mean_s, f.ttft_p50_s,
+      f.ttft_p90_s, f.ttft_p99_s);
   out << fmt::format(
       "    index: {} events in {} batches, {} gaps, {} replays; {} decisions on stale entries; "
       "prefix blocks expected {} / found {}\n",
       group_digits(f.events_applied), group_digits(f.batches_applied), group_digits(f.gaps),
-      group_digits(f.replays),
-      group_digits(f.stale_decisions), group_digits(f.predicted_blocks),
+      group_digits(f.replays), group_digits(f.stale_decisions), group_digits(f.predicted_blocks),
       group_digits(f.found_blocks));
   out << fmt::format("    {:<9} {:>9} {:>16}\n", "instance", "requests", "computed tokens");
   for (std::size_t i = 0; i < f.requests.size(); ++i) {
@@ -56,7 +55,10 @@ nlohmann::json cluster_json(const ClusterFigures& f) {
       {"request_imbalance", f.request_imbalance},
       {"token_imbalance", f.token_imbalance},
       {"ttft_s",
-       {{"mean", f.ttft_mean_s}, {"p50", f.ttft_p50_s}, {"p90", f.ttft_p90_s}, {"p99", f.ttft_p99_s}}},
+       {{"mean", f.ttft_mean_s},
+        {"p50", f.ttft_p50_s},
+        {"p90", f.ttft_p90_s},
+        {"p99", f.ttft_p99_s}}},
       {"index",
        {{"events_applied", f.events_applied},
         {"batches_applied", f.batches_applied},
@@ -82,8 +84,8 @@ void print_cluster_sweep(std::ostream& out, const std::vector<ClusterSweepPoint>
         "{:>9.3f} {:>9.3f} {:>7.1f}\n",
         p.instances, p.router, 100 * share(r.hit_blocks[0], r.blocks),
         100 * share(r.hit_blocks[1], r.blocks), 100 * share(r.hit_blocks[2], r.blocks),
-        100 * share(r.remote_hit_blocks, r.blocks), 100 * r.block_hit_ratio(),
-        f.request_imbalance, f.token_imbalance, f.ttft_p50_s, f.ttft_p99_s, r.wall_seconds);
+        100 * share(r.remote_hit_blocks, r.blocks), 100 * r.block_hit_ratio(), f.request_imbalance,
+        f.token_imbalance, f.ttft_p50_s, f.ttft_p99_s, r.wall_seconds);
   }
 }
 
@@ -121,8 +123,9 @@ std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   for (const auto n : counts) {
-    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ccc\"/>\n",
-                     x(n), kT, kT + ph);
+    s +=
+        fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ccc\"/>\n",
+                    x(n), kT, kT + ph);
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x(n),
                      kT + ph + 18, n);
   }

@@ -283,13 +283,13 @@ int run(int argc, char** argv) {
         ok = ok && p.result.verify_failures == 0 && p.result.audit.empty() &&
              p.result.onboard_failed == 0;
         if (!o.json) {
-          std::cout << fmt::format("{:>2} instances, {:<11}: block hit ratio {:.2f}% (G1 {:.2f}%), "
-                                   "load max/mean {:.2f}, {:.1f} s\n",
-                                   n, kvbm::router::to_string(policy), 100 * p.result.block_hit_ratio(),
-                                   100.0 * static_cast<double>(p.result.hit_blocks[0]) /
-                                       static_cast<double>(std::max<std::uint64_t>(p.result.blocks, 1)),
-                                   p.result.cluster ? p.result.cluster->request_imbalance : 0.0,
-                                   p.result.wall_seconds);
+          std::cout << fmt::format(
+              "{:>2} instances, {:<11}: block hit ratio {:.2f}% (G1 {:.2f}%), "
+              "load max/mean {:.2f}, {:.1f} s\n",
+              n, kvbm::router::to_string(policy), 100 * p.result.block_hit_ratio(),
+              100.0 * static_cast<double>(p.result.hit_blocks[0]) /
+                  static_cast<double>(std::max<std::uint64_t>(p.result.blocks, 1)),
+              p.result.cluster ? p.result.cluster->request_imbalance : 0.0, p.result.wall_seconds);
         }
         points.push_back(std::move(p));
       }
@@ -310,7 +310,8 @@ int run(int argc, char** argv) {
     if (o.json) {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& p : points) {
-        arr.push_back({{"instances", p.instances}, {"router", p.router}, {"result", result_json(p.result)}});
+        arr.push_back(
+            {{"instances", p.instances}, {"router", p.router}, {"result", result_json(p.result)}});
       }
       nlohmann::json j = {{"trace", trace_json(ts)},
                           {"cluster_sweep", arr},

@@ -241,7 +241,8 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--router") {
       KVBM_TAKE("kv, round_robin or random");
       const auto p = parse_policy(v);
-      if (!p) return fail("--router: expected kv, round_robin or random, got '" + std::string(v) + "'");
+      if (!p)
+        return fail("--router: expected kv, round_robin or random, got '" + std::string(v) + "'");
       o.router = *p;
     } else if (arg == "--router-events") {
       KVBM_TAKE("in_process or zmq");
@@ -267,8 +268,10 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
         rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
       }
       if (k != 3 || !rest.empty())
-        return fail("--router-tier-cost: expected three numbers >= 0 for G2,G3,G4 (per token, a "
-                    "recomputed token costing 1), got '" + std::string(v) + "'");
+        return fail(
+            "--router-tier-cost: expected three numbers >= 0 for G2,G3,G4 (per token, a "
+            "recomputed token costing 1), got '" +
+            std::string(v) + "'");
       o.router_tier_cost = c;
     } else if (arg == "--sweep-instances") {
       KVBM_TAKE("a list of instance counts");

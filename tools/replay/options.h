@@ -60,7 +60,7 @@ struct Options {
   double router_load_weight = 1.0;  ///< KvRouterOptions::load_weight
   /// KvRouterOptions::tier_cost for G2, G3, G4 (unset: the router's defaults).
   std::optional<std::array<double, 3>> router_tier_cost;
-  std::vector<std::uint32_t> sweep_instances;     ///< instance counts; empty = no cluster sweep
+  std::vector<std::uint32_t> sweep_instances;      ///< instance counts; empty = no cluster sweep
   std::vector<router::RoutePolicy> sweep_routers;  ///< routers of the cluster sweep
   double prefill_tokens_per_s = 0;  ///< savings estimate; 0 = the model's assumed figure
   double g2_gb_per_s = 25;          ///< savings estimate: G2 -> G1 bandwidth

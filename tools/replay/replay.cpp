@@ -369,7 +369,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   for (std::size_t ri = 0; ri < total; ++ri) {
     if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
     const TraceRequest& req = trace.requests[ri];
-    Instance& in = instances[cluster        ? cluster->route(req)
+    Instance& in = instances[cluster                ? cluster->route(req)
                              : config.assign_random ? assign() % instances.size()
                                                     : ri % instances.size()];
     auto& kvbm = in.kvbm;

@@ -1,9 +1,5 @@
 #include "replay/report.h"
 
-#include "replay/cluster_report.h"
-
-#include "replay/savings.h"
-
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,6 +13,9 @@
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "replay/cluster_report.h"
+#include "replay/savings.h"
 
 extern char** environ;
 
@@ -45,7 +44,6 @@ double gb_per_s(std::uint64_t bytes, double seconds) {
 std::string capacity_text(std::size_t blocks) {
   return blocks == 0 ? std::string("absent") : group_digits(blocks) + " blocks";
 }
-
 
 // Returns the full path of `name` on PATH, or "".
 std::string find_on_path(const std::string& name) {

@@ -114,19 +114,19 @@ struct InstanceState {
   std::string name;
   std::uint64_t next_sequence = 0;  ///< the next batch expected
   StaleReason stale = StaleReason::kFresh;
-  std::size_t held_batches = 0;     ///< batches past a gap, waiting
-  TierBlockCounts blocks{};         ///< blocks indexed per tier (shared tiers not included)
+  std::size_t held_batches = 0;  ///< batches past a gap, waiting
+  TierBlockCounts blocks{};      ///< blocks indexed per tier (shared tiers not included)
 };
 
 /// Counters of a KvIndexer.
 struct KvIndexerStats {
   std::uint64_t batches_applied = 0;
   std::uint64_t events_applied = 0;
-  std::uint64_t blocks_stored = 0;     ///< hashes of applied BlockStored events
-  std::uint64_t blocks_removed = 0;    ///< hashes of applied BlockRemoved events
-  std::uint64_t clears = 0;            ///< AllBlocksCleared applied
+  std::uint64_t blocks_stored = 0;   ///< hashes of applied BlockStored events
+  std::uint64_t blocks_removed = 0;  ///< hashes of applied BlockRemoved events
+  std::uint64_t clears = 0;          ///< AllBlocksCleared applied
   std::uint64_t duplicate_batches = 0;
-  std::uint64_t gaps = 0;              ///< gaps detected
+  std::uint64_t gaps = 0;  ///< gaps detected
   std::uint64_t restarts = 0;
   std::uint64_t resyncs = 0;
   std::uint64_t unknown_medium_events = 0;

@@ -79,16 +79,16 @@ struct RouteDecision {
   /// What the estimate used of the chosen instance (kKv; zeros for the
   /// baselines, and for stale entries ignored, with overlap.stale still set).
   InstanceOverlap overlap;
-  double cost = 0;                   ///< its estimated cost (kKv), else 0
+  double cost = 0;                      ///< its estimated cost (kKv), else 0
   std::uint64_t tokens_to_compute = 0;  ///< tokens of the request it holds in no tier
-  std::uint64_t load = 0;            ///< what route() added to the instance's load
-  bool used_stale = false;           ///< the choice relied on stale entries
+  std::uint64_t load = 0;               ///< what route() added to the instance's load
+  bool used_stale = false;              ///< the choice relied on stale entries
 };
 
 /// Counters of a KvRouter.
 struct KvRouterStats {
   std::uint64_t decisions = 0;
-  std::uint64_t stale_decisions = 0;  ///< decisions that used stale entries
+  std::uint64_t stale_decisions = 0;        ///< decisions that used stale entries
   std::uint64_t decisions_while_stale = 0;  ///< decisions made while any instance was stale
   std::vector<std::uint64_t> per_instance;  ///< decisions per InstanceId (one per id of the index)
   std::vector<std::uint64_t> load;  ///< load in flight per InstanceId (one per id of the index)
