@@ -286,6 +286,14 @@ class BlockManager {
   /// unless there is one span of block_size() tokens per block.
   std::vector<ImmutableBlock<T>> register_blocks(std::vector<CompleteBlock<T>>&& blocks,
                                                  std::span<const std::span<const Token>> tokens) {
+    std::vector<ImmutableBlock<T>> out = register_copies(std::move(blocks), tokens);
+    if (on_register_ && !out.empty()) on_register_(out);
+    return out;
+  }
+
+  /// As register_blocks(blocks, tokens), without the on_register hook.
+  std::vector<ImmutableBlock<T>> register_copies(std::vector<CompleteBlock<T>>&& blocks,
+                                                 std::span<const std::span<const Token>> tokens) {
     check("register_blocks");
     KVBM_CHECK(tokens.size() == blocks.size(), "register_blocks: ", tokens.size(),
                " token spans given for ", blocks.size(), " blocks");
@@ -293,9 +301,7 @@ class BlockManager {
       KVBM_CHECK(t.size() == store_->block_size(), "register_blocks: ", t.size(),
                  " tokens given for a block of ", store_->block_size());
     }
-    std::vector<ImmutableBlock<T>> out = register_many(std::move(blocks), tokens);
-    if (on_register_ && !out.empty()) on_register_(out);
-    return out;
+    return register_many(std::move(blocks), tokens);
   }
 
   /// Registers every block; see register_block. All blocks are checked first,

@@ -310,6 +310,15 @@ class KvBlockManager {
   std::vector<ImmutableBlock<G1>> register_blocks(
       std::vector<CompleteBlock<G1>>&& blocks,
       std::shared_ptr<Precondition> forward_pass_done = nullptr);
+  /// As above, with tokens[i] the block_size() tokens of blocks[i]: the G1
+  /// pool's listeners hear them (PoolListener::on_stored_with_tokens), so a
+  /// KV event publisher's BlockStored carries token_ids, which routers that
+  /// rebuild hashes from tokens (Dynamo's) need. Throws UsageError,
+  /// registering none, unless there is one span of block_size() tokens per
+  /// block.
+  std::vector<ImmutableBlock<G1>> register_blocks(
+      std::vector<CompleteBlock<G1>>&& blocks, std::span<const std::span<const Token>> tokens,
+      std::shared_ptr<Precondition> forward_pass_done = nullptr);
   /// Enqueues registered G1 blocks for offload to G2, whatever the mode;
   /// from G2 they go on to G3 as any block registered there does (through
   /// the G2 -> G3 pipeline when host_to_disk is write-through). The handle

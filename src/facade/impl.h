@@ -21,6 +21,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,8 +50,10 @@ class KvBlockManagerImpl {
   void build();
 
   // lifecycle.cpp
-  std::vector<ImmutableBlock<G1>> register_blocks(std::vector<CompleteBlock<G1>>&& blocks,
-                                                  std::shared_ptr<Precondition> pre);
+  // `tokens`: one span of block_size() tokens per block, for the pool's listeners.
+  std::vector<ImmutableBlock<G1>> register_blocks(
+      std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> pre,
+      std::optional<std::span<const std::span<const Token>>> tokens = std::nullopt);
   TransferHandle offload(const std::vector<ImmutableBlock<G1>>& blocks,
                          std::shared_ptr<Precondition> pre);
   void drain();

@@ -43,6 +43,11 @@ std::vector<ImmutableBlock<G1>> KvBlockManager::register_blocks(
     std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> forward_pass_done) {
   return impl_->register_blocks(std::move(blocks), std::move(forward_pass_done));
 }
+std::vector<ImmutableBlock<G1>> KvBlockManager::register_blocks(
+    std::vector<CompleteBlock<G1>>&& blocks, std::span<const std::span<const Token>> tokens,
+    std::shared_ptr<Precondition> forward_pass_done) {
+  return impl_->register_blocks(std::move(blocks), std::move(forward_pass_done), tokens);
+}
 TransferHandle KvBlockManager::offload(const std::vector<ImmutableBlock<G1>>& blocks,
                                        std::shared_ptr<Precondition> forward_pass_done) {
   return impl_->offload(blocks, std::move(forward_pass_done));

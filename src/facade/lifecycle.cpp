@@ -38,9 +38,11 @@ void KvBlockManagerImpl::check_own(const std::vector<Block>& blocks, const char*
 // As device().register_blocks (whose hook enqueues without a precondition),
 // but the blocks go down with `pre`.
 std::vector<ImmutableBlock<G1>> KvBlockManagerImpl::register_blocks(
-    std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> pre) {
+    std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> pre,
+    std::optional<std::span<const std::span<const Token>>> tokens) {
   check_own(blocks, "register_blocks");
-  auto out = std::get<0>(pools_)->register_copies(std::move(blocks));
+  auto out = tokens ? std::get<0>(pools_)->register_copies(std::move(blocks), *tokens)
+                    : std::get<0>(pools_)->register_copies(std::move(blocks));
   if (auto* boundary = std::get<0>(boundaries_).get()) boundary->take(out, std::move(pre));
   return out;
 }

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "kvbm/events/kv_events.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/storage/storage.h"
@@ -622,6 +623,54 @@ TEST(KvBlockManagerTest, RandomizedConcurrentUse) {
   kv->drain();
   EXPECT_EQ(mismatches.load(), 0u);
   kv->shutdown();
+  expect_clean(*kv);
+}
+
+
+TEST(KvBlockManagerTest, RegisteringWithTokensPutsThemInTheG1StoredEvents) {
+  std::vector<events::BlockStored> stored;
+  auto sink = std::make_shared<events::CallbackEventSink>(
+      [&stored](std::uint64_t, const events::KvEventBatch& b, std::span<const std::uint8_t>) {
+        for (const auto& e : b.events) {
+          if (const auto* s = std::get_if<events::BlockStored>(&e)) stored.push_back(*s);
+        }
+      });
+  events::KvEventPublisherOptions po;
+  po.background_flush = false;
+  events::KvEventPublisher publisher(sink, po);
+  KvBlockManagerConfig c = config(8, 0, 0);
+  c.move_bytes = false;
+  c.device_listeners.push_back(publisher.listener(events::kMediumGpu, small_layout().page_size));
+  auto kv = KvBlockManager::build(std::move(c));
+  const std::uint32_t bs = kv->block_size();
+  const auto hashes = chain(3);
+  std::vector<std::vector<Token>> tokens(3);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    for (std::uint32_t t = 0; t < bs; ++t) tokens[i].push_back(1000 * (i + 1) + t);
+  }
+  const std::vector<std::span<const Token>> spans(tokens.begin(), tokens.end());
+
+  auto stage = [&](std::size_t n) {
+    auto blocks = kv->device().allocate_blocks(n);
+    std::vector<CompleteBlock<G1>> out;
+    for (std::size_t i = 0; i < n; ++i) out.push_back(std::move((*blocks)[i]).stage(hashes[i], bs).value());
+    return out;
+  };
+  // One span short: refused, nothing registered, the blocks stay with the caller.
+  auto staged = stage(3);
+  EXPECT_THROW((void)kv->register_blocks(std::move(staged), std::span(spans).first(2)), UsageError);
+  EXPECT_EQ(staged.size(), 3u);
+  staged.clear();
+  auto held = kv->register_blocks(stage(3), spans);
+  ASSERT_EQ(held.size(), 3u);
+  publisher.flush();
+  ASSERT_EQ(stored.size(), 1u);  // one chain, coalesced
+  EXPECT_EQ(stored[0].block_hashes.size(), 3u);
+  EXPECT_EQ(stored[0].block_size, bs);
+  std::vector<std::uint32_t> all;
+  for (const auto& t : tokens) all.insert(all.end(), t.begin(), t.end());
+  EXPECT_EQ(stored[0].token_ids, all);
+  held.clear();
   expect_clean(*kv);
 }
 
