@@ -20,27 +20,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "events/sequence_frame.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 
 namespace kvbm::events {
 namespace {
 
-std::array<std::uint8_t, 8> big_endian(std::uint64_t v) {
-  std::array<std::uint8_t, 8> out{};
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v & 0xffU);
-    v >>= 8;
-  }
-  return out;
-}
-
-std::uint64_t from_big_endian(const zmq::message_t& m) {
-  std::uint64_t v = 0;
-  const auto* p = static_cast<const std::uint8_t*>(m.data());
-  for (std::size_t i = 0; i < m.size() && i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
+using wire::big_endian;
+using wire::from_big_endian;
 
 // vLLM's rule: bind what names a wildcard or a local transport, connect the rest.
 bool binds(const std::string& endpoint) {

@@ -35,6 +35,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "events/sequence_frame.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/events/kv_event_decoder.h"
 #include "kvbm/logging.h"
@@ -42,23 +43,10 @@
 namespace kvbm::events {
 namespace {
 
+using wire::big_endian;
+using wire::from_big_endian;
+
 constexpr std::uint64_t kNoSequence = ~std::uint64_t{0};  // also the replay's end marker (-1)
-
-std::uint64_t from_big_endian(const zmq::message_t& m) {
-  std::uint64_t v = 0;
-  const auto* p = static_cast<const std::uint8_t*>(m.data());
-  for (std::size_t i = 0; i < m.size(); ++i) v = (v << 8) | p[i];
-  return v;
-}
-
-std::array<std::uint8_t, 8> big_endian(std::uint64_t v) {
-  std::array<std::uint8_t, 8> out{};
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v & 0xffU);
-    v >>= 8;
-  }
-  return out;
-}
 
 /// Receives the rest of a multipart message whose first frame is `first`.
 std::vector<zmq::message_t> receive_rest(zmq::socket_t& s, zmq::message_t first) {

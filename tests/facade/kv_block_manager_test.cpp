@@ -3,8 +3,8 @@
 // from each tier with every byte compared, cancellation, no space, copy
 // failures, shutdown with work in flight, and a randomized concurrent test.
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
+#include "kvbm/kv_block_manager.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -15,11 +15,13 @@
 #include <random>
 #include <thread>
 
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include "facade/facade_test_util.h"
 #include "kvbm/events/kv_events.h"
-#include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/storage/storage.h"
-#include "facade/facade_test_util.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -626,7 +628,6 @@ TEST(KvBlockManagerTest, RandomizedConcurrentUse) {
   expect_clean(*kv);
 }
 
-
 TEST(KvBlockManagerTest, RegisteringWithTokensPutsThemInTheG1StoredEvents) {
   std::vector<events::BlockStored> stored;
   auto sink = std::make_shared<events::CallbackEventSink>(
@@ -653,7 +654,8 @@ TEST(KvBlockManagerTest, RegisteringWithTokensPutsThemInTheG1StoredEvents) {
   auto stage = [&](std::size_t n) {
     auto blocks = kv->device().allocate_blocks(n);
     std::vector<CompleteBlock<G1>> out;
-    for (std::size_t i = 0; i < n; ++i) out.push_back(std::move((*blocks)[i]).stage(hashes[i], bs).value());
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back(std::move((*blocks)[i]).stage(hashes[i], bs).value());
     return out;
   };
   // One span short: refused, nothing registered, the blocks stay with the caller.

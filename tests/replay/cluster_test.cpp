@@ -17,13 +17,7 @@
 namespace kvbm::replay {
 namespace {
 
-std::optional<Trace> first_requests(std::size_t n) {
-  const Trace* tr = test::shipped_trace();
-  if (tr == nullptr) return std::nullopt;
-  Trace t = *tr;
-  t.requests.resize(std::min(n, t.requests.size()));
-  return t;
-}
+using test::first_requests;
 
 ReplayConfig cluster(std::size_t instances, router::RoutePolicy policy) {
   ReplayConfig c;

@@ -15,15 +15,9 @@
 namespace kvbm::replay {
 namespace {
 
-using kvbm::test::RedisServer;
+using test::first_requests;
 
-std::optional<Trace> first_requests(std::size_t n) {
-  const Trace* tr = test::shipped_trace();
-  if (tr == nullptr) return std::nullopt;
-  Trace t = *tr;
-  t.requests.resize(std::min(n, t.requests.size()));
-  return t;
-}
+using kvbm::test::RedisServer;
 
 ReplayConfig shared_cluster(const RedisServer& server, router::RoutePolicy policy) {
   ReplayConfig c;

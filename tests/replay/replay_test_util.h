@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -33,6 +34,15 @@ inline const Trace* shipped_trace() {
     return read_trace_file(*p, TraceOptions{});
   }();
   return t ? &*t : nullptr;
+}
+
+/// The first `n` requests of the shipped trace, or nullopt when it is missing.
+inline std::optional<Trace> first_requests(std::size_t n) {
+  const Trace* tr = shipped_trace();
+  if (tr == nullptr) return std::nullopt;
+  Trace t = *tr;
+  t.requests.resize(std::min(n, t.requests.size()));
+  return t;
 }
 
 /// A fresh directory under the test temp dir, removed with the object.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "replay/report.h"
+#include "replay/svg_plot.h"
 
 namespace kvbm::replay {
 
@@ -91,8 +92,9 @@ void print_cluster_sweep(std::ostream& out, const std::vector<ClusterSweepPoint>
 
 std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
                               const std::string& title) {
-  constexpr double kW = 760, kH = 480, kL = 80, kR = 200, kT = 50, kB = 60;
-  const double pw = kW - kL - kR, ph = kH - kT - kB;
+  PlotFrame f;
+  f.right = 200;
+  const double kL = f.left, kT = f.top, pw = f.plot_width(), ph = f.plot_height();
   std::map<std::string, std::vector<const ClusterSweepPoint*>> by_router;
   std::uint32_t nmin = 0, nmax = 0;
   double ymax = 0.1;
@@ -109,15 +111,9 @@ std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
   const double lo = std::log2(std::max<double>(nmin, 1)) - 0.3;
   const double hi = std::log2(std::max<double>(nmax, 1)) + 0.3;
   auto x = [&](double n) { return kL + pw * (std::log2(n) - lo) / (hi - lo); };
-  auto y = [&](double v) { return kT + ph * (1.0 - v / ymax); };
+  auto y = [&](double v) { return f.y(v, ymax); };
 
-  std::string s = fmt::format(
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
-      "{1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{2}\" y=\"28\" font-size=\"15\" font-weight=\"bold\">{3}</text>\n",
-      kW, kH, kL, xml_escape(title));
+  std::string s = svg_head(f, title);
   std::vector<std::uint32_t> counts;
   for (const auto& p : points) counts.push_back(p.instances);
   std::sort(counts.begin(), counts.end());
@@ -129,25 +125,7 @@ std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x(n),
                      kT + ph + 18, n);
   }
-  for (int i = 0; i <= 10; ++i) {
-    const double v = ymax * i / 10.0;
-    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n",
-                     kL, y(v), kL + pw, y(v));
-    if (i % 2 == 0) {
-      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}%</text>\n", kL - 8,
-                       y(v) + 4, v * 100);
-    }
-  }
-  s += fmt::format(
-      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kL,
-      kT, pw, ph);
-  s += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">engine instances (log scale)</text>\n",
-      kL + pw / 2, kH - 18);
-  s += fmt::format(
-      "<text transform=\"translate(20 {:.1f}) rotate(-90)\" text-anchor=\"middle\">block hit "
-      "ratio</text>\n",
-      kT + ph / 2);
+  s += percent_grid(f, ymax, "engine instances (log scale)", "block hit ratio");
 
   const std::map<std::string, const char*> colors = {
       {"kv", "#2ca02c"}, {"round_robin", "#1f77b4"}, {"random", "#d62728"}};
@@ -174,26 +152,13 @@ std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
           x(p->instances), y(p->result.block_hit_ratio()), color, xml_escape(name), p->instances,
           100 * p->result.block_hit_ratio());
     }
-    s += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
-        "stroke-width=\"2\"/>\n",
-        kL + pw + 16, ly, kL + pw + 40, color);
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kL + pw + 46, ly + 4,
-                     xml_escape(name));
+    s += legend_entry(f, ly, color, name);
     ly += 20;
   }
   ly += 6;
-  s += fmt::format(
-      "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#555\" "
-      "stroke-width=\"1.5\" stroke-dasharray=\"5,4\"/>\n",
-      kL + pw + 16, ly, kL + pw + 40);
-  s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">G1 hits only</text>\n", kL + pw + 46, ly + 4);
+  s += legend_entry(f, ly, "#555", "G1 hits only", /*dashed=*/true);
   ly += 20;
-  s += fmt::format(
-      "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#555\" "
-      "stroke-width=\"2\"/>\n",
-      kL + pw + 16, ly, kL + pw + 40);
-  s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">all tiers</text>\n", kL + pw + 46, ly + 4);
+  s += legend_entry(f, ly, "#555", "all tiers");
   if (!points.empty()) {
     const auto& r = points.front().result;
     ly += 30;

@@ -16,6 +16,7 @@
 
 #include "replay/cluster_report.h"
 #include "replay/savings.h"
+#include "replay/svg_plot.h"
 
 extern char** environ;
 
@@ -344,8 +345,8 @@ void print_sweep(std::ostream& out, const std::vector<SweepPoint>& points) {
 }
 
 std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& title) {
-  constexpr double kW = 760, kH = 480, kL = 80, kR = 190, kT = 50, kB = 60;
-  const double pw = kW - kL - kR, ph = kH - kT - kB;
+  const PlotFrame f;
+  const double kL = f.left, kT = f.top, pw = f.plot_width(), ph = f.plot_height();
   std::vector<const SweepPoint*> pts;
   for (const auto& p : points) {
     if (p.g1_blocks > 0) pts.push_back(&p);
@@ -361,17 +362,9 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
   auto x = [&](double v) {
     return kL + pw * (std::log10(v) - std::log10(xmin)) / (std::log10(xmax) - std::log10(xmin));
   };
-  auto y = [&](double v) { return kT + ph * (1.0 - v / ymax); };
+  auto y = [&](double v) { return f.y(v, ymax); };
 
-  std::string s;
-  s += fmt::format(
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
-      "{1}\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{2}\" y=\"28\" font-size=\"15\" font-weight=\"bold\">{3}</text>\n",
-      kW, kH, kL, xml_escape(title));
+  std::string s = svg_head(f, title);
   // Grid and ticks.
   // Ticks at 1, 2 and 5 x 10^k inside the range (labels at 10^k, and at 2 and 5 when few decades).
   const bool few_decades = std::log10(xmax / xmin) < 2.5;
@@ -388,25 +381,7 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
       }
     }
   }
-  for (int i = 0; i <= 10; ++i) {
-    const double v = ymax * i / 10.0;
-    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n",
-                     kL, y(v), kL + pw, y(v));
-    if (i % 2 == 0) {
-      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}%</text>\n", kL - 8,
-                       y(v) + 4, v * 100);
-    }
-  }
-  s += fmt::format(
-      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kL,
-      kT, pw, ph);
-  s += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">G1 capacity (blocks, log scale)</text>\n",
-      kL + pw / 2, kH - 18);
-  s += fmt::format(
-      "<text transform=\"translate(20 {:.1f}) rotate(-90)\" text-anchor=\"middle\">block hit "
-      "ratio</text>\n",
-      kT + ph / 2);
+  s += percent_grid(f, ymax, "G1 capacity (blocks, log scale)", "block hit ratio");
 
   struct Series {
     const char* name;
@@ -434,11 +409,7 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
           "{:.2f}%</title></circle>\n",
           px, py, se.color, xml_escape(p->label), se.name, 100 * se.value(p->result));
     }
-    s += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
-        "stroke-width=\"2\"/>\n",
-        kL + pw + 16, ly, kL + pw + 40, se.color);
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", kL + pw + 46, ly + 4, se.name);
+    s += legend_entry(f, ly, se.color, se.name);
     ly += 20;
   }
   // Point labels for the all-tiers series, and the capacity label under "unlimited" and the like.
