@@ -8,6 +8,8 @@
 #include <algorithm>
 
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "kvbm/config.h"
 #include "replay/replay.h"
@@ -123,6 +125,34 @@ TEST(ReplayCluster, LoadWeightTradesReuseForBalance) {
   const ReplayResult b = run_replay(*trace, balanced);
   EXPECT_LT(b.cluster->token_imbalance, g.cluster->token_imbalance);
   EXPECT_LT(b.cluster->ttft_p99_s, g.cluster->ttft_p99_s);
+}
+
+TEST(ReplayCluster, TheRouterSeriesGoToTheReplaysRegistry) {
+  const auto trace = first_requests(300);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  for (int run = 0; run < 2; ++run) {  // a sweep builds one cluster after another on one registry
+    ReplayConfig c = cluster(2, router::RoutePolicy::kKv);
+    auto registry = std::make_shared<prometheus::Registry>();
+    c.metrics_registry = registry;
+    const ReplayResult r = run_replay(*trace, c);
+    ASSERT_TRUE(r.cluster);
+    // The replay is over and its cluster gone: its series went with it.
+    EXPECT_EQ(prometheus::TextSerializer().Serialize(registry->Collect()).find("kvbm_router_"),
+              std::string::npos);
+  }
+  // While it runs, the series are there: read them when the replay ends.
+  ReplayConfig c = cluster(2, router::RoutePolicy::kKv);
+  auto registry = std::make_shared<prometheus::Registry>();
+  c.metrics_registry = registry;
+  std::string text;
+  c.progress_every = 300;
+  c.progress = [&](std::size_t done, std::size_t total) {
+    if (done == total) text = prometheus::TextSerializer().Serialize(registry->Collect());
+  };
+  (void)run_replay(*trace, c);
+  EXPECT_NE(text.find("kvbm_router_decisions_total{"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvbm_router_events_applied_total{"), std::string::npos);
+  EXPECT_NE(text.find("pool=\"router\""), std::string::npos);
 }
 
 #if KVBM_HAVE_ZMQ

@@ -34,6 +34,12 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(i, v.size() - 1)];
 }
 
+router::KvIndexerOptions indexer_options(const ClusterConfig& c) {
+  router::KvIndexerOptions o;
+  o.metrics_registry = c.metrics_registry;
+  return o;
+}
+
 double imbalance(const std::vector<std::uint64_t>& v) {
   if (v.empty()) return 0;
   std::uint64_t sum = 0, max = 0;
@@ -51,7 +57,7 @@ double imbalance(const std::vector<std::uint64_t>& v) {
 struct Cluster::Impl {
   ClusterConfig config;
   std::uint32_t block_tokens = 0;
-  router::KvIndexer index;
+  router::KvIndexer index;  // after config: built from it
   std::unique_ptr<router::KvEventFeed> feed;  // kZmq: the subscriber feeding the index
   std::vector<router::InstanceId> ids;
   std::vector<std::shared_ptr<events::KvEventPublisher>> publishers;
@@ -67,7 +73,12 @@ struct Cluster::Impl {
   std::uint64_t predicted = 0, found = 0;
 
   Impl(std::size_t n, std::uint32_t bt, const ClusterConfig& c)
-      : config(c), block_tokens(bt), busy_until(n, 0.0), requests(n, 0), computed(n, 0) {
+      : config(c),
+        block_tokens(bt),
+        index(indexer_options(c)),
+        busy_until(n, 0.0),
+        requests(n, 0),
+        computed(n, 0) {
     KVBM_CHECK(n >= 1, "Cluster: instances must be at least 1");
     KVBM_CHECK(bt > 0, "Cluster: block_tokens must be > 0");
     KVBM_CHECK(c.prefill_tokens_per_s > 0, "Cluster: prefill_tokens_per_s must be > 0, not ",
@@ -102,6 +113,7 @@ struct Cluster::Impl {
     router::KvRouterOptions ro = c.options;
     ro.policy = c.policy;
     ro.block_size = bt;
+    ro.metrics_registry = c.metrics_registry;
     router = std::make_unique<router::KvRouter>(index, ro);
   }
 };

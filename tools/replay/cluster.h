@@ -54,6 +54,9 @@ struct ClusterConfig {
   EventTransport transport = EventTransport::kInProcess;
   /// Simulated prefill throughput of one instance (tokens per second).
   double prefill_tokens_per_s = 31'000;
+  /// Where the index's and the router's series go (pool="router"; none when
+  /// null). run_replay sets the replay's registry when it has one.
+  std::shared_ptr<prometheus::Registry> metrics_registry;
 };
 
 /// What the cluster did, beside the hit counts of ReplayResult.

@@ -339,7 +339,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   }
   std::unique_ptr<Cluster> cluster;
   if (config.router) {
-    cluster = std::make_unique<Cluster>(config.instances, trace.block_tokens, *config.router);
+    ClusterConfig cc = *config.router;
+    if (!cc.metrics_registry) cc.metrics_registry = config.metrics_registry;
+    cluster = std::make_unique<Cluster>(config.instances, trace.block_tokens, cc);
   }
   std::vector<Instance> instances;
   instances.reserve(config.instances);
