@@ -57,7 +57,7 @@ double imbalance(const std::vector<std::uint64_t>& v) {
 struct Cluster::Impl {
   ClusterConfig config;
   std::uint32_t block_tokens = 0;
-  router::KvIndexer index;  // after config: built from it
+  router::KvIndexer index;                    // after config: built from it
   std::unique_ptr<router::KvEventFeed> feed;  // kZmq: the subscriber feeding the index
   std::vector<router::InstanceId> ids;
   std::vector<std::shared_ptr<events::KvEventPublisher>> publishers;
