@@ -16,10 +16,10 @@ namespace kvbm::router {
 
 namespace {
 
-// What the feed knows of one instance.
+// What the feed knows of one instance (the next batch it expects is the
+// index's: KvIndexer::state().next_sequence).
 struct Subscription {
   std::size_t source = 0;
-  std::uint64_t next = 0;       // the index's next expected sequence
   bool replay_pending = false;  // a replay was asked for and has not ended
 };
 
@@ -63,27 +63,25 @@ struct KvEventFeed::Impl {
                 bool replayed) {
     const auto id = instance_of(source);
     if (!id) return;
-    bool restarted = false;
     {
-      // A replayed batch the index already has is a duplicate, batch 0
-      // included. A live one can only be below the next expected when the
-      // publisher restarted: a PUB stream never goes back.
       detail::LockGuard lock(mu);
       ++stats.batches_received;
-      const auto it = by_id.find(*id);
-      if (it == by_id.end()) return;
-      if (seq < it->second.next) {
-        if (replayed) return;
-        restarted = true;
-        ++stats.restarts;
-        it->second.next = 0;
-      }
+      if (!by_id.contains(*id)) return;
     }
-    if (restarted) {
+    // A replayed batch the index already has is a duplicate, batch 0
+    // included. A live one can only be below the next expected when the
+    // publisher restarted: a PUB stream never goes back.
+    const InstanceState st = index.state(*id);
+    if (seq < st.next_sequence) {
+      if (replayed) return;
+      {
+        detail::LockGuard lock(mu);
+        ++stats.restarts;
+      }
       logger()->info(
           "KvEventFeed: instance {} restarted (batch {} after {}); its entries are "
           "dropped and its new run read from batch 0",
-          index.state(*id).name, seq, index.state(*id).next_sequence);
+          st.name, seq, st.next_sequence);
       index.restart(*id);
     }
     const ApplyResult r = index.apply(*id, seq, batch);
@@ -94,7 +92,6 @@ struct KvEventFeed::Impl {
       auto it = by_id.find(*id);
       if (it == by_id.end()) return;
       Subscription& s = it->second;
-      s.next = r.expected;
       if (r.status == ApplyStatus::kGap && !s.replay_pending) {
         s.replay_pending = true;
         ++stats.replays_requested;
@@ -127,7 +124,7 @@ struct KvEventFeed::Impl {
         seq, index.state(*id).name, error);
     // What that batch changed is unknown: the instance's entries cannot be trusted.
     index.resync(*id, seq + 1);
-    sync_next(*id);
+    notify_applied();
   }
 
   void on_replay_incomplete(std::size_t source, std::uint64_t wanted,
@@ -150,16 +147,14 @@ struct KvEventFeed::Impl {
         "and rebuilt from what follows",
         st.name, std::max(wanted, st.next_sequence));
     index.resync(*id, first_kept);
-    sync_next(*id);
+    notify_applied();
   }
 
-  // After a resync: the feed's view of the next batch follows the index's.
-  void sync_next(InstanceId id) {
-    const std::uint64_t next = index.state(id).next_sequence;
-    {
-      detail::LockGuard lock(mu);
-      if (auto it = by_id.find(id); it != by_id.end()) it->second.next = next;
-    }
+  // Wakes wait_applied() after the index moved. The waiters read the index
+  // under `mu`; taking it here, after the index changed, means a waiter has
+  // either seen the change or is waiting when the notification comes.
+  void notify_applied() {
+    { detail::LockGuard lock(mu); }
     applied.notify_all();
   }
 };
@@ -181,7 +176,7 @@ InstanceId KvEventFeed::add_instance(std::string name, events::EventSource sourc
   const std::size_t src = m.subscriber->add_source(std::move(source));
   {
     detail::LockGuard lock(m.mu);
-    m.by_id[id] = Subscription{src, 0, true};
+    m.by_id[id] = Subscription{src, true};
     m.by_source[src] = id;
     ++m.stats.replays_requested;
   }
@@ -217,17 +212,19 @@ bool KvEventFeed::wait_applied(InstanceId id, std::uint64_t sequence,
       detail::UniqueLock lock(m.mu);
       const auto slice =
           std::min(deadline, std::chrono::steady_clock::now() + m.options.retry_interval);
+      // by_id loses the instance before the index does (remove_instance), so
+      // the index knows every instance by_id still holds.
+      auto next = [&]() KVBM_REQUIRES(m.mu) { return m.index.state(id).next_sequence; };
       m.applied.wait_until(lock.native(), slice, [&]() KVBM_REQUIRES(m.mu) {
-        const auto it = m.by_id.find(id);
-        return it == m.by_id.end() || it->second.next > sequence;
+        return !m.by_id.contains(id) || next() > sequence;
       });
       const auto it = m.by_id.find(id);
       if (it == m.by_id.end()) return false;
-      if (it->second.next > sequence) return true;
+      from = next();
+      if (from > sequence) return true;
       if (std::chrono::steady_clock::now() >= deadline) return false;
       // Nothing revealed the loss (it was the tail of the stream): ask again.
       source = it->second.source;
-      from = it->second.next;
       it->second.replay_pending = true;
       ++m.stats.replays_requested;
     }

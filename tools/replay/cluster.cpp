@@ -69,6 +69,7 @@ struct Cluster::Impl {
   std::vector<std::uint64_t> requests, computed;
   // The request being replayed.
   router::RouteDecision current;
+  std::size_t current_k = 0;  // its instance's position in `ids`
   double arrival_s = 0;
   std::uint64_t predicted = 0, found = 0;
 
@@ -151,14 +152,14 @@ std::size_t Cluster::route(const TraceRequest& request) {
   m.current = m.router->route(hashes, request.input_length);
   const auto it = std::find(m.ids.begin(), m.ids.end(), m.current.instance);
   KVBM_CHECK(it != m.ids.end(), "Cluster: the router chose an unknown instance");
-  return static_cast<std::size_t>(it - m.ids.begin());
+  m.current_k = static_cast<std::size_t>(it - m.ids.begin());
+  return m.current_k;
 }
 
 void Cluster::completed(const std::array<std::uint64_t, 5>& hit_tokens, std::uint64_t hit_blocks,
                         std::uint64_t computed_tokens) {
   Impl& m = *impl_;
-  const auto k = static_cast<std::size_t>(
-      std::find(m.ids.begin(), m.ids.end(), m.current.instance) - m.ids.begin());
+  const std::size_t k = m.current_k;
   double work = static_cast<double>(computed_tokens) * m.config.options.compute_cost;
   for (std::size_t t = 1; t < hit_tokens.size(); ++t) {
     work += static_cast<double>(hit_tokens[t]) * m.config.options.tier_cost[t];
