@@ -117,7 +117,8 @@ struct OffloadPolicyConfig {
 struct RemoteTierConfig {
   /// One URL per server, redis://[:password@]host:port[/db] or
   /// unix:///path.sock[?db=N]; every instance lists the same URLs in the
-  /// same order. Empty: no G4.
+  /// same order. Empty: no G4. Each is checked by the store's grammar
+  /// (remote_url_error) at build(), before anything connects.
   std::vector<std::string> urls;
   /// The model's name and revision (required with urls): blocks are shared
   /// only between instances that name the same model, dtype and layout.
@@ -126,7 +127,7 @@ struct RemoteTierConfig {
   std::string dtype;
   /// Any further separation (tenant, cache salt).
   std::string user_namespace;
-  std::string key_prefix = "kvbm";  ///< first part of every key
+  std::string key_prefix = "kvbm";  ///< first part of every key (non-empty, no ':')
   std::size_t connections_per_server = 2;
   std::chrono::milliseconds connect_timeout{250};
   std::chrono::milliseconds command_timeout{1000};  ///< bound on one batch's round trips

@@ -16,6 +16,7 @@
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/error.h"
 #include "kvbm/frequency_tracker.h"
+#include "kvbm/remote/remote_store.h"
 #include "kvbm/transfer/host_engine.h"
 
 namespace kvbm::detail {
@@ -273,11 +274,20 @@ void check_remote(const KvBlockManagerConfig& c, const TierBlocks& n) {
                  "G4 stores bytes; it needs move_bytes = true (a metadata-only "
                  "manager has none to store)");
   }
+  // The store's own grammar (remote_url_error), so that a URL passing here parses there.
   for (std::size_t i = 0; i < r.urls.size(); ++i) {
-    if (r.urls[i].empty()) {
-      config_error("remote.urls", "URL " + std::to_string(i) +
-                                      " is empty; give redis://host:port[/db] or unix:///path");
+    if (const std::string why = remote_url_error(r.urls[i]); !why.empty()) {
+      config_error("remote.urls[" + std::to_string(i) + "]", why);
     }
+  }
+  if (r.key_prefix.empty()) {
+    config_error("remote.key_prefix",
+                 "is empty; give the first part of every G4 key, e.g. \"kvbm\" (the default)");
+  }
+  if (r.key_prefix.find(':') != std::string::npos) {
+    config_error("remote.key_prefix", "'" + r.key_prefix +
+                                          "' holds a ':', which separates the parts of a G4 "
+                                          "key; use a prefix without ':', e.g. \"kvbm\"");
   }
   if (r.model.empty()) {
     config_error("remote.model",

@@ -12,7 +12,6 @@ extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <climits>
 #include <cstring>
 #include <hiredis/hiredis.h>
@@ -24,15 +23,6 @@ namespace {
 
 constexpr std::size_t kReadChunk = std::size_t{256} * 1024;  // least room offered to one read()
 
-int parse_int(std::string_view s, std::string_view url, std::string_view what) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  KVBM_CHECK(ec == std::errc() && p == s.data() + s.size() && v >= 0, "remote store URL '", url,
-             "': bad ", what, " '", s,
-             "'; expected redis://[:password@]host:port/db or unix:///path.sock?db=N");
-  return v;
-}
-
 int remaining_ms(Clock::time_point deadline) {
   const auto left =
       std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
@@ -41,63 +31,6 @@ int remaining_ms(Clock::time_point deadline) {
 }
 
 }  // namespace
-
-RedisEndpoint parse_redis_url(std::string_view url) {
-  RedisEndpoint e;
-  constexpr std::string_view kRedis = "redis://", kUnix = "unix://";
-  if (url.starts_with(kUnix)) {
-    std::string_view rest = url.substr(kUnix.size());
-    if (auto q = rest.find('?'); q != std::string_view::npos) {
-      std::string_view query = rest.substr(q + 1);
-      rest = rest.substr(0, q);
-      KVBM_CHECK(query.starts_with("db="), "remote store URL '", url,
-                 "': only ?db=N is understood after a socket path");
-      e.db = parse_int(query.substr(3), url, "database number");
-    }
-    KVBM_CHECK(rest.starts_with('/'), "remote store URL '", url,
-               "': a Unix socket URL needs an absolute path: unix:///path/to/redis.sock");
-    e.unix_socket = true;
-    e.path = std::string(rest);
-    e.display = std::string(url);
-    return e;
-  }
-  KVBM_CHECK(url.starts_with(kRedis), "remote store URL '", url,
-             "' is not understood; use redis://host:port/db or unix:///path.sock");
-  std::string_view rest = url.substr(kRedis.size());
-  std::string_view userinfo;
-  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
-    userinfo = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    auto colon = userinfo.find(':');
-    e.password =
-        std::string(colon == std::string_view::npos ? userinfo : userinfo.substr(colon + 1));
-  }
-  std::string_view hostport = rest;
-  if (auto slash = rest.find('/'); slash != std::string_view::npos) {
-    hostport = rest.substr(0, slash);
-    std::string_view db = rest.substr(slash + 1);
-    if (!db.empty()) e.db = parse_int(db, url, "database number");
-  }
-  if (hostport.starts_with('[')) {  // [ipv6]:port
-    auto close = hostport.find(']');
-    KVBM_CHECK(close != std::string_view::npos, "remote store URL '", url,
-               "': unclosed '[' in the host");
-    e.host = std::string(hostport.substr(1, close - 1));
-    hostport = hostport.substr(close + 1);
-    if (hostport.starts_with(':')) e.port = parse_int(hostport.substr(1), url, "port");
-  } else if (auto colon = hostport.rfind(':'); colon != std::string_view::npos) {
-    e.host = std::string(hostport.substr(0, colon));
-    e.port = parse_int(hostport.substr(colon + 1), url, "port");
-  } else {
-    e.host = std::string(hostport);
-  }
-  KVBM_CHECK(!e.host.empty(), "remote store URL '", url, "' names no host");
-  KVBM_CHECK(e.port > 0 && e.port < 65536, "remote store URL '", url, "': port out of range");
-  e.display = "redis://" +
-              std::string(e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host) +
-              ":" + std::to_string(e.port) + "/" + std::to_string(e.db);
-  return e;
-}
 
 // --- requests ---
 

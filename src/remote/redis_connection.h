@@ -28,27 +28,13 @@
 #include <vector>
 
 #include "kvbm/remote/remote_store.h"
+#include "redis_url.h"
 
 struct redisContext;
 
 namespace kvbm::remote {
 
 using Clock = std::chrono::steady_clock;
-
-/// Where a server is, parsed from its URL.
-struct RedisEndpoint {
-  bool unix_socket = false;
-  std::string host{};  ///< TCP
-  int port = 6379;     ///< TCP
-  std::string path{};  ///< Unix socket
-  int db = 0;
-  std::string password{};
-  std::string display{};  ///< the URL without its password, for logs
-};
-
-/// Parses redis://[:password@]host[:port][/db] or unix:///path[?db=N].
-/// Throws UsageError with what is wrong.
-[[nodiscard]] RedisEndpoint parse_redis_url(std::string_view url);
 
 /// One reply, as the connection classifies it.
 struct RedisReply {

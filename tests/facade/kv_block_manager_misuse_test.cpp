@@ -10,14 +10,16 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-#include "kvbm/kv_block_manager.h"
 #include "facade/facade_test_util.h"
+#include "kvbm/kv_block_manager.h"
+#include "kvbm/remote/remote_store.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -281,6 +283,67 @@ TEST(KvBlockManagerMisuse, Listeners) {
     v.push_back(nullptr);
     expect_option_error(c, which, "null");
   }
+}
+
+// G4's options are checked before anything is built or connected (no server
+// runs here): each URL by the store's own grammar, named by its index, and
+// the key prefix. In a build without the remote tier too.
+TEST(KvBlockManagerMisuse, RemoteOptions) {
+  auto remote = [](std::vector<std::string> urls) {
+    auto c = config(4, 4, 0);
+    c.remote.urls = std::move(urls);
+    c.remote.model = "model-a@1";
+    return c;
+  };
+  const std::vector<std::pair<std::string, std::string>> bad_urls = {
+      {"redis://", "'redis://' names no host; use redis://host:port"},
+      {"http://x:1",
+       "'http://x:1' is not understood; use redis://[:password@]host:port[/db] or "
+       "unix:///path.sock[?db=N]"},
+      {"redis://host:notaport",
+       "'redis://host:notaport' has a bad port 'notaport'; give a number from 1 to 65535"},
+      {"redis://host:70000",
+       "'redis://host:70000' has port 70000, out of range; give a number from 1 to 65535"},
+      {"redis://host:0", "has port 0, out of range"},
+      {"redis://host:6379/x", "has a bad database number 'x'; give 0 or more"},
+      {"redis://[::1:6379", "unclosed '['"},
+      {"unix://relative.sock", "needs an absolute socket path; use unix:///"},
+      {"unix:///r.sock?x=1", "?db=N"},
+      {"", "is empty; use redis://"},
+  };
+  for (const auto& [url, why] : bad_urls) {
+    expect_option_error(remote({url}), "remote.urls[0]", why);
+    expect_option_error(remote({"redis://127.0.0.1:6379/0", url}), "remote.urls[1]", why);
+  }
+  // A password in a bad URL is masked.
+  expect_option_error(remote({"redis://:s3cret@host:port/0"}), "remote.urls[0]",
+                      "'redis://:****@host:port/0' has a bad port 'port'");
+  try {
+    (void)KvBlockManager::build(remote({"redis://user:s3cret@:1"}));
+    ADD_FAILURE() << "expected KvBlockManagerConfig.remote.urls[0]: ...";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos) << e.what();
+  }
+
+  auto c = remote({"redis://127.0.0.1:6379/0"});
+  c.remote.key_prefix = "";
+  expect_option_error(c, "remote.key_prefix", "is empty; give the first part of every G4 key");
+  c.remote.key_prefix = "a:b";
+  expect_option_error(c, "remote.key_prefix", "'a:b' holds a ':'");
+  expect_option_error(c, "remote.key_prefix", "use a prefix without ':'");
+  // Without G4 nothing of it is looked at.
+  c.remote.urls.clear();
+  c.remote.model.clear();
+  auto kv = KvBlockManager::build(c);
+  expect_clean(*kv);
+
+  // The grammar itself, as the store and kvbm-replay --remote ask it.
+  EXPECT_EQ(remote_url_error("redis://127.0.0.1:6379/0"), "");
+  EXPECT_EQ(remote_url_error("redis://:pw@[::1]:6380"), "");
+  EXPECT_EQ(remote_url_error("redis://cache-0"), "");
+  EXPECT_EQ(remote_url_error("unix:///run/redis.sock?db=3"), "");
+  const std::string why = remote_url_error("redis://host:notaport");
+  EXPECT_EQ(why.rfind("'redis://host:notaport' has a bad port 'notaport'; give", 0), 0U) << why;
 }
 
 // Two managers on one registry: the second is refused, naming the option,

@@ -2,12 +2,13 @@
 
 #include "replay/options.h"
 
-#include "replay/model_preset.h"
-
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "replay/model_preset.h"
 
 namespace kvbm::replay {
 namespace {
@@ -157,6 +158,34 @@ TEST(ReplayOptions, RejectsBadArgumentsNamingThem) {
       EXPECT_NE(error.find(name), std::string::npos) << error;
     }
   }
+}
+
+// --remote checks each URL by the remote store's own grammar, and names the option.
+TEST(ReplayOptions, RemoteUrlsAreCheckedByTheStoresGrammar) {
+  std::string error;
+  Options o =
+      parse({"--remote", "redis://127.0.0.1:6379/0", "--remote=unix:///run/r.sock?db=2"}, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(o.remote,
+            (std::vector<std::string>{"redis://127.0.0.1:6379/0", "unix:///run/r.sock?db=2"}));
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"redis://", "names no host"},
+      {"http://x:1", "is not understood; use redis://"},
+      {"redis://host:notaport", "has a bad port 'notaport'; give a number from 1 to 65535"},
+      {"redis://host:70000", "has port 70000, out of range; give a number from 1 to 65535"},
+      {"redis://host:6379/zero", "bad database number 'zero'"},
+      {"unix://relative.sock", "needs an absolute socket path"},
+  };
+  for (const auto& [url, why] : bad) {
+    (void)parse({"--remote", "redis://127.0.0.1:6379/0", "--remote", url}, error);
+    EXPECT_EQ(error.rfind(std::string("--remote: '") + url + "' ", 0), 0U) << error;
+    EXPECT_NE(error.find(why), std::string::npos) << error;
+  }
+  // A password is never repeated in the message.
+  (void)parse({"--remote", "redis://:s3cret@host:port"}, error);
+  EXPECT_EQ(error.find("s3cret"), std::string::npos) << error;
+  EXPECT_NE(error.find("'redis://:****@host:port' has a bad port 'port'"), std::string::npos)
+      << error;
 }
 
 TEST(ReplayOptions, UsageMentionsEveryOption) {

@@ -1,14 +1,15 @@
 #include "replay/options.h"
 
-#include "replay/model_preset.h"
-
 #include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
+
+#include "kvbm/remote/remote_store.h"
+#include "replay/model_preset.h"
 
 namespace kvbm::replay {
 
@@ -237,6 +238,9 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
     } else if (arg == "--remote") {
       KVBM_TAKE("a Redis URL (redis://host:port/db)");
       if (v.empty()) return fail("--remote: expected a Redis URL (redis://host:port/db), got ''");
+      // The store's own grammar: a URL passing here is one the instances can use.
+      if (const std::string why = remote_url_error(v); !why.empty())
+        return fail("--remote: " + why);
       o.remote.emplace_back(v);
     } else if (arg == "--router") {
       KVBM_TAKE("kv, round_robin or random");

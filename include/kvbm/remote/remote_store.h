@@ -38,9 +38,10 @@
 //   kvbm_remote_seconds{op}           histogram of one call's latency: exists, get, put
 //   kvbm_remote_servers_available     servers whose last attempt succeeded
 //
-// Errors: a bad URL or option throws UsageError at create(); nothing else
-// throws for a server's behaviour. Blocks of a batch must have the store's
-// block size (UsageError otherwise).
+// Errors: a bad URL or option throws UsageError at create() (remote_url_error()
+// checks a URL beforehand, by the same grammar); nothing else throws for a
+// server's behaviour. Blocks of a batch must have the store's block size
+// (UsageError otherwise).
 //
 // Lifetime: destroying the store stops its workers (after their current
 // batch, bounded by the timeout) and closes the connections.
@@ -100,6 +101,13 @@ struct RemoteStoreOptions {
   std::shared_ptr<prometheus::Registry> metrics_registry{};  ///< null: no metrics
   std::string pool_name = "G4";                              ///< the `pool` label
 };
+
+/// Returns "" when `url` is a valid server URL (RemoteStoreOptions::urls);
+/// otherwise the URL, its password masked, then what is wrong and what to
+/// write instead: "'redis://host:x' has a bad port 'x'; give a number from 1
+/// to 65535, ...". The grammar create() parses with; connects to nothing, and
+/// works in a kvbm built without the remote tier.
+[[nodiscard]] std::string remote_url_error(std::string_view url);
 
 /// One block to write: its identity and its bytes, in one or more regions
 /// whose sizes add up to the store's block_bytes().
