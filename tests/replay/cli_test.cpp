@@ -248,6 +248,54 @@ TEST(ReplayCli, PersistTwiceStartsTheSecondRunWarmFromG3) {
   EXPECT_EQ(b["verification"]["failures"], 0);
   EXPECT_EQ(b["verification"]["blocks"], b["hits"]["total"]["blocks"]);
   EXPECT_EQ(b["audit"], "");
+  // One instance keeps G3 in the directory itself, as it always has.
+  EXPECT_TRUE(fs::is_regular_file(disk / "kvbm.slots"));
+  EXPECT_FALSE(fs::exists(disk / "instance-0"));
+}
+
+// Several instances on one --disk-dir: each keeps its persistent G3 (a file
+// one process locks) in its own subdirectory, and a second run of the same
+// command recovers each instance's blocks from its own.
+TEST(ReplayCli, PersistWithInstancesKeepsAG3DirectoryPerInstance) {
+  constexpr std::size_t kInstances = 3;
+  const test::ScratchDir dir("kvbm-cli-persist-instances");
+  const fs::path disk = dir.path() / "g3";
+  fs::create_directories(disk);
+  fs::create_directories(disk / "instance-1");  // one of them there already: used as it is
+  std::vector<std::string> args = {"--disk-dir", disk.string(), "--persist", "--instances",
+                                   std::to_string(kInstances)};
+  for (const char* a : {"--limit", "240", "--device-blocks", "64", "--host-blocks", "128",
+                        "--disk-blocks", "2048", "--json", "--quiet"}) {
+    args.emplace_back(a);
+  }
+  const Outcome first = run(args, dir.path());
+  ASSERT_EQ(first.status, 0) << first.err;
+  const auto a = nlohmann::json::parse(first.out)["result"];
+  EXPECT_EQ(a["recovered_blocks"], 0);
+  EXPECT_FALSE(fs::exists(disk / "kvbm.slots"));
+  for (std::size_t i = 0; i < kInstances; ++i) {
+    const fs::path sub = disk / ("instance-" + std::to_string(i));
+    EXPECT_TRUE(fs::is_regular_file(sub / "kvbm.slots")) << sub;
+    EXPECT_EQ(a["instances"]["each"][i]["recovered_blocks"], 0) << i;
+  }
+  const Outcome second = run(args, dir.path());
+  ASSERT_EQ(second.status, 0) << second.err;
+  const auto b = nlohmann::json::parse(second.out)["result"];
+  ASSERT_EQ(b["instances"]["each"].size(), kInstances);
+  std::uint64_t recovered = 0;
+  for (std::size_t i = 0; i < kInstances; ++i) {
+    const auto n = b["instances"]["each"][i]["recovered_blocks"].get<std::uint64_t>();
+    EXPECT_GT(n, 0U) << "instance " << i << " recovered nothing from its own directory";
+    recovered += n;
+  }
+  EXPECT_EQ(b["recovered_blocks"].get<std::uint64_t>(), recovered);
+  EXPECT_GT(b["hits"]["G3"]["blocks"].get<std::uint64_t>(),
+            a["hits"]["G3"]["blocks"].get<std::uint64_t>());
+  EXPECT_EQ(b["verification"]["failures"], 0);
+  EXPECT_EQ(b["verification"]["blocks"], b["hits"]["total"]["blocks"]);
+  EXPECT_EQ(b["audit"], "");
+  EXPECT_EQ(std::distance(fs::directory_iterator(disk), fs::directory_iterator()),
+            static_cast<std::ptrdiff_t>(kInstances));
 }
 
 TEST(ReplayCli, PersistNeedsADiskDirectory) {

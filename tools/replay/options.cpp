@@ -522,7 +522,9 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          removed at exit)
   --persist              keep G3 in --disk-dir across runs: the file stays, and the
                          next run on the directory starts with every intact block
-                         of the same layout in G3 (checked byte for byte when served)
+                         of the same layout in G3 (checked byte for byte when served);
+                         with --instances N (N > 1) each instance keeps its own G3
+                         in DIR/instance-0 ... DIR/instance-<N-1>, created as needed
   --metadata-only        move no bytes (simulation: pools and pipelines only)
 timing
   --soak SECONDS         replay the trace over and over through one KvBlockManager

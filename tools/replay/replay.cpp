@@ -5,6 +5,8 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -233,6 +235,14 @@ KvBlockManagerConfig manager_config(const ReplayConfig& config, std::uint32_t bl
   return c;
 }
 
+std::filesystem::path instance_disk_directory(const ReplayConfig& config, std::size_t index) {
+  const bool has_disk = config.disk.blocks != 0 || config.disk.bytes != 0;
+  if (!config.persist || config.instances <= 1 || !has_disk || config.disk_directory.empty()) {
+    return config.disk_directory;
+  }
+  return config.disk_directory / ("instance-" + std::to_string(index));
+}
+
 namespace {
 
 // One engine instance: its manager, its series and what it did.
@@ -256,6 +266,15 @@ Instance build_instance(const Trace& trace, const ReplayConfig& config, std::siz
                         Cluster* cluster) {
   Instance in;
   KvBlockManagerConfig mc = manager_config(config, trace.block_tokens);
+  mc.disk_directory = instance_disk_directory(config, index);
+  if (mc.disk_directory != config.disk_directory) {
+    // A persistent G3 belongs to one manager (it locks its directory).
+    std::error_code ec;
+    std::filesystem::create_directory(mc.disk_directory, ec);
+    KVBM_CHECK(!ec, "run_replay: cannot create instance ", index, "'s G3 directory ",
+               mc.disk_directory, ": ", ec.message(),
+               "; give a disk_directory (--disk-dir) that exists and is writable");
+  }
   if (cluster != nullptr) cluster->attach(index, mc);
   // Each instance has its own series; instance 0 reports to the caller's registry.
   if (index > 0) mc.metrics_registry = std::make_shared<prometheus::Registry>();
@@ -321,7 +340,9 @@ void add_instance(ReplayResult& total, const ReplayResult& r) {
     q.failed_blocks += p.failed_blocks;
   }
   if (!r.audit.empty()) total.audit += r.audit;
-  total.per_instance.push_back({r.requests, r.blocks, r.hit_blocks, r.remote_hit_blocks});
+  total.recovered_blocks += r.recovered_blocks;
+  total.per_instance.push_back(
+      {r.requests, r.blocks, r.hit_blocks, r.remote_hit_blocks, r.recovered_blocks});
 }
 
 }  // namespace
@@ -548,6 +569,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   sum.computed_blocks = sum.uncached_blocks = sum.onboard_failed = 0;
   sum.onboard_no_space = sum.verified_blocks = sum.verify_failures = 0;
   sum.lost_to_lag = {};
+  sum.recovered_blocks = 0;
   for (auto& p : sum.paths) p.blocks = p.bytes = p.failed_blocks = 0;
   sum.engine_paths.clear();
   sum.audit.clear();

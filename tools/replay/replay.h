@@ -79,7 +79,10 @@ struct ReplayConfig {
   /// The --model preset's name ("" = the layout above), for the report.
   std::string model;
   /// Keep G3 in disk_directory across runs (KvBlockManagerConfig::disk_persistent),
-  /// under a namespace naming the replay and its model.
+  /// under a namespace naming the replay and its model. With several
+  /// instances each keeps its own G3 in disk_directory/instance-<i>
+  /// (instance_disk_directory), created when missing: a persistent G3 is
+  /// one process's, under a lock, and each instance recovers its own blocks.
   bool persist = false;
   /// Engine instances (1 ..), each a KvBlockManager with its own G1/G2/G3:
   /// request i goes to instance i % instances, or with assign_random to one
@@ -149,7 +152,8 @@ struct ReplayResult {
   bool overlap_offload = false;
   std::string model;             ///< the --model preset, or "" (the layout options)
   bool persist = false;          ///< G3 kept across runs
-  std::uint64_t recovered_blocks = 0;  ///< blocks a persistent G3 held at the start
+  /// Blocks a persistent G3 held at the start (all instances' together).
+  std::uint64_t recovered_blocks = 0;
   SavingsInputs savings_inputs;  ///< the cost model of the savings estimate
   bool device_emulated = false;
   bool bytes_checked = false;  ///< pattern written and verified
@@ -184,6 +188,7 @@ struct ReplayResult {
     std::uint64_t blocks = 0;
     std::array<std::uint64_t, 3> hit_blocks{};
     std::uint64_t remote_hit_blocks = 0;
+    std::uint64_t recovered_blocks = 0;  ///< blocks its persistent G3 held at the start
   };
   std::vector<InstanceFigures> per_instance;
   /// The router's figures (ReplayConfig::router).
@@ -212,5 +217,11 @@ struct ReplayResult {
 /// Builds the KvBlockManagerConfig run_replay uses (exposed for tests).
 [[nodiscard]] KvBlockManagerConfig manager_config(const ReplayConfig& config,
                                                   std::uint32_t block_tokens);
+
+/// Returns the G3 directory of instance `index`: disk_directory itself,
+/// unless G3 persists over several instances; then its subdirectory
+/// "instance-<index>".
+[[nodiscard]] std::filesystem::path instance_disk_directory(const ReplayConfig& config,
+                                                            std::size_t index);
 
 }  // namespace kvbm::replay

@@ -129,8 +129,10 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                      capacity_text(r.capacity[0]), capacity_text(r.capacity[1]),
                      capacity_text(r.capacity[2]), r.eviction);
   if (r.persist) {
-    out << fmt::format("  G3 persistent: {} blocks recovered from the directory at the start\n",
-                       group_digits(r.recovered_blocks));
+    out << fmt::format(
+        "  G3 persistent: {} blocks recovered from {} at the start\n",
+        group_digits(r.recovered_blocks),
+        r.per_instance.empty() ? "the directory" : "the instances' directories (instance-<i>)");
   }
   if (!r.model.empty()) {
     out << fmt::format("  model {}: {} per block\n", r.model, human_bytes(static_cast<double>(r.block_bytes)));
@@ -161,17 +163,19 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   if (!r.per_instance.empty()) {
     out << fmt::format("  {} instances{}, tier sizes per instance; hits per instance:\n",
                        r.per_instance.size(), r.remote ? " sharing G4" : ", sharing nothing");
-    out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}\n", "instance",
-                       "requests", "blocks", "G1", "G2", "G3", "G4", "ratio");
+    out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}{}\n", "instance",
+                       "requests", "blocks", "G1", "G2", "G3", "G4", "ratio",
+                       r.persist ? fmt::format(" {:>10}", "recovered") : "");
     for (std::size_t i = 0; i < r.per_instance.size(); ++i) {
       const auto& x = r.per_instance[i];
       const std::uint64_t hits =
           x.hit_blocks[0] + x.hit_blocks[1] + x.hit_blocks[2] + x.remote_hit_blocks;
-      out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2f}%\n", i,
+      out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2f}%{}\n", i,
                          group_digits(x.requests), group_digits(x.blocks),
                          group_digits(x.hit_blocks[0]), group_digits(x.hit_blocks[1]),
                          group_digits(x.hit_blocks[2]), group_digits(x.remote_hit_blocks),
-                         100 * ratio(hits, x.blocks));
+                         100 * ratio(hits, x.blocks),
+                         r.persist ? fmt::format(" {:>10}", group_digits(x.recovered_blocks)) : "");
     }
     out << "\n";
   }
@@ -261,7 +265,8 @@ nlohmann::json result_json(const ReplayResult& r) {
                           {{"G1", x.hit_blocks[0]},
                            {"G2", x.hit_blocks[1]},
                            {"G3", x.hit_blocks[2]},
-                           {"G4", x.remote_hit_blocks}}}});
+                           {"G4", x.remote_hit_blocks}}},
+                         {"recovered_blocks", x.recovered_blocks}});
   }
   json paths = json::object();
   for (const auto& p : r.paths) {
