@@ -3,25 +3,33 @@
 // The extension is a thin layer over the public API (docs/python.md): each
 // bind_*() adds one area to the module. Conventions kept by every file:
 //
-//   * hashes cross as 1-D uint64 arrays (or lists) of sequence hash values;
-//     make_hashes() turns them into SequenceHash values, either chained (one
-//     sequence from position 0: block i has position i and block i-1 as its
-//     parent, as hash_tokens() produced them) or flat (every value a block of
-//     its own at position 0: opaque keys, as the engine integrations use);
-//   * buffers cross as nb::ndarray (DLPack or the buffer protocol): their
-//     address reaches C++ unchanged, nothing is copied on the way in;
+//   * hashes, token ids and rows cross as lists of ints or 1-D integer arrays
+//     of any dtype and stride, each value checked to fit (integers.h);
+//     make_hashes() turns hash values into SequenceHash values, either chained
+//     (one sequence from position 0: block i has position i and block i-1 as
+//     its parent, as hash_tokens() produced them) or flat (every value a block
+//     of its own at position 0: opaque keys, as the engine integrations use);
+//   * buffers cross as arrays used in place (host_bytes.h): their address
+//     reaches C++ unchanged, nothing is converted or copied on the way in, and
+//     what cannot be used in place is refused;
+//   * every handle a call takes is checked to be one of this manager's;
 //   * every call that may wait (a copy, an onboarding, a drain, a disk or
 //     network round trip) releases the GIL; Python objects are read before
 //     the release and written after it.
 //
-// Lifetime: a Manager is shared by the Python KvBlockManager and every array
-// viewing its memory, so the memory outlives the last view. Block handles are
-// the library's own (they stay safe after the manager is gone).
+// Lifetime: every call holds a Manager::Lease for its whole duration; close()
+// refuses new calls, waits for the leases in flight, then shuts the manager
+// down. The KvBlockManager is shared with every array viewing its memory, so
+// the memory outlives the last view. Block and onboarding handles are the
+// library's own (they stay safe after the manager is gone).
 
 #pragma once
 
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <span>
@@ -35,40 +43,68 @@ namespace kvbm::python {
 
 namespace nb = nanobind;
 
-/// A 1-D array of sequence hash values (uint64) in host memory.
-using HashArray = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-/// Any C-contiguous host buffer, read or written as bytes.
-using HostBuffer = nb::ndarray<nb::c_contig, nb::device::cpu>;
-/// Row indices into a buffer of whole blocks.
-using RowArray = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
 class EventCollector;
 
 /// The manager behind the Python KvBlockManager.
-struct Manager {
-  std::shared_ptr<KvBlockManager> kv;
+class Manager {
+ public:
+  /// A call's hold on the manager, from its first argument read to its result:
+  /// the KvBlockManager stays alive and close() waits until the lease is gone.
+  class Lease {
+   public:
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease();
+
+    KvBlockManager& operator*() const { return *kv_; }
+    KvBlockManager* operator->() const { return kv_.get(); }
+    /// The manager itself, for what must keep its memory alive (an array view).
+    [[nodiscard]] const std::shared_ptr<KvBlockManager>& shared() const { return kv_; }
+
+   private:
+    friend class Manager;
+    Lease(const Manager* owner, std::shared_ptr<KvBlockManager> kv)
+        : owner_(owner), kv_(std::move(kv)) {}
+
+    const Manager* owner_;
+    std::shared_ptr<KvBlockManager> kv_;
+  };
+
+  /// Takes the manager in hand for one call; throws UsageError after close().
+  [[nodiscard]] Lease lease() const;
+  /// Starts managing `kv` (once, from __init__).
+  void open(std::shared_ptr<KvBlockManager> kv);
+  /// Refuses new calls, waits (GIL released) for those in flight, drains and
+  /// shuts the manager down and lets it go; idempotent.
+  void close();
+
   /// KV events (null when the manager was built without them): the publisher
   /// is fed by listeners on every pool; the collector keeps what it publishes
   /// for take_events() (absent when events go to a ZeroMQ socket only).
   std::shared_ptr<events::KvEventPublisher> publisher;
   std::shared_ptr<EventCollector> collector;
 
-  /// Returns the manager; throws UsageError after close().
-  [[nodiscard]] KvBlockManager& get() const;
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable idle_;
+  std::shared_ptr<KvBlockManager> kv_;  // guarded by mu_; null once closed
+  mutable std::size_t in_flight_ = 0;   // guarded by mu_: leases alive
+  bool closed_ = false;                 // guarded by mu_
 };
 
 /// Returns the SequenceHash values of `values`, chained or flat (file comment).
 [[nodiscard]] std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values,
                                                     bool chained);
 
-/// Returns the bytes of a host buffer and its size.
-[[nodiscard]] std::span<std::uint8_t> bytes_of(const HostBuffer& buffer);
-
 void bind_errors(nb::module_& m);
 void bind_hashing(nb::module_& m);
 void bind_config(nb::module_& m);
 void bind_blocks(nb::module_& m);
 void bind_manager(nb::module_& m);
+/// Returns the sequence hashes of `obj` (a list or array of hash values; integers.h),
+/// chained or flat; `what` names the call in errors.
+[[nodiscard]] std::vector<SequenceHash> hashes_of(nb::handle obj, bool chained, const char* what);
+
 void bind_buffers(nb::class_<Manager>& cls);
 void bind_events(nb::module_& m);
 void bind_event_methods(nb::class_<Manager>& cls);

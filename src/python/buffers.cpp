@@ -6,12 +6,14 @@
 //                                                      / onboard, copy out, in one call
 //
 // A buffer is C-contiguous host memory seen as rows of block_bytes bytes (any
-// dtype; its size must be a whole number of blocks). A block's bytes in a row
-// are its (layer, outer) regions in that order, whatever the pool's layout, so
-// a row written to G1 reads back the same from G2 or after a trip through G3.
-// `rows` (int64) picks the row of each block; without it block i is row i.
-// The buffer's address is used as given (no copy on the way in or out):
-// _address(buffer) returns it as C++ sees it.
+// dtype of whole bytes; its size must be a whole number of blocks), used in
+// place and checked first (host_bytes.h): a destination must be writable, and
+// nothing is converted. A block's bytes in a row are its (layer, outer)
+// regions in that order, whatever the pool's layout, so a row written to G1
+// reads back the same from G2 or after a trip through G3. `rows` (integers)
+// picks the row of each block; without it block i is row i. The buffer's
+// address is used as given: _address(buffer) returns it as C++ sees it.
+// Every block handle is checked to be one of this manager's.
 //
 // G1 memory is host memory when device_emulated; on a GPU it is device memory:
 // views are then DLPack tensors on that device (torch.from_dlpack reads them)
@@ -26,6 +28,8 @@
 #include "kvbm/config.h"
 #include "kvbm/kv_block_manager.h"
 #include "python/bindings.h"
+#include "python/host_bytes.h"
+#include "python/integers.h"
 
 #if KVBM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -75,48 +79,60 @@ void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
 }
 
 /// Where each block's bytes go or come from: one row of block_bytes per block.
+/// Holds the callers' arrays for as long as their bytes are used.
 struct Rows {
+  std::vector<HostBytes> buffers;
   std::vector<std::uint8_t*> ptrs;  // block i <-> ptrs[i]
 
   std::uint8_t* row(std::size_t i) const { return ptrs[i]; }
 };
 
-Rows rows_of(const HostBuffer& buffer, std::size_t block_bytes, std::size_t blocks,
-             const std::optional<RowArray>& rows, const char* what) {
-  const auto bytes = bytes_of(buffer);
+/// The rows of `buffer` (one array of whole blocks, row i = block i or rows[i]) or of a
+/// list or tuple of one-block arrays, checked for `access` in place.
+Rows rows_of(nb::handle buffer, nb::handle rows, std::size_t block_bytes, std::size_t blocks,
+             Access access, const char* call) {
+  const std::string what = std::string(call) + (access == Access::kWrite ? ": dst" : ": src");
+  Rows r;
+  r.ptrs.reserve(blocks);
+  if (nb::isinstance<nb::list>(buffer) || nb::isinstance<nb::tuple>(buffer)) {
+    KVBM_CHECK(rows.is_none(), what,
+               ": rows= picks rows of one array; with a list of buffers, buffer i is block i");
+    nb::sequence seq = nb::borrow<nb::sequence>(buffer);
+    const std::size_t n = nb::len(seq);
+    KVBM_CHECK(n == blocks, what, ": ", n, " buffers for ", blocks,
+               " hashes; give one buffer per hash");
+    std::size_t i = 0;
+    for (nb::handle item : seq) {
+      const std::string item_what = what + "[" + std::to_string(i) + "]";
+      HostBytes b = host_bytes(item, access, item_what.c_str());
+      KVBM_CHECK(b.bytes.size() == block_bytes, item_what, ": holds ", b.bytes.size(),
+                 " bytes; a block is ", block_bytes);
+      r.ptrs.push_back(b.bytes.data());
+      r.buffers.push_back(std::move(b));
+      ++i;
+    }
+    return r;
+  }
+  HostBytes b = host_bytes(buffer, access, what.c_str());
+  const auto bytes = b.bytes;
+  r.buffers.push_back(std::move(b));
   KVBM_CHECK(bytes.size() % block_bytes == 0, what, ": the buffer holds ", bytes.size(),
              " bytes, not a whole number of blocks of ", block_bytes, " bytes");
   const std::size_t count = bytes.size() / block_bytes;
-  Rows r;
-  r.ptrs.reserve(blocks);
-  if (rows) {
-    KVBM_CHECK(rows->shape(0) == blocks, what, ": ", rows->shape(0), " rows for ", blocks,
+  if (!rows.is_none()) {
+    const std::string rows_what = std::string(call) + ": rows";
+    const std::vector<std::int64_t> picked = integers_of<std::int64_t>(rows, rows_what.c_str());
+    KVBM_CHECK(picked.size() == blocks, rows_what, ": ", picked.size(), " rows for ", blocks,
                " blocks; give one row per block");
     for (std::size_t i = 0; i < blocks; ++i) {
-      const std::int64_t row = rows->data()[i];
-      KVBM_CHECK(row >= 0 && static_cast<std::size_t>(row) < count, what, ": row ", row,
+      const std::int64_t row = picked[i];
+      KVBM_CHECK(row >= 0 && static_cast<std::size_t>(row) < count, rows_what, ": row ", row,
                  " is outside the buffer's ", count, " blocks");
       r.ptrs.push_back(bytes.data() + static_cast<std::size_t>(row) * block_bytes);
     }
   } else {
     KVBM_CHECK(blocks <= count, what, ": ", blocks, " blocks but the buffer holds only ", count);
     for (std::size_t i = 0; i < blocks; ++i) r.ptrs.push_back(bytes.data() + i * block_bytes);
-  }
-  return r;
-}
-
-/// One buffer per block, each exactly block_bytes.
-Rows rows_of(const std::vector<HostBuffer>& buffers, std::size_t block_bytes, std::size_t blocks,
-             const char* what) {
-  KVBM_CHECK(buffers.size() == blocks, what, ": ", buffers.size(), " buffers for ", blocks,
-             " hashes; give one buffer per hash");
-  Rows r;
-  r.ptrs.reserve(blocks);
-  for (std::size_t i = 0; i < blocks; ++i) {
-    const auto bytes = bytes_of(buffers[i]);
-    KVBM_CHECK(bytes.size() == block_bytes, what, ": buffer ", i, " holds ", bytes.size(),
-               " bytes; a block is ", block_bytes);
-    r.ptrs.push_back(bytes.data());
   }
   return r;
 }
@@ -138,25 +154,47 @@ void copy_block(const Layout& layout, BlockId id, std::uint8_t* row, bool into_b
   }
 }
 
-template <class Block>
-std::vector<BlockId> ids_of(const std::vector<Block*>& blocks, const char* what) {
+template <TierMarker T>
+BlockManager<T>& pool_of(KvBlockManager& kv) {
+  if constexpr (std::is_same_v<T, G1>) {
+    return kv.device();
+  } else {
+    KVBM_CHECK(kv.host() != nullptr, "block bytes: the manager has no G2");
+    return *kv.host();
+  }
+}
+
+/// Checks that `b` is a live block of this manager's pool of tier T.
+template <TierMarker T, class Block>
+void check_own(KvBlockManager& kv, const Block* b, std::size_t i, const char* what) {
+  KVBM_CHECK(b != nullptr && b->valid(), what, ": block ", i, " was released");
+  KVBM_CHECK(pool_of<T>(kv).owns(*b), what, ": block ", i, " (id ", b->block_id(),
+             ") belongs to another KvBlockManager; pass blocks of this manager (each manager "
+             "reads and writes only its own)");
+}
+
+template <TierMarker T, class Block>
+std::vector<BlockId> ids_of(KvBlockManager& kv, const std::vector<Block*>& blocks,
+                            const char* what) {
   std::vector<BlockId> ids;
   ids.reserve(blocks.size());
-  for (const Block* b : blocks) {
-    KVBM_CHECK(b != nullptr && b->valid(), what, ": a block was released");
-    ids.push_back(b->block_id());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    check_own<T>(kv, blocks[i], i, what);
+    ids.push_back(blocks[i]->block_id());
   }
   return ids;
 }
 
 template <TierMarker T, class Block>
-void copy_blocks(Manager& m, const std::vector<Block*>& blocks, const HostBuffer& buffer,
-                 const std::optional<RowArray>& rows, bool into_block, const char* what) {
-  KvBlockManager& kv = m.get();
+void copy_blocks(Manager& m, const std::vector<Block*>& blocks, nb::handle buffer, nb::handle rows,
+                 bool into_block, const char* what) {
+  const auto lease = m.lease();
+  KvBlockManager& kv = *lease;
   const Layout& layout = layout_of<T>(kv);
   const bool device = !host_accessible<T>(kv);
-  const std::vector<BlockId> ids = ids_of(blocks, what);
-  const Rows r = rows_of(buffer, kv.block_bytes(), ids.size(), rows, what);
+  const std::vector<BlockId> ids = ids_of<T>(kv, blocks, what);
+  const Rows r = rows_of(buffer, rows, kv.block_bytes(), ids.size(),
+                         into_block ? Access::kRead : Access::kWrite, what);
   nb::gil_scoped_release release;
   std::vector<Region> scratch;
   for (std::size_t i = 0; i < ids.size(); ++i)
@@ -182,8 +220,8 @@ nb::object array_over(std::uintptr_t addr, std::size_t size, bool writable, bool
 
 /// The owner of a view: the manager's memory (a strong reference that close() does not
 /// drop) and the Python block object.
-nb::object view_owner(const Manager& m, nb::handle block_obj) {
-  auto* kv = new std::shared_ptr<KvBlockManager>(m.kv);
+nb::object view_owner(const Manager::Lease& lease, nb::handle block_obj) {
+  auto* kv = new std::shared_ptr<KvBlockManager>(lease.shared());
   nb::capsule memory(
       kv, [](void* p) noexcept { delete static_cast<std::shared_ptr<KvBlockManager>*>(p); });
   return nb::make_tuple(memory, block_obj);
@@ -196,7 +234,9 @@ void def_views(nb::class_<Manager>& cls, bool writable) {
       [writable](nb::handle self, nb::handle_t<Block> block_obj) {
         Manager& m = nb::cast<Manager&>(self);
         const Block& b = nb::cast<const Block&>(block_obj);
-        KvBlockManager& kv = m.get();
+        const auto lease = m.lease();
+        KvBlockManager& kv = *lease;
+        check_own<T>(kv, &b, 0, "view");
         const Layout& layout = layout_of<T>(kv);
         KVBM_CHECK(layout.kind() == LayoutKind::kFullyContiguous,
                    "view: the pool's layout is layer separated, so a block is not one range of "
@@ -204,7 +244,7 @@ void def_views(nb::class_<Manager>& cls, bool writable) {
                    "config.device_layout = LayoutKind.FULLY_CONTIGUOUS");
         const Region r = layout.block_region(b.block_id());
         return array_over(r.addr, r.size, writable, !host_accessible<T>(kv),
-                          kv.config().cuda_device, view_owner(m, block_obj));
+                          kv.config().cuda_device, view_owner(lease, block_obj));
       },
       "block"_a,
       "Returns a uint8 array over the block's memory (no copy; read-only for a registered block). "
@@ -216,13 +256,27 @@ void def_views(nb::class_<Manager>& cls, bool writable) {
                  std::uint32_t outer) {
         Manager& m = nb::cast<Manager&>(self);
         const Block& b = nb::cast<const Block&>(block_obj);
-        KvBlockManager& kv = m.get();
+        const auto lease = m.lease();
+        KvBlockManager& kv = *lease;
+        check_own<T>(kv, &b, 0, "region_view");
         const Region r = layout_of<T>(kv).region(b.block_id(), layer, outer);
         return array_over(r.addr, r.size, writable, !host_accessible<T>(kv),
-                          kv.config().cuda_device, view_owner(m, block_obj));
+                          kv.config().cuda_device, view_owner(lease, block_obj));
       },
       "block"_a, "layer"_a, "outer"_a,
       "Returns a uint8 array over one (layer, outer) region of the block.");
+}
+
+template <TierMarker T, class Block>
+void def_copies(nb::class_<Manager>& cls, const char* name, bool into_block, const char* doc) {
+  const char* buffer_name = into_block ? "src" : "dst";
+  cls.def(
+      name,
+      [name, into_block](Manager& m, const std::vector<Block*>& blocks, nb::handle buffer,
+                         nb::handle rows) {
+        copy_blocks<T>(m, blocks, buffer, rows, into_block, name);
+      },
+      "blocks"_a, nb::arg(buffer_name), "rows"_a = nb::none(), doc);
 }
 
 template <TierMarker T>
@@ -260,16 +314,22 @@ std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hash
   return hashes.size() - missing.size() + blocks.size();
 }
 
-std::size_t store(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained,
+std::size_t store(Manager& m, nb::handle values, nb::handle src, nb::handle rows, bool chained,
                   TierId tier) {
-  const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
+  const auto lease = m.lease();
+  KvBlockManager& kv = *lease;
+  const auto hashes = hashes_of(values, chained, "store: hashes");
+  const Rows r = rows_of(src, rows, kv.block_bytes(), hashes.size(), Access::kRead, "store");
   KVBM_CHECK(tier == TierId::kG1 || tier == TierId::kG2, "store: blocks are stored into G1 or G2");
   nb::gil_scoped_release release;
-  return tier == TierId::kG1 ? store_into<G1>(kv, hashes, rows) : store_into<G2>(kv, hashes, rows);
+  return tier == TierId::kG1 ? store_into<G1>(kv, hashes, r) : store_into<G2>(kv, hashes, r);
 }
 
-std::size_t load(KvBlockManager& kv, const HashArray& values, const Rows& rows, bool chained) {
-  const auto hashes = make_hashes({values.data(), values.shape(0)}, chained);
+std::size_t load(Manager& m, nb::handle values, nb::handle dst, nb::handle rows_arg, bool chained) {
+  const auto lease = m.lease();
+  KvBlockManager& kv = *lease;
+  const auto hashes = hashes_of(values, chained, "load: hashes");
+  const Rows rows = rows_of(dst, rows_arg, kv.block_bytes(), hashes.size(), Access::kWrite, "load");
   const Layout& layout = layout_of<G1>(kv);
   const bool device = !host_accessible<G1>(kv);
   nb::gil_scoped_release release;
@@ -284,10 +344,6 @@ std::size_t load(KvBlockManager& kv, const HashArray& values, const Rows& rows, 
 
 }  // namespace
 
-std::span<std::uint8_t> bytes_of(const HostBuffer& buffer) {
-  return {static_cast<std::uint8_t*>(buffer.data()), buffer.nbytes()};
-}
-
 void bind_buffers(nb::class_<Manager>& cls) {
   def_views<G1, MutableBlock<G1>>(cls, true);
   def_views<G2, MutableBlock<G2>>(cls, true);
@@ -295,105 +351,43 @@ void bind_buffers(nb::class_<Manager>& cls) {
   def_views<G2, ImmutableBlock<G2>>(cls, false);
 
   const char* write_doc =
-      "Copies rows of `src` into the blocks (row i, or rows[i], into block i); GIL released.";
-  const char* read_doc = "Copies the blocks into rows of `dst` (block i into row i, or rows[i]).";
-  cls.def(
-      "write",
-      [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const HostBuffer& src,
-         const std::optional<RowArray>& rows) {
-        copy_blocks<G1>(m, blocks, src, rows, true, "write");
-      },
-      "blocks"_a, "src"_a, "rows"_a = nb::none(), write_doc);
-  cls.def(
-      "write",
-      [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const HostBuffer& src,
-         const std::optional<RowArray>& rows) {
-        copy_blocks<G2>(m, blocks, src, rows, true, "write");
-      },
-      "blocks"_a, "src"_a, "rows"_a = nb::none(), write_doc);
-  cls.def(
-      "read",
-      [](Manager& m, const std::vector<ImmutableBlock<G1>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) {
-        copy_blocks<G1>(m, blocks, dst, rows, false, "read");
-      },
-      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
-  cls.def(
-      "read",
-      [](Manager& m, const std::vector<ImmutableBlock<G2>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) {
-        copy_blocks<G2>(m, blocks, dst, rows, false, "read");
-      },
-      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
-  cls.def(
-      "read",
-      [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) {
-        copy_blocks<G1>(m, blocks, dst, rows, false, "read");
-      },
-      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
-  cls.def(
-      "read",
-      [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const HostBuffer& dst,
-         const std::optional<RowArray>& rows) {
-        copy_blocks<G2>(m, blocks, dst, rows, false, "read");
-      },
-      "blocks"_a, "dst"_a, "rows"_a = nb::none(), read_doc);
+      "Copies rows of `src` into the blocks (row i, or rows[i], into block i); GIL released. "
+      "`src`: a C-contiguous host array of whole blocks, read in place.";
+  const char* read_doc =
+      "Copies the blocks into rows of `dst` (block i into row i, or rows[i]). `dst`: a "
+      "writable C-contiguous host array of whole blocks, written in place.";
+  def_copies<G1, MutableBlock<G1>>(cls, "write", true, write_doc);
+  def_copies<G2, MutableBlock<G2>>(cls, "write", true, write_doc);
+  def_copies<G1, ImmutableBlock<G1>>(cls, "read", false, read_doc);
+  def_copies<G2, ImmutableBlock<G2>>(cls, "read", false, read_doc);
+  def_copies<G1, MutableBlock<G1>>(cls, "read", false, read_doc);
+  def_copies<G2, MutableBlock<G2>>(cls, "read", false, read_doc);
 
-  const char* store_doc =
-      "Stores block i's bytes (row i of src, or rows[i]; or the i-th buffer of a list) under "
-      "hashes[i]: blocks the tier already holds are skipped, the others allocated (as many as "
-      "fit), copied and registered, and go down to G3/G4 as the config says. Returns how many "
-      "of the hashes the tier now holds. Hashes are flat by default (engine keys).";
-  cls.def(
-      "store",
-      [](Manager& m, const HashArray& values, const HostBuffer& src,
-         const std::optional<RowArray>& rows, bool chained, TierId tier) {
-        KvBlockManager& kv = m.get();
-        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), rows, "store"),
-                     chained, tier);
-      },
-      "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false, "tier"_a = TierId::kG2,
-      store_doc);
-  cls.def(
-      "store",
-      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& src, bool chained,
-         TierId tier) {
-        KvBlockManager& kv = m.get();
-        return store(kv, values, rows_of(src, kv.block_bytes(), values.shape(0), "store"), chained,
-                     tier);
-      },
-      "hashes"_a, "src"_a, "chained"_a = false, "tier"_a = TierId::kG2, store_doc);
-  const char* load_doc =
-      "Onboards the longest prefix of `hashes` held in any tier (every block read from G3 or G4 "
-      "verified), copies block i into row i of dst (or rows[i]; or the i-th buffer of a list) "
-      "and returns the prefix's length: a block that fails its check ends the prefix, and is "
-      "never copied.";
-  cls.def(
-      "load",
-      [](Manager& m, const HashArray& values, const HostBuffer& dst,
-         const std::optional<RowArray>& rows, bool chained) {
-        KvBlockManager& kv = m.get();
-        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), rows, "load"),
-                    chained);
-      },
-      "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false, load_doc);
-  cls.def(
-      "load",
-      [](Manager& m, const HashArray& values, const std::vector<HostBuffer>& dst, bool chained) {
-        KvBlockManager& kv = m.get();
-        return load(kv, values, rows_of(dst, kv.block_bytes(), values.shape(0), "load"), chained);
-      },
-      "hashes"_a, "dst"_a, "chained"_a = false, load_doc);
+  cls.def("store", &store, "hashes"_a, "src"_a, "rows"_a = nb::none(), "chained"_a = false,
+          "tier"_a = TierId::kG2,
+          "Stores block i's bytes (row i of src, or rows[i]; or the i-th buffer of a list) under "
+          "hashes[i]: blocks the tier already holds are skipped, the others allocated (as many "
+          "as fit), copied and registered, and go down to G3/G4 as the config says. Returns how "
+          "many of the hashes the tier now holds. Hashes are flat by default (engine keys).");
+  cls.def("load", &load, "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false,
+          "Onboards the longest prefix of `hashes` held in any tier (every block read from G3 or "
+          "G4 verified), copies block i into row i of dst (or rows[i]; or the i-th buffer of a "
+          "list) and returns the prefix's length: a block that fails its check ends the prefix, "
+          "and is never copied. `dst` is written in place: C-contiguous, writable, host memory.");
   cls.def(
       "block_address",
       [](Manager& m, const ImmutableBlock<G1>& b) {
-        return layout_of<G1>(m.get()).block_region(b.block_id()).addr;
+        const auto lease = m.lease();
+        check_own<G1>(*lease, &b, 0, "block_address");
+        return layout_of<G1>(*lease).block_region(b.block_id()).addr;
       },
       "block"_a, "The address of a G1 block's memory (fully contiguous layout), as C++ sees it.");
   cls.def_static(
       "_address",
-      [](const HostBuffer& buffer) { return reinterpret_cast<std::uintptr_t>(buffer.data()); },
+      [](nb::handle buffer) {
+        return reinterpret_cast<std::uintptr_t>(
+            host_bytes(buffer, Access::kRead, "_address: buffer").bytes.data());
+      },
       "buffer"_a, "The address of a buffer as the extension receives it (for zero-copy tests).");
 }
 

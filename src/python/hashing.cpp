@@ -26,6 +26,7 @@
 
 #include "python/array.h"
 #include "python/bindings.h"
+#include "python/integers.h"
 
 namespace kvbm::python {
 
@@ -35,7 +36,6 @@ using namespace nb::literals;
 
 constexpr std::uint64_t kKeySeed = 0x6b76626d2d6b6579ULL;  // "kvbm-key"
 
-using TokenArray = nb::ndarray<const std::uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using U64 = nb::ndarray<nb::numpy, std::uint64_t, nb::ndim<1>>;
 
 /// A multimodal key as Python gives it: (token offset, content hash or content id).
@@ -103,23 +103,17 @@ void bind_hashing(nb::module_& m) {
       "Returns the SaltHash value of a LoRA adapter name and a cache salt (0 when neither).");
 
   const char* doc =
-      "Hashes the full blocks of `tokens` (a tail shorter than block_size is left out) and "
+      "Hashes the full blocks of `tokens` (a list or 1-D array of token ids, any integer dtype; "
+      "each must fit 32 bits) (a tail shorter than block_size is left out) and "
       "returns (block_hashes, sequence_hashes), two uint64 arrays, the values C++'s "
       "hash_blocks() computes. `salt` is kvbm.salt(...); `mm_keys` are (token offset, content "
       "hash int or content id str) pairs of multimodal items.";
   m.def(
       "hash_tokens",
-      [](const TokenArray& tokens, std::uint32_t block_size, std::uint64_t salt,
+      [](nb::handle tokens, std::uint32_t block_size, std::uint64_t salt,
          const std::vector<MmKey>& mm_keys) {
-        return hash_span({tokens.data(), tokens.shape(0)}, block_size, salt,
-                         block_keys_of(mm_keys));
-      },
-      "tokens"_a, "block_size"_a, "salt"_a = 0, "mm_keys"_a = std::vector<MmKey>{}, doc);
-  m.def(
-      "hash_tokens",
-      [](const std::vector<Token>& tokens, std::uint32_t block_size, std::uint64_t salt,
-         const std::vector<MmKey>& mm_keys) {
-        return hash_span(tokens, block_size, salt, block_keys_of(mm_keys));
+        const std::vector<Token> ids = integers_of<Token>(tokens, "hash_tokens: tokens");
+        return hash_span(ids, block_size, salt, block_keys_of(mm_keys));
       },
       "tokens"_a, "block_size"_a, "salt"_a = 0, "mm_keys"_a = std::vector<MmKey>{}, doc);
 

@@ -13,7 +13,6 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include <prometheus/registry.h>
@@ -22,6 +21,7 @@
 #include "kvbm/kv_block_manager.h"
 #include "python/array.h"
 #include "python/bindings.h"
+#include "python/integers.h"
 
 namespace kvbm::python {
 
@@ -29,20 +29,18 @@ namespace {
 
 using namespace nb::literals;
 
-/// Hashes as Python gives them: an array (no copy) or a list.
-using Hashes = std::variant<HashArray, std::vector<std::uint64_t>>;
-
-std::vector<SequenceHash> hashes_of(const Hashes& h, bool chained) {
-  if (const auto* a = std::get_if<HashArray>(&h))
-    return make_hashes({a->data(), a->shape(0)}, chained);
-  return make_hashes(std::get<std::vector<std::uint64_t>>(h), chained);
-}
-
-/// Moves the C++ blocks out of their Python objects (left empty).
+/// Moves the C++ blocks out of their Python objects (left empty), after checking
+/// every one is a live block of `pool` (on a failure nothing is moved).
 template <TierMarker T>
-std::vector<MutableBlock<T>> take_all(const std::vector<MutableBlock<T>*>& blocks) {
-  for (const auto* b : blocks) {
-    KVBM_CHECK(b != nullptr && b->valid(), "register: a block was released or already registered");
+std::vector<MutableBlock<T>> take_all(const BlockManager<T>& pool,
+                                      const std::vector<MutableBlock<T>*>& blocks) {
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const auto* b = blocks[i];
+    KVBM_CHECK(b != nullptr && b->valid(), "register: block ", i,
+               " was released or already registered");
+    KVBM_CHECK(pool.owns(*b), "register: block ", i, " (id ", b->block_id(),
+               ") belongs to another KvBlockManager; register blocks with the manager that "
+               "allocated them");
   }
   std::vector<MutableBlock<T>> out;
   out.reserve(blocks.size());
@@ -104,8 +102,8 @@ nb::object allocate(KvBlockManager& kv, std::size_t count) {
 }
 
 template <TierMarker T>
-std::vector<ImmutableBlock<T>> match(KvBlockManager& kv, const Hashes& h, bool chained) {
-  const auto hashes = hashes_of(h, chained);
+std::vector<ImmutableBlock<T>> match(KvBlockManager& kv, nb::handle h, bool chained) {
+  const auto hashes = hashes_of(h, chained, "match: hashes");
   BlockManager<T>& pool = require_pool<T>(kv, "match");
   nb::gil_scoped_release release;
   return pool.match_blocks(hashes);
@@ -179,9 +177,41 @@ nb::dict stats_dict(const KvBlockManagerStats& s) {
 
 }  // namespace
 
-KvBlockManager& Manager::get() const {
-  KVBM_CHECK(kv != nullptr, "KvBlockManager: the manager was closed; build a new one");
-  return *kv;
+Manager::Lease Manager::lease() const {
+  std::lock_guard lock(mu_);
+  KVBM_CHECK(!closed_ && kv_ != nullptr, "KvBlockManager: the manager was closed; build a new one");
+  ++in_flight_;
+  return Lease(this, kv_);
+}
+
+Manager::Lease::~Lease() {
+  std::lock_guard lock(owner_->mu_);
+  if (--owner_->in_flight_ == 0) owner_->idle_.notify_all();
+}
+
+void Manager::open(std::shared_ptr<KvBlockManager> kv) {
+  std::lock_guard lock(mu_);
+  kv_ = std::move(kv);
+}
+
+void Manager::close() {
+  nb::gil_scoped_release release;  // the calls in flight may need the GIL to end
+  std::shared_ptr<KvBlockManager> kv;
+  {
+    std::unique_lock lock(mu_);
+    closed_ = true;
+    idle_.wait(lock, [this] { return in_flight_ == 0; });
+    kv = std::move(kv_);
+  }
+  if (kv) {
+    kv->drain();  // what the caller stored reaches every tier, as a file's close flushes it
+    kv->shutdown();
+  }
+  kv.reset();  // freed here unless an array still views its memory
+}
+
+std::vector<SequenceHash> hashes_of(nb::handle obj, bool chained, const char* what) {
+  return make_hashes(integers_of<std::uint64_t>(obj, what), chained);
 }
 
 std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values, bool chained) {
@@ -213,7 +243,7 @@ void bind_manager(nb::module_& mod) {
                attach_events(*made, config, *endpoint);
              }
              nb::gil_scoped_release release;  // a persistent G3 is recovered here
-             made->kv = KvBlockManager::build(std::move(config));
+             made->open(KvBlockManager::build(std::move(config)));
            } catch (...) {
              made->~Manager();
              throw;
@@ -223,21 +253,23 @@ void bind_manager(nb::module_& mod) {
          "Builds every tier (throws kvbm.UsageError naming a bad option). events=True keeps KV "
          "events for take_events(); a ZeroMQ endpoint string publishes them there as well.")
       .def_prop_ro(
-          "block_size", [](const Manager& m) { return m.get().block_size(); }, "tokens per block")
-      .def_prop_ro("block_bytes", [](const Manager& m) { return m.get().block_bytes(); })
+          "block_size", [](const Manager& m) { return m.lease()->block_size(); },
+          "tokens per block")
+      .def_prop_ro("block_bytes", [](const Manager& m) { return m.lease()->block_bytes(); })
       .def_prop_ro(
-          "device_emulated", [](const Manager& m) { return m.get().device_emulated(); },
+          "device_emulated", [](const Manager& m) { return m.lease()->device_emulated(); },
           "True when G1 is host memory standing in for a GPU")
-      .def_prop_ro("has_host", [](const Manager& m) { return m.get().host() != nullptr; })
-      .def_prop_ro("has_disk", [](const Manager& m) { return m.get().disk() != nullptr; })
+      .def_prop_ro("has_host", [](const Manager& m) { return m.lease()->host() != nullptr; })
+      .def_prop_ro("has_disk", [](const Manager& m) { return m.lease()->disk() != nullptr; })
       .def_prop_ro("has_remote",
-                   [](const Manager& m) { return !m.get().config().remote.urls.empty(); })
+                   [](const Manager& m) { return !m.lease()->config().remote.urls.empty(); })
       .def_prop_ro(
-          "config", [](const Manager& m) { return m.get().config(); }, "a copy of the config")
+          "config", [](const Manager& m) { return m.lease()->config(); }, "a copy of the config")
       .def(
           "allocate",
           [](Manager& m, std::size_t count, TierId tier) {
-            KvBlockManager& kv = m.get();
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
             if (tier == TierId::kG1) return allocate<G1>(kv, count);
             KVBM_CHECK(tier == TierId::kG2, "allocate: blocks are allocated in G1 or G2, not ",
                        to_string(tier));
@@ -248,11 +280,12 @@ void bind_manager(nb::module_& mod) {
           "all (nothing is taken then).")
       .def(
           "register",
-          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, const Hashes& h,
-             bool chained) {
-            KvBlockManager& kv = m.get();
+          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
             auto complete =
-                stage_all<G1>(take_all<G1>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
+                stage_all<G1>(take_all<G1>(kv.device(), blocks),
+                              hashes_of(h, chained, "register: hashes"), kv.block_size(), blocks);
             nb::gil_scoped_release release;
             return kv.register_blocks(std::move(complete));
           },
@@ -262,12 +295,13 @@ void bind_manager(nb::module_& mod) {
           "mode); returns the ImmutableBlocks. The MutableBlocks are left empty.")
       .def(
           "register",
-          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, const Hashes& h,
-             bool chained) {
-            KvBlockManager& kv = m.get();
+          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
             BlockManager<G2>& pool = require_pool<G2>(kv, "register");
             auto complete =
-                stage_all<G2>(take_all<G2>(blocks), hashes_of(h, chained), kv.block_size(), blocks);
+                stage_all<G2>(take_all<G2>(pool, blocks), hashes_of(h, chained, "register: hashes"),
+                              kv.block_size(), blocks);
             nb::gil_scoped_release release;
             return pool.register_blocks(std::move(complete));
           },
@@ -276,7 +310,8 @@ void bind_manager(nb::module_& mod) {
       .def(
           "offload",
           [](Manager& m, const std::vector<ImmutableBlock<G1>>& blocks) {
-            KvBlockManager& kv = m.get();
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
             nb::gil_scoped_release release;
             return kv.offload(blocks);
           },
@@ -284,9 +319,10 @@ void bind_manager(nb::module_& mod) {
           "Enqueues registered G1 blocks for offload to G2 (and on down); returns the handle.")
       .def(
           "onboard",
-          [](Manager& m, const Hashes& h, bool chained) {
-            KvBlockManager& kv = m.get();
-            const auto hashes = hashes_of(h, chained);
+          [](Manager& m, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "onboard: hashes");
             nb::gil_scoped_release release;
             return kv.onboard(hashes);
           },
@@ -294,18 +330,20 @@ void bind_manager(nb::module_& mod) {
           "Starts bringing the longest prefix held in any tier into G1; returns an OnboardHandle.")
       .def(
           "probe",
-          [](const Manager& m, const Hashes& h, bool chained) {
-            KvBlockManager& kv = m.get();
-            const auto hashes = hashes_of(h, chained);
+          [](const Manager& m, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "probe: hashes");
             nb::gil_scoped_release release;  // G4: one round trip
             return kv.probe(hashes);
           },
           "hashes"_a, "chained"_a = true, "What onboard(hashes) would find now, taking nothing.")
       .def(
           "present",
-          [](const Manager& m, const Hashes& h, bool chained) {
-            KvBlockManager& kv = m.get();
-            const auto hashes = hashes_of(h, chained);
+          [](const Manager& m, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "present: hashes");
             std::vector<std::uint8_t> out(hashes.size(), 0);
             {
               nb::gil_scoped_release release;
@@ -326,8 +364,9 @@ void bind_manager(nb::module_& mod) {
           "trip, nothing taken.")
       .def(
           "match",
-          [](Manager& m, const Hashes& h, TierId tier, bool chained) -> nb::object {
-            KvBlockManager& kv = m.get();
+          [](Manager& m, nb::handle h, TierId tier, bool chained) -> nb::object {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
             switch (tier) {
               case TierId::kG1:
                 return nb::cast(match<G1>(kv, h, chained));
@@ -344,9 +383,10 @@ void bind_manager(nb::module_& mod) {
           "Strong handles on the leading blocks of `hashes` that the tier holds (prefix match).")
       .def(
           "touch",
-          [](Manager& m, const Hashes& h, bool chained) {
-            KvBlockManager& kv = m.get();
-            const auto hashes = hashes_of(h, chained);
+          [](Manager& m, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "touch: hashes");
             nb::gil_scoped_release release;
             (void)kv.device().refresh(hashes);
             if (auto* p = kv.host()) (void)p->refresh(hashes);
@@ -355,32 +395,24 @@ void bind_manager(nb::module_& mod) {
           "hashes"_a, "chained"_a = true,
           "Marks the blocks most recently used in every local tier that holds them.")
       .def(
-          "drain", [](Manager& m) { m.get().drain(); }, nb::call_guard<nb::gil_scoped_release>(),
+          "drain", [](Manager& m) { m.lease()->drain(); }, nb::call_guard<nb::gil_scoped_release>(),
           "Waits until every offload and onboarding started so far has ended (G4 included).")
       .def(
-          "shutdown", [](Manager& m) { m.get().shutdown(); },
+          "shutdown", [](Manager& m) { m.lease()->shutdown(); },
           nb::call_guard<nb::gil_scoped_release>(),
           "Stops the pipelines and leaves every pool balanced; idempotent.")
       .def(
-          "close",
-          [](Manager& m) {
-            std::shared_ptr<KvBlockManager> kv;
-            {
-              kv = std::move(m.kv);
-              nb::gil_scoped_release release;
-              if (kv) kv->shutdown();
-              kv.reset();  // freed here unless an array still views its memory
-            }
-          },
-          "Shuts the manager down and lets it go; later calls raise kvbm.UsageError.")
+          "close", [](Manager& m) { m.close(); },
+          "Waits for the calls in flight on other threads and for every write started (drain()), "
+          "shuts the manager down and lets it go; later calls raise kvbm.UsageError. Handles, "
+          "views and onboardings outliving it "
+          "stay safe to use and to drop. Idempotent.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__",
-           [](Manager& m, nb::args) {
-             nb::gil_scoped_release release;
-             if (m.kv) m.kv->shutdown();
-           })
       .def(
-          "audit", [](const Manager& m) { return m.get().audit(); },
+          "__exit__", [](Manager& m, nb::args) { m.close(); },
+          "Closes the manager (close()) at the end of a with block.")
+      .def(
+          "audit", [](const Manager& m) { return m.lease()->audit(); },
           nb::call_guard<nb::gil_scoped_release>(),
           "'' when every pool balances, else what is wrong.")
       .def(
@@ -389,7 +421,7 @@ void bind_manager(nb::module_& mod) {
             KvBlockManagerStats s;
             {
               nb::gil_scoped_release release;
-              s = m.get().stats();
+              s = m.lease()->stats();
             }
             return stats_dict(s);
           },
@@ -397,7 +429,7 @@ void bind_manager(nb::module_& mod) {
       .def(
           "disk_recovery",
           [](const Manager& m) -> nb::object {
-            const auto r = m.get().disk_recovery();
+            const auto r = m.lease()->disk_recovery();
             if (!r) return nb::none();
             nb::dict d;
             d["scanned"] = r->scanned;
@@ -412,7 +444,7 @@ void bind_manager(nb::module_& mod) {
       .def(
           "metrics_text",
           [](const Manager& m) {
-            const auto& registry = m.get().metrics_registry();
+            const auto& registry = m.lease()->metrics_registry();
             std::vector<prometheus::MetricFamily> families;
             {
               nb::gil_scoped_release release;

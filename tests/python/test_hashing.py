@@ -6,10 +6,12 @@ import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvbm
 
-from conftest import HERE
+from conftest import HERE, small_config
 
 
 def read_cases(path):
@@ -85,3 +87,55 @@ def test_hash_key_is_stable_and_typed():
     assert arr[7] == kvbm.hash_key(b"k7")
     with pytest.raises(TypeError):
         kvbm.hash_key(7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tokens=st.lists(st.integers(0, 2**32 - 1), min_size=16, max_size=64),
+       dtype=st.sampled_from(["uint32", "int64", "uint64", "int32", "list", "tuple", "strided"]))
+def test_token_ids_of_any_integer_form_hash_alike(tokens, dtype):
+    want = kvbm.hash_tokens(np.array(tokens, np.uint32), 16)
+    if dtype == "list":
+        arg = tokens
+    elif dtype == "tuple":
+        arg = tuple(tokens)
+    elif dtype == "strided":
+        arg = np.repeat(np.array(tokens, np.uint32), 3)[::3]
+    elif dtype == "int32" and max(tokens) >= 2**31:
+        return  # not representable in int32
+    else:
+        arg = np.array(tokens, dtype)
+    got = kvbm.hash_tokens(arg, 16)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("bad", [2**32 + 5, -1, 2**32])
+@pytest.mark.parametrize("form", ["int64", "list"])
+def test_token_ids_that_do_not_fit_32_bits_are_refused(bad, form):
+    tokens = [1] * 15 + [bad]
+    arg = tokens if form == "list" else np.array(tokens, np.int64)
+    with pytest.raises(kvbm.UsageError, match=f"hash_tokens: tokens: value 15 is {bad}"):
+        kvbm.hash_tokens(arg, 16)
+
+
+@pytest.mark.parametrize("arg", [np.full(16, 5.7), np.full(16, 5.0), np.ones(16, bool),
+                                 [5.0] * 16, [True] * 16, ["5"] * 16])
+def test_token_ids_that_are_not_integers_are_refused(arg):
+    with pytest.raises(kvbm.UsageError, match="hash_tokens: tokens"):
+        kvbm.hash_tokens(arg, 16)
+
+
+def test_hash_values_are_checked_not_wrapped():
+    with kvbm.KvBlockManager(small_config(disk=0)) as kv:
+        with pytest.raises(kvbm.UsageError, match="probe: hashes: value 1 is -1"):
+            kv.probe(np.array([1, -1], np.int64))
+        with pytest.raises(kvbm.UsageError, match="probe: hashes: value 0 is 2\\^64 or more"):
+            kv.probe([2**64])
+        with pytest.raises(kvbm.UsageError, match="probe: hashes: the array's dtype is float64"):
+            kv.probe(np.array([1.0, 2.0]))
+        with pytest.raises(kvbm.UsageError, match="probe: hashes: the array has 2 dimensions"):
+            kv.probe(np.zeros((2, 2), np.uint64))
+        # every integer form of the same values means the same blocks
+        h = kvbm.hash_keys([b"x", b"y", b"z"])
+        kv.store(h, np.zeros((3, kv.block_bytes), np.uint8), chained=True)
+        for form in (h, list(h.tolist()), np.repeat(h, 2)[::2], tuple(int(v) for v in h)):
+            assert kv.probe(form).total == 3

@@ -362,3 +362,19 @@ def test_g4_two_managers_share_blocks(tmp_path, redis_url):
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("url, why", [("redis://", "urls\\[0\\]: "),
+                                      ("http://x:1", "urls\\[0\\]: "),
+                                      ("redis://host:70000", "urls\\[0\\]: ")])
+def test_bad_g4_options_name_the_option(url, why):
+    cfg = small_config(disk=0)
+    cfg.remote.urls = [url]
+    cfg.remote.model = "m"
+    with pytest.raises(kvbm.UsageError, match="KvBlockManagerConfig.remote." + why):
+        kvbm.KvBlockManager(cfg)
+    cfg.remote.urls = ["redis://127.0.0.1:1"]
+    for prefix in ("", "a:b"):
+        cfg.remote.key_prefix = prefix
+        with pytest.raises(kvbm.UsageError, match="KvBlockManagerConfig.remote.key_prefix: "):
+            kvbm.KvBlockManager(cfg)

@@ -212,3 +212,27 @@ def test_signatures_match_sglang():
     methods = ["get", "batch_get", "set", "batch_set", "exists", "batch_exists", "batch_get_v1",
                "batch_set_v1", "clear", "get_stats", "register_mem_pool_host"]
     assert not mismatches(KvbmStorage, iface, methods)
+
+
+def test_strided_and_read_only_pages(tmp_path):
+    """Pages that kvbm cannot use in place (a column of a wider buffer, a transposed view, a
+    read-only array) are staged by the backend: batch_get fills the caller's own arrays,
+    batch_set stores their logical bytes."""
+    b, _ = make_backend(tmp_path)
+    keys = page_hashes(3)
+    data = random_pages(3, 7)
+    wide = np.zeros((PAGE_BYTES, 2), np.uint8)
+    wide[:, 0] = data[0]
+    ro = data[2].copy()
+    ro.flags.writeable = False
+    assert not wide[:, 0].flags.c_contiguous
+    assert b.batch_set(keys, [wide[:, 0], data[1], ro])
+    big = np.zeros((PAGE_BYTES, 3), np.uint8)
+    fortran = np.asfortranarray(np.zeros((256, PAGE_BYTES // 256), np.uint8))
+    targets = [big[:, 1], fortran, np.zeros(PAGE_BYTES, np.uint8)]
+    got = b.batch_get(keys, targets)
+    assert all(g is t for g, t in zip(got, targets))
+    assert (big[:, 1] == data[0]).all() and not big[:, 0].any() and not big[:, 2].any()
+    assert (fortran.reshape(-1) == data[1]).all()
+    assert (targets[2] == data[2]).all()
+    b.close()

@@ -63,6 +63,34 @@ def _as_bytes_buffer(x):
     return np.asarray(x)
 
 
+def _in_place(x) -> bool:
+    """True when kvbm can read and write x's memory as it lies (docs/python.md, "Buffers")."""
+    if isinstance(x, np.ndarray):
+        return bool(x.flags.c_contiguous and x.flags.writeable)
+    if hasattr(x, "is_contiguous"):  # a torch tensor
+        return bool(x.is_contiguous()) and getattr(x.device, "type", "cpu") == "cpu"
+    return True
+
+
+def _contiguous(x):
+    """A page kvbm can read: x itself, or a C-contiguous copy of it (a source may be copied)."""
+    if _in_place(x):
+        return _as_bytes_buffer(x)
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    return x.contiguous().cpu()
+
+
+def _copy_back(target, staged: np.ndarray) -> None:
+    """Copies a staged page (bytes in C order) into a target kvbm could not write in place."""
+    if isinstance(target, np.ndarray):
+        target[...] = staged.view(target.dtype).reshape(target.shape)
+        return
+    import torch  # only torch tensors reach here besides NumPy arrays
+
+    target.copy_(torch.from_numpy(staged).view(target.dtype).reshape(target.shape))
+
+
 def _nbytes(x) -> int:
     if hasattr(x, "nbytes"):
         return int(x.nbytes)
@@ -197,9 +225,17 @@ class KvbmStorage(HiCacheStorage):
             if self.page_bytes is None:
                 return [None] * len(keys)
             target_locations = [np.empty(int(self.page_bytes), dtype=np.uint8) for _ in keys]
-        targets = [_as_bytes_buffer(t) for t in target_locations]
+        # A target kvbm cannot write in place (a strided or read-only view, a GPU tensor) gets
+        # a staging page, copied into it afterwards: kvbm itself refuses such a destination.
+        staged = {i: np.empty(_nbytes(t), np.uint8)
+                  for i, t in enumerate(target_locations) if not _in_place(t)}
+        targets = [staged.get(i, t) for i, t in enumerate(target_locations)]
+        targets = [_as_bytes_buffer(t) for t in targets]
         kv = self._manager(_nbytes(targets[0]))
         n = kv.load(kvbm.hash_keys(keys), targets, chained=False)
+        for i, page in staged.items():
+            if i < n:
+                _copy_back(target_locations[i], page)
         return [t if i < n else None for i, t in enumerate(target_locations)]
 
     def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
@@ -215,7 +251,7 @@ class KvbmStorage(HiCacheStorage):
         values = values if values is not None else target_locations
         if values is None:
             return False
-        buffers = [_as_bytes_buffer(v) for v in values]
+        buffers = [_contiguous(v) for v in values]
         kv = self._manager(_nbytes(buffers[0]))
         return kv.store(kvbm.hash_keys(keys), buffers, chained=False) == len(keys)
 
