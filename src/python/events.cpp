@@ -102,6 +102,7 @@ void bind_event_methods(nb::class_<Manager>& cls) {
   cls.def(
       "take_events",
       [](Manager& m) {
+        const auto lease = m.lease();  // raises after close()
         KVBM_CHECK(m.publisher != nullptr,
                    "take_events: the manager was built without events; pass events=True to "
                    "KvBlockManager");

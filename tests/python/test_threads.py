@@ -155,3 +155,19 @@ def test_calls_from_many_threads_agree():
         assert failures == []
         kv.drain()
         assert kv.audit() == ""
+
+
+def test_every_call_after_close_raises_usage_error():
+    kv = build()
+    blocks = kv.allocate(1)
+    kv.close()
+    calls = [lambda: kv.allocate(1), lambda: kv.probe([1]), lambda: kv.present([1]),
+             lambda: kv.onboard([1]), lambda: kv.store([1], np.zeros((1, 512), np.uint8)),
+             lambda: kv.load([1], np.zeros((1, 512), np.uint8)), lambda: kv.stats(),
+             lambda: kv.take_events(), lambda: kv.metrics_text(), lambda: kv.audit(),
+             lambda: kv.drain(), lambda: kv.view(blocks[0]), lambda: kv.block_size,
+             lambda: kv.write(blocks, np.zeros((1, 512), np.uint8)), lambda: kv.touch([1])]
+    for call in calls:
+        with pytest.raises(kvbm.UsageError, match="closed"):
+            call()
+    blocks[0].release()
