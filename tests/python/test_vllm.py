@@ -33,9 +33,10 @@ class Engine:
 
     def __init__(self, tmp_path, **options):
         self.primary = np.zeros((N_CHUNKS, CHUNK_BYTES), dtype=np.uint8)
-        spec = SimpleNamespace(vllm_config=SimpleNamespace(
-            model_config=SimpleNamespace(model="test/model", dtype="bfloat16"),
-            parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1)))
+        # No vLLM here: no spec to take the model from, so the namespace is given, as a
+        # deployment may (tests/engines/ build the tier from vLLM's real spec).
+        spec = None
+        options.setdefault("namespace", "test/model|bfloat16")
         options.setdefault("disk_bytes", 256 * CHUNK_BYTES)
         options.setdefault("host_bytes", 64 * CHUNK_BYTES)
         options.setdefault("device_blocks", 16)
@@ -72,6 +73,17 @@ class Engine:
                 break
             n += 1
         return n
+
+
+def test_refuses_to_start_without_knowing_the_model(tmp_path):
+    """A spec that does not say which model vLLM serves (here none) is refused unless a
+    namespace is given: vLLM's chunk keys hold no model, so a guess could serve another
+    model's KV."""
+    primary = np.zeros((4, CHUNK_BYTES), dtype=np.uint8)
+    with pytest.raises(kvbm.UsageError, match='set "namespace"'):
+        KvbmTier(offloading_spec=None, primary_kv_view=memoryview(primary),
+                 disk_directory=str(tmp_path), disk_bytes=16 * CHUNK_BYTES,
+                 host_bytes=8 * CHUNK_BYTES, device_blocks=4)
 
 
 def keys_of(n, tag="req"):
@@ -183,6 +195,8 @@ def test_corrupt_chunk_is_a_miss_never_loaded(tmp_path):
     n, success, got, ok, last_hit = run_python(CHILD, tmp_path, here, "load").split()[-5:]
     # Chunks 0-6 are served (bytes equal); 7 and after are never copied into the primary tier.
     assert success == "0" and int(got) == 7 and ok == "1", (n, success, got, ok)
+    # Only the chunk that failed its check became a miss: chunk 11 is intact, still a HIT.
+    assert last_hit == "1"
 
 
 def test_g4_shared_by_two_engines(tmp_path, redis_url):

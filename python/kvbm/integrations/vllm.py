@@ -42,6 +42,8 @@ look-alike types of the same names and fields (the tests drive it that way).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+import os
 import threading
 import time
 from collections.abc import Collection, Iterable
@@ -53,8 +55,11 @@ import numpy as np
 
 import kvbm
 
+logger = logging.getLogger("kvbm.integrations.vllm")
+
 try:  # the real interface, when vLLM (and torch) are installed
     from vllm.v1.kv_offload.base import (
+        Locality,
         LookupResult,
         Medium,
         OffloadingEvent,
@@ -73,6 +78,12 @@ except Exception:  # ImportError, or vLLM present without a working torch
         HIT = auto()
         HIT_PENDING = auto()
         RETRY = auto()
+
+    class Locality(Enum):
+        """vLLM's Locality (vllm.v1.kv_offload.base)."""
+
+        LOCAL = "LOCAL"
+        REMOTE = "REMOTE"
 
     class Medium(Enum):
         """vLLM's Medium (vllm.v1.kv_offload.base)."""
@@ -126,21 +137,60 @@ except Exception:  # ImportError, or vLLM present without a working torch
 __all__ = ["KvbmTier", "HAVE_VLLM", "LookupResult", "JobResult", "TransferJob"]
 
 
+def _spec_config(offloading_spec):
+    """vLLM's OffloadingConfig (vllm/v1/kv_offload/config.py) of the spec, or None."""
+    return getattr(offloading_spec, "config", None)
+
+
 def _model_namespace(offloading_spec) -> str:
-    """The model and dtype vLLM serves, when the spec tells: blocks of another
-    model must never be served."""
-    cfg = getattr(offloading_spec, "vllm_config", None)
-    model = getattr(getattr(cfg, "model_config", None), "model", None)
-    dtype = getattr(getattr(cfg, "model_config", None), "dtype", None)
-    parallel = getattr(cfg, "parallel_config", None)
-    parts = [str(model) if model else "unknown-model", str(dtype) if dtype else ""]
-    if parallel is not None:
-        parts.append(f"tp{getattr(parallel, 'tensor_parallel_size', 1)}")
-        parts.append(f"pp{getattr(parallel, 'pipeline_parallel_size', 1)}")
-    rank = getattr(offloading_spec, "rank", None)
-    if rank is not None:
-        parts.append(f"rank{rank}")
+    """What makes a chunk reusable, from the engine's own OffloadingConfig: the model, its KV
+    dtype, the chunk geometry (tokens per hash, blocks per chunk, bytes per block), the KV
+    layout and attention kind (layout name, canonical or replicated MLA layout, the cache
+    groups with their layers and sliding windows) and the parallelism whose bytes a chunk
+    holds (TP/PP/PCP/DCP sizes and the worker rank). vLLM's chunk keys are hashes of token ids
+    with no model in them, so two engines that differ in any of these must never share a
+    chunk: they get different namespaces, on G3 and as G4's model. Raises UsageError when the
+    spec does not say which model it serves."""
+    config = _spec_config(offloading_spec)
+    model = getattr(config, "model", None)
+    name = getattr(model, "name", None)
+    if not name:
+        raise kvbm.UsageError(
+            "KvbmTier: the offloading spec does not say which model vLLM serves (no "
+            "spec.config.model.name); set \"namespace\" in the tier's config to a name of the "
+            "model, its KV dtype and layout, so that no other model's chunks are ever served")
+    parallel = config.parallel
+    cache = config.cache
+    groups = ";".join(
+        f"{g.tokens_per_block}t:{len(g.layer_names)}l:{kvbm.hash_key(','.join(g.layer_names)):x}"
+        f":w{g.sliding_window_size_in_chunks}" for g in config.groups)
+    parts = [
+        f"vllm:{name}",
+        f"dtype={model.dtype}",
+        f"hash={cache.tokens_per_hash}x{cache.blocks_per_chunk}",
+        f"bytes={config.worker_kv_bytes_per_block}",
+        f"layout={config.kv_cache_layout}",
+        f"canonical={int(bool(config.canonical_layout))}",
+        f"replicated={int(bool(config.replicated_layout))}",
+        f"groups={groups}",
+        f"tp={parallel.tp_size},pp={parallel.pp_size},pcp={parallel.pcp_size},"
+        f"dcp={parallel.dcp_size},rank={parallel.rank}",
+    ]
     return "|".join(parts)
+
+
+def _engine_directory(disk_directory: str, offloading_spec) -> str:
+    """The G3 directory of this engine: vLLM gives every data-parallel engine the same tier
+    config, and a G3 file belongs to one process, so engine i of a DP group of N > 1 keeps its
+    G3 in <disk_directory>/dp<i> (stable across restarts, unlike the engine id). The engines
+    share chunks through G4."""
+    parallel = getattr(_spec_config(offloading_spec), "parallel", None)
+    size = getattr(parallel, "data_parallel_size", 1) or 1
+    if size <= 1:
+        return disk_directory
+    sub = os.path.join(disk_directory, f"dp{parallel.data_parallel_index}")
+    os.makedirs(sub, exist_ok=True)
+    return sub
 
 
 def _primary_rows(view: memoryview) -> np.ndarray:
@@ -169,7 +219,7 @@ class KvbmTier(SecondaryTierManager):
                        remote_user_namespace default to the namespace's parts
       enable_kv_events report stored chunks through take_events()
       workers          copy threads (default 2)
-      locality         "LOCAL" or "REMOTE" (kept for vLLM's events)
+      locality         "LOCAL" or "REMOTE": tier.locality, for vLLM's load filters and events
     """
 
     medium = Medium.STORAGE
@@ -202,11 +252,21 @@ class KvbmTier(SecondaryTierManager):
             self.tier_type = tier_type
             self.locality = None
             self._bp_detector = backpressure_detector
-        self.locality_name = locality
+        self.locality = Locality(locality) if locality is not None else None
         self._rows = _primary_rows(primary_kv_view)
         chunk_bytes = self._rows.shape[1]
         self._chunk_bytes = chunk_bytes
         self.namespace = namespace or _model_namespace(offloading_spec)
+        disk_directory = _engine_directory(disk_directory, offloading_spec)
+        self.disk_directory = disk_directory
+        events_config = getattr(offloading_spec, "kv_events_config", None)
+        if enable_kv_events and events_config is not None and not getattr(
+                events_config, "enable_kv_cache_events", False):
+            logger.warning(
+                "KvbmTier: enable_kv_events is set on secondary tier '%s' but vLLM's KV cache "
+                "events are disabled globally (kv_events_config); the tier emits no events",
+                tier_type)
+            enable_kv_events = False
 
         cfg = kvbm.KvBlockManagerConfig(
             layout=kvbm.LayoutConfig(
@@ -337,7 +397,8 @@ class KvbmTier(SecondaryTierManager):
         elapsed = time.monotonic() - start
         ok = loaded == len(keys)
         with self._lock:
-            self._misses.update(keys[loaded:])
+            if not ok:  # the chunk that ended the prefix; those after it may well be intact
+                self._misses.add(keys[loaded])
             self._finished.append(JobResult(
                 job_id=job_id, success=ok,
                 successful_keys=None if ok or loaded == 0 else tuple(keys[:loaded]),
