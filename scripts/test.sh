@@ -14,12 +14,24 @@
 #   package   scripts/package_test.sh: install, then build consumers with find_package()
 #             and add_subdirectory()
 #   python    the Python package (docs/python.md): a virtual environment $KVBM_BUILD_ROOT/venv,
-#             nanobind, scikit-build-core, numpy and pytest installed with pip, `pip install .`
-#             (the library and its extension built in build/python/, through ccache), then
-#             pytest over tests/python/ (bindings, vLLM and SGLang integrations, the example).
+#             nanobind, scikit-build-core, numpy, pytest and hypothesis installed with pip,
+#             `pip install .` (the library and its extension built in build/python/, through
+#             ccache), then pytest over tests/python/ (bindings, vLLM and SGLang integrations,
+#             the example).
 #             The hash vectors are compared with fresh ones from the release tree's C++ test
 #             when it is built; KVBM_VLLM_SOURCE / KVBM_SGLANG_SOURCE (unpacked wheels) add the
 #             signature checks against the engines' own interface files.
+#   python-asan  the same pytest run against an extension built with ASan + UBSan: the asan
+#             tree ($KVBM_BUILD_ROOT/asan, configured like the stage asan, plus -DKVBM_PYTHON=ON
+#             with the venv's python) builds only the target _kvbm, reusing the library objects
+#             the stage asan compiled; a copy of python/kvbm/ with that _kvbm*.so comes first on
+#             PYTHONPATH, and the venv's own (uninstrumented) python runs pytest with libasan
+#             and libubsan preloaded. Leak checks are off: CPython leaks at exit by design.
+#             Runs alone too (KVBM_STAGES=python-asan): makes the venv, builds the library.
+#   python-tsan  likewise with the tsan tree and libtsan preloaded (under setarch -R when the
+#             tsan stage needs it); scripts/tsan-python.supp suppresses reports in glibc's
+#             uninstrumented code. Both print the kvbm._kvbm the session imported (pytest's
+#             header), and fail if it is not theirs; both set KVBM_SANITIZER for the tests.
 #   threadsafety  preset `threadsafety`: the library and its tests built with clang and
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
@@ -37,8 +49,8 @@
 #   KVBM_QUICK=1        only deps, layers, release and package (no sanitizer builds, no fuzzing)
 #   KVBM_STAGES="..."   run exactly these stages, e.g. KVBM_STAGES="release tsan"
 #   KVBM_FAIL_FAST=1    stop at the first failed stage
-#   KVBM_STRESS_SCALE   scale of the randomized stress tests in the sanitizer stages
-#                       (default 0.1; the release stage runs them at full size)
+#   KVBM_STRESS_SCALE   scale of the randomized stress tests in the sanitizer stages, C++
+#                       and Python (default 0.1; release and python run them at full size)
 #   KVBM_CTEST_ARGS     extra ctest arguments, word-split, e.g. "-L pools" or "-R Lru"
 #   KVBM_FUZZ_SECONDS   how long the fuzz stage runs each target (default 60)
 #   KVBM_LINT_BASE      the ref whose merge base the lint stage formats from (default main)
@@ -56,7 +68,7 @@ if [[ -n "${KVBM_STAGES:-}" ]]; then
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
   stages=(layers release package)
 else
-  stages=(layers release asan tsan package python threadsafety lint fuzz)
+  stages=(layers release asan tsan package python python-asan python-tsan threadsafety lint fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
@@ -105,9 +117,9 @@ build_and_test() {
   return "$rc"
 }
 
-configure() {  # <preset>
+configure() {  # <preset> [cmake args...]
   kvbm_log "$1: configure"
-  if ! kvbm_configure_preset "$1"; then
+  if ! kvbm_configure_preset "$@"; then
     detail="configure failed"
     return 1
   fi
@@ -150,7 +162,9 @@ stage_release() {
 }
 
 stage_asan() {
-  configure asan || return 1
+  # KVBM_PYTHON=OFF: the stage python-asan turns the extension on in this tree; the C++ suite
+  # neither needs it nor should depend on the venv that builds it.
+  configure asan -DKVBM_PYTHON=OFF || return 1
   local dir="$KVBM_BUILD_ROOT/asan" probe out asan_options="$KVBM_ASAN_OPTIONS"
   local note=""
   if probe="$(build_probe "$dir" "-fsanitize=address,undefined")"; then
@@ -175,11 +189,14 @@ stage_asan() {
   return "$rc"
 }
 
-stage_tsan() {
-  configure tsan || return 1
-  local dir="$KVBM_BUILD_ROOT/tsan" probe out
-  local -a launcher=()
-  local note=""
+# Finds how TSan programs built in tree $1 can start here: sets tsan_launcher to () or to
+# (setarch <arch> -R), and tsan_note. Sets $detail and fails when none can.
+tsan_launcher=()
+tsan_note=""
+find_tsan_launcher() {
+  local dir="$1" probe out
+  tsan_launcher=()
+  tsan_note=""
   if ! probe="$(build_probe "$dir" "-fsanitize=thread")"; then
     kvbm_err "tsan: cannot build a TSan probe program (libtsan missing?)"
     detail="sanitizer runtime unavailable"
@@ -189,8 +206,8 @@ stage_tsan() {
     # Newer kernels randomise mmap addresses more widely than older TSan runtimes expect;
     # running with randomisation off (setarch -R, inherited by ctest's children) fixes it.
     if setarch "$(uname -m)" -R "$probe" >/dev/null 2>&1; then
-      launcher=(setarch "$(uname -m)" -R)
-      note=" [run under setarch -R]"
+      tsan_launcher=(setarch "$(uname -m)" -R)
+      tsan_note=" [run under setarch -R]"
       kvbm_log "tsan: TSan needs address-space randomisation off here; using setarch -R"
     else
       kvbm_err "tsan: a TSan program cannot start on this machine, even under setarch -R:"
@@ -200,11 +217,17 @@ stage_tsan() {
       return 1
     fi
   fi
-  build_and_test tsan "${launcher[@]}" env \
+}
+
+stage_tsan() {
+  # KVBM_PYTHON=OFF: as in stage_asan (the stage python-tsan turns it on in this tree).
+  configure tsan -DKVBM_PYTHON=OFF || return 1
+  find_tsan_launcher "$KVBM_BUILD_ROOT/tsan" || return 1
+  build_and_test tsan "${tsan_launcher[@]}" env \
     "TSAN_OPTIONS=$KVBM_TSAN_OPTIONS${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
     "KVBM_STRESS_SCALE=$stress_scale"
   local rc=$?
-  detail+="$note"
+  detail+="$tsan_note"
   return "$rc"
 }
 
@@ -217,25 +240,46 @@ stage_package() {
   fi
 }
 
-# Builds and installs the Python package into $KVBM_BUILD_ROOT/venv and runs pytest over
-# tests/python/. pip installs the build tools there (not the system's); the C++ build goes through
-# ccache when it is installed and keeps its tree in build/python/ (pyproject.toml), so a second
-# run recompiles only what changed.
-stage_python() {
+# Makes the virtual environment $KVBM_BUILD_ROOT/venv (once) and installs the build and test
+# tools into it with pip (not into the system). Used by the stages python, python-asan and
+# python-tsan, so that each can run alone. Sets $detail on failure.
+python_venv() {
   local venv="$KVBM_BUILD_ROOT/venv" py="${KVBM_PYTHON:-python3}"
-  if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
-    detail="$py >= 3.9 not found (set KVBM_PYTHON to one)"
-    return 1
-  fi
-  if [[ ! -x "$venv/bin/python" ]] && ! "$py" -m venv "$venv"; then
-    detail="cannot create $venv (python3-venv missing? bash scripts/deps.sh)"
-    return 1
+  if [[ ! -x "$venv/bin/python" ]]; then
+    if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
+      detail="$py >= 3.9 not found (set KVBM_PYTHON to one)"
+      return 1
+    fi
+    if ! "$py" -m venv "$venv"; then
+      detail="cannot create $venv (python3-venv missing? bash scripts/deps.sh)"
+      return 1
+    fi
   fi
   kvbm_log "python: tools into $venv"
-  if ! "$venv/bin/python" -m pip install -q nanobind scikit-build-core numpy pytest; then
-    detail="pip could not install nanobind, scikit-build-core, numpy, pytest"
+  if ! "$venv/bin/python" -m pip install -q nanobind scikit-build-core numpy pytest hypothesis; then
+    detail="pip could not install nanobind, scikit-build-core, numpy, pytest, hypothesis"
     return 1
   fi
+}
+
+# The C++ hash-vector writer for tests/python/test_hashing.py: the release tree's, when built.
+hash_vectors_bin() {
+  local vectors="$KVBM_BUILD_ROOT/release/tests/python_hash_vectors_test"
+  if [[ -x "$vectors" ]]; then printf '%s\n' "$vectors"; fi
+}
+
+# Sets $detail to pytest's summary line in log $1, or to "pytest exited with $2".
+pytest_detail() {
+  detail="$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
+  [[ -n "$detail" ]] || detail="pytest exited with $2"
+}
+
+# Builds and installs the Python package into $KVBM_BUILD_ROOT/venv and runs pytest over
+# tests/python/. The C++ build goes through ccache when it is installed and keeps its tree in
+# build/python/ (pyproject.toml), so a second run recompiles only what changed.
+stage_python() {
+  python_venv || return 1
+  local venv="$KVBM_BUILD_ROOT/venv"
   local cmake_args="${CMAKE_ARGS:-}"
   if command -v ccache >/dev/null 2>&1; then cmake_args+=" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"; fi
   kvbm_log "python: pip install . (-j$KVBM_JOBS)"
@@ -244,15 +288,124 @@ stage_python() {
     detail="pip install . failed: see the build output above"
     return 1
   fi
-  local vectors="$KVBM_BUILD_ROOT/release/tests/python_hash_vectors_test"
-  [[ -x "$vectors" ]] || vectors=""
-  local log="$KVBM_BUILD_ROOT/venv/pytest.log"
+  local log="$venv/pytest.log"
   kvbm_log "python: pytest tests/python"
-  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$vectors" "$venv/bin/python" -m pytest -q -rs \
-    tests/python) 2>&1 | tee "$log"
+  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" "$venv/bin/python" -m pytest \
+    -q -rs tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
-  detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
-  [[ -n "$detail" ]] || detail="pytest exited with $rc"
+  pytest_detail "$log" "$rc"
+  return "$rc"
+}
+
+# python_sanitized <preset> <runtime libs> [command prefix...]: pytest over tests/python/
+# against the extension built in the sanitizer tree of <preset>. The caller has configured that
+# tree as the stage <preset> does, plus KVBM_PYTHON=ON and the venv's python; only the target
+# _kvbm is built here, so the library objects the stage <preset> compiled are reused (their
+# command lines do not change). <runtime libs> (e.g. "libasan.so libubsan.so") are found with
+# the tree's compiler (-print-file-name) and preloaded: the venv's python is not instrumented,
+# and a sanitized shared object needs its runtime loaded before anything else. The words after
+# them prefix the pytest command (setarch, env settings); the child processes the tests start
+# (python, redis-server) inherit all of it. The callers also set KVBM_SANITIZER there, so that
+# a test can tell it runs instrumented (e.g. to skip a bound on the process's RSS, which the
+# sanitizer's own bookkeeping grows). Sets $detail.
+python_sanitized() {
+  local preset="$1" libs="$2"
+  shift 2
+  local stage="python-$preset" dir="$KVBM_BUILD_ROOT/$preset" venv="$KVBM_BUILD_ROOT/venv"
+  kvbm_log "$stage: build _kvbm (-j$KVBM_JOBS)"
+  if ! kvbm_build_preset "$preset" --target _kvbm; then
+    detail="build of _kvbm failed"
+    return 1
+  fi
+  local so
+  so="$(find "$dir/src/python" -maxdepth 1 -name '_kvbm*.so' | head -n 1)"
+  if [[ -z "$so" ]]; then
+    detail="no _kvbm*.so in $dir/src/python after the build"
+    return 1
+  fi
+  if ! grep -qE ' U __(asan|tsan|ubsan)_' < <(nm -D "$so"); then
+    detail="$so calls no sanitizer runtime: the tree is not instrumented"
+    return 1
+  fi
+  local cxx lib path preload=""
+  cxx="$(kvbm_cxx_of "$dir")"
+  for lib in $libs; do
+    path="$("$cxx" -print-file-name="$lib")"
+    if [[ "$path" != /* || ! -e "$path" ]]; then
+      detail="$cxx does not know $lib (is the sanitizer runtime installed?)"
+      return 1
+    fi
+    preload+="${preload:+:}$(realpath "$path")"
+  done
+  # A copy of the package with the instrumented extension, put first on PYTHONPATH: the venv
+  # also has the uninstrumented kvbm that the stage python installs.
+  local site="$dir/python-site"
+  rm -rf "$site"
+  mkdir -p "$site"
+  cp -r "$KVBM_ROOT/python/kvbm" "$site/kvbm"
+  find "$site/kvbm" -name '__pycache__' -prune -exec rm -rf {} +
+  cp "$so" "$site/kvbm/"
+  # A plugin (pytest -p) that fails the session unless kvbm._kvbm is that copy, and prints it.
+  cat >"$site/kvbm_sanitized_check.py" <<'EOF'
+import os
+
+import kvbm._kvbm
+
+EXPECTED = os.path.realpath(os.environ["KVBM_EXPECTED_EXTENSION"])
+ACTUAL = os.path.realpath(kvbm._kvbm.__file__)
+
+
+def pytest_configure(config):
+    if ACTUAL != EXPECTED:
+        raise RuntimeError(f"kvbm._kvbm is {ACTUAL}, not the instrumented {EXPECTED}")
+
+
+def pytest_report_header(config):
+    return f"kvbm._kvbm (instrumented): {ACTUAL}"
+EOF
+  local expected log="$dir/pytest.log"
+  expected="$(realpath "$site/kvbm/$(basename "$so")")"
+  kvbm_log "$stage: pytest tests/python, LD_PRELOAD=$preload"
+  (cd "$KVBM_ROOT" && "$@" env LD_PRELOAD="$preload" \
+    PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" KVBM_EXPECTED_EXTENSION="$expected" \
+    KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_STRESS_SCALE="$stress_scale" \
+    "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs tests/python) 2>&1 | tee "$log"
+  local rc="${PIPESTATUS[0]}"
+  pytest_detail "$log" "$rc"
+  if ! grep -qF "kvbm._kvbm (instrumented): $expected" "$log"; then
+    detail+=" [the session did not report importing $expected]"
+    ((rc)) || rc=1
+  fi
+  return "$rc"
+}
+
+# pytest over tests/python/ with the extension built with ASan + UBSan in the asan tree.
+stage_python_asan() {
+  python_venv || return 1
+  configure asan -DKVBM_PYTHON=ON -DPython_EXECUTABLE="$KVBM_BUILD_ROOT/venv/bin/python" || return 1
+  # The venv's python is the uninstrumented interpreter, and CPython does not free everything at
+  # exit (interned strings, static types, modules) by design: LeakSanitizer would report that,
+  # so leak checks are off. ASan's memory errors and UBSan's checks stay on and halt the run.
+  # PYTHONMALLOC=malloc takes Python objects' memory from malloc, not from pymalloc's arenas, so
+  # that ASan also sees the extension use a freed Python buffer.
+  python_sanitized asan "libasan.so libubsan.so" env \
+    "ASAN_OPTIONS=${KVBM_ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}:halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+    "UBSAN_OPTIONS=$KVBM_UBSAN_OPTIONS${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+    PYTHONMALLOC=malloc KVBM_SANITIZER=address,undefined
+}
+
+# pytest over tests/python/ with the extension built with TSan in the tsan tree.
+stage_python_tsan() {
+  python_venv || return 1
+  configure tsan -DKVBM_PYTHON=ON -DPython_EXECUTABLE="$KVBM_BUILD_ROOT/venv/bin/python" || return 1
+  find_tsan_launcher "$KVBM_BUILD_ROOT/tsan" || return 1
+  # The suppressions are for glibc's and CPython's own uninstrumented code (each with its reason
+  # in the file), never for kvbm's frames.
+  python_sanitized tsan "libtsan.so" "${tsan_launcher[@]}" env \
+    "TSAN_OPTIONS=$KVBM_TSAN_OPTIONS:suppressions=$KVBM_ROOT/scripts/tsan-python.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+    KVBM_SANITIZER=thread
+  local rc=$?
+  detail+="$tsan_note"
   return "$rc"
 }
 
@@ -407,8 +560,8 @@ fi
 kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null | head -n 1)"
 
 for stage in "${stages[@]}"; do
-  if ! declare -F "stage_$stage" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package python threadsafety lint fuzz)"
+  if ! declare -F "stage_${stage//-/_}" >/dev/null; then
+    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package python python-asan python-tsan threadsafety lint fuzz)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then
@@ -418,7 +571,7 @@ for stage in "${stages[@]}"; do
   kvbm_log "===== stage: $stage ====="
   start=$SECONDS
   detail=""
-  "stage_$stage"
+  "stage_${stage//-/_}"
   case $? in
     0) record "$stage" PASS $((SECONDS - start)) "$detail" ;;
     "$KVBM_SKIPPED") record "$stage" SKIP $((SECONDS - start)) "$detail" ;;
