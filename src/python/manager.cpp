@@ -444,7 +444,8 @@ void bind_manager(nb::module_& mod) {
       .def(
           "metrics_text",
           [](const Manager& m) {
-            const auto& registry = m.lease()->metrics_registry();
+            const auto lease = m.lease();  // held while Collect() runs without the GIL
+            const auto& registry = lease->metrics_registry();
             std::vector<prometheus::MetricFamily> families;
             {
               nb::gil_scoped_release release;

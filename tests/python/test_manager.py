@@ -333,7 +333,8 @@ def test_no_leak_over_many_iterations(tmp_path):
         kv.drain()
         gc.collect()
         growth = rss_bytes() - before
-        assert growth < 8 << 20, f"RSS grew by {growth / 2**20:.1f} MiB over 2000 iterations"
+        if not os.environ.get("KVBM_SANITIZER"):  # a sanitizer's own bookkeeping grows RSS
+            assert growth < 8 << 20, f"RSS grew by {growth / 2**20:.1f} MiB over 2000 iterations"
         assert kv.audit() == ""
 
 
