@@ -32,6 +32,11 @@
 #             tsan stage needs it); scripts/tsan-python.supp suppresses reports in glibc's
 #             uninstrumented code. Both print the kvbm._kvbm the session imported (pytest's
 #             header), and fail if it is not theirs; both set KVBM_SANITIZER for the tests.
+#   engines   the integrations driven by vLLM's and SGLang's own classes (tests/engines/): the
+#             pinned venv of scripts/engines_env.sh ($KVBM_BUILD_ROOT/engines-venv: vllm, sglang,
+#             a CPU-importable torch, kvbm; wheels kept in $PIP_CACHE_DIR/kvbm-engines-wheels),
+#             pytest tests/engines; then, report-only, the newest vllm/sglang on PyPI when they
+#             differ from the pins (engines_env.sh --latest)
 #   threadsafety  preset `threadsafety`: the library and its tests built with clang and
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
@@ -68,7 +73,7 @@ if [[ -n "${KVBM_STAGES:-}" ]]; then
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
   stages=(layers release package)
 else
-  stages=(layers release asan tsan package python python-asan python-tsan threadsafety lint fuzz)
+  stages=(layers release asan tsan package python python-asan python-tsan engines threadsafety lint fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
@@ -409,6 +414,54 @@ stage_python_tsan() {
   return "$rc"
 }
 
+# The integrations under the engines' own classes (tests/engines/, docs/python.md): the pinned
+# venv of scripts/engines_env.sh (vLLM, SGLang, a CPU-importable torch, kvbm itself), then pytest
+# over tests/engines. Then the newest vllm and sglang on PyPI, when they differ from the pins, in
+# a second venv (engines_env.sh --latest): reported in the output and the detail, never failing
+# the stage (a failure there is a finding to fix or document).
+stage_engines() {
+  local venv="$KVBM_BUILD_ROOT/engines-venv" log="$KVBM_BUILD_ROOT/engines-pytest.log"
+  kvbm_log "engines: the pinned environment (scripts/engines_env.sh)"
+  if ! bash "$KVBM_ROOT/scripts/engines_env.sh"; then
+    detail="scripts/engines_env.sh failed: see above"
+    return 1
+  fi
+  kvbm_log "engines: pytest tests/engines (vllm, sglang as pinned in tests/engines/requirements.txt)"
+  (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning \
+    KVBM_STRESS_SCALE="${KVBM_STRESS_SCALE:-1}" "$venv/bin/python" -m pytest -q -rfEs \
+    -p no:cacheprovider tests/engines) 2>&1 | tee "$log"
+  local rc="${PIPESTATUS[0]}"
+  detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
+  [[ -n "$detail" ]] || detail="pytest exited with $rc"
+  local pinned newest name report=""
+  for name in vllm sglang; do
+    pinned="$(sed -n "s/^$name==\([^ ]*\).*/\1/p" "$KVBM_ROOT/tests/engines/requirements.txt")"
+    newest="$("$venv/bin/python" -m pip index versions "$name" 2>/dev/null |
+      sed -n "s/^$name (\(.*\))$/\1/p")"
+    if [[ -z "$newest" ]]; then
+      report+=" $name: newest unknown (index not reachable);"
+    elif [[ "$newest" != "$pinned" ]]; then
+      report+=" $name $newest;"
+    fi
+  done
+  if [[ -z "$report" ]]; then
+    detail+=" [newest on PyPI = the pins]"
+  elif [[ "$report" == *"unknown"* ]]; then
+    detail+=" [$report ]"
+  else
+    kvbm_log "engines: newer releases on PyPI:$report testing them (report only)"
+    local latest_log="$KVBM_BUILD_ROOT/engines-latest-pytest.log" lrc=1
+    if bash "$KVBM_ROOT/scripts/engines_env.sh" --latest; then
+      (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning \
+        "$KVBM_BUILD_ROOT/engines-venv-latest/bin/python" -m pytest -q -rfEs \
+        -p no:cacheprovider tests/engines) 2>&1 | tee "$latest_log"
+      lrc="${PIPESTATUS[0]}"
+    fi
+    detail+=" [newest:$report $( ((lrc == 0)) && echo pass || echo "FAIL (report only: $latest_log)")]"
+  fi
+  return "$rc"
+}
+
 # Builds the preset threadsafety: clang with -Wthread-safety as an error, library and tests.
 # The sources with a CUDA-only part (#if KVBM_HAVE_CUDA): the preset builds without CUDA, so
 # they are checked again with clang -fsyntax-only against the CUDA toolkit's headers, with a
@@ -561,7 +614,7 @@ kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null 
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_${stage//-/_}" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package python python-asan python-tsan threadsafety lint fuzz)"
+    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package python python-asan python-tsan engines threadsafety lint fuzz)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then
