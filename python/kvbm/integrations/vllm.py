@@ -44,6 +44,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Collection, Iterable
@@ -179,16 +180,35 @@ def _model_namespace(offloading_spec) -> str:
     return "|".join(parts)
 
 
+def _dp_index(offloading_spec) -> int | None:
+    """This engine's data-parallel index, or None when vLLM runs no data parallelism.
+
+    vLLM says so in two ways: a MoE model's DP engines keep data_parallel_size = N with
+    data_parallel_index = i; a dense model's DP engines are made independent
+    (ParallelConfig.reconfigure_for_independent_dp_rank sets data_parallel_size to 1) but keep
+    data_parallel_index = i, and the engine core appends "_dp<i>" to the engine id of every DP
+    engine (vllm/v1/engine/core.py). Either sign makes it DP."""
+    config = _spec_config(offloading_spec)
+    parallel = getattr(config, "parallel", None)
+    if parallel is None:
+        return None
+    index = int(getattr(parallel, "data_parallel_index", 0) or 0)
+    size = int(getattr(parallel, "data_parallel_size", 1) or 1)
+    suffix = re.search(r"_dp(\d+)$", str(getattr(config, "engine_id", "") or ""))
+    if size > 1 or index > 0 or suffix:
+        return index
+    return None
+
+
 def _engine_directory(disk_directory: str, offloading_spec) -> str:
     """The G3 directory of this engine: vLLM gives every data-parallel engine the same tier
-    config, and a G3 file belongs to one process, so engine i of a DP group of N > 1 keeps its
-    G3 in <disk_directory>/dp<i> (stable across restarts, unlike the engine id). The engines
-    share chunks through G4."""
-    parallel = getattr(_spec_config(offloading_spec), "parallel", None)
-    size = getattr(parallel, "data_parallel_size", 1) or 1
-    if size <= 1:
+    config, and a G3 file belongs to one process, so DP engine i keeps its G3 in
+    <disk_directory>/dp<i> (stable across restarts, unlike the engine id). The engines share
+    chunks through G4."""
+    index = _dp_index(offloading_spec)
+    if index is None:
         return disk_directory
-    sub = os.path.join(disk_directory, f"dp{parallel.data_parallel_index}")
+    sub = os.path.join(disk_directory, f"dp{index}")
     os.makedirs(sub, exist_ok=True)
     return sub
 

@@ -1,0 +1,121 @@
+"""vLLM's own objects, built on the CPU the way vLLM builds them (shared by smoke_test.py and
+test_vllm_engine.py). Import only inside the engines venv, after VLLM_TARGET_DEVICE is set
+(this module sets it too, before vllm is imported).
+
+- make_vllm_config: VllmConfig from EngineArgs, as `vllm serve --kv-transfer-config ...` does;
+- make_kv_cache_config: the scheduler's KVCacheConfig from the specs the workers would report,
+  the KV layout resolved by vLLM's resolve_kv_cache_layout as the engine core does;
+- step: the end of one scheduler step (on_schedule_end), as OffloadingConnectorScheduler does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+import torch  # noqa: E402
+
+# A 2-layer llama with no weights: vLLM reads only config.json (load_format="dummy").
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+BLOCK_SIZE = 16  # tokens per vLLM block
+NUM_KV_HEADS, HEAD_SIZE, NUM_LAYERS = 2, 16, 2
+
+
+def write_model(directory, **overrides) -> str:
+    """A model directory holding only config.json: the tiny llama with `overrides`."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump({**TINY_LLAMA, **overrides}, f)
+    return str(directory)
+
+
+def make_vllm_config(model_dir, extra_config, *, kv_events=False, **engine_args):
+    """VllmConfig the way `vllm serve --kv-transfer-config ...` builds it. `engine_args` are
+    further EngineArgs (dtype=, tensor_parallel_size=, ...); kv_events=True turns vLLM's
+    global KV cache events on (KVEventsConfig, publisher "null": nothing is sent)."""
+    from vllm.config import KVEventsConfig, KVTransferConfig
+    from vllm.engine.arg_utils import EngineArgs
+
+    if kv_events:
+        engine_args["kv_events_config"] = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="null")
+    args = EngineArgs(
+        model=str(model_dir),
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        max_model_len=256,
+        block_size=BLOCK_SIZE,
+        enforce_eager=True,
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config=extra_config,
+        ),
+        **engine_args,
+    )
+    return args.create_engine_config()
+
+
+def make_kv_cache_config(vllm_config, num_blocks=64, layout="LBNHC"):
+    """The scheduler's KVCacheConfig, built by the engine core's own functions from the specs
+    the workers would report for the model (one full-attention spec per layer, in the model's
+    dtype, the KV heads of one TP rank); `layout` is what the workers' backends support."""
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    mc, pc = vllm_config.model_config, vllm_config.parallel_config
+    spec = FullAttentionSpec(
+        block_size=BLOCK_SIZE,
+        num_kv_heads=mc.get_num_kv_heads(pc),
+        head_size=mc.get_head_size(),
+        dtype=mc.dtype,
+    )
+    layers = mc.get_num_layers(pc)
+    specs = [{f"model.layers.{i}.self_attn.attn": spec for i in range(layers)}]
+    resolve_kv_cache_layout(vllm_config, [[layout]], list(specs[0].values()))
+    groups = get_global_kv_cache_groups(vllm_config, specs)
+    memory = num_blocks * spec.page_size_bytes * layers
+    configs = get_kv_cache_configs(vllm_config, specs, [memory], groups)
+    return generate_scheduler_kv_cache_config(configs)
+
+
+def offloading_config(vllm_config, kv_cache_config=None, **kv_cache_kwargs):
+    """vLLM's OffloadingConfig, by the connector's own build_offloading_config."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
+        build_offloading_config,
+    )
+
+    if kv_cache_config is None:
+        kv_cache_config = make_kv_cache_config(vllm_config, **kv_cache_kwargs)
+    return build_offloading_config(vllm_config, kv_cache_config)
+
+
+def step(manager, new=()):
+    """The end of one scheduler step (the manager's lock held by the caller)."""
+    from vllm.v1.kv_offload.base import ScheduleEndContext
+
+    manager.on_schedule_end(ScheduleEndContext(new_req_ids=list(new), preempted_req_ids=[]))
+
+
+__all__ = ["TINY_LLAMA", "BLOCK_SIZE", "NUM_KV_HEADS", "HEAD_SIZE", "NUM_LAYERS", "write_model",
+           "make_vllm_config", "make_kv_cache_config", "offloading_config", "step", "torch"]
