@@ -53,29 +53,18 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingContext  # noqa: E402
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager  # noqa: E402
 
+from vllm_util import (  # noqa: E402  (the vLLM objects, built as vLLM builds them)
+    BLOCK_SIZE,
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    NUM_LAYERS,
+    TINY_LLAMA,
+    make_kv_cache_config,
+    make_vllm_config,
+)
+from vllm_util import step as _step  # noqa: E402
+
 THIS_MODULE = __name__
-
-# A 2-layer llama with no weights: vLLM reads only config.json (load_format="dummy").
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "tie_word_embeddings": False,
-}
-BLOCK_SIZE = 16  # tokens per vLLM block
-NUM_KV_HEADS, HEAD_SIZE, NUM_LAYERS = 2, 16, 2
-
 
 # --------------------------------------------------------------------------- torch
 
@@ -195,46 +184,6 @@ def tiny_llama(tmp_path_factory):
     return str(d)
 
 
-def make_vllm_config(model_dir, extra_config):
-    """VllmConfig the way `vllm serve --kv-transfer-config ...` builds it."""
-    from vllm.config import KVTransferConfig
-    from vllm.engine.arg_utils import EngineArgs
-
-    args = EngineArgs(
-        model=model_dir,
-        skip_tokenizer_init=True,
-        load_format="dummy",
-        max_model_len=256,
-        block_size=BLOCK_SIZE,
-        enforce_eager=True,
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="OffloadingConnector",
-            kv_role="kv_both",
-            kv_connector_extra_config=extra_config,
-        ),
-    )
-    return args.create_engine_config()
-
-
-def make_kv_cache_config(vllm_config, num_blocks=64):
-    """The scheduler's KVCacheConfig, built by the engine core's own functions from the specs
-    the workers would report for the tiny llama (one full-attention spec per layer)."""
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
-    spec = FullAttentionSpec(
-        block_size=BLOCK_SIZE, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE, dtype=torch.bfloat16
-    )
-    specs = [{f"model.layers.{i}.self_attn.attn": spec for i in range(NUM_LAYERS)}]
-    resolve_kv_cache_layout(vllm_config, [["LBNHC"]], list(specs[0].values()))
-    groups = get_global_kv_cache_groups(vllm_config, specs)
-    memory = num_blocks * spec.page_size_bytes * NUM_LAYERS
-    configs = get_kv_cache_configs(vllm_config, specs, [memory], groups)
-    return generate_scheduler_kv_cache_config(configs)
-
-
 def test_vllm_config_from_a_local_config_json(tiny_llama):
     from vllm.config import VllmConfig
     from vllm.platforms import current_platform
@@ -270,12 +219,6 @@ def tiering(tiny_llama, tmp_path):
     vc = make_vllm_config(tiny_llama, extra)
     kcc = make_kv_cache_config(vc)
     return vc, kcc, build_offloading_config(vc, kcc), root
-
-
-def _step(manager, new=()):
-    from vllm.v1.kv_offload.base import ScheduleEndContext
-
-    manager.on_schedule_end(ScheduleEndContext(new_req_ids=list(new), preempted_req_ids=[]))
 
 
 def test_vllm_tiering_spec_with_cpu_primary_and_secondary_tiers(tiering):
