@@ -30,8 +30,9 @@ PAGE_BYTES = 2 * 32 * 1024  # 2 layers x 32 KiB, flat
 class HostPool:
     """The parts of SGLang's HostKVCache a backend uses: flat pages by token index."""
 
-    def __init__(self, pages, page_size=16):
+    def __init__(self, pages, page_size=16, layout="layer_first", dtype=np.dtype(np.uint8)):
         self.page_size = page_size
+        self.layout, self.dtype = layout, dtype  # SGLang's host pools: a layout, a torch dtype
         self.buf = np.zeros((pages, PAGE_BYTES), dtype=np.uint8)
 
     def get_dummy_flat_data_page(self):
@@ -186,7 +187,8 @@ def test_ranks_get_their_own_g3_files(tmp_path):
     """A persistent G3 file belongs to one process: two TP ranks on one directory each get a
     subdirectory, and both work at once."""
     extra = {"disk_directory": str(tmp_path), "disk_bytes": 64 * PAGE_BYTES,
-             "host_bytes": 16 * PAGE_BYTES, "device_blocks": 8, "page_bytes": PAGE_BYTES}
+             "host_bytes": 16 * PAGE_BYTES, "device_blocks": 8, "page_bytes": PAGE_BYTES,
+             "namespace": "test-model-raw-pages"}
     ranks = []
     for r in range(2):
         cfg = storage_config(dict(extra))
@@ -235,4 +237,38 @@ def test_strided_and_read_only_pages(tmp_path):
     assert (big[:, 1] == data[0]).all() and not big[:, 0].any() and not big[:, 2].any()
     assert (fortran.reshape(-1) == data[1]).all()
     assert (targets[2] == data[2]).all()
+    b.close()
+
+
+def test_format_in_namespace_or_refusal(tmp_path):
+    """The page layout and KV dtype are part of the namespace (a G3 file of another format is
+    emptied, never served); with neither a host pool nor `namespace` the backend refuses."""
+    b = KvbmStorage(storage_config({"disk_directory": str(tmp_path), "page_bytes": PAGE_BYTES,
+                                    "disk_bytes": 64 * PAGE_BYTES, "host_bytes": 16 * PAGE_BYTES}), {})
+    b.storage_config.is_page_first_layout = False
+    with pytest.raises(kvbm.UsageError, match="set `namespace`"):
+        b.batch_set(page_hashes(1), random_pages(1, 8))
+    b.close()
+    a, _ = make_backend(tmp_path)
+    assert a.namespace == "test-model|tp0/1|layout=layer_first|dtype=uint8"
+    keys = page_hashes(2, "fmt")
+    assert a.batch_set(keys, random_pages(2, 9))
+    a.close()
+    backend = KvbmStorage(storage_config({"disk_directory": str(tmp_path), "disk_bytes": 256 * PAGE_BYTES,
+                                          "host_bytes": 32 * PAGE_BYTES, "device_blocks": 16}), {})
+    backend.register_mem_pool_host(HostPool(64, layout="page_first"))
+    assert backend.namespace == "test-model|tp0/1|layout=page_first|dtype=uint8"
+    assert backend.batch_exists(keys) == 0
+    backend.close()
+
+
+def test_get_without_target_returns_a_page(tmp_path):
+    """Without torch (this venv) the page is a NumPy array of the host pool's dtype."""
+    b, _ = make_backend(tmp_path)
+    key = page_hashes(1, "nt")[0]
+    data = random_pages(1, 10)[0]
+    assert b.set(key, data)
+    got = b.get(key)
+    assert isinstance(got, np.ndarray) and (got == data).all()
+    assert b.batch_get([key, "nope".ljust(64, "0")])[1] is None
     b.close()

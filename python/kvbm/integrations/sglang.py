@@ -24,8 +24,16 @@ The interface methods keep SGLang's signatures (the generic ``get``/``set``/
 imports, ``KvbmStorage`` subclasses the real ``HiCacheStorage``.
 
 Buffers are whatever SGLang passes (torch tensors) or NumPy arrays: they reach
-kvbm through DLPack / the buffer protocol without a copy; torch is never
-imported here.
+kvbm through DLPack / the buffer protocol without a copy. torch is imported only
+where the backend itself must make a page (``get``/``batch_get`` without targets):
+then the page is a torch tensor (the host pool's flat page when one is registered),
+a NumPy array only where torch does not import.
+
+What makes a page reusable (the G3 file's namespace and the G4 key space) is the
+model and its shard (``namespace``, default the model and TP/PP/CP rank) plus the
+page format: the host pool's layout (``layer_first``, ``page_first``, ...: the
+order of the bytes in a flat page) and its KV dtype. A server started with another
+layout or dtype on the same directory finds none of the old pages.
 """
 
 from __future__ import annotations
@@ -108,7 +116,10 @@ class KvbmStorage(HiCacheStorage):
       device_blocks    G1 blocks, the landing zone of loads (default 64)
       page_bytes       bytes of one page; otherwise learnt from the host pool or the
                        first page stored or read
-      namespace        what makes pages reusable (default: model, TP/PP/CP shard)
+      namespace        the model part of what makes pages reusable (default: model,
+                       TP/PP/CP shard); the host pool's layout and KV dtype are always
+                       added when known, and without a host pool (layout and dtype
+                       unknown) a backend refuses to start unless it is set
       remote_urls      G4 Redis URLs (remote_model, remote_dtype,
                        remote_user_namespace as in kvbm.RemoteTierConfig)
     """
@@ -132,7 +143,8 @@ class KvbmStorage(HiCacheStorage):
         self.host_bytes = int(extra.pop("host_bytes", 1 << 30))
         self.device_blocks = int(extra.pop("device_blocks", 64))
         self.page_bytes = extra.pop("page_bytes", None)
-        self.namespace = extra.pop("namespace", None) or self._default_namespace(storage_config)
+        self._user_namespace = extra.pop("namespace", None)
+        self.namespace: Optional[str] = None  # set when the manager is built (_page_namespace)
         self.remote_urls = list(extra.pop("remote_urls", None) or [])
         self.remote_model = extra.pop("remote_model", None)
         self.remote_dtype = extra.pop("remote_dtype", "")
@@ -142,8 +154,8 @@ class KvbmStorage(HiCacheStorage):
         self._lock = threading.Lock()
         self.kv: Optional[kvbm.KvBlockManager] = None
         self.mem_pool_host = None
-        if self.page_bytes is not None:
-            self._manager(int(self.page_bytes))
+        # The manager is built once the page format is known: at register_mem_pool_host (what
+        # SGLang calls right after creating the backend), else at the first page.
 
     @staticmethod
     def _shard_name(cfg) -> str:
@@ -171,11 +183,46 @@ class KvbmStorage(HiCacheStorage):
             parts.append(f"cp{cfg.attn_cp_rank}/{cfg.attn_cp_size}")
         return "|".join(parts)
 
-    # -- the manager, built once the page size is known ------------------------------
+    @staticmethod
+    def _dtype_name(dtype) -> Optional[str]:
+        """'bfloat16' for torch.bfloat16 or NumPy's bfloat16-less dtypes alike ('uint8', ...)."""
+        if dtype is None:
+            return None
+        name = str(dtype)
+        return name[len("torch."):] if name.startswith("torch.") else name
+
+    def _page_format(self):
+        """(layout, dtype name) of the pages, each None when unknown: from the registered host
+        pool, else the layout from HiCacheStorageConfig.is_page_first_layout when it says so."""
+        pool, cfg = self.mem_pool_host, self.storage_config
+        layout = getattr(pool, "layout", None) if pool is not None else None
+        dtype = self._dtype_name(getattr(pool, "dtype", None)) if pool is not None else None
+        if layout is None and getattr(cfg, "is_page_first_layout", False) is True:
+            layout = "page_first"
+        return layout, dtype
+
+    def _page_namespace(self) -> str:
+        """The namespace of the G3 file and of G4: the model part, the layout, the KV dtype."""
+        layout, dtype = self._page_format()
+        if (layout is None or dtype is None) and not self._user_namespace:
+            raise kvbm.UsageError(
+                "KvbmStorage: the page layout and KV dtype are not known (no host pool registered"
+                f"; layout {layout!r}, dtype {dtype!r}), so pages of another format could be "
+                "served as this one's: register the host pool first, or set `namespace` in "
+                "extra_config to a name that identifies the model, layout and KV dtype")
+        parts = [self._user_namespace or self._default_namespace(self.storage_config)]
+        if layout is not None:
+            parts.append(f"layout={layout}")
+        if dtype is not None:
+            parts.append(f"dtype={dtype}")
+        return "|".join(parts)
+
+    # -- the manager, built once the page size and format are known ------------------------
 
     def _manager(self, page_bytes: int) -> kvbm.KvBlockManager:
         with self._lock:
             if self.kv is None:
+                namespace = self._page_namespace()
                 cfg = kvbm.KvBlockManagerConfig(
                     layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
                                              inner_dim=page_bytes, dtype_bytes=1),
@@ -185,16 +232,17 @@ class KvbmStorage(HiCacheStorage):
                     disk=kvbm.TierConfig(bytes=self.disk_bytes),
                     disk_directory=self.disk_directory,
                     disk_persistent=True,
-                    disk_namespace=self.namespace,
+                    disk_namespace=namespace,
                     device_to_host=kvbm.OffloadMode.NONE,
                 )
                 if self.remote_urls:
                     cfg.remote.urls = self.remote_urls
-                    cfg.remote.model = self.remote_model or self.namespace
+                    cfg.remote.model = self.remote_model or namespace
                     cfg.remote.dtype = self.remote_dtype
                     cfg.remote.user_namespace = self.remote_user_namespace
                     cfg.host_to_remote = kvbm.OffloadMode.WRITE_THROUGH
                 self.kv = kvbm.KvBlockManager(cfg)
+                self.namespace = namespace
                 self.page_bytes = page_bytes
             elif page_bytes != self.page_bytes:
                 raise kvbm.UsageError(
@@ -210,9 +258,26 @@ class KvbmStorage(HiCacheStorage):
 
     # -- the generic interface ----------------------------------------------------------
 
+    def _new_page(self):
+        """A page for get/batch_get without targets, of the type SGLang's own backends return:
+        the host pool's flat page (its dtype) when one is registered, else page_bytes bytes as a
+        torch uint8 tensor, a NumPy array only when torch does not import."""
+        pool = self.mem_pool_host
+        make = getattr(pool, "get_dummy_flat_data_page", None) if pool is not None else None
+        if make is not None:
+            page = make()
+            if self.page_bytes is None or _nbytes(page) == int(self.page_bytes):
+                return page
+        try:
+            import torch
+        except ImportError:
+            return np.empty(int(self.page_bytes), dtype=np.uint8)
+        return torch.empty(int(self.page_bytes), dtype=torch.uint8)
+
     def get(self, key: str, target_location: Optional[Any] = None,
             target_sizes: Optional[Any] = None):
-        """Reads the page into target_location and returns it; None when absent or corrupt."""
+        """Reads the page into target_location and returns it; None when absent or corrupt.
+        Without a target: a new page (a torch tensor when torch imports, see _new_page)."""
         return self.batch_get([key], [target_location] if target_location is not None else None)[0]
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
@@ -222,9 +287,9 @@ class KvbmStorage(HiCacheStorage):
         if not keys:
             return []
         if target_locations is None:
-            if self.page_bytes is None:
+            if self.page_bytes is None and self.mem_pool_host is None:
                 return [None] * len(keys)
-            target_locations = [np.empty(int(self.page_bytes), dtype=np.uint8) for _ in keys]
+            target_locations = [self._new_page() for _ in keys]
         # A target kvbm cannot write in place (a strided or read-only view, a GPU tensor) gets
         # a staging page, copied into it afterwards: kvbm itself refuses such a destination.
         staged = {i: np.empty(_nbytes(t), np.uint8)
@@ -260,8 +325,12 @@ class KvbmStorage(HiCacheStorage):
 
     def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
         """The number of leading keys stored (G1-G3, then G4 in one round trip)."""
-        if not keys or self.kv is None:
+        if not keys:
             return 0
+        if self.kv is None:
+            if self.page_bytes is None:
+                return 0  # nothing stored or read yet, and nothing to open
+            self._manager(int(self.page_bytes))  # a restarted process: its G3 file answers
         hashes = kvbm.hash_keys(keys)
         local = self.kv.present(hashes, chained=False)
         n = int(np.argmin(local > 0)) if not local.all() else len(keys)

@@ -1,0 +1,118 @@
+"""Builders of SGLang's own objects on the CPU, for tests/engines/test_sglang_engine.py.
+
+As tests/engines/smoke_test.py builds them (that module's make_device_pool / make_host_pool /
+storage_config / published_scheduler), with the KV dtype and the layout as parameters. Only
+SGLang's classes, built the way SGLang builds them; nothing monkeypatched. Import it only where
+sglang and torch import (the test module skips itself elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import torch
+
+PAGE = 4  # tokens per SGLang page
+NUM_KV_HEADS, HEAD_SIZE, NUM_LAYERS = 2, 16, 2
+KV_LORA_RANK, QK_ROPE_HEAD_DIM = 32, 16
+DEVICE_TOKENS = 64
+
+# A 2-layer llama with no weights: ServerArgs reads only config.json.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+
+
+def make_device_pool(kind, dtype=torch.bfloat16):
+    """SGLang's device KV pool (MHATokenToKVPool / MLATokenToKVPool) in CPU memory."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+
+    common = dict(layer_num=NUM_LAYERS, device="cpu", enable_memory_saver=False,
+                  start_layer=0, end_layer=NUM_LAYERS)
+    if kind == "MHA":
+        return MHATokenToKVPool(DEVICE_TOKENS, PAGE, dtype, head_num=NUM_KV_HEADS,
+                                head_dim=HEAD_SIZE, **common)
+    return MLATokenToKVPool(DEVICE_TOKENS, PAGE, dtype, kv_lora_rank=KV_LORA_RANK,
+                            qk_rope_head_dim=QK_ROPE_HEAD_DIM, **common)
+
+
+def make_host_pool(dev, layout):
+    """As sglang's hybrid_pool_assembler._build_mha_mla_host_pool builds it, on the CPU
+    (pin_memory=False): host pool of twice the device pool's tokens."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+    from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
+
+    info = dev.get_device_pool_infos()[0].buffer_info
+    capacity = dev.size if dev.host_capacity_tokens is None else dev.host_capacity_tokens
+    common = dict(pin_memory=False, device="cpu", device_capacity_tokens=capacity,
+                  start_layer=dev.start_layer, end_layer=dev.end_layer)
+    if isinstance(dev, MHATokenToKVPool):
+        return MHATokenToKVPoolHost(info, 2.0, 0, PAGE, layout,
+                                    write_back_staging=dev.hicache_write_back_staging, **common)
+    return MLATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, target_layer_num=dev.layer_num,
+                                override_kv_cache_dim=dev.kv_cache_dim, **common)
+
+
+def storage_config(**overrides):
+    """HiCacheStorageConfig as HiCacheController._generate_storage_config fills it (TP 1)."""
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
+    fields = dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                  is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+                  model_name="tiny-llama")
+    fields.update(overrides)
+    return HiCacheStorageConfig(**fields)
+
+
+def write_tiny_llama(directory) -> str:
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(TINY_LLAMA, f)
+    return str(directory)
+
+
+class PublishedScheduler:
+    """The process-wide config a SGLang scheduler publishes, and a gloo TP group of size 1
+    (what HiCacheController needs); a context manager."""
+
+    def __init__(self, model_dir, layout="page_first"):
+        self.model_dir, self.layout = model_dir, layout
+
+    def __enter__(self):
+        import torch.distributed as dist
+        from sglang.srt.runtime_context import SpawnRanks, publish
+        from sglang.srt.server_args import ServerArgs
+
+        args = ServerArgs(model_path=self.model_dir, device="cpu", skip_tokenizer_init=True,
+                          page_size=PAGE, enable_hierarchical_cache=True,
+                          hicache_mem_layout=self.layout)
+        publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=None))
+        fd, self.store = tempfile.mkstemp()
+        os.close(fd)
+        dist.init_process_group("gloo", init_method=f"file://{self.store}", rank=0, world_size=1)
+        return dist.new_group([0], backend="gloo")
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+        from sglang.srt.runtime_context import reset_context
+
+        dist.destroy_process_group()
+        reset_context()
+        os.unlink(self.store)
