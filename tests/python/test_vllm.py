@@ -250,3 +250,34 @@ def test_signatures_match_vllm():
     import inspect
     ours = list(inspect.signature(KvbmTier.__init__).parameters)[:5]
     assert ours == iface["__init__"][0]
+
+
+def _dp_spec(engine_id, index, size):
+    """The parts of vLLM's spec that say which DP engine this is (spec.config.engine_id and
+    spec.config.parallel, vLLM's OffloadingConfig / OffloadingParallelConfig)."""
+    parallel = SimpleNamespace(data_parallel_index=index, data_parallel_size=size)
+    return SimpleNamespace(config=SimpleNamespace(engine_id=engine_id, parallel=parallel))
+
+
+@pytest.mark.parametrize("size", [1, 2], ids=["dense", "moe"])
+def test_data_parallel_engines_keep_g3_in_dp_i(tmp_path, size):
+    """A MoE model's DP engines keep data_parallel_size = N; a dense model's are made
+    independent (vLLM sets data_parallel_size back to 1) but keep data_parallel_index and the
+    "_dp<i>" engine id. Either way engine i keeps G3 in <disk_directory>/dp<i>, and the two
+    run at once (a G3 file belongs to one process)."""
+    primary = [np.zeros((4, CHUNK_BYTES), dtype=np.uint8) for _ in range(2)]
+    tiers = [KvbmTier(offloading_spec=_dp_spec(f"engine_dp{i}", i, size),
+                      primary_kv_view=memoryview(primary[i]), disk_directory=str(tmp_path),
+                      namespace="dp/model", disk_bytes=16 * CHUNK_BYTES,
+                      host_bytes=8 * CHUNK_BYTES, device_blocks=4) for i in range(2)]
+    try:
+        assert [t.disk_directory for t in tiers] == [str(tmp_path / "dp0"), str(tmp_path / "dp1")]
+    finally:
+        for t in tiers:
+            t.shutdown()
+    # Not DP: the directory itself.
+    t = KvbmTier(offloading_spec=_dp_spec("engine", 0, 1), primary_kv_view=memoryview(primary[0]),
+                 disk_directory=str(tmp_path), namespace="dp/model", disk_bytes=16 * CHUNK_BYTES,
+                 host_bytes=8 * CHUNK_BYTES, device_blocks=4)
+    assert t.disk_directory == str(tmp_path)
+    t.shutdown()

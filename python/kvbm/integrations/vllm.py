@@ -36,7 +36,9 @@ not block):
 vLLM itself is not needed to import this module: when ``vllm`` (and its torch)
 import, ``KvbmTier`` subclasses the real ``SecondaryTierManager`` and returns
 vLLM's own ``LookupResult`` / ``JobResult``; otherwise it stands alone with
-look-alike types of the same names and fields (the tests drive it that way).
+look-alike types of the same names and fields (tests/python/test_vllm.py drives it that
+way; tests/engines/test_vllm_engine.py runs it inside the real vLLM 0.33.0, loaded by vLLM's
+SecondaryTierFactory and driven through its TieringOffloadingManager).
 """
 
 from __future__ import annotations
@@ -230,14 +232,18 @@ class KvbmTier(SecondaryTierManager):
     """A vLLM secondary tier backed by kvbm's G2, persistent G3 and optional G4.
 
     Keyword options (from vLLM's tier config):
-      disk_directory   existing directory of the G3 file (required)
+      disk_directory   existing directory of the G3 file (required); DP engine i uses
+                       <disk_directory>/dp<i>
       disk_bytes       G3 size (default 64 GiB, preallocated)
       host_bytes       G2 size (default 1 GiB of pinned memory)
       device_blocks    G1 blocks, the landing zone of loads (default 64)
-      namespace        what makes blocks reusable (default: model, dtype, parallelism)
+      namespace        what makes blocks reusable (default: from vLLM's OffloadingConfig:
+                       model name, KV dtype, chunk geometry, KV layout, cache groups,
+                       TP/PP/PCP/DCP and rank; refused when the model is not known)
       remote_urls      G4 Redis URLs; remote_model / remote_dtype /
                        remote_user_namespace default to the namespace's parts
-      enable_kv_events report stored chunks through take_events()
+      enable_kv_events report stored chunks through take_events(); only when vLLM's KV
+                       cache events are on (kv_events_config), else a warning
       workers          copy threads (default 2)
       locality         "LOCAL" or "REMOTE": tier.locality, for vLLM's load filters and events
     """
