@@ -183,10 +183,12 @@ def all_miss(results):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """Two model directories holding the same tiny llama config.json: the model name (its
-    path, as vLLM reports it) is all that tells them apart."""
+    """Model directories: llama-a and llama-b hold the same tiny llama config.json, so the
+    model name (its path, as vLLM reports it) is all that tells them apart; llama-c is a
+    larger llama (3 layers, 4 KV heads)."""
     root = tmp_path_factory.mktemp("models")
-    return write_model(root / "llama-a"), write_model(root / "llama-b")
+    return (write_model(root / "llama-a"), write_model(root / "llama-b"),
+            write_model(root / "llama-c", num_hidden_layers=3, num_key_value_heads=4))
 
 
 # --------------------------------------------------------------------------- 1
@@ -195,7 +197,7 @@ def models(tmp_path_factory):
 def test_loads_through_vllm_and_round_trips_bytes(models, tmp_path):
     from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-    model_a, _ = models
+    model_a = models[0]
     vc, oc = build_config(model_a, tier_config(tmp_path))
     with engine(oc) as (manager, tier):
         ns = tier.namespace
@@ -225,7 +227,7 @@ def test_loads_through_vllm_and_round_trips_bytes(models, tmp_path):
 
 
 def test_restarted_engine_promotes_from_g3(models, tmp_path):
-    model_a, _ = models
+    model_a = models[0]
     keys = keys_of(5, "restart")
     _, oc = build_config(model_a, tier_config(tmp_path))
     data = chunk_data(len(keys), oc.worker_kv_bytes_per_block, seed=2)
@@ -243,7 +245,8 @@ def test_restarted_engine_promotes_from_g3(models, tmp_path):
 
 # Engine B differs from engine A (the tiny llama "llama-a", bfloat16, LBNHC, TP 1) in one way.
 VARIANTS = {
-    "model": dict(model=1),
+    "model": dict(model=1),  # the same config.json in another directory
+    "size": dict(model=2),
     "dtype": dict(dtype="float16"),
     "layout": dict(layout="LBHNC"),
     "tp": dict(tensor_parallel_size=2),  # the scheduler side of rank 0 of a TP-2 engine
