@@ -92,8 +92,8 @@ class PublishedScheduler:
     """The process-wide config a SGLang scheduler publishes, and a gloo TP group of size 1
     (what HiCacheController needs); a context manager."""
 
-    def __init__(self, model_dir, layout="page_first"):
-        self.model_dir, self.layout = model_dir, layout
+    def __init__(self, model_dir, layout="page_first", kv_cache_dtype="auto"):
+        self.model_dir, self.layout, self.kv_cache_dtype = model_dir, layout, kv_cache_dtype
 
     def __enter__(self):
         import torch.distributed as dist
@@ -102,7 +102,7 @@ class PublishedScheduler:
 
         args = ServerArgs(model_path=self.model_dir, device="cpu", skip_tokenizer_init=True,
                           page_size=PAGE, enable_hierarchical_cache=True,
-                          hicache_mem_layout=self.layout)
+                          hicache_mem_layout=self.layout, kv_cache_dtype=self.kv_cache_dtype)
         publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=None))
         fd, self.store = tempfile.mkstemp()
         os.close(fd)
@@ -115,4 +115,5 @@ class PublishedScheduler:
 
         dist.destroy_process_group()
         reset_context()
-        os.unlink(self.store)
+        if os.path.exists(self.store):  # torch's FileStore removes it when its last user leaves
+            os.unlink(self.store)

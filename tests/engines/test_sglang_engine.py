@@ -125,6 +125,37 @@ def test_layouts_and_dtypes_never_serve_each_others_pages(tmp_path):
         assert ns.endswith(f"|layout={layout}|dtype={dtype}")
 
 
+def test_fp8_formats_told_apart_by_the_published_kv_cache_dtype(tmp_path, tiny_llama):
+    """SGLang stores fp8 KV as uint8 (the host pool's dtype for e4m3 and e5m2 alike): the
+    --kv-cache-dtype a scheduler published names which fp8 the bytes are."""
+    keys = keys_for(list(range(60, 60 + 2 * PAGE)))
+    for i, (kv_cache_dtype, dtype) in enumerate([("fp8_e4m3", torch.float8_e4m3fn),
+                                                 ("fp8_e5m2", torch.float8_e5m2),
+                                                 ("fp8_e4m3", torch.float8_e4m3fn)]):
+        with PublishedScheduler(tiny_llama, kv_cache_dtype=kv_cache_dtype):
+            host = make_host_pool(make_device_pool("MHA", dtype), "page_first")
+            assert host.dtype == torch.uint8
+            b = create_backend(storage_config(extra_config=extra_config(tmp_path)), host)
+            assert b.namespace.endswith(f"|dtype=uint8:{kv_cache_dtype}")
+            assert b.batch_exists(keys) == 0, kv_cache_dtype  # the previous one was the other fp8
+            idx, _ = fill_pages(host, len(keys), seed=40 + i)
+            assert b.batch_set_v1(keys, idx) == [True] * len(keys)
+            b.close()
+
+
+def test_host_pool_registered_after_the_first_page_must_agree(tmp_path):
+    host = make_host_pool(make_device_pool("MHA"), "layer_first")
+    page = host.get_dummy_flat_data_page()
+    cfg = storage_config(extra_config=extra_config(tmp_path, namespace="tiny"))
+    b = KvbmStorage(cfg, {})
+    assert b.set(keys_for(list(range(PAGE)))[0], page)
+    assert b.namespace == "tiny|layout=page_first"
+    with pytest.raises(kvbm.UsageError, match="before the first page"):
+        b.register_mem_pool_host(host)
+    assert b.mem_pool_host is None
+    b.close()
+
+
 def test_without_host_pool_the_format_is_unknown_and_namespace_is_required(tmp_path):
     cfg = storage_config(is_page_first_layout=False,
                          extra_config=extra_config(tmp_path, page_bytes=1024))

@@ -199,7 +199,25 @@ class KvbmStorage(HiCacheStorage):
         dtype = self._dtype_name(getattr(pool, "dtype", None)) if pool is not None else None
         if layout is None and getattr(cfg, "is_page_first_layout", False) is True:
             layout = "page_first"
+        if dtype == "uint8":  # SGLang stores every fp8 KV cache as uint8: which fp8 is it?
+            fp8 = self._published_kv_cache_dtype()
+            if fp8 and fp8.startswith("fp8"):
+                dtype = f"uint8:{fp8}"
         return layout, dtype
+
+    @staticmethod
+    def _published_kv_cache_dtype() -> Optional[str]:
+        """--kv-cache-dtype of the ServerArgs this SGLang process published (its scheduler),
+        or None (not SGLang, nothing published, or this SGLang lacks runtime_context)."""
+        if not HAVE_SGLANG:
+            return None
+        try:
+            from sglang.srt.runtime_context import get_server_args
+
+            value = getattr(get_server_args(), "kv_cache_dtype", None)
+        except Exception:  # ValueError "Global server args is not set yet!", ImportError
+            return None
+        return value if isinstance(value, str) else None
 
     def _page_namespace(self) -> str:
         """The namespace of the G3 file and of G4: the model part, the layout, the KV dtype."""
@@ -250,8 +268,14 @@ class KvbmStorage(HiCacheStorage):
             return self.kv
 
     def register_mem_pool_host(self, mem_pool_host) -> None:
-        super().register_mem_pool_host(mem_pool_host)
+        previous = self.mem_pool_host
         self.mem_pool_host = mem_pool_host
+        if self.kv is not None and self._page_namespace() != self.namespace:
+            self.mem_pool_host = previous
+            raise kvbm.UsageError(
+                f"KvbmStorage: pages are already kept under namespace {self.namespace!r}; a host "
+                "pool of another layout or dtype must be registered before the first page")
+        super().register_mem_pool_host(mem_pool_host)
         page = getattr(mem_pool_host, "get_dummy_flat_data_page", lambda: None)()
         if page is not None and _nbytes(page) > 0:
             self._manager(_nbytes(page))
