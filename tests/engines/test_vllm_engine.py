@@ -226,6 +226,28 @@ def test_loads_through_vllm_and_round_trips_bytes(models, tmp_path):
         assert type(tier).cache_hit_source is CacheHitSource.DISK
 
 
+def test_loads_in_the_offloading_connectors_scheduler(models, tmp_path):
+    """The way `vllm serve --kv-transfer-config` reaches it: OffloadingConnector's scheduler
+    side builds the spec and its manager, which loads KvbmTier."""
+    from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+
+    from kvbm.integrations.vllm import KvbmTier
+    from vllm_util import make_kv_cache_config
+
+    extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 20,
+             "secondary_tiers": [tier_config(tmp_path)]}
+    vc = make_vllm_config(models[0], extra)
+    connector = OffloadingConnector(vc, KVConnectorRole.SCHEDULER, make_kv_cache_config(vc))
+    try:
+        (tier,) = connector.connector_scheduler.manager.secondary_tiers
+        assert type(tier) is KvbmTier and tier.namespace.startswith(f"vllm:{models[0]}|")
+    finally:
+        connector.shutdown()
+
+
 def test_restarted_engine_promotes_from_g3(models, tmp_path):
     model_a = models[0]
     keys = keys_of(5, "restart")
