@@ -319,3 +319,30 @@ def test_mla_rank_1_answers_what_rank_0_wrote(tmp_path):
     finally:
         for b, _ in ranks:
             b.close()
+
+
+def test_mla_ranks_share_pages_through_g4(tmp_path, redis_url):
+    """The supported form of MLA with tp_size=2: with G4, rank 1 (its own empty G3) answers
+    batch_exists with what rank 0 wrote, so SGLang's MIN over the ranks is a hit, and reads
+    rank 0's bytes."""
+    tokens = list(range(150, 150 + 2 * PAGE))
+    keys = keys_for(tokens)
+    ranks = []
+    for r in range(2):
+        host = make_host_pool(make_device_pool("MLA"), "page_first")
+        cfg = storage_config(tp_rank=r, tp_size=2, is_mla_model=True,
+                             extra_config=extra_config(tmp_path, remote_urls=[redis_url]))
+        ranks.append((create_backend(cfg, host), host))
+    try:
+        (b0, h0), (b1, h1) = ranks
+        assert b0.namespace == b1.namespace  # MLA pages are the same on every TP rank
+        idx, pages = fill_pages(h0, len(keys), seed=50)
+        assert b0.batch_set_v1(keys, idx) == [True] * len(keys)
+        b0.kv.drain()
+        assert min(b0.batch_exists(keys), b1.batch_exists(keys)) == len(keys)
+        dst = h1.alloc(len(keys) * PAGE)
+        assert b1.batch_get_v1(keys, dst) == [True] * len(keys)
+        assert all(same_bytes(h1.get_data_page(int(dst[j * PAGE])), p) for j, p in enumerate(pages))
+    finally:
+        for b, _ in ranks:
+            b.close()
