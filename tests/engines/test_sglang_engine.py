@@ -296,6 +296,16 @@ def test_tp_ranks_of_an_mha_model_keep_their_own_pages(tmp_path):
         b.close()
 
 
+def test_mla_with_tp_and_no_g4_warns(tmp_path, caplog):
+    for remote in ([], ["redis://127.0.0.1:1"]):
+        caplog.clear()
+        cfg = storage_config(tp_rank=1, tp_size=2, is_mla_model=True,
+                             extra_config=extra_config(tmp_path, remote_urls=remote))
+        with caplog.at_level("WARNING", logger="kvbm.integrations.sglang"):
+            KvbmStorage(cfg, {}).close()
+        assert ("storage never hits" in caplog.text) == (not remote)
+
+
 @pytest.mark.xfail(strict=True, reason="MLA with tp_size > 1 and no G4: rank 1 has its own G3 "
                    "file, SGLang writes MLA pages from rank 0 only (docs/python.md)")
 def test_mla_rank_1_answers_what_rank_0_wrote(tmp_path):

@@ -38,6 +38,7 @@ layout or dtype on the same directory finds none of the old pages.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any, List, Optional
@@ -60,6 +61,8 @@ except Exception:  # ImportError, or SGLang present without a working torch
 
 
 __all__ = ["KvbmStorage", "HAVE_SGLANG"]
+
+_log = logging.getLogger(__name__)
 
 _G3_FILE = "kvbm.slots"  # the persistent G3 file's name in disk_directory (docs/disk_tier.md)
 
@@ -152,6 +155,16 @@ class KvbmStorage(HiCacheStorage):
         if extra:
             raise kvbm.UsageError(f"KvbmStorage: unknown option(s) {sorted(extra)}")
         self._lock = threading.Lock()
+        cfg = storage_config
+        if (getattr(cfg, "is_mla_model", False) and getattr(cfg, "tp_size", 1) > 1
+                and getattr(cfg, "dcp_size", 1) == 1 and not self.remote_urls):
+            # SGLang backs MLA pages up from TP rank 0 only and takes the MIN of every rank's
+            # batch_exists: the other ranks' G3 files stay empty, so without G4 nothing hits.
+            _log.warning(
+                "KvbmStorage: an MLA model with tp_size=%d and no remote_urls: SGLang writes its "
+                "pages from TP rank 0 only, rank %d's G3 (%s) stays empty and storage never hits; "
+                "set remote_urls (G4) to share the pages between the ranks",
+                cfg.tp_size, cfg.tp_rank, self.disk_directory)
         self.kv: Optional[kvbm.KvBlockManager] = None
         self.mem_pool_host = None
         # The manager is built once the page format is known: at register_mem_pool_host (what
