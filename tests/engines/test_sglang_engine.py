@@ -38,6 +38,7 @@ from sglang_util import (  # noqa: E402
     write_tiny_llama,
 )
 
+
 # docs/python.md's --hicache-storage-backend-extra-config, sized for the tests.
 def extra_config(directory, **more):
     return {"backend_name": "kvbm", "module_path": "kvbm.integrations.sglang",
@@ -68,10 +69,10 @@ def fill_pages(host, n, seed):
     pages = []
     for j in range(n):
         like = host.get_dummy_flat_data_page()
-        page = torch.randint(0, 256, (like.numel() * like.element_size(),), dtype=torch.uint8,
-                             generator=g).view(like.dtype)
-        if like.dtype.is_floating_point:  # no NaN payloads: equality is compared bitwise anyway
+        if like.dtype.is_floating_point:  # bf16 / fp16
             page = torch.randn(like.numel(), generator=g).to(like.dtype)
+        else:  # fp8, which SGLang keeps as uint8: any byte
+            page = torch.randint(0, 256, (like.numel(),), dtype=like.dtype, generator=g)
         host.set_from_flat_data_page(int(idx[j * PAGE]), page)
         pages.append(page.clone())
     return idx, pages
@@ -185,7 +186,7 @@ def test_get_without_target_returns_torch_tensors(tmp_path):
     assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16 and torch.equal(got, page)
     (got,) = b.batch_get([key])
     assert isinstance(got, torch.Tensor) and torch.equal(got, page)
-    assert b.batch_get([key, "0" * 64]) [1] is None
+    assert b.batch_get([key, "0" * 64])[1] is None
     b.close()
     # No host pool: page_bytes of uint8, still a tensor.
     cfg = storage_config(extra_config=extra_config(tmp_path / "raw", page_bytes=page.nbytes,
