@@ -433,6 +433,16 @@ stage_engines() {
   local rc="${PIPESTATUS[0]}"
   detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
   [[ -n "$detail" ]] || detail="pytest exited with $rc"
+  # The signature checks of tests/python against the engines' installed interface files.
+  local site
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  kvbm_log "engines: method signatures against $site"
+  if ! (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning KVBM_VLLM_SOURCE="$site" \
+    KVBM_SGLANG_SOURCE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    tests/python/test_vllm.py tests/python/test_sglang.py -k signatures); then
+    detail+="; signature checks FAILED"
+    rc=1
+  fi
   local pinned newest name report=""
   for name in vllm sglang; do
     pinned="$(sed -n "s/^$name==\([^ ]*\).*/\1/p" "$KVBM_ROOT/tests/engines/requirements.txt")"
