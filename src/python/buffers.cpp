@@ -19,10 +19,12 @@
 // views are then DLPack tensors on that device (torch.from_dlpack reads them)
 // and copies go through cudaMemcpy (CUDA builds only).
 
+#include <algorithm>
 #include <cstring>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "kvbm/config.h"
@@ -80,11 +82,20 @@ void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
 
 /// Where each block's bytes go or come from: one row of block_bytes per block.
 /// Holds the callers' arrays for as long as their bytes are used.
+/// A block's bytes may also lie in several segments (a tuple of arrays in a list: a page
+/// whose K and V halves are apart in the caller's pool), read or written in order.
 struct Rows {
   std::vector<HostBytes> buffers;
-  std::vector<std::uint8_t*> ptrs;  // block i <-> ptrs[i]
+  std::vector<std::span<std::uint8_t>> segments;  // block i <-> segments[first[i], first[i+1])
+  std::vector<std::size_t> first{0};
 
-  std::uint8_t* row(std::size_t i) const { return ptrs[i]; }
+  std::span<const std::span<std::uint8_t>> row(std::size_t i) const {
+    return std::span(segments).subspan(first[i], first[i + 1] - first[i]);
+  }
+  void add_row(std::uint8_t* p, std::size_t n) {
+    segments.emplace_back(p, n);
+    first.push_back(segments.size());
+  }
 };
 
 /// The rows of `buffer` (one array of whole blocks, row i = block i or rows[i]) or of a
@@ -93,7 +104,8 @@ Rows rows_of(nb::handle buffer, nb::handle rows, std::size_t block_bytes, std::s
              Access access, const char* call) {
   const std::string what = std::string(call) + (access == Access::kWrite ? ": dst" : ": src");
   Rows r;
-  r.ptrs.reserve(blocks);
+  r.segments.reserve(blocks);
+  r.first.reserve(blocks + 1);
   if (nb::isinstance<nb::list>(buffer) || nb::isinstance<nb::tuple>(buffer)) {
     KVBM_CHECK(rows.is_none(), what,
                ": rows= picks rows of one array; with a list of buffers, buffer i is block i");
@@ -104,11 +116,25 @@ Rows rows_of(nb::handle buffer, nb::handle rows, std::size_t block_bytes, std::s
     std::size_t i = 0;
     for (nb::handle item : seq) {
       const std::string item_what = what + "[" + std::to_string(i) + "]";
-      HostBytes b = host_bytes(item, access, item_what.c_str());
-      KVBM_CHECK(b.bytes.size() == block_bytes, item_what, ": holds ", b.bytes.size(),
-                 " bytes; a block is ", block_bytes);
-      r.ptrs.push_back(b.bytes.data());
-      r.buffers.push_back(std::move(b));
+      std::size_t total = 0;
+      if (nb::isinstance<nb::tuple>(item)) {  // one block in segments
+        std::size_t j = 0;
+        for (nb::handle part : nb::borrow<nb::tuple>(item)) {
+          const std::string part_what = item_what + "[" + std::to_string(j++) + "]";
+          HostBytes b = host_bytes(part, access, part_what.c_str());
+          total += b.bytes.size();
+          r.segments.push_back(b.bytes);
+          r.buffers.push_back(std::move(b));
+        }
+      } else {
+        HostBytes b = host_bytes(item, access, item_what.c_str());
+        total = b.bytes.size();
+        r.segments.push_back(b.bytes);
+        r.buffers.push_back(std::move(b));
+      }
+      KVBM_CHECK(total == block_bytes, item_what, ": holds ", total, " bytes; a block is ",
+                 block_bytes);
+      r.first.push_back(r.segments.size());
       ++i;
     }
     return r;
@@ -128,29 +154,41 @@ Rows rows_of(nb::handle buffer, nb::handle rows, std::size_t block_bytes, std::s
       const std::int64_t row = picked[i];
       KVBM_CHECK(row >= 0 && static_cast<std::size_t>(row) < count, rows_what, ": row ", row,
                  " is outside the buffer's ", count, " blocks");
-      r.ptrs.push_back(bytes.data() + static_cast<std::size_t>(row) * block_bytes);
+      r.add_row(bytes.data() + static_cast<std::size_t>(row) * block_bytes, block_bytes);
     }
   } else {
     KVBM_CHECK(blocks <= count, what, ": ", blocks, " blocks but the buffer holds only ", count);
-    for (std::size_t i = 0; i < blocks; ++i) r.ptrs.push_back(bytes.data() + i * block_bytes);
+    for (std::size_t i = 0; i < blocks; ++i) r.add_row(bytes.data() + i * block_bytes, block_bytes);
   }
   return r;
 }
 
 /// Copies between one block's regions and a row of block_bytes.
-void copy_block(const Layout& layout, BlockId id, std::uint8_t* row, bool into_block, bool device,
-                std::vector<Region>& scratch) {
+/// The segments of a row hold block_bytes in all (checked by rows_of).
+void copy_block(const Layout& layout, BlockId id, std::span<const std::span<std::uint8_t>> row,
+                bool into_block, bool device, std::vector<Region>& scratch) {
   scratch.clear();
   layout.append_regions(id, scratch);
-  std::size_t off = 0;
+  std::size_t seg = 0;
+  std::size_t seg_off = 0;
   for (const Region& r : scratch) {
     auto* mem = reinterpret_cast<std::uint8_t*>(r.addr);
-    if (into_block) {
-      copy_bytes(mem, row + off, r.size, device);
-    } else {
-      copy_bytes(row + off, mem, r.size, device);
+    std::size_t off = 0;
+    while (off < r.size) {
+      while (seg_off == row[seg].size()) {  // skip spent (and empty) segments
+        ++seg;
+        seg_off = 0;
+      }
+      const std::size_t n = std::min(r.size - off, row[seg].size() - seg_off);
+      std::uint8_t* user = row[seg].data() + seg_off;
+      if (into_block) {
+        copy_bytes(mem + off, user, n, device);
+      } else {
+        copy_bytes(user, mem + off, n, device);
+      }
+      off += n;
+      seg_off += n;
     }
-    off += r.size;
   }
 }
 

@@ -357,3 +357,69 @@ def test_mla_ranks_share_pages_through_g4(tmp_path, redis_url):
     finally:
         for b, _ in ranks:
             b.close()
+
+
+# --------------------------------------------------------------------------- zero copy (v1)
+
+class FlatPageCounter:
+    """Counts the host pool's flat-page copies (the generic path's staging), on the real pool."""
+
+    NAMES = ("get_dummy_flat_data_page", "set_from_flat_data_page")
+
+    def __init__(self, host):
+        self.host, self.calls = host, 0
+        for name in self.NAMES:
+            real = getattr(host, name)
+            setattr(host, name, self._counting(real))
+        real_get = host.get_data_page
+
+        def get_data_page(index, flat=True):
+            self.calls += bool(flat)  # a flat page of a non-contiguous slice is a copy
+            return real_get(index, flat=flat)
+
+        host.get_data_page = get_data_page
+
+    def _counting(self, real):
+        def call(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+        return call
+
+
+@pytest.mark.parametrize("kind,layout,direct", [("MHA", "page_first", True),
+                                                ("MLA", "page_first", True),
+                                                ("MHA", "layer_first", False)])
+def test_v1_moves_page_first_pages_in_place(tmp_path, kind, layout, direct):
+    """batch_set_v1 / batch_get_v1 on a page_first pool move each page straight between the
+    pool's own memory and a kvbm block (MHA: its K and V halves as two segments): no flat
+    page is made, and the segments kvbm receives are the pool's addresses. layer_first stays
+    on the generic path (a layer's slice of a page lies apart in every layer)."""
+    dev = make_device_pool(kind)
+    host = make_host_pool(dev, layout)
+    b = create_backend(storage_config(extra_config=extra_config(tmp_path, interface_v1=1),
+                                      is_mla_model=kind == "MLA",
+                                      is_page_first_layout=layout == "page_first"), host)
+    try:
+        n = 3
+        idx, pages = fill_pages(host, n, seed=5)
+        keys = keys_for(list(range(7, 7 + n * PAGE)))
+        segments = b._page_in_place(host, int(idx[0]))
+        assert (segments is not None) == direct
+        if direct:
+            assert len(segments) == (2 if kind == "MHA" else 1)
+            for seg in segments:  # the pool's memory itself, as kvbm imports it
+                assert kvbm.KvBlockManager._address(seg) == seg.data_ptr()
+                assert (seg.untyped_storage().data_ptr()
+                        == host.kv_buffer.untyped_storage().data_ptr())
+        counter = FlatPageCounter(host)
+        assert b.batch_set_v1(keys, idx) == [True] * n
+        for j in range(n):  # wipe the pages in place, then read them back from kvbm
+            host.get_data_page(int(idx[j * PAGE]), flat=False).zero_()
+        assert b.batch_get_v1(keys, idx) == [True] * n
+        copies = counter.calls
+        for j in range(n):
+            assert same_bytes(host.get_data_page(int(idx[j * PAGE]), flat=False).flatten(),
+                              pages[j])
+        assert copies == 0 if direct else copies >= 2 * n
+    finally:
+        b.close()

@@ -267,3 +267,32 @@ def test_device_memory_is_refused():
             kv.store(kvbm.hash_keys([b"b"]), gpu)
         assert not gpu.host.any()
         assert kv.audit() == ""
+
+
+@SETTINGS
+@given(n=st.integers(1, 3), cuts=st.lists(st.integers(0, 512), min_size=0, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_a_block_in_segments_is_read_and_written_in_place(n, cuts, seed):
+    """A list item may be a tuple of arrays whose sizes add up to one block (a page whose K
+    and V halves lie apart in the caller's pool): store reads them in order, load writes them
+    in place, each segment under the same rules as a whole buffer."""
+    with manager() as kv:
+        bb = kv.block_bytes
+        bounds = [0] + sorted(cuts) + [bb]
+        src = pages(n, bb, seed)
+        hashes = kvbm.hash_keys([b"seg-%d-%d" % (seed, i) for i in range(n)])
+        src_parts = [tuple(src[i, a:b] for a, b in zip(bounds, bounds[1:])) for i in range(n)]
+        assert kv.store(hashes, src_parts) == n
+        dst = np.zeros((n, bb), np.uint8)
+        dst_parts = [tuple(dst[i, a:b] for a, b in zip(bounds, bounds[1:])) for i in range(n)]
+        assert kv.load(hashes, dst_parts) == n
+        assert np.array_equal(dst, src)  # written through the views, into dst itself
+        short = [tuple(p[:-1] if j == 0 else p for j, p in enumerate(parts))
+                 for parts in dst_parts]
+        if bb - 1 >= 0 and len(short[0][0]) != len(dst_parts[0][0]):
+            with pytest.raises(kvbm.UsageError, match=r"load: dst\[0\]: holds"):
+                kv.load(hashes, short)
+        strided = np.zeros((n, 2 * bb), np.uint8)
+        with pytest.raises(kvbm.UsageError, match=r"load: dst\[0\]\[0\]: the array is not C"):
+            kv.load(hashes, [(strided[i, ::2],) for i in range(n)])
+        assert kv.audit() == ""

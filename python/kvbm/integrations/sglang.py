@@ -379,7 +379,18 @@ class KvbmStorage(HiCacheStorage):
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Reads the longest stored prefix of `keys` into the host pool's pages. A page_first
+        page goes straight from kvbm's block into the pool's memory (its K and V halves as two
+        segments, an MLA page as one); other layouts through a flat staging page."""
         pool = self._host_pool()
+        if not keys:
+            return []
+        direct = [self._page_in_place(pool, host_indices[i * pool.page_size])
+                  for i in range(len(keys))]
+        if all(d is not None for d in direct):
+            kv = self._manager(sum(int(p.nbytes) for p in direct[0]))
+            n = kv.load(kvbm.hash_keys(keys), direct, chained=False)
+            return [i < n for i in range(len(keys))]
         pages = [pool.get_dummy_flat_data_page() for _ in keys]
         got = self.batch_get(keys, pages)
         out = []
@@ -393,10 +404,36 @@ class KvbmStorage(HiCacheStorage):
 
     def batch_set_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Stores the host pool's pages; page_first pages are read in place (no copy)."""
         pool = self._host_pool()
+        if not keys:
+            return []
+        direct = [self._page_in_place(pool, host_indices[i * pool.page_size])
+                  for i in range(len(keys))]
+        if all(d is not None for d in direct):
+            kv = self._manager(sum(int(p.nbytes) for p in direct[0]))
+            ok = kv.store(kvbm.hash_keys(keys), direct, chained=False) == len(keys)
+            return [ok] * len(keys)
         pages = [pool.get_data_page(host_indices[i * pool.page_size], flat=True) for i in range(len(keys))]
         ok = self.batch_set(keys, pages)
         return [ok] * len(keys)
+
+    @staticmethod
+    def _page_in_place(pool, index):
+        """The page at host token `index` as segments of the pool's own memory whose bytes, in
+        order, are the flat page's (what batch_get/batch_set move), or None when the page is
+        not laid out that way (layer_first: each layer's slice lies apart; the generic path
+        copies it). A page_first MHA page is its K and V halves, an MLA page one range."""
+        if getattr(pool, "layout", None) != "page_first":
+            return None
+        page = pool.get_data_page(int(index), flat=False)  # a view (basic slicing), no copy
+        if getattr(page, "_base", None) is None or getattr(page, "device", None) is None or \
+                page.device.type != "cpu":
+            return None
+        if page.is_contiguous():
+            return (page,)
+        parts = tuple(page[j] for j in range(page.shape[0]))
+        return parts if all(p.is_contiguous() for p in parts) else None
 
     def _host_pool(self):
         if self.mem_pool_host is None:
