@@ -446,3 +446,26 @@ def test_partial_promotion_only_the_corrupt_chunk_misses(models, tmp_path):
                 assert np.array_equal(loaded[k], data[i])
         results, _ = fetch(manager, keys[7:8])  # still a miss: never served
         assert results == [LookupResult.MISS]
+
+
+# --------------------------------------------------------------------------- 6: G4 down
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1",  # refused at once
+                                 "redis://10.255.255.1:6379"])  # unroutable: never answers
+def test_g4_down_never_delays_engine_start(models, tmp_path, url):
+    """With G4 configured and Redis down, vLLM's manager (and KvbmTier in it) is built in
+    under a second, and the engine works on its local tiers: a stored chunk is a HIT, bytes
+    equal; a chunk nobody stored is a MISS once G4 has been asked (RETRY meanwhile)."""
+    keys = keys_of(2, "g4-down")
+    _, oc = build_config(models[0], tier_config(tmp_path, remote_urls=[url]))
+    start = time.monotonic()
+    with engine(oc) as (manager, _):
+        assert time.monotonic() - start < 1.0
+        data = chunk_data(len(keys), oc.worker_kv_bytes_per_block, seed=6)
+        store(manager, keys, data)
+        evict(manager)
+        results, loaded = fetch(manager, keys)
+        assert all_hit(results) and all(np.array_equal(loaded[k], r) for k, r in zip(keys, data))
+        results, _ = fetch(manager, keys_of(1, "never-stored"))
+        assert all_miss(results)
