@@ -363,21 +363,48 @@ std::size_t store(Manager& m, nb::handle values, nb::handle src, nb::handle rows
   return tier == TierId::kG1 ? store_into<G1>(kv, hashes, r) : store_into<G2>(kv, hashes, r);
 }
 
+/// Copies the leading blocks of `hashes` (from `from` on) that `pool` holds into rows
+/// from..; returns how many. They are copied straight out of the tier, with no landing in G1.
+template <TierMarker T>
+std::size_t copy_out_held(KvBlockManager& kv, BlockManager<T>& pool,
+                          std::span<const SequenceHash> hashes, const Rows& rows, std::size_t from,
+                          std::vector<Region>& scratch) {
+  const std::vector<ImmutableBlock<T>> held = pool.match_blocks(hashes.subspan(from));
+  const Layout& layout = layout_of<T>(kv);
+  const bool device = !host_accessible<T>(kv);
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    copy_block(layout, held[i].block_id(), rows.row(from + i), false, device, scratch);
+  }
+  return held.size();
+}
+
 std::size_t load(Manager& m, nb::handle values, nb::handle dst, nb::handle rows_arg, bool chained) {
   const auto lease = m.lease();
   KvBlockManager& kv = *lease;
   const auto hashes = hashes_of(values, chained, "load: hashes");
   const Rows rows = rows_of(dst, rows_arg, kv.block_bytes(), hashes.size(), Access::kWrite, "load");
+  (void)layout_of<G1>(kv);  // checks that the manager holds bytes
+  nb::gil_scoped_release release;
+  std::vector<Region> scratch;
+  // What G1 and then G2 hold is copied out directly: the caller's buffer is where the bytes
+  // go, so landing them in G1 first would only add a copy. The rest (G3, G4: read and
+  // verified) is onboarded, then copied out of G1.
+  const std::span<const SequenceHash> all(hashes);
+  std::size_t n = copy_out_held(kv, kv.device(), all, rows, 0, scratch);
+  if (n < hashes.size() && kv.host() != nullptr) {
+    n += copy_out_held(kv, *kv.host(), all, rows, n, scratch);
+  }
+  if (n == hashes.size()) return n;
+  const std::vector<SequenceHash> rest(hashes.begin() + static_cast<std::ptrdiff_t>(n),
+                                       hashes.end());
+  OnboardHandle h = kv.onboard(rest);
+  std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
   const Layout& layout = layout_of<G1>(kv);
   const bool device = !host_accessible<G1>(kv);
-  nb::gil_scoped_release release;
-  OnboardHandle h = kv.onboard(hashes);
-  std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
-  std::vector<Region> scratch;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    copy_block(layout, blocks[i].block_id(), rows.row(i), false, device, scratch);
+    copy_block(layout, blocks[i].block_id(), rows.row(n + i), false, device, scratch);
   }
-  return blocks.size();
+  return n + blocks.size();
 }
 
 }  // namespace

@@ -379,3 +379,19 @@ def test_bad_g4_options_name_the_option(url, why):
         cfg.remote.key_prefix = prefix
         with pytest.raises(kvbm.UsageError, match="KvBlockManagerConfig.remote.key_prefix: "):
             kvbm.KvBlockManager(cfg)
+
+
+def test_load_copies_what_g1_and_g2_hold_straight_out():
+    """load() copies the blocks G1 and G2 hold straight into the caller's buffer: nothing lands
+    in G1 on the way (it would only add a copy); the G2 blocks stay where they are."""
+    with kvbm.KvBlockManager(small_config(disk=0)) as kv:
+        h = kvbm.hash_keys([b"direct-%d" % i for i in range(6)])
+        src = pages(6, kv.block_bytes, 21)
+        assert kv.store(h[:2], src[:2], tier=kvbm.TierId.G1) == 2
+        assert kv.store(h[2:], src[2:]) == 4  # G2
+        out = np.zeros_like(src)
+        assert kv.load(h, out) == 6
+        assert (out == src).all()
+        assert list(kv.present(h, chained=False)) == [1, 1, 2, 2, 2, 2]
+        assert kv.stats()["tiers"]["G1"]["allocations"] == 2  # only the two stored there
+        assert kv.audit() == ""
