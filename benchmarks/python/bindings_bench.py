@@ -70,6 +70,7 @@ def python_figures():
     primary = np.zeros((8, BLOCK), np.uint8)
     with tempfile.TemporaryDirectory() as d:
         tier = KvbmTier(SimpleNamespace(), memoryview(primary), disk_directory=d,
+                        namespace="bench",  # no vLLM spec here to take the model from
                         disk_bytes=64 * BLOCK, host_bytes=512 * BLOCK, device_blocks=64)
         keys = [b"key-%d" % i for i in range(256)]
         tier.kv.store(kvbm.hash_keys(keys), rows(256))
