@@ -209,7 +209,17 @@ fi
 
 # A CUDA-built torch must load on a machine without a GPU: it needs the CUDA libraries, not a
 # device. When this fails, the message names the library the loader did not find.
-if ! "$venv/bin/python" -c 'import torch; assert float(torch.ones(4).sum()) == 4.0' 2>"$venv/torch-import.log"; then
+torch_ok() {
+  "$venv/bin/python" -c 'import torch; assert float(torch.ones(4).sum()) == 4.0' \
+    2>"$venv/torch-import.log"
+}
+if ! torch_ok && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 '; then
+  # No CUDA 13 toolkit on the loader's path: torch's own CUDA runtime wheels from PyPI.
+  cuda_req="$KVBM_ROOT/tests/engines/requirements-cuda-runtime.txt"
+  kvbm_log "no CUDA 13 toolkit found: installing torch's CUDA runtime wheels ($cuda_req)"
+  "$venv/bin/python" -m pip install -q --no-compile --only-binary=:all: -r "$cuda_req" || true
+fi
+if ! torch_ok; then
   kvbm_err "import torch failed in $venv:"
   tail -n 5 "$venv/torch-import.log" >&2
   kvbm_err "torch $(
