@@ -1,7 +1,5 @@
-"""Builders of SGLang's own objects on the CPU, for tests/engines/test_sglang_engine.py.
-
-As tests/engines/smoke_test.py builds them (that module's make_device_pool / make_host_pool /
-storage_config / published_scheduler), with the KV dtype and the layout as parameters. Only
+"""Builders of SGLang's own objects on the CPU, for tests/engines/smoke_test.py and
+test_sglang_engine.py, with the KV dtype and the layout as parameters. Only
 SGLang's classes, built the way SGLang builds them; nothing monkeypatched. Import it only where
 sglang and torch import (the test module skips itself elsewhere).
 """
@@ -19,24 +17,8 @@ NUM_KV_HEADS, HEAD_SIZE, NUM_LAYERS = 2, 16, 2
 KV_LORA_RANK, QK_ROPE_HEAD_DIM = 32, 16
 DEVICE_TOKENS = 64
 
-# A 2-layer llama with no weights: ServerArgs reads only config.json.
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "tie_word_embeddings": False,
-}
+# The tiny llama (tiny_llama.py): ServerArgs reads only its config.json.
+from tiny_llama import write_model as write_tiny_llama  # noqa: E402,F401
 
 
 def make_device_pool(kind, dtype=torch.bfloat16):
@@ -79,13 +61,6 @@ def storage_config(**overrides):
                   model_name="tiny-llama")
     fields.update(overrides)
     return HiCacheStorageConfig(**fields)
-
-
-def write_tiny_llama(directory) -> str:
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(TINY_LLAMA, f)
-    return str(directory)
 
 
 class PublishedScheduler:

@@ -63,6 +63,12 @@ from vllm_util import (  # noqa: E402  (the vLLM objects, built as vLLM builds t
     make_vllm_config,
 )
 from vllm_util import step as _step  # noqa: E402
+from sglang_util import (  # noqa: E402  (SGLang's objects, built as SGLang builds them)
+    PAGE,
+    make_device_pool,
+    make_host_pool,
+    storage_config,
+)
 
 THIS_MODULE = __name__
 
@@ -418,9 +424,6 @@ def test_vllm_kv_events_roundtrip_and_zmq_publisher(tmp_path):
 
 # --------------------------------------------------------------------------- SGLang
 
-PAGE = 4  # tokens per SGLang page
-
-
 def test_sglang_classes_import():
     from sglang.srt.managers.cache_controller import HiCacheController  # noqa: F401
     from sglang.srt.mem_cache import memory_pool_host  # noqa: F401
@@ -438,77 +441,6 @@ def test_sglang_classes_import():
     assert "file" in StorageBackendFactory._registry
 
 
-def make_device_pool(kind):
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
-
-    if kind == "MHA":
-        return MHATokenToKVPool(
-            64,
-            PAGE,
-            torch.bfloat16,
-            head_num=NUM_KV_HEADS,
-            head_dim=HEAD_SIZE,
-            layer_num=NUM_LAYERS,
-            device="cpu",
-            enable_memory_saver=False,
-            start_layer=0,
-            end_layer=NUM_LAYERS,
-        )
-    return MLATokenToKVPool(
-        64,
-        PAGE,
-        torch.bfloat16,
-        kv_lora_rank=32,
-        qk_rope_head_dim=16,
-        layer_num=NUM_LAYERS,
-        device="cpu",
-        enable_memory_saver=False,
-        start_layer=0,
-        end_layer=NUM_LAYERS,
-    )
-
-
-def make_host_pool(dev, layout):
-    """As sglang's hybrid_pool_assembler._build_mha_mla_host_pool builds it, on the CPU."""
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
-    from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
-
-    info = dev.get_device_pool_infos()[0].buffer_info
-    capacity = dev.size if dev.host_capacity_tokens is None else dev.host_capacity_tokens
-    # positional: buffer_info, host_to_device_ratio, host_size (GB; 0: use the ratio),
-    # page_size, layout
-    if isinstance(dev, MHATokenToKVPool):
-        return MHATokenToKVPoolHost(
-            info,
-            2.0,
-            0,
-            PAGE,
-            layout,
-            pin_memory=False,
-            device="cpu",
-            device_capacity_tokens=capacity,
-            start_layer=dev.start_layer,
-            end_layer=dev.end_layer,
-            write_back_staging=dev.hicache_write_back_staging,
-        )
-    return MLATokenToKVPoolHost(
-        info,
-        2.0,
-        0,
-        PAGE,
-        layout,
-        pin_memory=False,
-        device="cpu",
-        device_capacity_tokens=capacity,
-        start_layer=dev.start_layer,
-        end_layer=dev.end_layer,
-        target_layer_num=dev.layer_num,
-        override_kv_cache_dim=dev.kv_cache_dim,
-    )
-
-
-# (kind, layout) -> kv_buffer shape for 2 layers, 132 host tokens (2x64 device tokens + a pad page)
 HOST_SHAPES = {
     ("MHA", "layer_first"): (2, NUM_LAYERS, 132, NUM_KV_HEADS, HEAD_SIZE),
     ("MHA", "page_first"): (2, 132, NUM_LAYERS, NUM_KV_HEADS, HEAD_SIZE),
@@ -558,25 +490,6 @@ def test_sglang_host_pool_pages(kind, layout):
         assert len(ptrs) == 2 and set(sizes) == {page_bytes}
         assert ptrs[0] == base + int(indices[0]) * per_token
     host.free(indices)
-
-
-def storage_config(**overrides):
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
-
-    fields = dict(
-        tp_rank=0,
-        tp_size=1,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=False,
-        enable_storage_metrics=False,
-        is_page_first_layout=True,
-        model_name="tiny/llama",
-    )
-    fields.update(overrides)
-    return HiCacheStorageConfig(**fields)
 
 
 class ProbeStore(HiCacheStorage):

@@ -10,41 +10,16 @@ test_vllm_engine.py). Import only inside the engines venv, after VLLM_TARGET_DEV
 
 from __future__ import annotations
 
-import json
 import os
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 import torch  # noqa: E402
 
-# A 2-layer llama with no weights: vLLM reads only config.json (load_format="dummy").
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "tie_word_embeddings": False,
-}
+# The tiny llama (tiny_llama.py): vLLM reads only its config.json (load_format="dummy").
+from tiny_llama import TINY_LLAMA, write_model  # noqa: E402,F401
 BLOCK_SIZE = 16  # tokens per vLLM block
 NUM_KV_HEADS, HEAD_SIZE, NUM_LAYERS = 2, 16, 2
-
-
-def write_model(directory, **overrides) -> str:
-    """A model directory holding only config.json: the tiny llama with `overrides`."""
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump({**TINY_LLAMA, **overrides}, f)
-    return str(directory)
 
 
 def make_vllm_config(model_dir, extra_config, *, kv_events=False, **engine_args):

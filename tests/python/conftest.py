@@ -6,17 +6,15 @@ child processes for restarts, and a redis-server for G4 when one is installed
 """
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kvbm
+from redis_server import redis_server
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,46 +56,7 @@ def run_python(code, *args, timeout=120, env=None):
     return proc.stdout
 
 
-def remote_available():
-    """True when this build has the remote tier (hiredis)."""
-    cfg = small_config()
-    cfg.remote.urls = ["redis://127.0.0.1:1"]
-    cfg.remote.model = "probe"
-    try:
-        kvbm.KvBlockManager(cfg).close()
-        return True
-    except kvbm.UsageError as e:
-        if "hiredis" in str(e) or "without the remote tier" in str(e) or "libhiredis" in str(e):
-            return False
-        raise
-
-
 @pytest.fixture
 def redis_url(tmp_path_factory):
-    """A private redis-server on a Unix socket, stopped after the test."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server not installed (bash scripts/deps.sh installs it)")
-    if not remote_available():
-        pytest.skip("kvbm was built without the remote tier (install libhiredis-dev)")
-    d = tmp_path_factory.mktemp("redis")
-    sock = d / "redis.sock"
-    proc = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--save", "",
-                             "--appendonly", "no", "--dir", str(d)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            if sock.exists():
-                try:
-                    with socket.socket(socket.AF_UNIX) as s:
-                        s.connect(str(sock))
-                    break
-                except OSError:
-                    pass
-            time.sleep(0.02)
-        else:
-            pytest.fail("redis-server did not start")
-        yield f"unix://{sock}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    """A private redis-server on a Unix socket, stopped after the test (redis_server.py)."""
+    yield from redis_server(tmp_path_factory)

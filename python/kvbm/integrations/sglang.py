@@ -385,9 +385,8 @@ class KvbmStorage(HiCacheStorage):
         pool = self._host_pool()
         if not keys:
             return []
-        direct = [self._page_in_place(pool, host_indices[i * pool.page_size])
-                  for i in range(len(keys))]
-        if all(d is not None for d in direct):
+        direct = self._pages_in_place(pool, host_indices, len(keys))
+        if direct is not None:
             kv = self._manager(sum(int(p.nbytes) for p in direct[0]))
             n = kv.load(kvbm.hash_keys(keys), direct, chained=False)
             return [i < n for i in range(len(keys))]
@@ -408,15 +407,20 @@ class KvbmStorage(HiCacheStorage):
         pool = self._host_pool()
         if not keys:
             return []
-        direct = [self._page_in_place(pool, host_indices[i * pool.page_size])
-                  for i in range(len(keys))]
-        if all(d is not None for d in direct):
+        direct = self._pages_in_place(pool, host_indices, len(keys))
+        if direct is not None:
             kv = self._manager(sum(int(p.nbytes) for p in direct[0]))
             ok = kv.store(kvbm.hash_keys(keys), direct, chained=False) == len(keys)
             return [ok] * len(keys)
         pages = [pool.get_data_page(host_indices[i * pool.page_size], flat=True) for i in range(len(keys))]
         ok = self.batch_set(keys, pages)
         return [ok] * len(keys)
+
+    @classmethod
+    def _pages_in_place(cls, pool, host_indices, n):
+        """_page_in_place() of the first n pages at host_indices, or None unless every one is."""
+        pages = [cls._page_in_place(pool, host_indices[i * pool.page_size]) for i in range(n)]
+        return pages if all(p is not None for p in pages) else None
 
     @staticmethod
     def _page_in_place(pool, index):
