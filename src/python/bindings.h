@@ -34,6 +34,7 @@
 #include <nanobind/ndarray.h>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kvbm/events/kv_events.h"
@@ -91,6 +92,19 @@ class Manager {
   mutable std::size_t in_flight_ = 0;   // guarded by mu_: leases alive
   bool closed_ = false;                 // guarded by mu_
 };
+
+/// The pool of tier T (G1, G2 or G3); throws UsageError naming `what` when the manager
+/// has no such tier.
+template <TierMarker T>
+BlockManager<T>& require_pool(KvBlockManager& kv, const char* what) {
+  BlockManager<T>* p = nullptr;
+  if constexpr (std::is_same_v<T, G1>) p = &kv.device();
+  if constexpr (std::is_same_v<T, G2>) p = kv.host();
+  if constexpr (std::is_same_v<T, G3>) p = kv.disk();
+  KVBM_CHECK(p != nullptr, what,
+             ": the manager has no such tier (configure it in KvBlockManagerConfig)");
+  return *p;
+}
 
 /// Returns the SequenceHash values of `values`, chained or flat (file comment).
 [[nodiscard]] std::vector<SequenceHash> make_hashes(std::span<const std::uint64_t> values,

@@ -192,21 +192,11 @@ void copy_block(const Layout& layout, BlockId id, std::span<const std::span<std:
   }
 }
 
-template <TierMarker T>
-BlockManager<T>& pool_of(KvBlockManager& kv) {
-  if constexpr (std::is_same_v<T, G1>) {
-    return kv.device();
-  } else {
-    KVBM_CHECK(kv.host() != nullptr, "block bytes: the manager has no G2");
-    return *kv.host();
-  }
-}
-
 /// Checks that `b` is a live block of this manager's pool of tier T.
 template <TierMarker T, class Block>
 void check_own(KvBlockManager& kv, const Block* b, std::size_t i, const char* what) {
   KVBM_CHECK(b != nullptr && b->valid(), what, ": block ", i, " was released");
-  KVBM_CHECK(pool_of<T>(kv).owns(*b), what, ": block ", i, " (id ", b->block_id(),
+  KVBM_CHECK(require_pool<T>(kv, what).owns(*b), what, ": block ", i, " (id ", b->block_id(),
              ") belongs to another KvBlockManager; pass blocks of this manager (each manager "
              "reads and writes only its own)");
 }

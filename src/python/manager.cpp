@@ -75,21 +75,6 @@ std::vector<CompleteBlock<T>> stage_all(std::vector<MutableBlock<T>>&& blocks,
 }
 
 template <TierMarker T>
-BlockManager<T>* pool_of(KvBlockManager& kv) {
-  if constexpr (std::is_same_v<T, G1>) return &kv.device();
-  if constexpr (std::is_same_v<T, G2>) return kv.host();
-  if constexpr (std::is_same_v<T, G3>) return kv.disk();
-}
-
-template <TierMarker T>
-BlockManager<T>& require_pool(KvBlockManager& kv, const char* what) {
-  BlockManager<T>* p = pool_of<T>(kv);
-  KVBM_CHECK(p != nullptr, what,
-             ": the manager has no such tier (configure it in KvBlockManagerConfig)");
-  return *p;
-}
-
-template <TierMarker T>
 nb::object allocate(KvBlockManager& kv, std::size_t count) {
   BlockManager<T>& pool = require_pool<T>(kv, "allocate");
   std::optional<std::vector<MutableBlock<T>>> blocks;
