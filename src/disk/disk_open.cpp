@@ -72,9 +72,8 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::open(DiskStorageO
   return create(options);
 }
 
-Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const DiskStorageOptions& options) {
+std::unique_ptr<DiskStorage> DiskStorage::with_geometry(const DiskStorageOptions& options) {
   options.config.validate();
-  KVBM_CHECK(options.num_blocks > 0, "DiskStorageOptions::num_blocks is 0; a disk pool needs at least one block");
   KVBM_CHECK(!options.directory.empty(),
              "DiskStorageOptions::directory is empty; name an existing directory on the disk to use");
   KVBM_CHECK(options.namespace_id.size() <= kMaxNamespaceBytes, "DiskStorageOptions::namespace_id has ",
@@ -83,7 +82,6 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const Disk
 
   std::unique_ptr<DiskStorage> s(new DiskStorage());
   s->config_ = options.config;
-  s->num_blocks_ = options.num_blocks;
   s->block_bytes_ = options.config.block_bytes();
   // The slot (block rounded up, header sector) must be a file offset itself,
   // or the rounding below wraps (to 0 for a block of 2^64 - 64 bytes).
@@ -96,11 +94,6 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const Disk
   s->layout_fingerprint_ = layout_fingerprint(options.config, options.namespace_id);
   s->keep_file_ = options.keep_file;
   s->persistent_ = options.persistent;
-  KVBM_CHECK(s->num_blocks_ <= (kMaxOffset - kSuperblockBytes) / s->slot_bytes_,
-             "DiskStorageOptions: num_blocks x slot bytes (", s->num_blocks_, " x ", s->slot_bytes_,
-             ") overflows a file offset; use fewer blocks");
-  s->live_ = std::make_unique<std::atomic<std::uint64_t>[]>((s->num_blocks_ + 63) / 64);
-
   s->file_name_ = !options.file_name.empty() ? options.file_name
                   : s->persistent_          ? std::string(kPersistentFileName)
                                             : default_file_name();
@@ -109,18 +102,24 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const Disk
              "DiskStorageOptions::file_name '", s->file_name_,
              "' must be a plain file name (no '/', not '.' or '..'); put the path in `directory`");
   s->path_ = options.directory / s->file_name_;
-  const std::string dir = options.directory.string();
+  return s;
+}
 
-  // The directory: never through a symlink in its last component; a
-  // persistent one is created 0700 when missing.
+io::IoStatus DiskStorage::open_directory(const DiskStorageOptions& options) {
+  // Never through a symlink in its last component; a persistent one (not
+  // read-only) is created 0700 when missing.
+  const std::string dir = options.directory.string();
   for (int attempt = 0;; ++attempt) {
     auto opened = io::open_file(AT_FDCWD, dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (opened) {
-      s->dir_ = std::move(opened).value();
-      break;
+      dir_ = std::move(opened).value();
+      return {};
     }
     const int err = opened.error().code;
-    if (err == ENOENT && s->persistent_ && attempt == 0) {
+    if (err == ENOENT && read_only_) {
+      return io::IoError{ENOENT, "disk pool directory '" + dir + "' does not exist (yet)"};
+    }
+    if (err == ENOENT && persistent_ && attempt == 0) {
       if (io::syscalls().mkdirat(AT_FDCWD, dir.c_str(), 0700) == 0 || errno == EEXIST) continue;
       const int merr = errno;
       KVBM_CHECK(merr != ENOENT, "cannot create the persistent disk pool directory '", dir,
@@ -136,6 +135,52 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(const Disk
     KVBM_CHECK(err != ENOTDIR, "disk pool directory '", dir, "' is not a directory; name a directory");
     return prefixed(std::move(opened).error(), "disk pool directory: ");
   }
+}
+
+Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::open_read_only(
+    const DiskStorageOptions& options) {
+  auto s = with_geometry(options);
+  s->read_only_ = true;
+  s->persistent_ = true;
+  if (auto st = s->open_directory(options); !st) return st.error();
+  const std::string dir = options.directory.string();
+  check_owner(s->dir_.get(), "directory", dir, false);
+  auto opened =
+      io::open_file(s->dir_.get(), s->file_name_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+  if (!opened) {
+    auto error = std::move(opened).error();
+    if (error.code == ENOENT)
+      return io::IoError{ENOENT, "disk pool file '" + s->path_.string() + "' does not exist (yet)"};
+    return prefixed(std::move(error), "disk pool file: ");
+  }
+  s->file_ = std::move(opened).value();
+  check_owner(s->file_.get(), "file", s->path_.string(), true);
+  SlotDiscard reason = SlotDiscard::kAbsent;
+  std::string why;
+  std::uint64_t slots = 0;
+  if (auto st = s->read_superblock(reason, why, slots); !st) return st.error();
+  if (!why.empty()) {
+    return io::IoError{EBADMSG, "disk pool file '" + s->path_.string() + "' holds " + why +
+                                    "; nothing of it can be read as this pool's blocks"};
+  }
+  s->num_blocks_ = slots;
+  s->live_ = std::make_unique<std::atomic<std::uint64_t>[]>((s->num_blocks_ + 63) / 64);
+  s->state_ = DiskFileState::kReopened;
+  return s;
+}
+
+Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
+    const DiskStorageOptions& options) {
+  KVBM_CHECK(options.num_blocks > 0,
+             "DiskStorageOptions::num_blocks is 0; a disk pool needs at least one block");
+  auto s = with_geometry(options);
+  s->num_blocks_ = options.num_blocks;
+  KVBM_CHECK(s->num_blocks_ <= (kMaxOffset - kSuperblockBytes) / s->slot_bytes_,
+             "DiskStorageOptions: num_blocks x slot bytes (", s->num_blocks_, " x ", s->slot_bytes_,
+             ") overflows a file offset; use fewer blocks");
+  s->live_ = std::make_unique<std::atomic<std::uint64_t>[]>((s->num_blocks_ + 63) / 64);
+  const std::string dir = options.directory.string();
+  if (auto st = s->open_directory(options); !st) return st.error();
   if (s->persistent_) {
     check_owner(s->dir_.get(), "directory", dir, false);
     if (auto st = s->take_lock(); !st) return st.error();
@@ -299,16 +344,19 @@ io::IoStatus DiskStorage::write_superblock() const {
   return {};
 }
 
-io::IoStatus DiskStorage::adopt_existing() {
+io::IoStatus DiskStorage::read_superblock(SlotDiscard& reason, std::string& why,
+                                          std::uint64_t& slots) const {
   struct stat st {};
   if (io::syscalls().fstat(file_.get(), &st) != 0) {
     const int err = errno;
     return io::make_io_error(err, "fstat of '" + path_.string() + "'");
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
+  slots = 0;
+  reason = SlotDiscard::kHeaderChecksum;
   if (size < kSuperblockBytes || size % kAlignment != 0) {
-    return reset_file(SlotDiscard::kHeaderChecksum,
-                      "no kvbm superblock (a size of " + std::to_string(size) + " bytes)", 0);
+    why = "no kvbm superblock (a size of " + std::to_string(size) + " bytes)";
+    return {};
   }
   Sector sector;
   if (auto r = io::pread_full(file_.get(), sector.p, kSuperblockBytes, static_cast<std::int64_t>(size - kAlignment));
@@ -318,42 +366,49 @@ io::IoStatus DiskStorage::adopt_existing() {
   detail::Superblock sb{};
   std::memcpy(&sb, sector.p, sizeof sb);
   if (sb.magic != detail::kFileMagic || sb.checksum != XXH3_64bits(&sb, detail::kSuperblockHashedBytes)) {
-    return reset_file(SlotDiscard::kHeaderChecksum, "no valid kvbm superblock", 0);
+    why = "no valid kvbm superblock";
+    return {};
   }
+  slots = sb.num_blocks;
   if (sb.version != kFormatVersion) {
-    return reset_file(SlotDiscard::kFormatVersion,
-                      "format version " + std::to_string(sb.version) + " (this kvbm writes " +
-                          std::to_string(kFormatVersion) + ")",
-                      sb.num_blocks);
+    reason = SlotDiscard::kFormatVersion;
+    why = "format version " + std::to_string(sb.version) + " (this kvbm writes " +
+          std::to_string(kFormatVersion) + ")";
+  } else if (sb.slot_bytes != slot_bytes_ || sb.block_bytes != block_bytes_ ||
+             sb.superblock_bytes != sizeof sb) {
+    reason = SlotDiscard::kGeometry;
+    why = "blocks of " + std::to_string(sb.block_bytes) + " bytes in slots of " +
+          std::to_string(sb.slot_bytes) + " (this pool: " + std::to_string(block_bytes_) + " in " +
+          std::to_string(slot_bytes_) + ")";
+  } else if (sb.fingerprint != layout_fingerprint_) {
+    reason = SlotDiscard::kFingerprint;
+    why = "blocks of another layout or namespace (fingerprint " + std::to_string(sb.fingerprint) +
+          ", this pool's: " + std::to_string(layout_fingerprint_) + ")";
+  } else if (sb.num_blocks > (kMaxOffset - kSuperblockBytes) / slot_bytes_ ||
+             sb.num_blocks * slot_bytes_ + kSuperblockBytes != size) {
+    reason = SlotDiscard::kGeometry;
+    why = "a superblock of " + std::to_string(sb.num_blocks) + " slots in a file of " +
+          std::to_string(size) + " bytes";
+    slots = 0;
   }
-  if (sb.slot_bytes != slot_bytes_ || sb.block_bytes != block_bytes_ || sb.superblock_bytes != sizeof sb) {
-    return reset_file(SlotDiscard::kGeometry,
-                      "blocks of " + std::to_string(sb.block_bytes) + " bytes in slots of " +
-                          std::to_string(sb.slot_bytes) + " (this pool: " + std::to_string(block_bytes_) + " in " +
-                          std::to_string(slot_bytes_) + ")",
-                      sb.num_blocks);
-  }
-  if (sb.fingerprint != layout_fingerprint_) {
-    return reset_file(SlotDiscard::kFingerprint,
-                      "blocks of another layout or namespace (fingerprint " + std::to_string(sb.fingerprint) +
-                          ", this pool's: " + std::to_string(layout_fingerprint_) + ")",
-                      sb.num_blocks);
-  }
-  if (sb.num_blocks > (kMaxOffset - kSuperblockBytes) / slot_bytes_ ||
-      sb.num_blocks * slot_bytes_ + kSuperblockBytes != size) {
-    return reset_file(SlotDiscard::kGeometry,
-                      "a superblock of " + std::to_string(sb.num_blocks) + " slots in a file of " +
-                          std::to_string(size) + " bytes",
-                      0);
-  }
-  if (sb.num_blocks == num_blocks_) {
+  return {};
+}
+
+io::IoStatus DiskStorage::adopt_existing() {
+  SlotDiscard reason = SlotDiscard::kAbsent;
+  std::string why;
+  std::uint64_t slots = 0;
+  if (auto st = read_superblock(reason, why, slots); !st) return st;
+  if (!why.empty()) return reset_file(reason, std::move(why), slots);
+  if (slots == num_blocks_) {
     state_ = DiskFileState::kReopened;
     set_all_live(num_blocks_);
     return {};
   }
   // Another number of slots of the same kind: keep the common ones.
-  logger()->info("disk pool file '{}' held {} slots; resized to {}", path_.string(), sb.num_blocks, num_blocks_);
-  if (sb.num_blocks > num_blocks_) {
+  logger()->info("disk pool file '{}' held {} slots; resized to {}", path_.string(), slots,
+                 num_blocks_);
+  if (slots > num_blocks_) {
     if (io::syscalls().ftruncate(file_.get(), static_cast<std::int64_t>(std::uint64_t{num_blocks_} * slot_bytes_)) !=
         0) {
       const int err = errno;
@@ -364,7 +419,7 @@ io::IoStatus DiskStorage::adopt_existing() {
   if (auto r = write_superblock(); !r) return r;
   if (auto r = sync(); !r) return r;
   state_ = DiskFileState::kResized;
-  set_all_live(std::min<std::size_t>(num_blocks_, sb.num_blocks));
+  set_all_live(std::min<std::size_t>(num_blocks_, slots));
   return {};
 }
 
@@ -387,7 +442,7 @@ io::IoStatus DiskStorage::reset_file(SlotDiscard reason, std::string why, std::u
 
 DiskStorage::~DiskStorage() {
   try {
-    if (!file_.valid()) return;
+    if (!file_.valid() || read_only_) return;
     if (keep_file_ || persistent_) {
       if (io::syscalls().fdatasync(file_.get()) != 0) {
         const int err = errno;

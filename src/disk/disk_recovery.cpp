@@ -211,7 +211,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   sum.recovered = out.slots.size();
   sum.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
   try {
-    logger()->info("disk pool '{}': {}", path_.string(), sum.to_string());
+    logger()->log(options.log_summary ? spdlog::level::info : spdlog::level::debug,
+                  "disk pool '{}': {}", path_.string(), sum.to_string());
     std::string first;
     {
       detail::LockGuard lock(first_error.mu);  // the readers are joined; the lock costs nothing

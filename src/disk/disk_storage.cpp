@@ -43,6 +43,11 @@ std::uint64_t DiskStorage::checksum(std::span<const std::byte> data) noexcept {
   return XXH3_64bits(data.data(), data.size());
 }
 
+void DiskStorage::check_writable() const {
+  KVBM_CHECK(!read_only_, "disk pool '", path_.string(),
+             "' was opened read-only (DiskStorage::open_read_only): only its owner writes it");
+}
+
 void DiskStorage::check_buffer(std::span<const std::byte> slot) const {
   KVBM_CHECK(slot.size() == slot_bytes_, "a slot buffer must hold slot_bytes() = ", slot_bytes_, " bytes, not ",
              slot.size());
@@ -70,6 +75,7 @@ std::uint64_t DiskStorage::layout_fingerprint(const LayoutConfig& config, std::s
 }
 
 io::IoStatus DiskStorage::write_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash) const {
+  check_writable();
   seal_slot(block, slot, hash);
   if (!persistent_) return pwrite_slot(block, slot);
   // The persistent order (docs/disk_tier.md): the header becomes durable only
@@ -164,6 +170,7 @@ io::IoStatus pwritev_regions(int fd, std::span<const Region> regions, std::span<
 
 io::IoStatus DiskStorage::pwrite_slot_from(BlockId block, std::span<const Region> regions,
                                            std::span<const std::byte> tail) const {
+  check_writable();
   const std::uint64_t offset = slot_offset(block);
   KVBM_CHECK(can_write_from(regions), "pwrite_slot_from: these regions cannot be written as they lie (too many, or "
              "not aligned to DiskStorage::kAlignment for O_DIRECT); check can_write_from() first");
@@ -179,6 +186,7 @@ io::IoStatus DiskStorage::pwrite_slot_from(BlockId block, std::span<const Region
 
 io::IoStatus DiskStorage::pwrite_payload_from(BlockId block, std::span<const Region> regions,
                                               std::span<const std::byte> tail) const {
+  check_writable();
   const std::uint64_t offset = slot_offset(block);
   KVBM_CHECK(can_write_from(regions), "pwrite_payload_from: these regions cannot be written as they lie (too many, "
              "or not aligned to DiskStorage::kAlignment for O_DIRECT); check can_write_from() first");
@@ -195,6 +203,7 @@ io::IoStatus DiskStorage::pwrite_payload_from(BlockId block, std::span<const Reg
 }
 
 io::IoStatus DiskStorage::pwrite_payload(BlockId block, std::span<const std::byte> slot) const {
+  check_writable();
   const std::uint64_t offset = slot_offset(block);
   check_buffer(slot);
   auto status = io::pwrite_full(file_.get(), slot.data(), payload_bytes(), static_cast<std::int64_t>(offset));
@@ -206,6 +215,7 @@ io::IoStatus DiskStorage::pwrite_payload(BlockId block, std::span<const std::byt
 }
 
 io::IoStatus DiskStorage::pwrite_header(BlockId block, std::span<const std::byte> sector) const {
+  check_writable();
   const std::uint64_t offset = header_offset(block);
   KVBM_CHECK(sector.size() == kHeaderSectorBytes && reinterpret_cast<std::uintptr_t>(sector.data()) % kAlignment == 0,
              "pwrite_header: the sector buffer must hold ", kHeaderSectorBytes,
@@ -231,6 +241,7 @@ const std::byte* zero_sector() {
 }  // namespace
 
 io::IoStatus DiskStorage::invalidate_header(BlockId block) const {
+  check_writable();
   const std::uint64_t offset = header_offset(block);
   auto status = io::pwrite_full(file_.get(), zero_sector(), kHeaderSectorBytes, static_cast<std::int64_t>(offset));
   if (!status) {
@@ -272,6 +283,7 @@ void DiskStorage::set_all_live(std::size_t below) const noexcept {
 }
 
 io::IoStatus DiskStorage::pwrite_slot(BlockId block, std::span<const std::byte> slot) const {
+  check_writable();
   const std::uint64_t offset = slot_offset(block);
   check_buffer(slot);
   auto status = io::pwrite_full(file_.get(), slot.data(), slot_bytes_, static_cast<std::int64_t>(offset));

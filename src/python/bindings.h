@@ -121,6 +121,7 @@ void bind_manager(nb::module_& m);
 
 void bind_buffers(nb::class_<Manager>& cls);
 void bind_events(nb::module_& m);
+void bind_disk_pool_reader(nb::module_& m);
 void bind_event_methods(nb::class_<Manager>& cls);
 /// Attaches an event publisher to `config` (listeners on G1, G2, G3) and
 /// stores it in `manager`: `endpoint` empty keeps events for take_events(),

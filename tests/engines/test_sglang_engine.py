@@ -297,38 +297,67 @@ def test_tp_ranks_of_an_mha_model_keep_their_own_pages(tmp_path):
         b.close()
 
 
-def test_mla_with_tp_and_no_g4_warns(tmp_path, caplog):
-    for remote in ([], ["redis://127.0.0.1:1"]):
-        caplog.clear()
-        cfg = storage_config(tp_rank=1, tp_size=2, is_mla_model=True,
-                             extra_config=extra_config(tmp_path, remote_urls=remote))
-        with caplog.at_level("WARNING", logger="kvbm.integrations.sglang"):
-            KvbmStorage(cfg, {}).close()
-        assert ("storage never hits" in caplog.text) == (not remote)
-
-
-@pytest.mark.xfail(strict=True, reason="MLA with tp_size > 1 and no G4: rank 1 has its own G3 "
-                   "file, SGLang writes MLA pages from rank 0 only (docs/python.md)")
-def test_mla_rank_1_answers_what_rank_0_wrote(tmp_path):
+@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+def test_mla_rank_1_answers_and_reads_what_rank_0_wrote(tmp_path, layout):
     """SGLang backs MLA pages up from rank 0 only (HiCacheStorageConfig.is_storage_writer) and
-    all-reduces every rank's batch_exists with MIN: rank 1 must find rank 0's pages."""
-    tokens = list(range(120, 120 + 2 * PAGE))
+    all-reduces every rank's batch_exists with MIN: without G4, rank 1 finds rank 0's pages in
+    rank 0's G3 file (a kvbm.DiskPoolReader) and reads its bytes, through the zero-copy path
+    (page_first) and the generic one (layer_first)."""
+    tokens = list(range(120, 120 + 3 * PAGE))
     keys = keys_for(tokens)
     ranks = []
     for r in range(2):
-        host = make_host_pool(make_device_pool("MLA"), "page_first")
+        host = make_host_pool(make_device_pool("MLA"), layout)
         cfg = storage_config(tp_rank=r, tp_size=2, is_mla_model=True,
                              extra_config=extra_config(tmp_path))
         assert cfg.is_storage_writer == (r == 0)
         ranks.append((create_backend(cfg, host), host))
     try:
-        (b0, h0), (b1, _) = ranks
-        idx, _ = fill_pages(h0, len(keys), seed=30)
-        assert b0.batch_set_v1(keys, idx) == [True] * len(keys)
+        (b0, h0), (b1, h1) = ranks
+        assert b1.batch_exists(keys) == 0  # nothing written yet
+        idx, pages = fill_pages(h0, len(keys), seed=30)
+        assert b0.batch_set_v1(keys[:2], idx[:2 * PAGE]) == [True] * 2
+        b0.kv.drain()
+        b1.mla_refresh_s = 0.0  # the test's clock: re-read the index on every miss
+        assert min(b0.batch_exists(keys), b1.batch_exists(keys)) == 2
+        assert b0.batch_set_v1(keys[2:], idx[2 * PAGE:]) == [True]
         b0.kv.drain()
         assert min(b0.batch_exists(keys), b1.batch_exists(keys)) == len(keys)
+        dst = h1.alloc(len(keys) * PAGE)
+        assert b1.batch_get_v1(keys, dst) == [True] * len(keys)
+        assert all(same_bytes(h1.get_data_page(int(dst[j * PAGE])), p)
+                   for j, p in enumerate(pages))
+        got = b1.batch_get(keys)
+        assert all(same_bytes(g, p) for g, p in zip(got, pages))
+        # Rank 0 forgets every page (its G3 file is removed and made anew) and stores another:
+        # the miss on the new page makes rank 1 re-read the index, of the new file, which holds
+        # none of the old pages.
+        b0.clear()
+        other = keys_for(list(range(900, 900 + PAGE)))
+        idx2, pages2 = fill_pages(h0, 1, seed=31)
+        assert b0.batch_set_v1(other, idx2) == [True]
+        b0.kv.drain()
+        assert b1.batch_exists(other) == 1
+        assert b1.batch_exists(keys) == 0
+        assert b1.batch_get(keys) == [None] * len(keys)
+        assert same_bytes(b1.batch_get(other)[0], pages2[0])
     finally:
         for b, _ in ranks:
+            b.close()
+
+
+def test_mla_writer_rank_and_g4_ranks_read_no_other_file(tmp_path, redis_url):
+    """Only a rank SGLang does not let write reads another rank's G3, and only without G4."""
+    for r, remote, reads in ((0, [], False), (1, [], True), (1, [redis_url], False)):
+        host = make_host_pool(make_device_pool("MLA"), "page_first")
+        cfg = storage_config(tp_rank=r, tp_size=2, is_mla_model=True,
+                             extra_config=extra_config(tmp_path, remote_urls=remote))
+        b = create_backend(cfg, host)
+        try:
+            assert (b._reader is not None) == reads
+            if reads:
+                assert b._writer_directory == os.path.join(str(tmp_path), "tp0-pp0-cp0-dp0")
+        finally:
             b.close()
 
 

@@ -469,3 +469,20 @@ def test_g4_down_never_delays_engine_start(models, tmp_path, url):
         assert all_hit(results) and all(np.array_equal(loaded[k], r) for k, r in zip(keys, data))
         results, _ = fetch(manager, keys_of(1, "never-stored"))
         assert all_miss(results)
+
+
+# --------------------------------------------------------------------------- 7: shutdown
+
+
+def test_shutdown_lets_vllm_unmap_the_primary_tier(models, tmp_path):
+    """vLLM's manager shuts the secondary tiers down, then unmaps the CPU primary tier's shared
+    memory, which it can only do when nothing holds a view of it any more (else it keeps the
+    mapping, with a warning): KvbmTier lets go of its view of the primary at shutdown."""
+    _, oc = build_config(models[0], tier_config(tmp_path))
+    with engine(oc) as (manager, _):
+        keys = keys_of(2, "unmap")
+        store(manager, keys, chunk_data(len(keys), oc.worker_kv_bytes_per_block, seed=9))
+        evict(manager)
+        assert all_hit(fetch(manager, keys)[0])
+        region = manager.primary_tier._mmap_region
+    assert region.mmap_obj is None  # unmapped (vLLM keeps it when an export is left)

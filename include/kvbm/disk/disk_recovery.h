@@ -108,6 +108,9 @@ struct RecoveryOptions {
   /// (one sequential read of up to kChunkBytes); larger ones by their
   /// header sector alone (one 4 KiB read each).
   std::size_t sequential_slot_limit = std::size_t{64} * 1024;
+  /// Log the summary line at info level (off: at debug; a DiskPoolReader
+  /// refreshing its index often).
+  bool log_summary = true;
   /// Bytes of one sequential read.
   static constexpr std::size_t kChunkBytes = 4 << 20;
 };

@@ -149,6 +149,18 @@ class DiskStorage {
       const DiskStorageOptions& options);
   /// create() with options.persistent set.
   [[nodiscard]] static Result<std::unique_ptr<DiskStorage>, io::IoError> open(DiskStorageOptions options);
+  /// Opens another process's persistent pool file to read it: no lock, no
+  /// creation, no reset or resize, buffered reads. num_blocks comes from the
+  /// file's superblock (options.num_blocks is ignored; persistent and
+  /// direct_io too). Returns ENOENT when the directory or file does not exist
+  /// (yet), EBADMSG when the file is not a pool of this format, geometry,
+  /// layout and namespace; throws UsageError as create() does. read_slot()
+  /// and recover() work as on the owner's storage (every read verifies the
+  /// header, the hash asked for and the checksum, so a slot the owner is
+  /// rewriting is reported, never returned); the write members throw
+  /// UsageError. DiskPoolReader builds on this.
+  [[nodiscard]] static Result<std::unique_ptr<DiskStorage>, io::IoError> open_read_only(
+      const DiskStorageOptions& options);
 
   /// Removes the file unless keep_file or persistent (then fdatasync()s it);
   /// failures are logged, never thrown. Releases the directory's lock.
@@ -176,6 +188,8 @@ class DiskStorage {
   [[nodiscard]] bool direct_io() const noexcept { return direct_io_; }
   /// Returns true in persistent mode.
   [[nodiscard]] bool persistent() const noexcept { return persistent_; }
+  /// Returns true when opened with open_read_only().
+  [[nodiscard]] bool read_only() const noexcept { return read_only_; }
   /// Returns what create() found at the path (always kCreated in scratch mode).
   [[nodiscard]] DiskFileState state() const noexcept { return state_; }
   /// Returns the file's path.
@@ -292,7 +306,13 @@ class DiskStorage {
 
  private:
   DiskStorage() = default;
+  static std::unique_ptr<DiskStorage> with_geometry(const DiskStorageOptions& options);
+  io::IoStatus open_directory(const DiskStorageOptions& options);
   void check_buffer(std::span<const std::byte> slot) const;
+  void check_writable() const;
+  /// Reads and checks the superblock; `why` is empty when the file is a pool of
+  /// this format, geometry, layout and namespace (then `slots` is its slot count).
+  io::IoStatus read_superblock(SlotDiscard& reason, std::string& why, std::uint64_t& slots) const;
   io::IoStatus write_superblock() const;
   io::IoStatus allocate(std::uint64_t bytes) const;
   io::IoStatus take_lock();
@@ -310,6 +330,7 @@ class DiskStorage {
   bool direct_io_ = false;
   bool keep_file_ = false;
   bool persistent_ = false;
+  bool read_only_ = false;
   DiskFileState state_ = DiskFileState::kCreated;
   SlotDiscard reset_discard_ = SlotDiscard::kAbsent;  // how a reset file counts its slots
   std::string reset_reason_;

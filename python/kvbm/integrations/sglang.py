@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any, List, Optional
 
 import numpy as np
@@ -125,6 +126,9 @@ class KvbmStorage(HiCacheStorage):
                        unknown) a backend refuses to start unless it is set
       remote_urls      G4 Redis URLs (remote_model, remote_dtype,
                        remote_user_namespace as in kvbm.RemoteTierConfig)
+      mla_refresh_s    an MLA model under TP > 1 without G4: the ranks SGLang does not let
+                       write read the writer rank's G3 file; on a miss they re-read its
+                       index at most this often (default 1.0 s)
     """
 
     def __init__(self, storage_config: Any = None, kwargs: Optional[dict] = None, **options: Any):
@@ -152,33 +156,39 @@ class KvbmStorage(HiCacheStorage):
         self.remote_model = extra.pop("remote_model", None)
         self.remote_dtype = extra.pop("remote_dtype", "")
         self.remote_user_namespace = extra.pop("remote_user_namespace", "")
+        self.mla_refresh_s = float(extra.pop("mla_refresh_s", 1.0))
         if extra:
             raise kvbm.UsageError(f"KvbmStorage: unknown option(s) {sorted(extra)}")
         self._lock = threading.Lock()
+        # SGLang backs MLA pages up from one writer rank per DCP shard only (is_storage_writer)
+        # and asks every rank batch_exists (MIN over the ranks): without G4, the other ranks
+        # read the writer's G3 file (kvbm.DiskPoolReader), refreshing their index of it on a
+        # miss at most every mla_refresh_s seconds.
+        self._writer_directory: Optional[str] = None
+        self._reader: Optional[kvbm.DiskPoolReader] = None
+        self._reader_refreshed = 0.0
         cfg = storage_config
         if (getattr(cfg, "is_mla_model", False) and getattr(cfg, "tp_size", 1) > 1
-                and getattr(cfg, "dcp_size", 1) == 1 and not self.remote_urls):
-            # SGLang backs MLA pages up from TP rank 0 only and takes the MIN of every rank's
-            # batch_exists: the other ranks' G3 files stay empty, so without G4 nothing hits.
-            _log.warning(
-                "KvbmStorage: an MLA model with tp_size=%d and no remote_urls: SGLang writes its "
-                "pages from TP rank 0 only, rank %d's G3 (%s) stays empty and storage never hits; "
-                "set remote_urls (G4) to share the pages between the ranks",
-                cfg.tp_size, cfg.tp_rank, self.disk_directory)
+                and not getattr(cfg, "is_storage_writer", cfg.tp_rank == 0)
+                and not self.remote_urls):
+            writer = self._shard_name(cfg, tp_rank=getattr(cfg, "dcp_rank", 0))
+            self._writer_directory = os.path.join(base, writer)
         self.kv: Optional[kvbm.KvBlockManager] = None
         self.mem_pool_host = None
         # The manager is built once the page format is known: at register_mem_pool_host (what
         # SGLang calls right after creating the backend), else at the first page.
 
     @staticmethod
-    def _shard_name(cfg) -> str:
-        """'' for a single-rank server, else the rank's subdirectory name."""
+    def _shard_name(cfg, tp_rank: Optional[int] = None) -> str:
+        """'' for a single-rank server, else the subdirectory name of this rank (or of TP rank
+        `tp_rank` of the same PP/CP/DP shard)."""
         if cfg is None:
             return ""
         sizes = (getattr(cfg, "tp_size", 1), getattr(cfg, "pp_size", 1), getattr(cfg, "attn_cp_size", 1))
         if sizes == (1, 1, 1) and not getattr(cfg, "dp_rank", 0):
             return ""
-        return (f"tp{cfg.tp_rank}-pp{getattr(cfg, 'pp_rank', 0)}-cp{getattr(cfg, 'attn_cp_rank', 0)}"
+        tp = cfg.tp_rank if tp_rank is None else tp_rank
+        return (f"tp{tp}-pp{getattr(cfg, 'pp_rank', 0)}-cp{getattr(cfg, 'attn_cp_rank', 0)}"
                 f"-dp{getattr(cfg, 'dp_rank', 0)}")
 
     @staticmethod
@@ -254,9 +264,10 @@ class KvbmStorage(HiCacheStorage):
         with self._lock:
             if self.kv is None:
                 namespace = self._page_namespace()
+                layout = kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
+                                           inner_dim=page_bytes, dtype_bytes=1)
                 cfg = kvbm.KvBlockManagerConfig(
-                    layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
-                                             inner_dim=page_bytes, dtype_bytes=1),
+                    layout=layout,
                     device_layout=kvbm.LayoutKind.FULLY_CONTIGUOUS,
                     device=kvbm.TierConfig(blocks=self.device_blocks),
                     host=kvbm.TierConfig(bytes=self.host_bytes),
@@ -273,6 +284,8 @@ class KvbmStorage(HiCacheStorage):
                     cfg.remote.user_namespace = self.remote_user_namespace
                     cfg.host_to_remote = kvbm.OffloadMode.WRITE_THROUGH
                 self.kv = kvbm.KvBlockManager(cfg)
+                if self._writer_directory is not None:
+                    self._reader = kvbm.DiskPoolReader(self._writer_directory, layout, namespace)
                 self.namespace = namespace
                 self.page_bytes = page_bytes
             elif page_bytes != self.page_bytes:
@@ -334,7 +347,9 @@ class KvbmStorage(HiCacheStorage):
         targets = [staged.get(i, t) for i, t in enumerate(target_locations)]
         targets = [_as_bytes_buffer(t) for t in targets]
         kv = self._manager(_nbytes(targets[0]))
-        n = kv.load(kvbm.hash_keys(keys), targets, chained=False)
+        hashes = kvbm.hash_keys(keys)
+        n = kv.load(hashes, targets, chained=False)
+        n += self._read_from_writer(hashes[n:], targets[n:])
         for i, page in staged.items():
             if i < n:
                 _copy_back(target_locations[i], page)
@@ -371,9 +386,33 @@ class KvbmStorage(HiCacheStorage):
         hashes = kvbm.hash_keys(keys)
         local = self.kv.present(hashes, chained=False)
         n = int(np.argmin(local > 0)) if not local.all() else len(keys)
+        if n < len(keys) and self._reader is not None:
+            n += self._writer_prefix(hashes[n:])
         if n == len(keys) or not self.remote_urls:
             return n
         return int(self.kv.probe(hashes, chained=False).total)
+
+    # -- an MLA rank that is not SGLang's storage writer: the writer's G3 -----------------
+
+    def _writer_prefix(self, hashes) -> int:
+        """The number of leading hashes the writer's G3 holds, its index refreshed once when
+        one misses and the last refresh is older than mla_refresh_s."""
+        reader = self._reader
+        n = reader.count_prefix(hashes)
+        if n < len(hashes) and time.monotonic() - self._reader_refreshed >= self.mla_refresh_s:
+            self._reader_refreshed = time.monotonic()
+            reader.refresh()
+            n = reader.count_prefix(hashes)
+        return n
+
+    def _read_from_writer(self, hashes, targets) -> int:
+        """Reads what the local tiers lacked from the writer's G3: the number of leading pages
+        read (each verified against its hash, layout, namespace and checksum)."""
+        if self._reader is None or len(hashes) == 0:
+            return 0
+        if self._writer_prefix(hashes) == 0:
+            return 0
+        return int(self._reader.read(hashes, list(targets)))
 
     # -- the zero-copy interface ("interface_v1": 1), through the host pool ----------------
 
@@ -388,7 +427,9 @@ class KvbmStorage(HiCacheStorage):
         direct = self._pages_in_place(pool, host_indices, len(keys))
         if direct is not None:
             kv = self._manager(sum(int(p.nbytes) for p in direct[0]))
-            n = kv.load(kvbm.hash_keys(keys), direct, chained=False)
+            hashes = kvbm.hash_keys(keys)
+            n = kv.load(hashes, direct, chained=False)
+            n += self._read_from_writer(hashes[n:], direct[n:])
             return [i < n for i in range(len(keys))]
         pages = [pool.get_dummy_flat_data_page() for _ in keys]
         got = self.batch_get(keys, pages)

@@ -476,10 +476,13 @@ class KvbmTier(SecondaryTierManager):
         return None
 
     def shutdown(self) -> None:
-        """Waits for every job and for kvbm's writes to G3/G4, then closes the manager."""
+        """Waits for every job and for kvbm's writes to G3/G4, then closes the manager and lets
+        go of the primary tier's memory (vLLM unmaps it next, which it cannot do while a view
+        of it is held: it would keep the mapping and warn)."""
         self.drain_jobs()
         self._pool.shutdown(wait=True)
         if self.kv is not None:
             self.kv.drain()
             self.kv.close()
             self.kv = None
+        self._rows = None
