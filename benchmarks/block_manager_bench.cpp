@@ -5,16 +5,17 @@
 // inverted is the cost of one block. Pool of 100,000 blocks, batches of 32,
 // block size 16, as in the peer figures of REFERENCE.md.
 
-#include <benchmark/benchmark.h>
 #include <malloc.h>
-
-#include <kvbm/block_manager.h>
 
 #include <cstdint>
 #include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <kvbm/block_manager.h>
 
 namespace {
 
@@ -105,7 +106,9 @@ void BM_BlockManager_LifecycleFromReset(benchmark::State& state) {
     std::vector<kvbm::CompleteBlock<G2>> staged;
     staged.reserve(batch);
     for (auto& b : blocks) {
-      staged.push_back(std::move(b).stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize).value());
+      staged.push_back(std::move(b)
+                           .stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize)
+                           .value());
     }
     auto registered = m.register_blocks(std::move(staged));
     benchmark::DoNotOptimize(registered.data());
@@ -129,7 +132,9 @@ void BM_BlockManager_LifecycleEvicting(benchmark::State& state) {
     std::vector<kvbm::CompleteBlock<G2>> staged;
     staged.reserve(batch);
     for (auto& b : blocks) {
-      staged.push_back(std::move(b).stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize).value());
+      staged.push_back(std::move(b)
+                           .stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize)
+                           .value());
     }
     auto registered = m.register_blocks(std::move(staged));
     benchmark::DoNotOptimize(registered.data());
@@ -298,7 +303,9 @@ void BM_BlockManager_LifecycleEvicting_Threads(benchmark::State& state) {
     std::vector<kvbm::CompleteBlock<G2>> staged;
     staged.reserve(kBatch);
     for (auto& b : blocks) {
-      staged.push_back(std::move(b).stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize).value());
+      staged.push_back(std::move(b)
+                           .stage(SequenceHash(fresh_hash(next++), std::nullopt, 0), kBlockSize)
+                           .value());
     }
     auto registered = g_shared->register_blocks(std::move(staged));
     benchmark::DoNotOptimize(registered.data());

@@ -5,12 +5,11 @@
 // second file of the same size: the ratio engine / bare is what the engine
 // costs on top of the disk. benchmarks/disk_vs_fio.sh compares with fio.
 //
-//   KVBM_BENCH_DISK_DIR     directory of the pool files (default /var/tmp; use a real disk, not tmpfs)
-//   KVBM_BENCH_DISK_BLOCKS  blocks in the pool and per batch (default 256: a 513 MiB file)
+//   KVBM_BENCH_DISK_DIR     directory of the pool files (default /var/tmp; use a real disk, not
+//   tmpfs) KVBM_BENCH_DISK_BLOCKS  blocks in the pool and per batch (default 256: a 513 MiB file)
 //
 // Each iteration moves every block once, in a random slot order, as one batch.
 
-#include <benchmark/benchmark.h>
 #include <sys/vfs.h>
 
 #include <algorithm>
@@ -28,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <benchmark/benchmark.h>
+
 #include "kvbm/disk/disk_engine.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/io/syscalls.h"
@@ -39,7 +40,8 @@ namespace {
 
 using namespace kvbm;
 
-constexpr LayoutConfig kConfig{.num_layers = 32, .outer_dim = 2, .page_size = 16, .inner_dim = 1024, .dtype_bytes = 2};
+constexpr LayoutConfig kConfig{
+    .num_layers = 32, .outer_dim = 2, .page_size = 16, .inner_dim = 1024, .dtype_bytes = 2};
 
 std::size_t env_size(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
@@ -54,7 +56,8 @@ struct HostBlocks {
     std::vector<std::uintptr_t> bases;
     const std::size_t skew = page_aligned ? 0 : 64;
     for (std::size_t r = 0; r < kConfig.regions_per_block(); ++r) {
-      auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, blocks * kConfig.region_bytes() + 4096));
+      auto* p =
+          static_cast<std::byte*>(std::aligned_alloc(4096, blocks * kConfig.region_bytes() + 4096));
       if (p == nullptr) throw std::bad_alloc();
       memory.emplace_back(p, &std::free);
       bases.push_back(reinterpret_cast<std::uintptr_t>(p + skew));
@@ -86,11 +89,13 @@ struct Env {
     const char* d = std::getenv("KVBM_BENCH_DISK_DIR");
     const std::filesystem::path base = d != nullptr && *d != '\0' ? d : "/var/tmp";
     std::string tmpl = (base / "kvbm-disk-bench-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp under " + base.string() + " failed");
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      throw std::runtime_error("mkdtemp under " + base.string() + " failed");
     dir = tmpl;
     struct statfs sfs {};
     if (::statfs(dir.c_str(), &sfs) == 0 && sfs.f_type == 0x01021994) {
-      std::fprintf(stderr, "warning: %s is tmpfs; these figures are memory, not disk\n", dir.c_str());
+      std::fprintf(stderr, "warning: %s is tmpfs; these figures are memory, not disk\n",
+                   dir.c_str());
     }
     pool = make("pool.slots");
     bare = make("bare.slots");
@@ -107,8 +112,9 @@ struct Env {
     order.resize(blocks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
-    std::fprintf(stderr, "disk_bench: %zu blocks of %zu bytes in %s (slot %zu bytes, O_DIRECT %s)\n", blocks,
-                 pool->block_bytes(), dir.c_str(), pool->slot_bytes(), pool->direct_io() ? "on" : "off");
+    std::fprintf(
+        stderr, "disk_bench: %zu blocks of %zu bytes in %s (slot %zu bytes, O_DIRECT %s)\n", blocks,
+        pool->block_bytes(), dir.c_str(), pool->slot_bytes(), pool->direct_io() ? "on" : "off");
   }
   ~Env() {
     pool.reset();
@@ -117,14 +123,18 @@ struct Env {
     std::filesystem::remove_all(dir, ec);
   }
   std::unique_ptr<DiskStorage> make(const char* name) const {
-    auto r = DiskStorage::create(
-        {.directory = dir, .config = kConfig, .num_blocks = blocks, .file_name = name, .direct_io = DirectIo::kPreferred});
+    auto r = DiskStorage::create({.directory = dir,
+                                  .config = kConfig,
+                                  .num_blocks = blocks,
+                                  .file_name = name,
+                                  .direct_io = DirectIo::kPreferred});
     if (!r.ok()) throw std::runtime_error(r.error().message);
     return std::move(r).value();
   }
   std::vector<TransferPair> pairs(bool write) const {
     std::vector<TransferPair> out;
-    for (BlockId i = 0; i < blocks; ++i) out.push_back(write ? TransferPair{i, order[i]} : TransferPair{order[i], i});
+    for (BlockId i = 0; i < blocks; ++i)
+      out.push_back(write ? TransferPair{i, order[i]} : TransferPair{order[i], i});
     return out;
   }
 
@@ -145,21 +155,26 @@ Env& env() {
 
 void write_engine(benchmark::State& state, const HostBlocks& src) {
   Env& e = env();
-  DiskWriteEngine engine(*src.layout, *e.pool, {.queue_depth = static_cast<std::size_t>(state.range(0))});
+  DiskWriteEngine engine(*src.layout, *e.pool,
+                         {.queue_depth = static_cast<std::size_t>(state.range(0))});
   const auto pairs = e.pairs(true);
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
     if (!o.ok()) state.SkipWithError(std::string(o.message()).c_str());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
-  state.counters["unstaged"] = static_cast<double>(engine.stats().unstaged_writes) /
-                               static_cast<double>(std::max<std::uint64_t>(1, engine.stats().blocks));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
+  state.counters["unstaged"] =
+      static_cast<double>(engine.stats().unstaged_writes) /
+      static_cast<double>(std::max<std::uint64_t>(1, engine.stats().blocks));
 }
 
 /// Page-aligned host memory: checksum + pwritev straight from the regions.
 void BM_DiskWriteEngine_Write(benchmark::State& state) { write_engine(state, env().src); }
 /// Host memory off the page: gather into the staging buffer, checksum, pwrite.
-void BM_DiskWriteEngine_WriteStaged(benchmark::State& state) { write_engine(state, env().src_unaligned); }
+void BM_DiskWriteEngine_WriteStaged(benchmark::State& state) {
+  write_engine(state, env().src_unaligned);
+}
 
 void BM_DiskReadEngine_Read(benchmark::State& state) {
   Env& e = env();
@@ -173,22 +188,26 @@ void BM_DiskReadEngine_Read(benchmark::State& state) {
     }
     written = true;
   }
-  DiskReadEngine engine(*e.pool, *e.dst.layout, {.queue_depth = static_cast<std::size_t>(state.range(0))});
+  DiskReadEngine engine(*e.pool, *e.dst.layout,
+                        {.queue_depth = static_cast<std::size_t>(state.range(0))});
   const auto pairs = e.pairs(false);
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
     if (!o.ok()) state.SkipWithError(std::string(o.message()).c_str());
   }
-  if (std::memcmp(e.dst.memory[5].get(), e.src.memory[5].get(), e.blocks * kConfig.region_bytes()) != 0) {
+  if (std::memcmp(e.dst.memory[5].get(), e.src.memory[5].get(),
+                  e.blocks * kConfig.region_bytes()) != 0) {
     state.SkipWithError("read back differs from what was written");
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
 }
 
 /// One pass of `threads` bare threads moving every slot with pwrite/pread
 /// (continued when short), in the same random order: what the disk does
 /// without the engine. Returns false when an I/O failed.
-bool bare_pass(Env& e, std::size_t threads, bool write, std::vector<std::unique_ptr<AlignedBuffer>>& buffers) {
+bool bare_pass(Env& e, std::size_t threads, bool write,
+               std::vector<std::unique_ptr<AlignedBuffer>>& buffers) {
   const std::size_t slot = e.bare->slot_bytes();
   while (buffers.size() < threads) buffers.push_back(std::make_unique<AlignedBuffer>(slot));
   std::atomic<std::size_t> next{0};
@@ -218,7 +237,8 @@ void bare_io(benchmark::State& state, bool write) {
     if (!bare_pass(e, threads, write, buffers)) state.SkipWithError("bare I/O failed");
   }
   // Counted in block bytes like the engine, although each I/O moves a whole slot.
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * e.blocks * kConfig.block_bytes()));
 }
 
 void BM_BarePwrite_Write(benchmark::State& state) { bare_io(state, true); }
@@ -247,7 +267,14 @@ void BM_DiskSlot_GatherChecksum(benchmark::State& state) {
 
 /// The queue depth: I/Os in flight (the engine's queue_depth, the bare threads).
 void depth_args(benchmark::internal::Benchmark* b) {
-  b->ArgName("qd")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+  b->ArgName("qd")
+      ->Arg(1)
+      ->Arg(2)
+      ->Arg(4)
+      ->Arg(8)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(1.0);
 }
 
 BENCHMARK(BM_DiskWriteEngine_Write)->Apply(depth_args);

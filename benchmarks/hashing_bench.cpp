@@ -7,11 +7,11 @@
 //
 // Arguments: {prompt tokens, block size}. items/s counts tokens, bytes/s token bytes.
 
-#include <benchmark/benchmark.h>
-
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "kvbm/hashing.h"
 #include "kvbm/token_block_sequence.h"
@@ -97,7 +97,8 @@ void BM_TokenBlockSequence_Append(benchmark::State& state) {
   set_counters(state, n);
 }
 
-#define KVBM_HASH_ARGS ArgNames({"tokens", "block"})->Args({4096, 16})->Args({4096, 32})->Args({4096, 64})
+#define KVBM_HASH_ARGS \
+  ArgNames({"tokens", "block"})->Args({4096, 16})->Args({4096, 32})->Args({4096, 64})
 
 BENCHMARK(BM_Xxh3_RawBlocks)->KVBM_HASH_ARGS;
 BENCHMARK(BM_HashBlocks_Batch)->KVBM_HASH_ARGS;

@@ -22,7 +22,6 @@
 // where no GPU is usable. The disk file goes to $KVBM_BENCH_DIR (default
 // /tmp); O_DIRECT where the file system allows it.
 
-#include <benchmark/benchmark.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -31,11 +30,13 @@
 #include <memory>
 #include <vector>
 
+#include <benchmark/benchmark.h>
+#include <spdlog/spdlog.h>
+
 #include "kvbm/block_manager.h"
 #include "kvbm/disk/disk_engine.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
-#include <spdlog/spdlog.h>
 #include "kvbm/offload/offload.h"
 #include "kvbm/storage/storage.h"
 #include "kvbm/transfer/host_engine.h"
@@ -100,7 +101,8 @@ Memory make_memory() {
   }
   m.separated = std::make_unique<Layout>(Layout::layer_separated(c, kBlocks, bases));
   m.storage.push_back(make_host_storage(kBlocks * c.block_bytes()));
-  m.contiguous = std::make_unique<Layout>(Layout::fully_contiguous(c, kBlocks, m.storage.back()->base()));
+  m.contiguous =
+      std::make_unique<Layout>(Layout::fully_contiguous(c, kBlocks, m.storage.back()->base()));
   for (auto& s : m.storage) std::memset(reinterpret_cast<void*>(s->base()), 7, s->size());
   return m;
 }
@@ -109,13 +111,14 @@ void run_pipeline(benchmark::State& state, std::shared_ptr<TransferEngine> engin
   logger()->set_level(spdlog::level::warn);
   auto g1 = BlockManager<G1>::builder().block_count(kBlocks).block_size(16).build();
   auto g2 = BlockManager<G2>::builder().block_count(kBlocks).block_size(16).build();
-  auto pipeline = OffloadPipeline<G1, G2>::builder()
-                      .source(g1).destination(g2).engine(engine).build();
+  auto pipeline =
+      OffloadPipeline<G1, G2>::builder().source(g1).destination(g2).engine(engine).build();
   // kBlocks registered G1 blocks, held for the whole run.
   const auto hashes = chain(kBlocks, 1);
   auto mut = g1.allocate_blocks(kBlocks).value();
   std::vector<CompleteBlock<G1>> complete;
-  for (std::size_t i = 0; i < kBlocks; ++i) complete.push_back(std::move(mut[i]).stage(hashes[i], 16).value());
+  for (std::size_t i = 0; i < kBlocks; ++i)
+    complete.push_back(std::move(mut[i]).stage(hashes[i], 16).value());
   auto blocks = g1.register_blocks(std::move(complete));
   std::vector<std::vector<ImmutableBlock<G1>>> containers;
   for (std::size_t i = 0; i < kBlocks; i += kContainer) {
@@ -134,7 +137,8 @@ void run_pipeline(benchmark::State& state, std::shared_ptr<TransferEngine> engin
     state.ResumeTiming();
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kBlocks));
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(kBlocks * model().block_bytes()));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(kBlocks * model().block_bytes()));
 }
 
 void BM_Pipeline_NullEngine(benchmark::State& state) {
@@ -163,7 +167,8 @@ void BM_Engine_HostEngine_Alone(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kBlocks));
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(kBlocks * model().block_bytes()));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(kBlocks * model().block_bytes()));
 }
 
 // ---- onboarding ----
@@ -189,7 +194,8 @@ struct OnboardFixture {
     // The forward pass writes every G1 block (and so faults its pages in), as
     // the raw engine's destination is written before it is timed.
     std::vector<Region> regions;
-    for (BlockId b = 0; b < kv->device().total_blocks(); ++b) kv->device_layout().append_regions(b, regions);
+    for (BlockId b = 0; b < kv->device().total_blocks(); ++b)
+      kv->device_layout().append_regions(b, regions);
     for (const Region& r : regions) std::memset(reinterpret_cast<void*>(r.addr), 1, r.size);
     auto mut = kv->device().allocate_blocks(kPrefix).value();
     std::vector<CompleteBlock<G1>> complete;
@@ -215,12 +221,15 @@ void run_onboard(benchmark::State& state, bool from_disk) {
     state.ResumeTiming();
     auto h = f.kv->onboard(f.hashes);
     auto blocks = h.take_blocks();
-    if (blocks.size() != kPrefix) state.SkipWithError(("onboarded " + std::to_string(blocks.size())).c_str());
+    if (blocks.size() != kPrefix)
+      state.SkipWithError(("onboarded " + std::to_string(blocks.size())).c_str());
     const auto counts = h.counts();
-    if ((from_disk ? counts.disk : counts.host) != kPrefix) state.SkipWithError("wrong source tier");
+    if ((from_disk ? counts.disk : counts.host) != kPrefix)
+      state.SkipWithError("wrong source tier");
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix));
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix * model().block_bytes()));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(kPrefix * model().block_bytes()));
 }
 
 void BM_Onboard_FromHost(benchmark::State& state) { run_onboard(state, false); }
@@ -231,18 +240,22 @@ void BM_Engine_HostToDevice_Raw(benchmark::State& state) {
   auto src = make_pinned_storage(kPrefix * c.block_bytes());
   auto dst = make_device_storage(kPrefix * c.block_bytes());
   std::memset(reinterpret_cast<void*>(src->base()), 3, src->size());
-  std::memset(reinterpret_cast<void*>(dst->base()), 4, dst->size());  // fault the pages in, as in G1
+  std::memset(reinterpret_cast<void*>(dst->base()), 4,
+              dst->size());  // fault the pages in, as in G1
   std::vector<std::uintptr_t> bases;
-  for (std::size_t r = 0; r < c.regions_per_block(); ++r) bases.push_back(dst->base() + r * kPrefix * c.region_bytes());
+  for (std::size_t r = 0; r < c.regions_per_block(); ++r)
+    bases.push_back(dst->base() + r * kPrefix * c.region_bytes());
   HostTransferEngine engine(Layout::fully_contiguous(c, kPrefix, src->base()),
                             Layout::layer_separated(c, kPrefix, bases));
   std::vector<TransferPair> pairs;
-  for (std::size_t i = 0; i < kPrefix; ++i) pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
+  for (std::size_t i = 0; i < kPrefix; ++i)
+    pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
   for (auto _ : state) {
     if (!engine.submit(pairs)->wait().ok()) state.SkipWithError("copy failed");
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix));
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix * c.block_bytes()));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(kPrefix * c.block_bytes()));
 }
 
 void BM_Engine_DiskRead_Raw(benchmark::State& state) {
@@ -271,18 +284,21 @@ void BM_Engine_DiskRead_Raw(benchmark::State& state) {
   {
     DiskWriteEngine w(layout, *disk.value());
     std::vector<TransferPair> pairs;
-    for (std::size_t i = 0; i < kPrefix; ++i) pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
+    for (std::size_t i = 0; i < kPrefix; ++i)
+      pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
     if (!w.submit(pairs)->wait().ok()) state.SkipWithError("write failed");
   }
   DiskReadEngine r(*disk.value(), layout);
   std::vector<TransferPair> pairs;
-  for (std::size_t i = 0; i < kPrefix; ++i) pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
+  for (std::size_t i = 0; i < kPrefix; ++i)
+    pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
   for (auto _ : state) {
     if (!r.submit(pairs)->wait().ok()) state.SkipWithError("read failed");
   }
   state.counters["direct_io"] = disk.value()->direct_io() ? 1 : 0;
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix));
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix * c.block_bytes()));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(kPrefix * c.block_bytes()));
 }
 
 BENCHMARK(BM_Pipeline_NullEngine)->UseRealTime()->Unit(benchmark::kMicrosecond);

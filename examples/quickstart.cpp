@@ -4,14 +4,14 @@
 // registers it; the second finds the shared prefix already cached and only
 // allocates blocks for its own suffix. Runs with no arguments.
 
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
 #include <kvbm/kvbm.h>
-
-#include <cstdio>
-#include <numeric>
-#include <vector>
 
 namespace {
 
@@ -24,8 +24,7 @@ constexpr std::uint32_t kBlockSize = 16;
 // Serves one request: reuse the cached prefix, compute and register the rest.
 // Returns the blocks the request holds while it runs.
 std::vector<kvbm::ImmutableBlock<G1>> serve(BlockManager<G1>& pool,
-                                            const std::vector<Token>& prompt,
-                                            kvbm::SaltHash salt) {
+                                            const std::vector<Token>& prompt, kvbm::SaltHash salt) {
   kvbm::TokenBlockSequence seq(kBlockSize, salt);
   seq.extend(prompt);
   const auto hashes = seq.sequence_hashes();

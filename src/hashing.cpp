@@ -35,8 +35,8 @@ void store_le32(unsigned char* out, std::uint32_t v) noexcept {
 
 // Returns the u32 payload length of a key, checking that it fits.
 std::uint32_t payload_length(std::size_t bytes, std::size_t extra) {
-  KVBM_CHECK(bytes <= std::numeric_limits<std::uint32_t>::max() - extra,
-             "an extra key of ", bytes, " bytes is too long; hash large content first and pass its hash");
+  KVBM_CHECK(bytes <= std::numeric_limits<std::uint32_t>::max() - extra, "an extra key of ", bytes,
+             " bytes is too long; hash large content first and pass its hash");
   return static_cast<std::uint32_t>(bytes + extra);
 }
 
@@ -55,7 +55,8 @@ std::uint32_t payload_length(std::size_t bytes, std::size_t extra) {
 // then as unlikely as for a random 64-bit function (2^-64 per pair). The chain
 // is the one serial dependency of hashing a prompt: about 12 cycles of latency
 // per block, while the independent block hashes overlap with it.
-std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value, std::uint32_t position) noexcept {
+std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value,
+                          std::uint32_t position) noexcept {
   unsigned char bytes[16];
   if constexpr (kLittleEndian) {
     std::memcpy(bytes, &parent_value, 8);
@@ -86,7 +87,8 @@ void update_tokens(XXH3_state_t* state, const Token* tokens, std::size_t count) 
 }
 
 // The block hash of `count` tokens without block keys.
-inline std::uint64_t hash_tokens(const Token* tokens, std::size_t count, std::uint64_t seed) noexcept {
+inline std::uint64_t hash_tokens(const Token* tokens, std::size_t count,
+                                 std::uint64_t seed) noexcept {
   if constexpr (kLittleEndian) {
     return XXH3_64bits_withSeed(tokens, count * sizeof(Token), seed);
   } else {
@@ -121,13 +123,13 @@ std::uint64_t hash_tokens_with_keys(const Token* tokens, std::size_t count, std:
 void check_block_keys(std::span<const ExtraKey> keys, std::size_t token_count, const char* caller) {
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const ExtraKey& key = keys[i];
-    KVBM_CHECK(is_block_level(key.domain), caller, ": got a salt or extra key of the wrong kind: a ",
-               to_string(key.domain),
+    KVBM_CHECK(is_block_level(key.domain), caller,
+               ": got a salt or extra key of the wrong kind: a ", to_string(key.domain),
                " key applies to the whole sequence; fold it into the SaltHash with SaltBuilder "
                "instead of passing it as a block key");
-    KVBM_CHECK(key.token_offset < token_count, caller, ": block key ", i, " (", to_string(key.domain),
-               ") starts at token offset ", key.token_offset, " but only ", token_count,
-               " tokens are hashed; offsets are relative to the first token passed");
+    KVBM_CHECK(key.token_offset < token_count, caller, ": block key ", i, " (",
+               to_string(key.domain), ") starts at token offset ", key.token_offset, " but only ",
+               token_count, " tokens are hashed; offsets are relative to the first token passed");
     KVBM_CHECK(i == 0 || keys[i - 1].token_offset <= key.token_offset, caller,
                ": block keys must be sorted by token_offset (key ", i, " at ", key.token_offset,
                " follows one at ", keys[i - 1].token_offset, ")");
@@ -152,7 +154,7 @@ inline void copy_tokens(Token* dst, const Token* src, std::size_t count) noexcep
 // One batch of consecutive full blocks and where their hashes go.
 struct Run {
   const Token* tokens;
-  Token* copy_to;  // where to copy the tokens to, or null
+  Token* copy_to;            // where to copy the tokens to, or null
   std::size_t count;         // blocks
   std::uint32_t block_size;  // tokens per block
   std::uint64_t seed;
@@ -166,7 +168,8 @@ struct Run {
 // the chain is one serial dependency (one short XXH3 per block), so a single
 // loop lets the CPU overlap hashing and copying with it.
 template <std::uint32_t kFixed, bool kCopy, class BlockHashOf>
-KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> parent, BlockHashOf&& block_hash_of) {
+KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> parent,
+                               BlockHashOf&& block_hash_of) {
   // Locals, so that stores through the output pointers cannot force reloads.
   const std::size_t block_size = kFixed != 0 ? kFixed : run.block_size;
   const std::size_t count = run.count;
@@ -243,16 +246,25 @@ KVBM_HOT_INLINE void hash_run_sized(const Run& run, std::optional<SequenceHash> 
 template <bool kCopy>
 KVBM_FLATTEN void hash_run(const Run& run, std::optional<SequenceHash> parent) {
   switch (run.block_size) {
-    case 16: hash_run_sized<16, kCopy>(run, parent); return;
-    case 32: hash_run_sized<32, kCopy>(run, parent); return;
-    case 64: hash_run_sized<64, kCopy>(run, parent); return;
-    default: hash_run_sized<0, kCopy>(run, parent); return;
+    case 16:
+      hash_run_sized<16, kCopy>(run, parent);
+      return;
+    case 32:
+      hash_run_sized<32, kCopy>(run, parent);
+      return;
+    case 64:
+      hash_run_sized<64, kCopy>(run, parent);
+      return;
+    default:
+      hash_run_sized<0, kCopy>(run, parent);
+      return;
   }
 }
 
 // Blocks some of which carry keys (sorted, offsets relative to run.tokens).
 template <bool kCopy>
-void hash_run_with_keys(const Run& run, std::optional<SequenceHash> parent, std::span<const ExtraKey> keys) {
+void hash_run_with_keys(const Run& run, std::optional<SequenceHash> parent,
+                        std::span<const ExtraKey> keys) {
   const ExtraKey* key = keys.data();
   const ExtraKey* const keys_end = key + keys.size();
   chain_run<0, kCopy>(run, parent, [&](std::size_t i, const Token* block) {
@@ -266,9 +278,11 @@ void hash_run_with_keys(const Run& run, std::optional<SequenceHash> parent, std:
 }
 
 // The checks and output sizing shared by hash_blocks and hash_blocks_and_copy.
-void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32_t block_size, SaltHash salt,
-                      std::optional<SequenceHash> parent, std::vector<std::uint64_t>& block_hashes,
-                      std::vector<SequenceHash>& sequence_hashes, std::span<const ExtraKey> block_keys) {
+void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32_t block_size,
+                      SaltHash salt, std::optional<SequenceHash> parent,
+                      std::vector<std::uint64_t>& block_hashes,
+                      std::vector<SequenceHash>& sequence_hashes,
+                      std::span<const ExtraKey> block_keys) {
   KVBM_CHECK(block_size > 0, "hash_blocks: block_size must be greater than 0");
   KVBM_CHECK(tokens.size() % block_size == 0, "hash_blocks: ", tokens.size(),
              " tokens is not a whole number of blocks of ", block_size, "; pass only full blocks");
@@ -289,7 +303,12 @@ void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32
     block_hashes.resize(old_size);  // a failed call leaves both outputs as they were
     throw;
   }
-  const Run run{tokens.data(), copy_to,   count, block_size, salt.value(), block_hashes.data() + old_size,
+  const Run run{tokens.data(),
+                copy_to,
+                count,
+                block_size,
+                salt.value(),
+                block_hashes.data() + old_size,
                 sequence_hashes.data() + old_size};
   if (copy_to != nullptr) {
     if (block_keys.empty()) {
@@ -310,22 +329,28 @@ void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32
 
 std::string_view to_string(KeyDomain domain) noexcept {
   switch (domain) {
-    case KeyDomain::kLoraAdapter: return "lora_adapter";
-    case KeyDomain::kCacheSalt: return "cache_salt";
-    case KeyDomain::kMultimodal: return "multimodal";
+    case KeyDomain::kLoraAdapter:
+      return "lora_adapter";
+    case KeyDomain::kCacheSalt:
+      return "cache_salt";
+    case KeyDomain::kMultimodal:
+      return "multimodal";
   }
   return "unknown";
 }
 
 SaltBuilder& SaltBuilder::lora(std::string_view name) { return add(ExtraKey::lora(name)); }
 
-SaltBuilder& SaltBuilder::cache_salt(std::string_view salt) { return add(ExtraKey::cache_salt(salt)); }
+SaltBuilder& SaltBuilder::cache_salt(std::string_view salt) {
+  return add(ExtraKey::cache_salt(salt));
+}
 
 SaltBuilder& SaltBuilder::add(const ExtraKey& key) {
-  KVBM_CHECK(is_sequence_level(key.domain),
-             "SaltBuilder::add: got a salt or extra key of the wrong kind: a ", to_string(key.domain),
-             " key applies to one block, not to the whole sequence; pass it to the block or sequence "
-             "that holds its tokens (e.g. TokenBlockSequence::add_multimodal)");
+  KVBM_CHECK(
+      is_sequence_level(key.domain),
+      "SaltBuilder::add: got a salt or extra key of the wrong kind: a ", to_string(key.domain),
+      " key applies to one block, not to the whole sequence; pass it to the block or sequence "
+      "that holds its tokens (e.g. TokenBlockSequence::add_multimodal)");
   const auto slot = static_cast<std::size_t>(key.domain) - 1;
   KVBM_CHECK(!keys_[slot].has_value(), "SaltBuilder: the ", to_string(key.domain),
              " key is already set; each domain may be given once, so build a new SaltBuilder to "
@@ -349,7 +374,8 @@ SaltHash SaltBuilder::build() const {
   return SaltHash(XXH3_64bits(encoded.data(), encoded.size()));
 }
 
-std::uint64_t block_hash(std::span<const Token> tokens, SaltHash salt, std::span<const ExtraKey> block_keys) {
+std::uint64_t block_hash(std::span<const Token> tokens, SaltHash salt,
+                         std::span<const ExtraKey> block_keys) {
   if (block_keys.empty()) return hash_tokens(tokens.data(), tokens.size(), salt.value());
   check_block_keys(block_keys, tokens.size(), "block_hash");
   return hash_tokens_with_keys(tokens.data(), tokens.size(), salt.value(), block_keys, 0);
@@ -357,25 +383,31 @@ std::uint64_t block_hash(std::span<const Token> tokens, SaltHash salt, std::span
 
 SequenceHash chain(std::optional<SequenceHash> parent, std::uint64_t block_hash) {
   if (!parent) return SequenceHash(block_hash, std::nullopt, 0);
-  KVBM_CHECK(parent->position() < kMaxPosition, "chain: the parent is at the last representable position ",
-             parent->position(), "; a sequence cannot hold more blocks");
+  KVBM_CHECK(parent->position() < kMaxPosition,
+             "chain: the parent is at the last representable position ", parent->position(),
+             "; a sequence cannot hold more blocks");
   const std::uint32_t position = parent->position() + 1;
-  return SequenceHash(chain_value(block_hash, parent->value(), position), parent->value(), position);
+  return SequenceHash(chain_value(block_hash, parent->value(), position), parent->value(),
+                      position);
 }
 
 void hash_blocks(std::span<const Token> tokens, std::uint32_t block_size, SaltHash salt,
                  std::optional<SequenceHash> parent, std::vector<std::uint64_t>& block_hashes,
                  std::vector<SequenceHash>& sequence_hashes, std::span<const ExtraKey> block_keys) {
-  hash_blocks_impl(tokens, nullptr, block_size, salt, parent, block_hashes, sequence_hashes, block_keys);
+  hash_blocks_impl(tokens, nullptr, block_size, salt, parent, block_hashes, sequence_hashes,
+                   block_keys);
 }
 
 namespace detail {
 
-void hash_blocks_and_copy(std::span<const Token> tokens, Token* copy_to, std::uint32_t block_size, SaltHash salt,
-                          std::optional<SequenceHash> parent, std::vector<std::uint64_t>& block_hashes,
-                          std::vector<SequenceHash>& sequence_hashes, std::span<const ExtraKey> block_keys) {
+void hash_blocks_and_copy(std::span<const Token> tokens, Token* copy_to, std::uint32_t block_size,
+                          SaltHash salt, std::optional<SequenceHash> parent,
+                          std::vector<std::uint64_t>& block_hashes,
+                          std::vector<SequenceHash>& sequence_hashes,
+                          std::span<const ExtraKey> block_keys) {
   KVBM_CHECK(copy_to != nullptr, "hash_blocks_and_copy: copy_to must not be null");
-  hash_blocks_impl(tokens, copy_to, block_size, salt, parent, block_hashes, sequence_hashes, block_keys);
+  hash_blocks_impl(tokens, copy_to, block_size, salt, parent, block_hashes, sequence_hashes,
+                   block_keys);
 }
 
 }  // namespace detail

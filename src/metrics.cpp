@@ -29,16 +29,16 @@ struct PoolMetrics::Series {
 
   CounterSeries counter(const std::string& name, const std::string& help) {
     auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(*registry);
-    KVBM_CHECK(!family.Has({{"pool", pool}}), "metrics registry already holds ", name,
-               "{pool=\"", pool,
+    KVBM_CHECK(!family.Has({{"pool", pool}}), "metrics registry already holds ", name, "{pool=\"",
+               pool,
                "\"}: give each block pool that shares a registry its own name "
                "(BlockManager builder .pool_name(...))");
     return {&family, &family.Add({{"pool", pool}})};
   }
   GaugeSeries gauge(const std::string& name, const std::string& help) {
     auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(*registry);
-    KVBM_CHECK(!family.Has({{"pool", pool}}), "metrics registry already holds ", name,
-               "{pool=\"", pool,
+    KVBM_CHECK(!family.Has({{"pool", pool}}), "metrics registry already holds ", name, "{pool=\"",
+               pool,
                "\"}: give each block pool that shares a registry its own name "
                "(BlockManager builder .pool_name(...))");
     return {&family, &family.Add({{"pool", pool}})};
@@ -57,8 +57,8 @@ PoolMetrics::PoolMetrics(std::shared_ptr<prometheus::Registry> registry, std::st
   s.evictions = s.counter("kvbm_evictions_total", "Total blocks evicted from inactive pool");
   s.registrations = s.counter("kvbm_registrations_total",
                               "Total blocks registered (CompleteBlock -> ImmutableBlock)");
-  s.duplicate_blocks = s.counter("kvbm_duplicate_blocks_total",
-                                 "Total duplicate blocks created (Allow policy)");
+  s.duplicate_blocks =
+      s.counter("kvbm_duplicate_blocks_total", "Total duplicate blocks created (Allow policy)");
   s.registration_dedup = s.counter("kvbm_registration_dedup_total",
                                    "Total block registrations deduplicated (Reject policy)");
   s.stagings = s.counter("kvbm_stagings_total", "Total MutableBlock -> CompleteBlock transitions");
@@ -66,10 +66,10 @@ PoolMetrics::PoolMetrics(std::shared_ptr<prometheus::Registry> registry, std::st
                                        "Total hashes requested in match_blocks calls");
   s.match_blocks_returned = s.counter("kvbm_match_blocks_returned_total",
                                       "Total blocks returned from match_blocks calls");
-  s.scan_hashes_requested = s.counter("kvbm_scan_hashes_requested_total",
-                                      "Total hashes requested in scan_matches calls");
-  s.scan_blocks_returned = s.counter("kvbm_scan_blocks_returned_total",
-                                     "Total blocks returned from scan_matches calls");
+  s.scan_hashes_requested =
+      s.counter("kvbm_scan_hashes_requested_total", "Total hashes requested in scan_matches calls");
+  s.scan_blocks_returned =
+      s.counter("kvbm_scan_blocks_returned_total", "Total blocks returned from scan_matches calls");
   s.inflight_mutable = s.gauge("kvbm_inflight_mutable", "Current MutableBlocks held outside pool");
   s.inflight_immutable =
       s.gauge("kvbm_inflight_immutable", "Current ImmutableBlocks held outside pool");
@@ -79,14 +79,14 @@ PoolMetrics::PoolMetrics(std::shared_ptr<prometheus::Registry> registry, std::st
 
 PoolMetrics::~PoolMetrics() {
   auto& s = *s_;
-  for (auto* c : {&s.allocations, &s.allocations_from_reset, &s.evictions, &s.registrations,
-                  &s.duplicate_blocks, &s.registration_dedup, &s.stagings,
-                  &s.match_hashes_requested, &s.match_blocks_returned, &s.scan_hashes_requested,
-                  &s.scan_blocks_returned}) {
+  for (auto* c :
+       {&s.allocations, &s.allocations_from_reset, &s.evictions, &s.registrations,
+        &s.duplicate_blocks, &s.registration_dedup, &s.stagings, &s.match_hashes_requested,
+        &s.match_blocks_returned, &s.scan_hashes_requested, &s.scan_blocks_returned}) {
     c->family->Remove(c->counter);
   }
-  for (auto* g : {&s.inflight_mutable, &s.inflight_immutable, &s.reset_pool_size,
-                  &s.inactive_pool_size}) {
+  for (auto* g :
+       {&s.inflight_mutable, &s.inflight_immutable, &s.reset_pool_size, &s.inactive_pool_size}) {
     g->family->Remove(g->gauge);
   }
 }

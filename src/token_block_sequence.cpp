@@ -92,12 +92,15 @@ std::size_t TokenBlockSequence::complete_tail_block() {
   return 1;
 }
 
-void TokenBlockSequence::hash_span(std::span<const Token> src, Token* copy_to, std::size_t first_token) {
+void TokenBlockSequence::hash_span(std::span<const Token> src, Token* copy_to,
+                                   std::size_t first_token) {
   // Block keys that start inside these blocks, rebased to their first token.
   std::vector<ExtraKey> keys;
   if (!block_keys_.empty()) {
     const std::size_t end = first_token + src.size();
-    auto by_offset = [](const ExtraKey& key, std::size_t offset) { return key.token_offset < offset; };
+    auto by_offset = [](const ExtraKey& key, std::size_t offset) {
+      return key.token_offset < offset;
+    };
     auto first = std::lower_bound(block_keys_.begin(), block_keys_.end(), first_token, by_offset);
     auto last = std::lower_bound(first, block_keys_.end(), end, by_offset);
     for (auto it = first; it != last; ++it) {
@@ -107,10 +110,11 @@ void TokenBlockSequence::hash_span(std::span<const Token> src, Token* copy_to, s
     }
   }
   if (copy_to != nullptr) {
-    detail::hash_blocks_and_copy(src, copy_to, block_size_, salt_, last_sequence_hash(), block_hashes_,
-                                 sequence_hashes_, keys);
+    detail::hash_blocks_and_copy(src, copy_to, block_size_, salt_, last_sequence_hash(),
+                                 block_hashes_, sequence_hashes_, keys);
   } else {
-    hash_blocks(src, block_size_, salt_, last_sequence_hash(), block_hashes_, sequence_hashes_, keys);
+    hash_blocks(src, block_size_, salt_, last_sequence_hash(), block_hashes_, sequence_hashes_,
+                keys);
   }
   hashed_tokens_ = num_blocks() * block_size_;
 }
@@ -127,7 +131,8 @@ std::size_t TokenBlockSequence::truncate(std::size_t new_token_count) {
   block_hashes_.resize(kept);
   sequence_hashes_.resize(kept);
   hashed_tokens_ = kept * block_size_;
-  std::erase_if(block_keys_, [&](const ExtraKey& key) { return key.token_offset >= new_token_count; });
+  std::erase_if(block_keys_,
+                [&](const ExtraKey& key) { return key.token_offset >= new_token_count; });
   return dropped;
 }
 
@@ -147,27 +152,33 @@ void TokenBlockSequence::reserve(std::size_t token_count) {
 
 void TokenBlockSequence::add_multimodal(std::size_t token_offset, std::uint64_t content_hash) {
   KVBM_CHECK(token_offset <= std::numeric_limits<std::uint32_t>::max(),
-             "TokenBlockSequence::add_multimodal: token offset ", token_offset, " does not fit in 32 bits");
+             "TokenBlockSequence::add_multimodal: token offset ", token_offset,
+             " does not fit in 32 bits");
   add_block_key(ExtraKey::multimodal(static_cast<std::uint32_t>(token_offset), content_hash));
 }
 
 void TokenBlockSequence::add_multimodal(std::size_t token_offset, std::string_view content_id) {
   KVBM_CHECK(token_offset <= std::numeric_limits<std::uint32_t>::max(),
-             "TokenBlockSequence::add_multimodal: token offset ", token_offset, " does not fit in 32 bits");
+             "TokenBlockSequence::add_multimodal: token offset ", token_offset,
+             " does not fit in 32 bits");
   add_block_key(ExtraKey::multimodal(static_cast<std::uint32_t>(token_offset), content_id));
 }
 
 void TokenBlockSequence::add_block_key(ExtraKey key) {
-  KVBM_CHECK(is_block_level(key.domain), "TokenBlockSequence::add_block_key: got a salt or extra key of the wrong kind: a ",
+  KVBM_CHECK(is_block_level(key.domain),
+             "TokenBlockSequence::add_block_key: got a salt or extra key of the wrong kind: a ",
              to_string(key.domain),
-             " key applies to the whole sequence; fold it into the SaltHash with SaltBuilder and pass that "
+             " key applies to the whole sequence; fold it into the SaltHash with SaltBuilder and "
+             "pass that "
              "to the constructor");
-  KVBM_CHECK(key.token_offset >= hashed_tokens_, "TokenBlockSequence: cannot attach a ", to_string(key.domain),
-             " key at token offset ", key.token_offset, ": the block holding it (block ",
-             key.token_offset / block_size_, ") is already complete and hashed; attach block keys before "
+  KVBM_CHECK(key.token_offset >= hashed_tokens_, "TokenBlockSequence: cannot attach a ",
+             to_string(key.domain), " key at token offset ", key.token_offset,
+             ": the block holding it (block ", key.token_offset / block_size_,
+             ") is already complete and hashed; attach block keys before "
              "extending the sequence past their block");
-  auto pos = std::upper_bound(block_keys_.begin(), block_keys_.end(), key.token_offset,
-                              [](std::uint32_t offset, const ExtraKey& k) { return offset < k.token_offset; });
+  auto pos = std::upper_bound(
+      block_keys_.begin(), block_keys_.end(), key.token_offset,
+      [](std::uint32_t offset, const ExtraKey& k) { return offset < k.token_offset; });
   block_keys_.insert(pos, std::move(key));
 }
 

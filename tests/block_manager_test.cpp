@@ -1,7 +1,5 @@
 #include "kvbm/block_manager.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -12,6 +10,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "test_util.h"
 
@@ -58,8 +58,9 @@ bool same_counts(const PoolCounts& a, const PoolCounts& b) {
 TEST(BlockManagerBuilder, RejectsMissingOrZeroBlockCount) {
   expect_usage_error([] { (void)BlockManager<G1>::builder().block_size(16).build(); },
                      {"block_count", "at least 1"});
-  expect_usage_error([] { (void)BlockManager<G1>::builder().block_count(0).block_size(16).build(); },
-                     {"block_count"});
+  expect_usage_error(
+      [] { (void)BlockManager<G1>::builder().block_count(0).block_size(16).build(); },
+      {"block_count"});
 }
 
 TEST(BlockManagerBuilder, RejectsMissingOrZeroBlockSize) {
@@ -166,7 +167,7 @@ TEST(BlockManager, AllocateAtMostTakesWhatFits) {
   auto held = m.allocate_blocks(2);
   ASSERT_TRUE(held);
   { auto a = register_one(m, seq(0)); }  // inactive: 1 reset + 1 evictable left
-  auto some = m.allocate_at_most(10);     // more than the pool holds: no throw
+  auto some = m.allocate_at_most(10);    // more than the pool holds: no throw
   EXPECT_EQ(some.size(), 2U);
   EXPECT_EQ(present(m, {seq(0)}), std::vector<bool>{false});  // evicted to fit
   EXPECT_TRUE(m.allocate_at_most(1).empty());
@@ -304,7 +305,7 @@ TEST(BlockManager, AllowPolicyDuplicateOutlivesEvictedPrimary) {
   auto dup = [&] {
     auto primary = register_one(m, seq(0));
     return register_one(m, seq(0));
-  }();  // primary dropped -> inactive
+  }();                                // primary dropped -> inactive
   auto taken = m.allocate_blocks(1);  // evicts the primary
   ASSERT_TRUE(taken);
   EXPECT_EQ(present(m, {seq(0)}), std::vector<bool>{false});
@@ -699,7 +700,9 @@ TEST(BlockManager, RandomizedOperationsKeepTheInvariant) {
       std::vector<CompleteBlock<G1>> complete;
       std::vector<ImmutableBlock<G1>> imm;
       std::vector<WeakBlock<G1>> weak;
-      auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+      auto pick = [&](std::size_t n) {
+        return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
+      };
       auto random_hash = [&] {
         // Short chains over few values, so duplicates and shared prefixes happen.
         return seq(static_cast<std::uint32_t>(pick(4)), static_cast<std::uint32_t>(pick(3)));
@@ -727,10 +730,12 @@ TEST(BlockManager, RandomizedOperationsKeepTheInvariant) {
             }
             break;
           case 3:
-            if (!imm.empty()) imm.erase(imm.begin() + static_cast<std::ptrdiff_t>(pick(imm.size())));
+            if (!imm.empty())
+              imm.erase(imm.begin() + static_cast<std::ptrdiff_t>(pick(imm.size())));
             break;
           case 4:
-            if (!mut.empty()) mut.erase(mut.begin() + static_cast<std::ptrdiff_t>(pick(mut.size())));
+            if (!mut.empty())
+              mut.erase(mut.begin() + static_cast<std::ptrdiff_t>(pick(mut.size())));
             break;
           case 5: {
             const auto c = static_cast<std::uint32_t>(pick(3));

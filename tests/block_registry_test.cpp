@@ -1,11 +1,11 @@
 #include "kvbm/block_registry.h"
 
-#include <gtest/gtest.h>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/frequency_tracker.h"

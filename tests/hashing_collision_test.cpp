@@ -4,13 +4,13 @@
 // shapes that break a symmetric or cancelling chain step (repeated, swapped
 // and shifted blocks).
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/hashing.h"
 #include "kvbm/sequence_hash.h"
@@ -18,8 +18,8 @@
 namespace kvbm {
 namespace {
 
-std::vector<SequenceHash> sequence_of(const std::vector<Token>& tokens, std::uint32_t block_size, SaltHash salt,
-                                      const std::vector<ExtraKey>& keys = {}) {
+std::vector<SequenceHash> sequence_of(const std::vector<Token>& tokens, std::uint32_t block_size,
+                                      SaltHash salt, const std::vector<ExtraKey>& keys = {}) {
   std::vector<std::uint64_t> block_hashes;
   std::vector<SequenceHash> sequence_hashes;
   hash_blocks(tokens, block_size, salt, std::nullopt, block_hashes, sequence_hashes, keys);
@@ -33,7 +33,8 @@ class PrefixIndex {
   void add(std::uint64_t value, const std::string& label) {
     auto [it, inserted] = by_value_.try_emplace(value, label);
     if (!inserted && it->second != label) {
-      ADD_FAILURE() << "prefixes " << it->second << " and " << label << " share sequence hash " << value;
+      ADD_FAILURE() << "prefixes " << it->second << " and " << label << " share sequence hash "
+                    << value;
       ++collisions_;
     }
   }
@@ -45,8 +46,8 @@ class PrefixIndex {
   std::size_t collisions_ = 0;
 };
 
-std::string label_of(const std::string& domain, const std::vector<Token>& tokens, std::size_t blocks,
-                     std::uint32_t block_size) {
+std::string label_of(const std::string& domain, const std::vector<Token>& tokens,
+                     std::size_t blocks, std::uint32_t block_size) {
   std::string label = domain + ":";
   for (std::size_t i = 0; i < blocks * block_size; ++i) label += static_cast<char>('0' + tokens[i]);
   return label;
@@ -54,17 +55,20 @@ std::string label_of(const std::string& domain, const std::vector<Token>& tokens
 
 // Every prompt of `max_blocks` blocks over `alphabet` tokens; every prefix of
 // each is recorded (prefixes shared between prompts record the same value).
-void add_all_prompts(PrefixIndex& index, const std::string& domain, Token alphabet, std::uint32_t block_size,
-                     std::size_t max_blocks, SaltHash salt, const std::vector<ExtraKey>& keys = {}) {
+void add_all_prompts(PrefixIndex& index, const std::string& domain, Token alphabet,
+                     std::uint32_t block_size, std::size_t max_blocks, SaltHash salt,
+                     const std::vector<ExtraKey>& keys = {}) {
   const std::size_t length = block_size * max_blocks;
   std::size_t prompts = 1;
   for (std::size_t i = 0; i < length; ++i) prompts *= alphabet;
   std::vector<Token> tokens(length);
   for (std::size_t p = 0; p < prompts; ++p) {
     std::size_t x = p;
-    for (std::size_t i = 0; i < length; ++i, x /= alphabet) tokens[i] = static_cast<Token>(x % alphabet);
+    for (std::size_t i = 0; i < length; ++i, x /= alphabet)
+      tokens[i] = static_cast<Token>(x % alphabet);
     const auto hashes = sequence_of(tokens, block_size, salt, keys);
-    for (std::size_t b = 0; b < hashes.size(); ++b) index.add(hashes[b].value(), label_of(domain, tokens, b + 1, block_size));
+    for (std::size_t b = 0; b < hashes.size(); ++b)
+      index.add(hashes[b].value(), label_of(domain, tokens, b + 1, block_size));
   }
 }
 
@@ -132,12 +136,16 @@ TEST(HashingCollisionTest, SwappedBlocksDiffer) {
 
 TEST(HashingCollisionTest, ShiftedAndRepeatedRunsDiffer) {
   // [A, B, C], [X, A, B], [A, A, B], [A, B, B], [B, A, A]: every prefix distinct.
-  const std::vector<std::vector<Token>> prompts = {
-      {1, 1, 2, 2, 3, 3}, {9, 9, 1, 1, 2, 2}, {1, 1, 1, 1, 2, 2}, {1, 1, 2, 2, 2, 2}, {2, 2, 1, 1, 1, 1}};
+  const std::vector<std::vector<Token>> prompts = {{1, 1, 2, 2, 3, 3},
+                                                   {9, 9, 1, 1, 2, 2},
+                                                   {1, 1, 1, 1, 2, 2},
+                                                   {1, 1, 2, 2, 2, 2},
+                                                   {2, 2, 1, 1, 1, 1}};
   PrefixIndex index;
   for (const auto& prompt : prompts) {
     const auto hashes = sequence_of(prompt, 2, kNoSalt);
-    for (std::size_t b = 0; b < hashes.size(); ++b) index.add(hashes[b].value(), label_of("", prompt, b + 1, 2));
+    for (std::size_t b = 0; b < hashes.size(); ++b)
+      index.add(hashes[b].value(), label_of("", prompt, b + 1, 2));
   }
   EXPECT_EQ(index.collisions(), 0U);
 }
@@ -154,7 +162,8 @@ TEST(HashingCollisionTest, BatchAndStepwiseHashingAgreeOnAdversarialPrompts) {
   const auto batch = sequence_of(prompt, 2, kNoSalt);
   std::optional<SequenceHash> parent;
   for (std::size_t b = 0; b < batch.size(); ++b) {
-    const SequenceHash step = chain(parent, block_hash(std::span(prompt).subspan(b * 2, 2), kNoSalt));
+    const SequenceHash step =
+        chain(parent, block_hash(std::span(prompt).subspan(b * 2, 2), kNoSalt));
     EXPECT_EQ(step, batch[b]) << "block " << b;
     parent = step;
   }

@@ -3,8 +3,6 @@
 
 #include "kvbm/hashing.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -14,6 +12,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/error.h"
 #include "kvbm/sequence_hash.h"
@@ -42,7 +42,8 @@ std::uint64_t xxh3(const std::string& bytes, std::uint64_t seed) {
   return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
 }
 // The chain step, written out: XXH3-64 seeded with the position of [parent LE64][block LE64].
-std::uint64_t ref_chain(std::uint64_t block_hash, std::uint64_t parent_value, std::uint32_t position) {
+std::uint64_t ref_chain(std::uint64_t block_hash, std::uint64_t parent_value,
+                        std::uint32_t position) {
   std::string bytes;
   put_le64(bytes, parent_value);
   put_le64(bytes, block_hash);
@@ -82,9 +83,11 @@ std::string usage_error_message(F&& f) {
 // ---- Known answers
 
 TEST(HashingTest, BlockHashIsXxh3OfLittleEndianTokenBytes) {
-  const std::vector<Token> tokens = {1, 2, 3, 0xDEADBEEF, 0, 70000, 42, 7, 9, 10, 11, 12, 13, 14, 15, 16};
+  const std::vector<Token> tokens = {1, 2,  3,  0xDEADBEEF, 0,  70000, 42, 7,
+                                     9, 10, 11, 12,         13, 14,    15, 16};
   EXPECT_EQ(block_hash(tokens, kNoSalt), xxh3(token_bytes(tokens), 0));
-  EXPECT_EQ(block_hash(tokens, kNoSalt), XXH3_64bits(token_bytes(tokens).data(), tokens.size() * 4));
+  EXPECT_EQ(block_hash(tokens, kNoSalt),
+            XXH3_64bits(token_bytes(tokens).data(), tokens.size() * 4));
   const SaltHash salt(0x0123456789ABCDEFULL);
   EXPECT_EQ(block_hash(tokens, salt), xxh3(token_bytes(tokens), salt.value()));
 }
@@ -95,7 +98,8 @@ TEST(HashingTest, GoldenValuesStayStable) {
   // changed in format 2 of the disk slot, when it stopped being symmetric).
   const std::vector<Token> tokens = iota_tokens(16, 1);
   EXPECT_EQ(block_hash(tokens, kNoSalt), 0xD2E217905D2BDA1DULL);
-  EXPECT_EQ(SaltBuilder().lora("adapter").cache_salt("tenant").build().value(), 0x2A8485A3F3502490ULL);
+  EXPECT_EQ(SaltBuilder().lora("adapter").cache_salt("tenant").build().value(),
+            0x2A8485A3F3502490ULL);
   EXPECT_EQ(chain(SequenceHash(5, std::nullopt, 0), 7).value(), 0x86BEC77DD5259513ULL);
   const ExtraKey mm = ExtraKey::multimodal(3, 0xABCDEFULL);
   EXPECT_EQ(block_hash(tokens, kNoSalt, {&mm, 1}), 0x868F0C7DC2D7B04AULL);
@@ -109,7 +113,9 @@ TEST(HashingTest, SaltIsXxh3OfTaggedKeysInDomainOrder) {
   EXPECT_EQ(salt.value(), XXH3_64bits(expected.data(), expected.size()));
   // Order of the builder calls does not matter.
   EXPECT_EQ(salt, SaltBuilder().lora("my-lora").cache_salt("tenant-7").build());
-  EXPECT_EQ(salt, SaltBuilder().add(ExtraKey::cache_salt("tenant-7")).add(ExtraKey::lora("my-lora")).build());
+  EXPECT_EQ(
+      salt,
+      SaltBuilder().add(ExtraKey::cache_salt("tenant-7")).add(ExtraKey::lora("my-lora")).build());
 }
 
 TEST(HashingTest, BlockKeysAreAppendedInTaggedEncoding) {
@@ -154,12 +160,15 @@ TEST(HashingTest, ChainAtLastPositionThrows) {
 
 TEST(HashingTest, SameTokensAfterDifferentPrefixGiveDifferentSequenceHashes) {
   const std::vector<Token> a = iota_tokens(4, 10), b = iota_tokens(4, 20), z = iota_tokens(4, 30);
-  const SequenceHash after_a = chain(chain(std::nullopt, block_hash(a, kNoSalt)), block_hash(z, kNoSalt));
-  const SequenceHash after_b = chain(chain(std::nullopt, block_hash(b, kNoSalt)), block_hash(z, kNoSalt));
+  const SequenceHash after_a =
+      chain(chain(std::nullopt, block_hash(a, kNoSalt)), block_hash(z, kNoSalt));
+  const SequenceHash after_b =
+      chain(chain(std::nullopt, block_hash(b, kNoSalt)), block_hash(z, kNoSalt));
   EXPECT_NE(after_a.value(), after_b.value());
   EXPECT_EQ(after_a.position(), after_b.position());
   // ...while the same prefix gives the same value.
-  const SequenceHash again = chain(chain(std::nullopt, block_hash(a, kNoSalt)), block_hash(z, kNoSalt));
+  const SequenceHash again =
+      chain(chain(std::nullopt, block_hash(a, kNoSalt)), block_hash(z, kNoSalt));
   EXPECT_EQ(after_a, again);
 }
 
@@ -176,7 +185,8 @@ TEST(HashingTest, SaltChangesEveryHash) {
   const SaltHash salted = SaltBuilder().cache_salt("tenant-a").build();
   EXPECT_NE(salted, kNoSalt);
   EXPECT_NE(block_hash(tokens, salted), block_hash(tokens, kNoSalt));
-  EXPECT_NE(block_hash(tokens, salted), block_hash(tokens, SaltBuilder().cache_salt("tenant-b").build()));
+  EXPECT_NE(block_hash(tokens, salted),
+            block_hash(tokens, SaltBuilder().cache_salt("tenant-b").build()));
 
   std::vector<std::uint64_t> bh_plain, bh_salted;
   std::vector<SequenceHash> sh_plain, sh_salted;
@@ -201,9 +211,11 @@ TEST(HashingTest, LoraNameEqualToCacheSaltGivesDifferentSalt) {
 }
 
 TEST(HashingTest, KeyBoundariesAreUnambiguous) {
-  EXPECT_NE(SaltBuilder().lora("ab").cache_salt("c").build(), SaltBuilder().lora("a").cache_salt("bc").build());
+  EXPECT_NE(SaltBuilder().lora("ab").cache_salt("c").build(),
+            SaltBuilder().lora("a").cache_salt("bc").build());
   EXPECT_NE(SaltBuilder().lora("abc").build(), SaltBuilder().lora("ab").cache_salt("c").build());
-  EXPECT_NE(SaltBuilder().lora("").cache_salt("x").build(), SaltBuilder().lora("x").cache_salt("").build());
+  EXPECT_NE(SaltBuilder().lora("").cache_salt("x").build(),
+            SaltBuilder().lora("x").cache_salt("").build());
 
   const std::vector<Token> tokens = iota_tokens(8, 1);
   const std::vector<ExtraKey> ab_c = {ExtraKey::multimodal(0, std::string_view("ab")),
@@ -229,7 +241,8 @@ TEST(HashingTest, SettingADomainTwiceThrows) {
 }
 
 TEST(HashingTest, BlockLevelKeyInSaltBuilderThrows) {
-  const std::string msg = usage_error_message([] { SaltBuilder().add(ExtraKey::multimodal(0, 1)); });
+  const std::string msg =
+      usage_error_message([] { SaltBuilder().add(ExtraKey::multimodal(0, 1)); });
   EXPECT_NE(msg.find("wrong kind"), std::string::npos) << msg;
   EXPECT_NE(msg.find("multimodal"), std::string::npos) << msg;
 }
@@ -237,7 +250,9 @@ TEST(HashingTest, BlockLevelKeyInSaltBuilderThrows) {
 TEST(HashingTest, SequenceLevelKeyAsBlockKeyThrows) {
   const std::vector<Token> tokens = iota_tokens(4, 1);
   const ExtraKey lora = ExtraKey::lora("x");
-  const std::string msg = usage_error_message([&] { (void)block_hash(tokens, kNoSalt, {&lora, 1}); });
+  const std::string msg = usage_error_message([&] {
+    (void)block_hash(tokens, kNoSalt, {&lora, 1});
+  });
   EXPECT_NE(msg.find("wrong kind"), std::string::npos) << msg;
   EXPECT_NE(msg.find("SaltBuilder"), std::string::npos) << msg;
 

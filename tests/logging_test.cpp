@@ -1,14 +1,14 @@
 #include "kvbm/logging.h"
 
-#include <gtest/gtest.h>
-#include <spdlog/logger.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
-
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "kvbm/block_manager.h"
 #include "test_util.h"
@@ -22,8 +22,8 @@ class LoggingTest : public ::testing::Test {
   void TearDown() override { set_logger(nullptr); }
 };
 
-std::shared_ptr<spdlog::logger> ring_logger(std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& sink,
-                                            spdlog::level::level_enum level) {
+std::shared_ptr<spdlog::logger> ring_logger(
+    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& sink, spdlog::level::level_enum level) {
   sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
   sink->set_pattern("%n|%l|%v");
   auto log = std::make_shared<spdlog::logger>("host.kvbm", sink);

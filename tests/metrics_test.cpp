@@ -1,14 +1,14 @@
 #include "kvbm/metrics.h"
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include "kvbm/block_manager.h"
 #include "test_util.h"
@@ -24,11 +24,16 @@ using test::seq;
 using test::stage_ok;
 
 const std::vector<std::string> kCounters = {
-    "kvbm_allocations_total",           "kvbm_allocations_from_reset_total",
-    "kvbm_evictions_total",             "kvbm_registrations_total",
-    "kvbm_duplicate_blocks_total",      "kvbm_registration_dedup_total",
-    "kvbm_stagings_total",              "kvbm_match_hashes_requested_total",
-    "kvbm_match_blocks_returned_total", "kvbm_scan_hashes_requested_total",
+    "kvbm_allocations_total",
+    "kvbm_allocations_from_reset_total",
+    "kvbm_evictions_total",
+    "kvbm_registrations_total",
+    "kvbm_duplicate_blocks_total",
+    "kvbm_registration_dedup_total",
+    "kvbm_stagings_total",
+    "kvbm_match_hashes_requested_total",
+    "kvbm_match_blocks_returned_total",
+    "kvbm_scan_hashes_requested_total",
     "kvbm_scan_blocks_returned_total",
 };
 const std::vector<std::string> kGauges = {

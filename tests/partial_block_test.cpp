@@ -3,8 +3,6 @@
 
 #include "kvbm/partial_block.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <array>
 #include <numeric>
@@ -12,6 +10,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/error.h"
 #include "kvbm/hashing.h"
@@ -24,9 +24,13 @@ using State = PartialBlockState;
 
 // Taking the tokens must be spelled std::move(b).into_token_block().
 template <class B>
-concept TakesFromLvalue = requires(B& b) { b.into_token_block(); };
+concept TakesFromLvalue = requires(B& b) {
+  b.into_token_block();
+};
 template <class B>
-concept TakesFromRvalue = requires(B& b) { std::move(b).into_token_block(); };
+concept TakesFromRvalue = requires(B& b) {
+  std::move(b).into_token_block();
+};
 static_assert(!TakesFromLvalue<PartialBlock>);
 static_assert(TakesFromRvalue<PartialBlock>);
 static_assert(!std::is_copy_constructible_v<PartialBlock>);
@@ -54,51 +58,90 @@ PartialBlock make_in(State state) {
   return b;
 }
 
-enum class Call { kInitialize, kAddTokens, kScheduleCompute, kCancelSchedule, kComputeDone, kIntoTokenBlock, kBlockHash, kSequenceHash };
+enum class Call {
+  kInitialize,
+  kAddTokens,
+  kScheduleCompute,
+  kCancelSchedule,
+  kComputeDone,
+  kIntoTokenBlock,
+  kBlockHash,
+  kSequenceHash
+};
 constexpr std::array kAllCalls = {Call::kInitialize,     Call::kAddTokens,   Call::kScheduleCompute,
                                   Call::kCancelSchedule, Call::kComputeDone, Call::kIntoTokenBlock,
                                   Call::kBlockHash,      Call::kSequenceHash};
-constexpr std::array kAllStates = {State::kEmpty, State::kPartial, State::kReadyForScheduling, State::kInflight,
-                                   State::kComplete};
+constexpr std::array kAllStates = {State::kEmpty, State::kPartial, State::kReadyForScheduling,
+                                   State::kInflight, State::kComplete};
 
 const char* name(Call c) {
   switch (c) {
-    case Call::kInitialize: return "initialize";
-    case Call::kAddTokens: return "add_tokens";
-    case Call::kScheduleCompute: return "schedule_compute";
-    case Call::kCancelSchedule: return "cancel_schedule";
-    case Call::kComputeDone: return "compute_done";
-    case Call::kIntoTokenBlock: return "into_token_block";
-    case Call::kBlockHash: return "block_hash";
-    case Call::kSequenceHash: return "sequence_hash";
+    case Call::kInitialize:
+      return "initialize";
+    case Call::kAddTokens:
+      return "add_tokens";
+    case Call::kScheduleCompute:
+      return "schedule_compute";
+    case Call::kCancelSchedule:
+      return "cancel_schedule";
+    case Call::kComputeDone:
+      return "compute_done";
+    case Call::kIntoTokenBlock:
+      return "into_token_block";
+    case Call::kBlockHash:
+      return "block_hash";
+    case Call::kSequenceHash:
+      return "sequence_hash";
   }
   return "?";
 }
 
 bool legal(Call c, State s) {
   switch (c) {
-    case Call::kInitialize: return s == State::kEmpty;
-    case Call::kAddTokens: return s == State::kPartial || s == State::kReadyForScheduling;
-    case Call::kScheduleCompute: return s == State::kReadyForScheduling;
-    case Call::kCancelSchedule: return s == State::kReadyForScheduling || s == State::kInflight;
-    case Call::kComputeDone: return s == State::kInflight;
+    case Call::kInitialize:
+      return s == State::kEmpty;
+    case Call::kAddTokens:
+      return s == State::kPartial || s == State::kReadyForScheduling;
+    case Call::kScheduleCompute:
+      return s == State::kReadyForScheduling;
+    case Call::kCancelSchedule:
+      return s == State::kReadyForScheduling || s == State::kInflight;
+    case Call::kComputeDone:
+      return s == State::kInflight;
     case Call::kIntoTokenBlock:
     case Call::kBlockHash:
-    case Call::kSequenceHash: return s == State::kComplete;
+    case Call::kSequenceHash:
+      return s == State::kComplete;
   }
   return false;
 }
 
 void invoke(Call c, PartialBlock& b) {
   switch (c) {
-    case Call::kInitialize: b.initialize(kNoSalt, std::nullopt); return;
-    case Call::kAddTokens: (void)b.add_tokens(std::span<const Token>(kTokens).first(1)); return;
-    case Call::kScheduleCompute: b.schedule_compute(); return;
-    case Call::kCancelSchedule: (void)b.cancel_schedule(); return;
-    case Call::kComputeDone: b.compute_done(); return;
-    case Call::kIntoTokenBlock: (void)std::move(b).into_token_block(); return;
-    case Call::kBlockHash: (void)b.block_hash(); return;
-    case Call::kSequenceHash: (void)b.sequence_hash(); return;
+    case Call::kInitialize:
+      b.initialize(kNoSalt, std::nullopt);
+      return;
+    case Call::kAddTokens:
+      (void)b.add_tokens(std::span<const Token>(kTokens).first(1));
+      return;
+    case Call::kScheduleCompute:
+      b.schedule_compute();
+      return;
+    case Call::kCancelSchedule:
+      (void)b.cancel_schedule();
+      return;
+    case Call::kComputeDone:
+      b.compute_done();
+      return;
+    case Call::kIntoTokenBlock:
+      (void)std::move(b).into_token_block();
+      return;
+    case Call::kBlockHash:
+      (void)b.block_hash();
+      return;
+    case Call::kSequenceHash:
+      (void)b.sequence_hash();
+      return;
   }
 }
 
@@ -121,8 +164,10 @@ TEST(PartialBlockTest, EveryIllegalCallThrowsNamingCallAndStateAndChangesNothing
         ADD_FAILURE() << "no exception";
       } catch (const UsageError& e) {
         const std::string msg = e.what();
-        EXPECT_NE(msg.find(std::string("PartialBlock::") + name(c) + "()"), std::string::npos) << msg;
-        EXPECT_NE(msg.find(std::string("state ") + std::string(to_string(s))), std::string::npos) << msg;
+        EXPECT_NE(msg.find(std::string("PartialBlock::") + name(c) + "()"), std::string::npos)
+            << msg;
+        EXPECT_NE(msg.find(std::string("state ") + std::string(to_string(s))), std::string::npos)
+            << msg;
       }
       EXPECT_EQ(b.state(), s);
       EXPECT_TRUE(std::ranges::equal(b.tokens(), before));

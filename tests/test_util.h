@@ -14,10 +14,6 @@
 
 #pragma once
 
-#include <gtest/gtest.h>
-#include <prometheus/metric_family.h>
-#include <prometheus/registry.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +26,10 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/sequence_hash.h"
@@ -136,9 +136,12 @@ inline std::optional<double> metric_value(prometheus::Registry& registry, std::s
       }
       if (!match) continue;
       switch (family.type) {
-        case prometheus::MetricType::Counter: return metric.counter.value;
-        case prometheus::MetricType::Gauge: return metric.gauge.value;
-        default: return std::nullopt;
+        case prometheus::MetricType::Counter:
+          return metric.counter.value;
+        case prometheus::MetricType::Gauge:
+          return metric.gauge.value;
+        default:
+          return std::nullopt;
       }
     }
   }

@@ -191,7 +191,7 @@ TEST(TokenBlockSequenceTest, TruncateAtBoundariesAndEnds) {
   TokenBlockSequence s = fresh(t, 4);  // 4 blocks + 2 tail
   EXPECT_EQ(s.truncate(18), 0U);       // no-op
   EXPECT_EQ(s.total_tokens(), 18U);
-  EXPECT_EQ(s.truncate(16), 0U);       // only the tail goes
+  EXPECT_EQ(s.truncate(16), 0U);  // only the tail goes
   EXPECT_EQ(s.num_blocks(), 4U);
   EXPECT_TRUE(s.tail_tokens().empty());
   EXPECT_EQ(s.truncate(12), 1U);  // exactly one block
@@ -244,7 +244,8 @@ TEST(TokenBlockSequenceTest, SaltChangesEveryBlock) {
   const TokenBlockSequence a = fresh(t, 8);
   const TokenBlockSequence b = fresh(t, 8, SaltBuilder().cache_salt("tenant").build());
   EXPECT_EQ(b.salt(), SaltBuilder().cache_salt("tenant").build());
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_NE(a.sequence_hashes()[i].value(), b.sequence_hashes()[i].value());
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_NE(a.sequence_hashes()[i].value(), b.sequence_hashes()[i].value());
 }
 
 TEST(TokenBlockSequenceTest, ClearAndReserveKeepConfiguration) {
@@ -274,7 +275,8 @@ TEST(TokenBlockSequenceTest, MultimodalKeyChangesItsBlockAndDescendantsOnly) {
     EXPECT_EQ(mm.sequence_hashes()[i], plain.sequence_hashes()[i]) << i;
   }
   EXPECT_NE(mm.block_hashes()[2], plain.block_hashes()[2]);
-  for (std::size_t i = 2; i < 5; ++i) EXPECT_NE(mm.sequence_hashes()[i].value(), plain.sequence_hashes()[i].value()) << i;
+  for (std::size_t i = 2; i < 5; ++i)
+    EXPECT_NE(mm.sequence_hashes()[i].value(), plain.sequence_hashes()[i].value()) << i;
   // Later blocks keep their own block hash; only the chain differs.
   for (std::size_t i = 3; i < 5; ++i) EXPECT_EQ(mm.block_hashes()[i], plain.block_hashes()[i]) << i;
   // The block hash is the block-level API's, with the offset rebased to the block.

@@ -2,10 +2,10 @@
 // links kvbm::kvbm. Built by scripts/package_test.sh against the installed package and via
 // add_subdirectory(). Reuses a prefix through a BlockManager; prints one line and exits 0.
 
-#include <kvbm/kvbm.h>
-
 #include <cstdio>
 #include <vector>
+
+#include <kvbm/kvbm.h>
 
 int main() {
   auto pool = kvbm::BlockManager<kvbm::G2>::builder().block_count(8).block_size(4).build();

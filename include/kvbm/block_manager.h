@@ -233,7 +233,8 @@ class BlockManager {
   /// and register each under the hash its bytes belong to. Returns nullopt,
   /// taking nothing, when an id is out of range, repeated or not free
   /// (the reset pool); never evicts.
-  [[nodiscard]] std::optional<std::vector<MutableBlock<T>>> allocate_ids(std::span<const BlockId> ids) {
+  [[nodiscard]] std::optional<std::vector<MutableBlock<T>>> allocate_ids(
+      std::span<const BlockId> ids) {
     check("allocate_ids");
     if (!store_->allocate_ids(ids)) return std::nullopt;
     std::vector<MutableBlock<T>> out;

@@ -100,7 +100,8 @@ class BlockRegistry {
     std::weak_ptr<detail::BlockStore> store;
   };
 
-  explicit BlockRegistry(std::shared_ptr<FrequencyTracker> tracker) : tracker_(std::move(tracker)) {}
+  explicit BlockRegistry(std::shared_ptr<FrequencyTracker> tracker)
+      : tracker_(std::move(tracker)) {}
 
   std::vector<std::shared_ptr<detail::BlockStore>> stores_of(
       std::optional<std::type_index> tier) const {

@@ -87,11 +87,11 @@ std::string concat(const Args&... args) {
 
 /// Checks a precondition; on failure throws UsageError built from the
 /// streamable message parts.
-#define KVBM_CHECK(cond, ...)                                                         \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]] {                                                       \
+#define KVBM_CHECK(cond, ...)                                                                     \
+  do {                                                                                            \
+    if (!(cond)) [[unlikely]] {                                                                   \
       ::kvbm::detail::throw_usage_error(__FILE__, __LINE__, ::kvbm::detail::concat(__VA_ARGS__)); \
-    }                                                                                 \
+    }                                                                                             \
   } while (false)
 
 /// The outcome of an operation that can fail in an expected way: either a value
@@ -100,8 +100,10 @@ std::string concat(const Args&... args) {
 template <class T, class E>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(E error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value)
+      : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(E error)
+      : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   /// Returns true when the operation succeeded.
   [[nodiscard]] bool ok() const noexcept { return v_.index() == 0; }

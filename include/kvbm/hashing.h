@@ -93,11 +93,13 @@ struct ExtraKey {
   /// Returns a multimodal key whose content is a 64-bit hash (stored as 8 LE bytes).
   [[nodiscard]] static ExtraKey multimodal(std::uint32_t token_offset, std::uint64_t content_hash) {
     std::string bytes(8, '\0');
-    for (std::size_t i = 0; i < 8; ++i) bytes[i] = static_cast<char>((content_hash >> (8 * i)) & 0xFFU);
+    for (std::size_t i = 0; i < 8; ++i)
+      bytes[i] = static_cast<char>((content_hash >> (8 * i)) & 0xFFU);
     return ExtraKey{KeyDomain::kMultimodal, token_offset, std::move(bytes)};
   }
   /// Returns a multimodal key whose content is an arbitrary identifier.
-  [[nodiscard]] static ExtraKey multimodal(std::uint32_t token_offset, std::string_view content_id) {
+  [[nodiscard]] static ExtraKey multimodal(std::uint32_t token_offset,
+                                           std::string_view content_id) {
     return ExtraKey{KeyDomain::kMultimodal, token_offset, std::string(content_id)};
   }
 
@@ -182,9 +184,11 @@ namespace detail {
 /// hash_blocks() that also copies `tokens` to `copy_to` in the same pass, while
 /// they are in cache; TokenBlockSequence::extend stores a prompt this way.
 /// Precondition: copy_to holds tokens.size() tokens and does not overlap tokens.
-void hash_blocks_and_copy(std::span<const Token> tokens, Token* copy_to, std::uint32_t block_size, SaltHash salt,
-                          std::optional<SequenceHash> parent, std::vector<std::uint64_t>& block_hashes,
-                          std::vector<SequenceHash>& sequence_hashes, std::span<const ExtraKey> block_keys = {});
+void hash_blocks_and_copy(std::span<const Token> tokens, Token* copy_to, std::uint32_t block_size,
+                          SaltHash salt, std::optional<SequenceHash> parent,
+                          std::vector<std::uint64_t>& block_hashes,
+                          std::vector<SequenceHash>& sequence_hashes,
+                          std::span<const ExtraKey> block_keys = {});
 
 }  // namespace detail
 }  // namespace kvbm

@@ -209,12 +209,12 @@ struct KvBlockManagerConfig {
 
 /// Where an onboarded prefix came from.
 struct OnboardCounts {
-  std::size_t device = 0;  ///< already in G1
-  std::size_t host = 0;    ///< copied from G2
-  std::size_t disk = 0;    ///< copied from G3
-  std::size_t remote = 0;  ///< fetched from G4 (through G2), verified
-  std::size_t failed = 0;  ///< copies that failed (the prefix ends before the first)
-  std::size_t no_space = 0;///< blocks found below G1 that did not fit in G1
+  std::size_t device = 0;    ///< already in G1
+  std::size_t host = 0;      ///< copied from G2
+  std::size_t disk = 0;      ///< copied from G3
+  std::size_t remote = 0;    ///< fetched from G4 (through G2), verified
+  std::size_t failed = 0;    ///< copies that failed (the prefix ends before the first)
+  std::size_t no_space = 0;  ///< blocks found below G1 that did not fit in G1
   [[nodiscard]] std::size_t total() const noexcept { return device + host + disk + remote; }
 };
 

@@ -50,11 +50,16 @@ enum class PartialBlockState : std::uint8_t {
 /// Returns the state's name, e.g. "ReadyForScheduling".
 [[nodiscard]] constexpr std::string_view to_string(PartialBlockState state) noexcept {
   switch (state) {
-    case PartialBlockState::kEmpty: return "Empty";
-    case PartialBlockState::kPartial: return "Partial";
-    case PartialBlockState::kReadyForScheduling: return "ReadyForScheduling";
-    case PartialBlockState::kInflight: return "Inflight";
-    case PartialBlockState::kComplete: return "Complete";
+    case PartialBlockState::kEmpty:
+      return "Empty";
+    case PartialBlockState::kPartial:
+      return "Partial";
+    case PartialBlockState::kReadyForScheduling:
+      return "ReadyForScheduling";
+    case PartialBlockState::kInflight:
+      return "Inflight";
+    case PartialBlockState::kComplete:
+      return "Complete";
   }
   return "Unknown";
 }
@@ -76,7 +81,8 @@ class PartialBlock {
   /// Empty -> Partial: sets the salt, the parent (nullopt for a sequence's
   /// first block) and block-level keys (offsets within this block).
   /// Preconditions: state Empty; keys are block-level with offset < block_size.
-  void initialize(SaltHash salt, std::optional<SequenceHash> parent, std::vector<ExtraKey> block_keys = {});
+  void initialize(SaltHash salt, std::optional<SequenceHash> parent,
+                  std::vector<ExtraKey> block_keys = {});
 
   /// Adds up to remaining() tokens and returns how many it accepted; when it
   /// accepted any, the state becomes ReadyForScheduling.

@@ -29,8 +29,8 @@ class SequenceHash {
   /// exactly for position 0) and the block's position in its sequence.
   SequenceHash(std::uint64_t value, std::optional<std::uint64_t> parent, std::uint32_t position)
       : value_(value), parent_(parent.value_or(0)), position_(position) {
-    KVBM_CHECK(parent.has_value() == (position != 0),
-               "SequenceHash: a block at position ", position,
+    KVBM_CHECK(parent.has_value() == (position != 0), "SequenceHash: a block at position ",
+               position,
                (position == 0 ? " is the first of its sequence and must not have a parent"
                               : " must name its parent's sequence hash"));
   }

@@ -20,7 +20,7 @@ namespace kvbm {
 /// What a tier marker needs: an empty, trivially copyable class type.
 template <class T>
 concept TierMarker = std::is_class_v<T> && std::is_empty_v<T> && std::is_trivially_copyable_v<T> &&
-                     std::is_default_constructible_v<T>;
+    std::is_default_constructible_v<T>;
 
 /// Device memory tier (GPU HBM).
 struct G1 {
@@ -62,7 +62,9 @@ enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3, kG4 = 4 };
 /// Returns the default pool name of a tier marker: its kName, or "custom".
 template <TierMarker T>
 constexpr std::string_view tier_name() noexcept {
-  if constexpr (requires { { T::kName } -> std::convertible_to<std::string_view>; }) {
+  if constexpr (requires {
+                  { T::kName } -> std::convertible_to<std::string_view>;
+                }) {
     return T::kName;
   } else {
     return "custom";

@@ -82,7 +82,9 @@ class TokenBlock {
   /// Returns the sequence hash (the block and its whole prefix).
   [[nodiscard]] SequenceHash sequence_hash() const noexcept { return sequence_hash_; }
   /// Returns a non-owning view, valid while this block lives unchanged.
-  [[nodiscard]] TokenBlockView view() const noexcept { return {tokens_, block_hash_, sequence_hash_}; }
+  [[nodiscard]] TokenBlockView view() const noexcept {
+    return {tokens_, block_hash_, sequence_hash_};
+  }
   /// Returns true when `tokens` equal this block's tokens: the content check
   /// to run on a hash hit when hash collisions must be ruled out.
   [[nodiscard]] bool holds_tokens(std::span<const Token> tokens) const noexcept {
@@ -95,7 +97,8 @@ class TokenBlock {
   friend class PartialBlock;
   friend class TokenBlockSequence;
 
-  TokenBlock(std::vector<Token> tokens, std::uint64_t block_hash, SequenceHash sequence_hash) noexcept
+  TokenBlock(std::vector<Token> tokens, std::uint64_t block_hash,
+             SequenceHash sequence_hash) noexcept
       : tokens_(std::move(tokens)), block_hash_(block_hash), sequence_hash_(sequence_hash) {}
 
   std::vector<Token> tokens_;

@@ -129,8 +129,8 @@ class TokenBlockSequence {
   /// Returns complete block `index` as a view. Precondition: index < num_blocks().
   [[nodiscard]] TokenBlockView block(std::size_t index) const {
     check_block_index(index, "block");
-    return {std::span<const Token>(tokens_).subspan(index * block_size_, block_size_), block_hashes_[index],
-            sequence_hashes_[index]};
+    return {std::span<const Token>(tokens_).subspan(index * block_size_, block_size_),
+            block_hashes_[index], sequence_hashes_[index]};
   }
   /// Returns an owning copy of complete block `index`. Precondition: index < num_blocks().
   [[nodiscard]] TokenBlock to_token_block(std::size_t index) const {
@@ -139,9 +139,13 @@ class TokenBlockSequence {
                       v.sequence_hash());
   }
   /// Returns the block hash of every complete block, in order.
-  [[nodiscard]] std::span<const std::uint64_t> block_hashes() const noexcept { return block_hashes_; }
+  [[nodiscard]] std::span<const std::uint64_t> block_hashes() const noexcept {
+    return block_hashes_;
+  }
   /// Returns the sequence hash of every complete block, in order.
-  [[nodiscard]] std::span<const SequenceHash> sequence_hashes() const noexcept { return sequence_hashes_; }
+  [[nodiscard]] std::span<const SequenceHash> sequence_hashes() const noexcept {
+    return sequence_hashes_;
+  }
   /// Returns the sequence hash of the last complete block; nullopt if none.
   [[nodiscard]] std::optional<SequenceHash> last_sequence_hash() const noexcept {
     if (sequence_hashes_.empty()) return std::nullopt;
@@ -165,10 +169,10 @@ class TokenBlockSequence {
   std::uint32_t block_size_;
   SaltHash salt_;
   std::vector<Token, detail::DefaultInitAllocator<Token>> tokens_;  // resize does not zero
-  std::vector<std::uint64_t> block_hashes_;     // one per complete block
-  std::vector<SequenceHash> sequence_hashes_;   // one per complete block
-  std::vector<ExtraKey> block_keys_;            // sorted by token_offset (absolute)
-  std::size_t hashed_tokens_ = 0;               // num_blocks() * block_size_
+  std::vector<std::uint64_t> block_hashes_;                         // one per complete block
+  std::vector<SequenceHash> sequence_hashes_;                       // one per complete block
+  std::vector<ExtraKey> block_keys_;  // sorted by token_offset (absolute)
+  std::size_t hashed_tokens_ = 0;     // num_blocks() * block_size_
 };
 
 }  // namespace kvbm

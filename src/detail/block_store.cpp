@@ -371,10 +371,10 @@ std::optional<BlockId> BlockStore::upgrade(BlockId id, std::uint32_t generation,
     LockGuard lock(mu_);
     if (orphaned_) return std::nullopt;
     const Slot& s = slots_[id];
-    const bool same = s.generation == generation && s.hash == hash &&
-                      (s.state == SlotState::kActive || s.state == SlotState::kInactive ||
-                       (s.state == SlotState::kDuplicate &&
-                        s.refs.load(std::memory_order_relaxed) > 0));
+    const bool same =
+        s.generation == generation && s.hash == hash &&
+        (s.state == SlotState::kActive || s.state == SlotState::kInactive ||
+         (s.state == SlotState::kDuplicate && s.refs.load(std::memory_order_relaxed) > 0));
     if (same) {
       revive_locked(id);
       result = id;
@@ -427,8 +427,12 @@ std::string BlockStore::audit() const {
     const Slot& s = slots_[id];
     const auto refs = s.refs.load(std::memory_order_relaxed);
     switch (s.state) {
-      case SlotState::kReset: ++reset; break;
-      case SlotState::kMutable: ++mut; break;
+      case SlotState::kReset:
+        ++reset;
+        break;
+      case SlotState::kMutable:
+        ++mut;
+        break;
       case SlotState::kActive:
         ++active;
         if (refs == 0) return concat("block ", id, " is in use with no strong reference");
@@ -437,7 +441,9 @@ std::string BlockStore::audit() const {
         ++inactive;
         if (refs != 0) return concat("inactive block ", id, " has ", refs, " strong references");
         break;
-      case SlotState::kDuplicate: ++dup; break;
+      case SlotState::kDuplicate:
+        ++dup;
+        break;
     }
     if (s.state == SlotState::kActive || s.state == SlotState::kInactive) {
       const BlockId* it = table_.find(s.hash.value());
@@ -451,9 +457,11 @@ std::string BlockStore::audit() const {
     return concat("registry table holds ", table_.size(), " entries but ", registered_in_table,
                   " blocks are registered");
   }
-  if (reset != reset_.size()) return concat("reset pool holds ", reset_.size(), " but ", reset, " blocks are reset");
+  if (reset != reset_.size())
+    return concat("reset pool holds ", reset_.size(), " but ", reset, " blocks are reset");
   if (inactive != backend_->size()) {
-    return concat("inactive pool holds ", backend_->size(), " but ", inactive, " blocks are inactive");
+    return concat("inactive pool holds ", backend_->size(), " but ", inactive,
+                  " blocks are inactive");
   }
   if (mut != mutable_out_) return concat(mut, " mutable blocks but counter says ", mutable_out_);
   if (mut + active + dup != in_use_) {

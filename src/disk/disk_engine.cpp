@@ -30,22 +30,27 @@ class DiskEngineCore {
  public:
   enum class Direction : std::uint8_t { kWrite, kRead };
 
-  DiskEngineCore(Direction direction, Layout host, DiskStorage& disk, const DiskEngineOptions& options)
+  DiskEngineCore(Direction direction, Layout host, DiskStorage& disk,
+                 const DiskEngineOptions& options)
       : direction_(direction),
         host_(std::move(host)),
         disk_(disk),
-        name_(!options.name.empty() ? options.name
-                                    : direction == Direction::kWrite ? "host_to_disk" : "disk_to_host"),
+        name_(!options.name.empty()            ? options.name
+              : direction == Direction::kWrite ? "host_to_disk"
+                                               : "disk_to_host"),
         queue_depth_(options.queue_depth),
         io_slots_(static_cast<std::ptrdiff_t>(std::min<std::size_t>(options.queue_depth, 256))) {
-    KVBM_CHECK(host_.config() == disk_.config(), name(),
-               " engine: the host layout's LayoutConfig differs from the disk pool's; a block must have "
-               "the same shape on both sides");
+    KVBM_CHECK(
+        host_.config() == disk_.config(), name(),
+        " engine: the host layout's LayoutConfig differs from the disk pool's; a block must have "
+        "the same shape on both sides");
     KVBM_CHECK(options.queue_depth >= 1 && options.queue_depth <= 256, name(),
-               " engine: DiskEngineOptions::queue_depth is ", options.queue_depth, "; use 1 to 256");
+               " engine: DiskEngineOptions::queue_depth is ", options.queue_depth,
+               "; use 1 to 256");
     const std::size_t workers = options.workers == 0 ? 2 * options.queue_depth : options.workers;
-    KVBM_CHECK(workers >= options.queue_depth && workers <= 512, name(), " engine: DiskEngineOptions::workers is ",
-               options.workers, "; use 0 (2 x queue_depth) or ", options.queue_depth,
+    KVBM_CHECK(workers >= options.queue_depth && workers <= 512, name(),
+               " engine: DiskEngineOptions::workers is ", options.workers,
+               "; use 0 (2 x queue_depth) or ", options.queue_depth,
                " (queue_depth) to 512: fewer workers than queue_depth could never fill the queue");
     if (options.registry) metrics_ = std::make_unique<TransferMetrics>(options.registry, name_);
     staging_.reserve(workers);
@@ -57,7 +62,8 @@ class DiskEngineCore {
     }
     threads_.reserve(workers);
     try {
-      for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker_main(i); });
+      for (std::size_t i = 0; i < workers; ++i)
+        threads_.emplace_back([this, i] { worker_main(i); });
     } catch (const std::exception&) {  // system_error or bad_alloc: stop the ones started, rethrow
       stop_and_join();
       throw;
@@ -89,8 +95,9 @@ class DiskEngineCore {
       // live headers, sync, payloads, sync, headers, sync.
       batch->checksums.assign(pairs.size(), 0);
       batch->touched.assign(pairs.size(), 0);
-      const bool any_live = std::any_of(pairs.begin(), pairs.end(),
-                                        [&](const TransferPair& p) { return disk_.header_may_be_live(p.dst); });
+      const bool any_live = std::any_of(pairs.begin(), pairs.end(), [&](const TransferPair& p) {
+        return disk_.header_may_be_live(p.dst);
+      });
       stage = any_live ? Stage::kInvalidate : Stage::kPayload;
     }
     batch->remaining.store(pairs.size(), std::memory_order_relaxed);
@@ -125,9 +132,10 @@ class DiskEngineCore {
 
   struct Batch {
     std::vector<TransferPair> pairs;
-    std::vector<char> failed;              // element i written only by the worker that runs pair i
-    std::vector<TransferError> errors;     // likewise; meaningful where failed[i]
-    std::vector<std::uint64_t> checksums;  // persistent writes: the payload checksum of pair i; likewise
+    std::vector<char> failed;           // element i written only by the worker that runs pair i
+    std::vector<TransferError> errors;  // likewise; meaningful where failed[i]
+    std::vector<std::uint64_t>
+        checksums;              // persistent writes: the payload checksum of pair i; likewise
     std::vector<char> touched;  // persistent writes: pair i wrote in this stage; likewise
     std::atomic<std::size_t> remaining{0};  // pairs of the current stage not yet run
     std::shared_ptr<TransferCompletion> completion;
@@ -220,7 +228,8 @@ class DiskEngineCore {
     }
   }
 
-  void run_pair(Batch& batch, std::size_t i, std::span<std::byte> staging, std::vector<Region>& regions) noexcept {
+  void run_pair(Batch& batch, std::size_t i, std::span<std::byte> staging,
+                std::vector<Region>& regions) noexcept {
     const TransferPair pair = batch.pairs[i];
     try {
       const BlockId host_block = direction_ == Direction::kWrite ? pair.src : pair.dst;
@@ -339,7 +348,8 @@ class DiskEngineCore {
               out += r.size;
             }
             batch.checksums[i] = DiskStorage::checksum(staging.first(disk_.block_bytes()));
-            disk_.seal_tail(pair.dst, batch.checksums[i], staging.subspan(disk_.block_bytes()), pair.hash);
+            disk_.seal_tail(pair.dst, batch.checksums[i], staging.subspan(disk_.block_bytes()),
+                            pair.hash);
             IoSlot slot(io_slots_);
             status = disk_.pwrite_payload(pair.dst, staging);
           }
@@ -395,7 +405,8 @@ class DiskEngineCore {
         next = Stage::kPayload;
         break;
       case Stage::kPayload:
-        if (any([&](std::size_t i) { return b.failed[i] == 0; }) && sync_or_fail()) next = Stage::kHeader;
+        if (any([&](std::size_t i) { return b.failed[i] == 0; }) && sync_or_fail())
+          next = Stage::kHeader;
         break;
       case Stage::kHeader:
         if (any([&](std::size_t i) { return b.touched[i] != 0; })) (void)sync_or_fail();
@@ -494,8 +505,8 @@ class DiskEngineCore {
 }  // namespace detail
 
 DiskWriteEngine::DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOptions options)
-    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kWrite, std::move(host_src),
-                                                     dst, options)) {}
+    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kWrite,
+                                                     std::move(host_src), dst, options)) {}
 DiskWriteEngine::~DiskWriteEngine() = default;
 std::string_view DiskWriteEngine::name() const noexcept { return core_->name(); }
 std::optional<TransferCounts> DiskWriteEngine::counts() const noexcept { return core_->counts(); }
@@ -508,8 +519,8 @@ std::size_t DiskWriteEngine::workers() const noexcept { return core_->workers();
 std::size_t DiskWriteEngine::queue_depth() const noexcept { return core_->queue_depth(); }
 
 DiskReadEngine::DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOptions options)
-    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kRead, std::move(host_dst),
-                                                     src, options)) {}
+    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kRead,
+                                                     std::move(host_dst), src, options)) {}
 DiskReadEngine::~DiskReadEngine() = default;
 std::string_view DiskReadEngine::name() const noexcept { return core_->name(); }
 std::optional<TransferCounts> DiskReadEngine::counts() const noexcept { return core_->counts(); }

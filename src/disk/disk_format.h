@@ -17,8 +17,9 @@
 
 namespace kvbm::detail {
 
-inline constexpr std::uint64_t kSlotMagic = 0x544F4C534D42564BULL;   // "KVBMSLOT" as little-endian bytes
-inline constexpr std::uint64_t kFileMagic = 0x454C49464D42564BULL;   // "KVBMFILE"
+inline constexpr std::uint64_t kSlotMagic =
+    0x544F4C534D42564BULL;  // "KVBMSLOT" as little-endian bytes
+inline constexpr std::uint64_t kFileMagic = 0x454C49464D42564BULL;  // "KVBMFILE"
 
 /// The last 64 bytes of a slot's header sector (the first 4032 are zero).
 struct SlotHeader {
@@ -27,10 +28,10 @@ struct SlotHeader {
   std::uint32_t header_bytes;
   std::uint64_t block_bytes;
   std::uint64_t slot;
-  std::uint64_t checksum;            // XXH3-64 of the block's bytes
-  std::uint64_t hash;                // the sequence hash the bytes belong to
-  std::uint64_t fingerprint;         // DiskStorage::layout_fingerprint() of the writer
-  std::uint64_t header_checksum;     // XXH3-64 of the bytes above
+  std::uint64_t checksum;         // XXH3-64 of the block's bytes
+  std::uint64_t hash;             // the sequence hash the bytes belong to
+  std::uint64_t fingerprint;      // DiskStorage::layout_fingerprint() of the writer
+  std::uint64_t header_checksum;  // XXH3-64 of the bytes above
 };
 static_assert(sizeof(SlotHeader) == DiskStorage::kHeaderBytes);
 inline constexpr std::size_t kHeaderHashedBytes = offsetof(SlotHeader, header_checksum);
@@ -53,7 +54,8 @@ inline constexpr std::size_t kSuperblockHashedBytes = offsetof(Superblock, check
 /// Reads the header record at the end of a header sector (any size >= 64).
 inline SlotHeader load_header(std::span<const std::byte> sector) noexcept {
   SlotHeader h{};
-  if (sector.size() >= sizeof h) std::memcpy(&h, sector.data() + sector.size() - sizeof h, sizeof h);
+  if (sector.size() >= sizeof h)
+    std::memcpy(&h, sector.data() + sector.size() - sizeof h, sizeof h);
   return h;
 }
 

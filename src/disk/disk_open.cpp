@@ -30,7 +30,8 @@ constexpr const char* kPersistentFileName = "kvbm.slots";
 
 std::string default_file_name() {
   static std::atomic<std::uint64_t> counter{0};
-  return "kvbm-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + ".slots";
+  return "kvbm-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) +
+         ".slots";
 }
 
 io::IoError prefixed(io::IoError error, const std::string& prefix) {
@@ -40,7 +41,9 @@ io::IoError prefixed(io::IoError error, const std::string& prefix) {
 
 /// A 4 KiB aligned, zeroed buffer.
 struct Sector {
-  Sector() : p(static_cast<std::byte*>(std::aligned_alloc(DiskStorage::kAlignment, DiskStorage::kAlignment))) {
+  Sector()
+      : p(static_cast<std::byte*>(
+            std::aligned_alloc(DiskStorage::kAlignment, DiskStorage::kAlignment))) {
     if (p == nullptr) throw std::bad_alloc();
     std::memset(p, 0, DiskStorage::kAlignment);
   }
@@ -57,12 +60,14 @@ void check_owner(int fd, const std::string& what, const std::string& path, bool 
   if (io::syscalls().fstat(fd, &st) != 0) return;  // the I/O that follows reports the problem
   KVBM_CHECK(!regular || S_ISREG(st.st_mode), "persistent disk pool ", what, " '", path,
              "' is not a regular file; remove it or choose another file_name");
-  KVBM_CHECK(st.st_uid == ::geteuid(), "persistent disk pool ", what, " '", path, "' belongs to uid ", st.st_uid,
-             ", not to this process's uid ", ::geteuid(),
-             "; kvbm keeps a persistent cache only in its own user's files: use a directory of this user");
-  KVBM_CHECK((st.st_mode & S_IWOTH) == 0, "persistent disk pool ", what, " '", path,
-             "' is world-writable; anybody could change the cached blocks: chmod o-w it, or use a private "
-             "directory (kvbm creates a missing one 0700)");
+  KVBM_CHECK(
+      st.st_uid == ::geteuid(), "persistent disk pool ", what, " '", path, "' belongs to uid ",
+      st.st_uid, ", not to this process's uid ", ::geteuid(),
+      "; kvbm keeps a persistent cache only in its own user's files: use a directory of this user");
+  KVBM_CHECK(
+      (st.st_mode & S_IWOTH) == 0, "persistent disk pool ", what, " '", path,
+      "' is world-writable; anybody could change the cached blocks: chmod o-w it, or use a private "
+      "directory (kvbm creates a missing one 0700)");
 }
 
 }  // namespace
@@ -74,11 +79,12 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::open(DiskStorageO
 
 std::unique_ptr<DiskStorage> DiskStorage::with_geometry(const DiskStorageOptions& options) {
   options.config.validate();
-  KVBM_CHECK(!options.directory.empty(),
-             "DiskStorageOptions::directory is empty; name an existing directory on the disk to use");
-  KVBM_CHECK(options.namespace_id.size() <= kMaxNamespaceBytes, "DiskStorageOptions::namespace_id has ",
-             options.namespace_id.size(), " bytes; use at most ", kMaxNamespaceBytes,
-             " (a model name and revision)");
+  KVBM_CHECK(
+      !options.directory.empty(),
+      "DiskStorageOptions::directory is empty; name an existing directory on the disk to use");
+  KVBM_CHECK(options.namespace_id.size() <= kMaxNamespaceBytes,
+             "DiskStorageOptions::namespace_id has ", options.namespace_id.size(),
+             " bytes; use at most ", kMaxNamespaceBytes, " (a model name and revision)");
 
   std::unique_ptr<DiskStorage> s(new DiskStorage());
   s->config_ = options.config;
@@ -95,9 +101,10 @@ std::unique_ptr<DiskStorage> DiskStorage::with_geometry(const DiskStorageOptions
   s->keep_file_ = options.keep_file;
   s->persistent_ = options.persistent;
   s->file_name_ = !options.file_name.empty() ? options.file_name
-                  : s->persistent_          ? std::string(kPersistentFileName)
-                                            : default_file_name();
-  KVBM_CHECK(s->file_name_ != "." && s->file_name_ != ".." && s->file_name_.find('/') == std::string::npos &&
+                  : s->persistent_           ? std::string(kPersistentFileName)
+                                             : default_file_name();
+  KVBM_CHECK(s->file_name_ != "." && s->file_name_ != ".." &&
+                 s->file_name_.find('/') == std::string::npos &&
                  s->file_name_.find('\0') == std::string::npos,
              "DiskStorageOptions::file_name '", s->file_name_,
              "' must be a plain file name (no '/', not '.' or '..'); put the path in `directory`");
@@ -110,7 +117,8 @@ io::IoStatus DiskStorage::open_directory(const DiskStorageOptions& options) {
   // read-only) is created 0700 when missing.
   const std::string dir = options.directory.string();
   for (int attempt = 0;; ++attempt) {
-    auto opened = io::open_file(AT_FDCWD, dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    auto opened =
+        io::open_file(AT_FDCWD, dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (opened) {
       dir_ = std::move(opened).value();
       return {};
@@ -132,7 +140,8 @@ io::IoStatus DiskStorage::open_directory(const DiskStorageOptions& options) {
                "' does not exist; create it (mkdir -p '", dir, "') or name an existing directory");
     KVBM_CHECK(err != ELOOP && !(err == ENOTDIR && is_link), "disk pool directory '", dir,
                "' is a symlink; kvbm never follows symlinks: pass the real directory it points to");
-    KVBM_CHECK(err != ENOTDIR, "disk pool directory '", dir, "' is not a directory; name a directory");
+    KVBM_CHECK(err != ENOTDIR, "disk pool directory '", dir,
+               "' is not a directory; name a directory");
     return prefixed(std::move(opened).error(), "disk pool directory: ");
   }
 }
@@ -190,14 +199,17 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
   // file or symlink is refused; a persistent one is opened when it exists.
   bool created = true;
   if (s->persistent_) {
-    auto opened = io::open_file(s->dir_.get(), s->file_name_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+    auto opened =
+        io::open_file(s->dir_.get(), s->file_name_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
     if (opened) {
       s->file_ = std::move(opened).value();
       created = false;
       check_owner(s->file_.get(), "file", s->path_.string(), true);
     } else if (opened.error().code == ELOOP) {
-      return io::IoError{ELOOP, "disk pool file '" + s->path_.string() +
-                                    "' is a symlink; kvbm never follows one: remove it or choose another file_name"};
+      return io::IoError{
+          ELOOP,
+          "disk pool file '" + s->path_.string() +
+              "' is a symlink; kvbm never follows one: remove it or choose another file_name"};
     } else if (opened.error().code != ENOENT) {
       return prefixed(std::move(opened).error(), "disk pool file: ");
     }
@@ -208,9 +220,11 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
     if (!made) {
       auto error = std::move(made).error();
       if (error.code == EEXIST) {
-        error.message = "disk pool file '" + s->path_.string() +
-                        "' already exists (kvbm never opens, follows or replaces an existing file or symlink); "
-                        "remove it or choose another file_name: " + error.message;
+        error.message =
+            "disk pool file '" + s->path_.string() +
+            "' already exists (kvbm never opens, follows or replaces an existing file or symlink); "
+            "remove it or choose another file_name: " +
+            error.message;
       }
       return error;
     }
@@ -241,11 +255,15 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
       const int err = errno;
       if (err != EINVAL || options.direct_io == DirectIo::kRequired) {
         return fail(io::make_io_error(
-            err, "enabling O_DIRECT on '" + s->path_.string() + "'" +
-                     (err == EINVAL ? " (the file system does not support it; use DirectIo::kPreferred or kOff)"
-                                    : "")));
+            err,
+            "enabling O_DIRECT on '" + s->path_.string() + "'" +
+                (err == EINVAL
+                     ? " (the file system does not support it; use DirectIo::kPreferred or kOff)"
+                     : "")));
       }
-      logger()->info("the file system of '{}' does not support O_DIRECT; the disk pool uses buffered I/O", dir);
+      logger()->info(
+          "the file system of '{}' does not support O_DIRECT; the disk pool uses buffered I/O",
+          dir);
     }
   }
 
@@ -270,7 +288,8 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
 io::IoStatus DiskStorage::take_lock() {
   const std::string name = file_name_ + ".lock";
   const std::string path = (path_.parent_path() / name).string();
-  auto opened = io::open_file(dir_.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  auto opened =
+      io::open_file(dir_.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (!opened) return prefixed(std::move(opened).error(), "disk pool lock file: ");
   lock_ = std::move(opened).value();
   check_owner(lock_.get(), "lock file", path, true);
@@ -311,18 +330,24 @@ io::IoStatus DiskStorage::allocate(std::uint64_t bytes) const {
     const int err = errno;
     if (err == EINTR) continue;
     if (err == EOPNOTSUPP || err == ENOSYS) {
-      logger()->info("the file system of '{}' does not support fallocate; the disk pool file is sized with "
-                     "ftruncate (space is not reserved)", path_.parent_path().string());
+      logger()->info(
+          "the file system of '{}' does not support fallocate; the disk pool file is sized with "
+          "ftruncate (space is not reserved)",
+          path_.parent_path().string());
       for (;;) {
         if (io::syscalls().ftruncate(file_.get(), size) == 0) return {};
         const int terr = errno;
         if (terr == EINTR) continue;
-        return io::make_io_error(terr, "ftruncate of '" + path_.string() + "' to " + std::to_string(size) + " bytes");
+        return io::make_io_error(
+            terr, "ftruncate of '" + path_.string() + "' to " + std::to_string(size) + " bytes");
       }
     }
     return io::make_io_error(
-        err, "fallocate of " + std::to_string(size) + " bytes for '" + path_.string() + "'" +
-                 (err == ENOSPC ? " (not enough free space in the directory; use fewer blocks or another disk)" : ""));
+        err,
+        "fallocate of " + std::to_string(size) + " bytes for '" + path_.string() + "'" +
+            (err == ENOSPC
+                 ? " (not enough free space in the directory; use fewer blocks or another disk)"
+                 : ""));
   }
 }
 
@@ -359,13 +384,15 @@ io::IoStatus DiskStorage::read_superblock(SlotDiscard& reason, std::string& why,
     return {};
   }
   Sector sector;
-  if (auto r = io::pread_full(file_.get(), sector.p, kSuperblockBytes, static_cast<std::int64_t>(size - kAlignment));
+  if (auto r = io::pread_full(file_.get(), sector.p, kSuperblockBytes,
+                              static_cast<std::int64_t>(size - kAlignment));
       !r) {
     return prefixed(r.error(), "read of the superblock of '" + path_.string() + "': ");
   }
   detail::Superblock sb{};
   std::memcpy(&sb, sector.p, sizeof sb);
-  if (sb.magic != detail::kFileMagic || sb.checksum != XXH3_64bits(&sb, detail::kSuperblockHashedBytes)) {
+  if (sb.magic != detail::kFileMagic ||
+      sb.checksum != XXH3_64bits(&sb, detail::kSuperblockHashedBytes)) {
     why = "no valid kvbm superblock";
     return {};
   }
@@ -409,8 +436,8 @@ io::IoStatus DiskStorage::adopt_existing() {
   logger()->info("disk pool file '{}' held {} slots; resized to {}", path_.string(), slots,
                  num_blocks_);
   if (slots > num_blocks_) {
-    if (io::syscalls().ftruncate(file_.get(), static_cast<std::int64_t>(std::uint64_t{num_blocks_} * slot_bytes_)) !=
-        0) {
+    if (io::syscalls().ftruncate(file_.get(), static_cast<std::int64_t>(std::uint64_t{num_blocks_} *
+                                                                        slot_bytes_)) != 0) {
       const int err = errno;
       return io::make_io_error(err, "shrinking '" + path_.string() + "'");
     }
@@ -424,7 +451,8 @@ io::IoStatus DiskStorage::adopt_existing() {
 }
 
 io::IoStatus DiskStorage::reset_file(SlotDiscard reason, std::string why, std::uint64_t old_slots) {
-  logger()->warn("disk pool file '{}' holds {}; it is emptied and none of its blocks is served", path_.string(), why);
+  logger()->warn("disk pool file '{}' holds {}; it is emptied and none of its blocks is served",
+                 path_.string(), why);
   if (io::syscalls().ftruncate(file_.get(), 0) != 0) {
     const int err = errno;
     return io::make_io_error(err, "emptying '" + path_.string() + "'");
@@ -451,7 +479,8 @@ DiskStorage::~DiskStorage() {
       }
     } else if (io::syscalls().unlinkat(dir_.get(), file_name_.c_str(), 0) != 0) {
       const int err = errno;
-      logger()->warn("could not remove disk pool file '{}': {}", path_.string(), std::system_category().message(err));
+      logger()->warn("could not remove disk pool file '{}': {}", path_.string(),
+                     std::system_category().message(err));
     }
   } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
     // No memory for the log line (bad_alloc), or the logger failed: a

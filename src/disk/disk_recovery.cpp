@@ -31,25 +31,38 @@ namespace kvbm {
 
 std::string_view to_string(SlotDiscard reason) noexcept {
   switch (reason) {
-    case SlotDiscard::kAbsent: return "absent";
-    case SlotDiscard::kHeaderChecksum: return "header_checksum";
-    case SlotDiscard::kFormatVersion: return "format_version";
-    case SlotDiscard::kGeometry: return "geometry";
-    case SlotDiscard::kWrongSlot: return "wrong_slot";
-    case SlotDiscard::kFingerprint: return "fingerprint";
-    case SlotDiscard::kPayloadChecksum: return "payload_checksum";
-    case SlotDiscard::kIoError: return "io_error";
-    case SlotDiscard::kDuplicate: return "duplicate";
+    case SlotDiscard::kAbsent:
+      return "absent";
+    case SlotDiscard::kHeaderChecksum:
+      return "header_checksum";
+    case SlotDiscard::kFormatVersion:
+      return "format_version";
+    case SlotDiscard::kGeometry:
+      return "geometry";
+    case SlotDiscard::kWrongSlot:
+      return "wrong_slot";
+    case SlotDiscard::kFingerprint:
+      return "fingerprint";
+    case SlotDiscard::kPayloadChecksum:
+      return "payload_checksum";
+    case SlotDiscard::kIoError:
+      return "io_error";
+    case SlotDiscard::kDuplicate:
+      return "duplicate";
   }
   return "unknown";
 }
 
 std::string_view to_string(DiskFileState state) noexcept {
   switch (state) {
-    case DiskFileState::kCreated: return "created";
-    case DiskFileState::kReopened: return "reopened";
-    case DiskFileState::kResized: return "resized";
-    case DiskFileState::kReset: return "reset";
+    case DiskFileState::kCreated:
+      return "created";
+    case DiskFileState::kReopened:
+      return "reopened";
+    case DiskFileState::kResized:
+      return "resized";
+    case DiskFileState::kReset:
+      return "reset";
   }
   return "unknown";
 }
@@ -65,19 +78,21 @@ std::string RecoverySummary::to_string() const {
   if (file == DiskFileState::kReset) {
     out += " (" + std::string(kvbm::to_string(reset_discard)) + ": " + reset_reason + ")";
   }
-  out += "; " + std::to_string(scanned) + " slots scanned, " + std::to_string(recovered) + " recovered, " +
-         std::to_string(discarded_total()) + " discarded";
+  out += "; " + std::to_string(scanned) + " slots scanned, " + std::to_string(recovered) +
+         " recovered, " + std::to_string(discarded_total()) + " discarded";
   std::string reasons;
   for (std::size_t i = 0; i < kSlotDiscardReasons; ++i) {
     if (discarded[i] == 0) continue;
     if (!reasons.empty()) reasons += ", ";
-    reasons += std::string(kvbm::to_string(static_cast<SlotDiscard>(i))) + " " + std::to_string(discarded[i]);
+    reasons += std::string(kvbm::to_string(static_cast<SlotDiscard>(i))) + " " +
+               std::to_string(discarded[i]);
   }
   if (!reasons.empty()) out += " (" + reasons + ")";
   const double s = std::chrono::duration<double>(elapsed).count();
   char tail[128];
   std::snprintf(tail, sizeof tail, " in %.3f s (%.0f slots/s, %.1f MB read)", s,
-                s > 0 ? static_cast<double>(scanned) / s : 0.0, static_cast<double>(bytes_read) / 1e6);
+                s > 0 ? static_cast<double>(scanned) / s : 0.0,
+                static_cast<double>(bytes_read) / 1e6);
   return out + tail;
 }
 
@@ -92,8 +107,8 @@ constexpr std::uint8_t kOk = 0xFF;
 }  // namespace
 
 Recovery DiskStorage::recover(const RecoveryOptions& options) const {
-  KVBM_CHECK(options.threads >= 1 && options.threads <= 64, "RecoveryOptions::threads is ", options.threads,
-             "; use 1 to 64");
+  KVBM_CHECK(options.threads >= 1 && options.threads <= 64, "RecoveryOptions::threads is ",
+             options.threads, "; use 1 to 64");
   const auto start = std::chrono::steady_clock::now();
   const bool whole_slots = options.verify_payloads || slot_bytes_ <= options.sequential_slot_limit;
   const std::size_t per_chunk =
@@ -125,7 +140,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
       // bad_alloc: the slots are counted as io_error anyway
     }
   };
-  auto classify = [&](BlockId slot, std::span<const std::byte> whole, std::span<const std::byte> sector) noexcept {
+  auto classify = [&](BlockId slot, std::span<const std::byte> whole,
+                      std::span<const std::byte> sector) noexcept {
     const SlotHeaderCheck check = check_header(slot, sector);
     if (!check.ok) {
       status[slot] = static_cast<std::uint8_t>(check.reason);
@@ -147,7 +163,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
       const std::size_t count = std::min(per_chunk, num_blocks_ - first);
       if (whole_slots) {
         const std::size_t bytes = count * slot_bytes_;
-        const auto st = io::pread_full(file_.get(), buf, bytes, static_cast<std::int64_t>(first * slot_bytes_));
+        const auto st =
+            io::pread_full(file_.get(), buf, bytes, static_cast<std::int64_t>(first * slot_bytes_));
         if (!st) {
           note_error(st);
           continue;  // the chunk's slots stay kIoError
@@ -160,8 +177,9 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
       } else {
         for (std::size_t i = 0; i < count; ++i) {
           const auto slot = static_cast<BlockId>(first + i);
-          const auto st = io::pread_full(file_.get(), buf, kHeaderSectorBytes,
-                                         static_cast<std::int64_t>(std::uint64_t{slot} * slot_bytes_ + payload_bytes()));
+          const auto st = io::pread_full(
+              file_.get(), buf, kHeaderSectorBytes,
+              static_cast<std::int64_t>(std::uint64_t{slot} * slot_bytes_ + payload_bytes()));
           if (!st) {
             note_error(st);
             continue;
@@ -209,7 +227,8 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
     set_live(slot, status[slot] != static_cast<std::uint8_t>(SlotDiscard::kAbsent));
   }
   sum.recovered = out.slots.size();
-  sum.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+  sum.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start);
   try {
     logger()->log(options.log_summary ? spdlog::level::info : spdlog::level::debug,
                   "disk pool '{}': {}", path_.string(), sum.to_string());

@@ -1,7 +1,6 @@
 #include "kvbm/disk/disk_storage.h"
 
 #include <fcntl.h>
-#include <spdlog/spdlog.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -14,6 +13,8 @@
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "disk/disk_format.h"
 #include "kvbm/logging.h"
@@ -33,11 +34,14 @@ io::IoError prefixed(io::IoError error, const std::string& prefix) {
 }  // namespace
 
 std::uint64_t DiskStorage::slot_offset(BlockId block) const {
-  KVBM_CHECK(block < num_blocks_, "disk block ", block, " is out of range; the pool has ", num_blocks_, " blocks");
+  KVBM_CHECK(block < num_blocks_, "disk block ", block, " is out of range; the pool has ",
+             num_blocks_, " blocks");
   return std::uint64_t{block} * slot_bytes_;
 }
 
-Layout DiskStorage::layout() const { return Layout::fully_contiguous(config_, num_blocks_, 0, slot_bytes_); }
+Layout DiskStorage::layout() const {
+  return Layout::fully_contiguous(config_, num_blocks_, 0, slot_bytes_);
+}
 
 std::uint64_t DiskStorage::checksum(std::span<const std::byte> data) noexcept {
   return XXH3_64bits(data.data(), data.size());
@@ -49,13 +53,15 @@ void DiskStorage::check_writable() const {
 }
 
 void DiskStorage::check_buffer(std::span<const std::byte> slot) const {
-  KVBM_CHECK(slot.size() == slot_bytes_, "a slot buffer must hold slot_bytes() = ", slot_bytes_, " bytes, not ",
-             slot.size());
+  KVBM_CHECK(slot.size() == slot_bytes_, "a slot buffer must hold slot_bytes() = ", slot_bytes_,
+             " bytes, not ", slot.size());
   KVBM_CHECK(reinterpret_cast<std::uintptr_t>(slot.data()) % kAlignment == 0,
-             "a slot buffer must be aligned to DiskStorage::kAlignment (", kAlignment, ") for O_DIRECT");
+             "a slot buffer must be aligned to DiskStorage::kAlignment (", kAlignment,
+             ") for O_DIRECT");
 }
 
-std::uint64_t DiskStorage::layout_fingerprint(const LayoutConfig& config, std::string_view namespace_id) noexcept {
+std::uint64_t DiskStorage::layout_fingerprint(const LayoutConfig& config,
+                                              std::string_view namespace_id) noexcept {
   // "kvbm-layout" then the five dimensions as u32 LE: the same on every host.
   // A namespace follows as its length (u32 LE) and bytes; none leaves the
   // layout's fingerprint as it was before namespaces existed.
@@ -74,7 +80,8 @@ std::uint64_t DiskStorage::layout_fingerprint(const LayoutConfig& config, std::s
   return XXH3_64bits_digest(&state);
 }
 
-io::IoStatus DiskStorage::write_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash) const {
+io::IoStatus DiskStorage::write_slot(BlockId block, std::span<std::byte> slot,
+                                     std::uint64_t hash) const {
   check_writable();
   seal_slot(block, slot, hash);
   if (!persistent_) return pwrite_slot(block, slot);
@@ -92,7 +99,8 @@ io::IoStatus DiskStorage::write_slot(BlockId block, std::span<std::byte> slot, s
   return sync();
 }
 
-io::IoStatus DiskStorage::read_slot(BlockId block, std::span<std::byte> slot, std::uint64_t hash) const {
+io::IoStatus DiskStorage::read_slot(BlockId block, std::span<std::byte> slot,
+                                    std::uint64_t hash) const {
   auto status = pread_slot(block, slot);
   if (!status) return status;
   return verify_slot(block, slot, hash);
@@ -106,18 +114,19 @@ void DiskStorage::seal_slot(BlockId block, std::span<std::byte> slot, std::uint6
 void DiskStorage::seal_tail(BlockId block, std::uint64_t data_checksum, std::span<std::byte> tail,
                             std::uint64_t hash) const {
   (void)slot_offset(block);
-  KVBM_CHECK(tail.size() == tail_bytes(), "a slot tail buffer must hold tail_bytes() = ", tail_bytes(),
-             " bytes, not ", tail.size());
+  KVBM_CHECK(tail.size() == tail_bytes(),
+             "a slot tail buffer must hold tail_bytes() = ", tail_bytes(), " bytes, not ",
+             tail.size());
   const std::size_t header_at = tail.size() - kHeaderSectorBytes;
   std::memset(tail.data(), 0, header_at);
   seal_header(block, data_checksum, tail.subspan(header_at), hash);
 }
 
-void DiskStorage::seal_header(BlockId block, std::uint64_t data_checksum, std::span<std::byte> sector,
-                              std::uint64_t hash) const {
+void DiskStorage::seal_header(BlockId block, std::uint64_t data_checksum,
+                              std::span<std::byte> sector, std::uint64_t hash) const {
   (void)slot_offset(block);
-  KVBM_CHECK(sector.size() == kHeaderSectorBytes, "a header sector buffer must hold ", kHeaderSectorBytes,
-             " bytes, not ", sector.size());
+  KVBM_CHECK(sector.size() == kHeaderSectorBytes, "a header sector buffer must hold ",
+             kHeaderSectorBytes, " bytes, not ", sector.size());
   std::memset(sector.data(), 0, kHeaderSectorBytes - kHeaderBytes);
   detail::SlotHeader h{};
   h.magic = detail::kSlotMagic;
@@ -133,10 +142,12 @@ void DiskStorage::seal_header(BlockId block, std::uint64_t data_checksum, std::s
 }
 
 std::uint64_t DiskStorage::checksum(std::span<const Region> regions) noexcept {
-  if (regions.size() == 1) return XXH3_64bits(reinterpret_cast<const void*>(regions[0].addr), regions[0].size);
+  if (regions.size() == 1)
+    return XXH3_64bits(reinterpret_cast<const void*>(regions[0].addr), regions[0].size);
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  for (const Region& r : regions) XXH3_64bits_update(&state, reinterpret_cast<const void*>(r.addr), r.size);
+  for (const Region& r : regions)
+    XXH3_64bits_update(&state, reinterpret_cast<const void*>(r.addr), r.size);
   return XXH3_64bits_digest(&state);
 }
 
@@ -144,15 +155,17 @@ bool DiskStorage::can_write_from(std::span<const Region> regions) const noexcept
   if (regions.empty() || regions.size() > kMaxWriteRegions) return false;
   if (!direct_io_) return true;
   if (tail_bytes() % kAlignment != 0) return false;
-  return std::all_of(regions.begin(), regions.end(),
-                     [](const Region& r) { return r.addr % kAlignment == 0 && r.size % kAlignment == 0; });
+  return std::all_of(regions.begin(), regions.end(), [](const Region& r) {
+    return r.addr % kAlignment == 0 && r.size % kAlignment == 0;
+  });
 }
 
 namespace {
 
 /// Writes `regions` then `tail` with one pwritev at `offset`.
-io::IoStatus pwritev_regions(int fd, std::span<const Region> regions, std::span<const std::byte> tail,
-                             std::uint64_t offset, std::size_t block_bytes) {
+io::IoStatus pwritev_regions(int fd, std::span<const Region> regions,
+                             std::span<const std::byte> tail, std::uint64_t offset,
+                             std::size_t block_bytes) {
   std::vector<iovec> iov;
   iov.reserve(regions.size() + 1);
   std::size_t total = 0;
@@ -160,10 +173,11 @@ io::IoStatus pwritev_regions(int fd, std::span<const Region> regions, std::span<
     iov.push_back({reinterpret_cast<void*>(r.addr), r.size});
     total += r.size;
   }
-  KVBM_CHECK(total == block_bytes, "pwrite_slot_from: the regions hold ", total, " bytes, not block_bytes() = ",
-             block_bytes);
+  KVBM_CHECK(total == block_bytes, "pwrite_slot_from: the regions hold ", total,
+             " bytes, not block_bytes() = ", block_bytes);
   if (!tail.empty()) iov.push_back({const_cast<std::byte*>(tail.data()), tail.size()});
-  return io::pwritev_full(fd, iov.data(), static_cast<int>(iov.size()), static_cast<std::int64_t>(offset));
+  return io::pwritev_full(fd, iov.data(), static_cast<int>(iov.size()),
+                          static_cast<std::int64_t>(offset));
 }
 
 }  // namespace
@@ -172,14 +186,17 @@ io::IoStatus DiskStorage::pwrite_slot_from(BlockId block, std::span<const Region
                                            std::span<const std::byte> tail) const {
   check_writable();
   const std::uint64_t offset = slot_offset(block);
-  KVBM_CHECK(can_write_from(regions), "pwrite_slot_from: these regions cannot be written as they lie (too many, or "
+  KVBM_CHECK(can_write_from(regions),
+             "pwrite_slot_from: these regions cannot be written as they lie (too many, or "
              "not aligned to DiskStorage::kAlignment for O_DIRECT); check can_write_from() first");
-  KVBM_CHECK(tail.size() == tail_bytes() && reinterpret_cast<std::uintptr_t>(tail.data()) % kAlignment == 0,
+  KVBM_CHECK(tail.size() == tail_bytes() &&
+                 reinterpret_cast<std::uintptr_t>(tail.data()) % kAlignment == 0,
              "pwrite_slot_from: the tail buffer must hold tail_bytes() = ", tail_bytes(),
              " bytes aligned to DiskStorage::kAlignment");
   auto status = pwritev_regions(file_.get(), regions, tail, offset, block_bytes_);
   if (!status) {
-    return prefixed(status.error(), "write of disk block " + std::to_string(block) + " to '" + path_.string() + "': ");
+    return prefixed(status.error(), "write of disk block " + std::to_string(block) + " to '" +
+                                        path_.string() + "': ");
   }
   return {};
 }
@@ -188,16 +205,19 @@ io::IoStatus DiskStorage::pwrite_payload_from(BlockId block, std::span<const Reg
                                               std::span<const std::byte> tail) const {
   check_writable();
   const std::uint64_t offset = slot_offset(block);
-  KVBM_CHECK(can_write_from(regions), "pwrite_payload_from: these regions cannot be written as they lie (too many, "
-             "or not aligned to DiskStorage::kAlignment for O_DIRECT); check can_write_from() first");
-  KVBM_CHECK(tail.size() == tail_bytes() && reinterpret_cast<std::uintptr_t>(tail.data()) % kAlignment == 0,
+  KVBM_CHECK(
+      can_write_from(regions),
+      "pwrite_payload_from: these regions cannot be written as they lie (too many, "
+      "or not aligned to DiskStorage::kAlignment for O_DIRECT); check can_write_from() first");
+  KVBM_CHECK(tail.size() == tail_bytes() &&
+                 reinterpret_cast<std::uintptr_t>(tail.data()) % kAlignment == 0,
              "pwrite_payload_from: the tail buffer must hold tail_bytes() = ", tail_bytes(),
              " bytes aligned to DiskStorage::kAlignment");
-  auto status = pwritev_regions(file_.get(), regions, tail.first(tail_bytes() - kHeaderSectorBytes), offset,
-                                block_bytes_);
+  auto status = pwritev_regions(file_.get(), regions, tail.first(tail_bytes() - kHeaderSectorBytes),
+                                offset, block_bytes_);
   if (!status) {
-    return prefixed(status.error(),
-                    "write of disk block " + std::to_string(block) + "'s payload to '" + path_.string() + "': ");
+    return prefixed(status.error(), "write of disk block " + std::to_string(block) +
+                                        "'s payload to '" + path_.string() + "': ");
   }
   return {};
 }
@@ -206,10 +226,11 @@ io::IoStatus DiskStorage::pwrite_payload(BlockId block, std::span<const std::byt
   check_writable();
   const std::uint64_t offset = slot_offset(block);
   check_buffer(slot);
-  auto status = io::pwrite_full(file_.get(), slot.data(), payload_bytes(), static_cast<std::int64_t>(offset));
+  auto status =
+      io::pwrite_full(file_.get(), slot.data(), payload_bytes(), static_cast<std::int64_t>(offset));
   if (!status) {
-    return prefixed(status.error(),
-                    "write of disk block " + std::to_string(block) + "'s payload to '" + path_.string() + "': ");
+    return prefixed(status.error(), "write of disk block " + std::to_string(block) +
+                                        "'s payload to '" + path_.string() + "': ");
   }
   return {};
 }
@@ -217,14 +238,16 @@ io::IoStatus DiskStorage::pwrite_payload(BlockId block, std::span<const std::byt
 io::IoStatus DiskStorage::pwrite_header(BlockId block, std::span<const std::byte> sector) const {
   check_writable();
   const std::uint64_t offset = header_offset(block);
-  KVBM_CHECK(sector.size() == kHeaderSectorBytes && reinterpret_cast<std::uintptr_t>(sector.data()) % kAlignment == 0,
+  KVBM_CHECK(sector.size() == kHeaderSectorBytes &&
+                 reinterpret_cast<std::uintptr_t>(sector.data()) % kAlignment == 0,
              "pwrite_header: the sector buffer must hold ", kHeaderSectorBytes,
              " bytes aligned to DiskStorage::kAlignment");
   set_live(block, true);  // from here on the header may be on disk, whatever the outcome
-  auto status = io::pwrite_full(file_.get(), sector.data(), kHeaderSectorBytes, static_cast<std::int64_t>(offset));
+  auto status = io::pwrite_full(file_.get(), sector.data(), kHeaderSectorBytes,
+                                static_cast<std::int64_t>(offset));
   if (!status) {
-    return prefixed(status.error(),
-                    "write of disk block " + std::to_string(block) + "'s header to '" + path_.string() + "': ");
+    return prefixed(status.error(), "write of disk block " + std::to_string(block) +
+                                        "'s header to '" + path_.string() + "': ");
   }
   return {};
 }
@@ -243,10 +266,11 @@ const std::byte* zero_sector() {
 io::IoStatus DiskStorage::invalidate_header(BlockId block) const {
   check_writable();
   const std::uint64_t offset = header_offset(block);
-  auto status = io::pwrite_full(file_.get(), zero_sector(), kHeaderSectorBytes, static_cast<std::int64_t>(offset));
+  auto status = io::pwrite_full(file_.get(), zero_sector(), kHeaderSectorBytes,
+                                static_cast<std::int64_t>(offset));
   if (!status) {
-    return prefixed(status.error(),
-                    "invalidation of disk block " + std::to_string(block) + "'s header in '" + path_.string() + "': ");
+    return prefixed(status.error(), "invalidation of disk block " + std::to_string(block) +
+                                        "'s header in '" + path_.string() + "': ");
   }
   return {};
 }
@@ -286,9 +310,11 @@ io::IoStatus DiskStorage::pwrite_slot(BlockId block, std::span<const std::byte> 
   check_writable();
   const std::uint64_t offset = slot_offset(block);
   check_buffer(slot);
-  auto status = io::pwrite_full(file_.get(), slot.data(), slot_bytes_, static_cast<std::int64_t>(offset));
+  auto status =
+      io::pwrite_full(file_.get(), slot.data(), slot_bytes_, static_cast<std::int64_t>(offset));
   if (!status) {
-    return prefixed(status.error(), "write of disk block " + std::to_string(block) + " to '" + path_.string() + "': ");
+    return prefixed(status.error(), "write of disk block " + std::to_string(block) + " to '" +
+                                        path_.string() + "': ");
   }
   return {};
 }
@@ -296,14 +322,17 @@ io::IoStatus DiskStorage::pwrite_slot(BlockId block, std::span<const std::byte> 
 io::IoStatus DiskStorage::pread_slot(BlockId block, std::span<std::byte> slot) const {
   const std::uint64_t offset = slot_offset(block);
   check_buffer(slot);
-  auto status = io::pread_full(file_.get(), slot.data(), slot_bytes_, static_cast<std::int64_t>(offset));
+  auto status =
+      io::pread_full(file_.get(), slot.data(), slot_bytes_, static_cast<std::int64_t>(offset));
   if (!status) {
-    return prefixed(status.error(), "read of disk block " + std::to_string(block) + " from '" + path_.string() + "': ");
+    return prefixed(status.error(), "read of disk block " + std::to_string(block) + " from '" +
+                                        path_.string() + "': ");
   }
   return {};
 }
 
-SlotHeaderCheck DiskStorage::check_header(BlockId slot, std::span<const std::byte> sector) const noexcept {
+SlotHeaderCheck DiskStorage::check_header(BlockId slot,
+                                          std::span<const std::byte> sector) const noexcept {
   SlotHeaderCheck out;
   if (sector.size() < kHeaderBytes) return out;  // kAbsent
   const detail::SlotHeader h = detail::load_header(sector);
@@ -327,13 +356,15 @@ SlotHeaderCheck DiskStorage::check_header(BlockId slot, std::span<const std::byt
   return out;
 }
 
-io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> slot, std::uint64_t hash) const {
-  KVBM_CHECK(slot.size() == slot_bytes_, "a slot buffer must hold slot_bytes() = ", slot_bytes_, " bytes, not ",
-             slot.size());
+io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> slot,
+                                      std::uint64_t hash) const {
+  KVBM_CHECK(slot.size() == slot_bytes_, "a slot buffer must hold slot_bytes() = ", slot_bytes_,
+             " bytes, not ", slot.size());
   const auto sector = slot.subspan(payload_bytes());
   const SlotHeaderCheck check = check_header(block, sector);
   auto bad = [&](const std::string& what) -> io::IoStatus {
-    return io::IoError{EBADMSG, "disk block " + std::to_string(block) + " in '" + path_.string() + "': " + what};
+    return io::IoError{
+        EBADMSG, "disk block " + std::to_string(block) + " in '" + path_.string() + "': " + what};
   };
   if (!check.ok) {
     const detail::SlotHeader h = detail::load_header(sector);
@@ -351,8 +382,9 @@ io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> 
       case SlotDiscard::kWrongSlot:
         return bad("slot holds the data of block " + std::to_string(h.slot));
       case SlotDiscard::kFingerprint:
-        return bad("slot was written for another layout or namespace (fingerprint " + std::to_string(h.fingerprint) +
-                   ", expected " + std::to_string(layout_fingerprint_) + ")");
+        return bad("slot was written for another layout or namespace (fingerprint " +
+                   std::to_string(h.fingerprint) + ", expected " +
+                   std::to_string(layout_fingerprint_) + ")");
       default:
         return bad("slot header refused");
     }
@@ -363,8 +395,8 @@ io::IoStatus DiskStorage::verify_slot(BlockId block, std::span<const std::byte> 
   }
   const std::uint64_t actual = checksum(slot.first(block_bytes_));
   if (actual != check.payload_checksum) {
-    return bad("checksum mismatch (stored " + std::to_string(check.payload_checksum) + ", computed " +
-               std::to_string(actual) + ")");
+    return bad("checksum mismatch (stored " + std::to_string(check.payload_checksum) +
+               ", computed " + std::to_string(actual) + ")");
   }
   return {};
 }

@@ -8,11 +8,11 @@
 // None (extra_keys, group_idx, the cache-spec fields, locality) are never
 // written, which is what omit_defaults makes of them when they are None.
 
+#include "kvbm/events/kv_event.h"
+
 #include <bit>
 #include <msgpack.hpp>
 #include <string_view>
-
-#include "kvbm/events/kv_event.h"
 
 namespace kvbm::events {
 namespace {

@@ -77,9 +77,11 @@ void KvBlockManagerImpl::recover_disk() {
   ids.reserve(r.slots.size());
   for (const auto& s : r.slots) ids.push_back(s.slot);
   auto blocks = g3->allocate_ids(ids);
-  KVBM_CHECK(blocks.has_value(), "KvBlockManager: recovered disk slots are not free in a new G3 pool");
+  KVBM_CHECK(blocks.has_value(),
+             "KvBlockManager: recovered disk slots are not free in a new G3 pool");
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    auto staged = std::move((*blocks)[i]).stage(SequenceHash(r.slots[i].hash, std::nullopt, 0), g3->block_size());
+    auto staged = std::move((*blocks)[i])
+                      .stage(SequenceHash(r.slots[i].hash, std::nullopt, 0), g3->block_size());
     KVBM_CHECK(staged.ok(), "KvBlockManager: a recovered disk block could not be staged");
     ImmutableBlock<G3> release = g3->register_copy(std::move(staged).value());
   }

@@ -216,9 +216,11 @@ TierBlocks check_tiers(const KvBlockManagerConfig& c, std::size_t bb) {
     }
   }
   if (c.disk_persistent && (n.disk == 0 || !c.move_bytes)) {
-    config_error("disk_persistent", n.disk == 0 ? "a persistent disk tier needs a disk tier; set disk.blocks or disk.bytes"
-                                                : "nothing is written with move_bytes false, so nothing can persist; "
-                                                  "set move_bytes or leave disk_persistent off");
+    config_error("disk_persistent",
+                 n.disk == 0
+                     ? "a persistent disk tier needs a disk tier; set disk.blocks or disk.bytes"
+                     : "nothing is written with move_bytes false, so nothing can persist; "
+                       "set move_bytes or leave disk_persistent off");
   }
   if (n.disk > 0 && c.move_bytes && c.disk_directory.empty()) {
     config_error("disk_directory", "the disk tier needs an existing directory for its file");
@@ -397,9 +399,12 @@ namespace kvbm {
 
 std::string_view to_string(OffloadMode m) noexcept {
   switch (m) {
-    case OffloadMode::kNone: return "none";
-    case OffloadMode::kWriteThrough: return "write_through";
-    case OffloadMode::kOnEviction: return "on_eviction";
+    case OffloadMode::kNone:
+      return "none";
+    case OffloadMode::kWriteThrough:
+      return "write_through";
+    case OffloadMode::kOnEviction:
+      return "on_eviction";
   }
   return "unknown";
 }

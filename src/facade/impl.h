@@ -77,7 +77,7 @@ class KvBlockManagerImpl {
   std::unique_ptr<facade::Onboarding> onboarding_;
   std::optional<RecoverySummary> disk_recovery_;  // what a persistent G3 recovered at build
   std::unique_ptr<facade::RemoteTier> remote_;    // G4, or null
-  facade::Boundaries boundaries_;  // last: destroyed first
+  facade::Boundaries boundaries_;                 // last: destroyed first
 
  private:
   void build_pools();

@@ -62,6 +62,8 @@ void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }
 std::string KvBlockManager::audit() const { return impl_->audit(); }
 KvBlockManagerStats KvBlockManager::stats() const { return facade::collect_stats(*impl_); }
-std::optional<RecoverySummary> KvBlockManager::disk_recovery() const { return impl_->disk_recovery(); }
+std::optional<RecoverySummary> KvBlockManager::disk_recovery() const {
+  return impl_->disk_recovery();
+}
 
 }  // namespace kvbm

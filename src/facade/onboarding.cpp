@@ -182,7 +182,8 @@ void Onboarding::submit(const std::shared_ptr<State>& s, bool remote_stage) {
     const std::size_t t = s->below_tier[k];
     visit_index<kTierCount - 1>(t - 1, [&](auto I) {
       const auto& src = std::get<I()>(s->sources)[next[t]++];
-      assert(src.sequence_hash().value() == s->below_hashes[k].value());  // a recovered block has no parent
+      assert(src.sequence_hash().value() ==
+             s->below_hashes[k].value());  // a recovered block has no parent
       pairs[t].push_back({src.block_id(), s->targets[k].block_id(), s->below_hashes[k].value()});
     });
     if (!pos[t]) pos[t] = std::make_shared<std::vector<std::size_t>>();

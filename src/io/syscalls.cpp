@@ -39,7 +39,9 @@ std::int64_t real_pwritev(int fd, const struct iovec* iov, int iovcnt, std::int6
 int real_fallocate(int fd, int mode, std::int64_t offset, std::int64_t length) {
   return ::fallocate(fd, mode, static_cast<off_t>(offset), static_cast<off_t>(length));
 }
-int real_ftruncate(int fd, std::int64_t length) { return ::ftruncate(fd, static_cast<off_t>(length)); }
+int real_ftruncate(int fd, std::int64_t length) {
+  return ::ftruncate(fd, static_cast<off_t>(length));
+}
 int real_fdatasync(int fd) { return ::fdatasync(fd); }
 int real_fcntl(int fd, int cmd, int arg) { return ::fcntl(fd, cmd, arg); }
 int real_unlinkat(int dirfd, const char* path, int flags) { return ::unlinkat(dirfd, path, flags); }
@@ -90,7 +92,9 @@ const SyscallTable& syscalls() noexcept { return *g_table.load(std::memory_order
 ScopedSyscallOverride::ScopedSyscallOverride(const SyscallTable& table) noexcept
     : table_(table), previous_(g_table.exchange(&table_, std::memory_order_acq_rel)) {}
 
-ScopedSyscallOverride::~ScopedSyscallOverride() { g_table.store(previous_, std::memory_order_release); }
+ScopedSyscallOverride::~ScopedSyscallOverride() {
+  g_table.store(previous_, std::memory_order_release);
+}
 
 IoError make_io_error(int code, const std::string& what) {
   return IoError{code, what + ": " + std::system_category().message(code)};
@@ -138,7 +142,9 @@ IoStatus pread_full(int fd, void* buf, std::size_t size, std::int64_t offset) {
       done += static_cast<std::size_t>(n);
       continue;
     }
-    if (n == 0) return make_io_error(ENODATA, transfer_what("pread", size, offset, done) + " reached end of file");
+    if (n == 0)
+      return make_io_error(ENODATA,
+                           transfer_what("pread", size, offset, done) + " reached end of file");
     const int err = errno;
     if (err == EINTR) continue;
     return make_io_error(err, transfer_what("pread", size, offset, done));
@@ -156,7 +162,8 @@ IoStatus pwrite_full(int fd, const void* buf, std::size_t size, std::int64_t off
       done += static_cast<std::size_t>(n);
       continue;
     }
-    if (n == 0) return make_io_error(EIO, transfer_what("pwrite", size, offset, done) + " made no progress");
+    if (n == 0)
+      return make_io_error(EIO, transfer_what("pwrite", size, offset, done) + " made no progress");
     const int err = errno;
     if (err == EINTR) continue;
     return make_io_error(err, transfer_what("pwrite", size, offset, done));
@@ -171,7 +178,8 @@ IoStatus pwritev_full(int fd, struct iovec* iov, int iovcnt, std::int64_t offset
   int first = 0;
   while (done < size) {
     while (first < iovcnt && iov[first].iov_len == 0) ++first;
-    const std::int64_t n = syscalls().pwritev(fd, iov + first, iovcnt - first, offset + static_cast<std::int64_t>(done));
+    const std::int64_t n = syscalls().pwritev(fd, iov + first, iovcnt - first,
+                                              offset + static_cast<std::int64_t>(done));
     if (n > 0) {
       done += static_cast<std::size_t>(n);
       auto left = static_cast<std::size_t>(n);
@@ -184,7 +192,8 @@ IoStatus pwritev_full(int fd, struct iovec* iov, int iovcnt, std::int64_t offset
       }
       continue;
     }
-    if (n == 0) return make_io_error(EIO, transfer_what("pwritev", size, offset, done) + " made no progress");
+    if (n == 0)
+      return make_io_error(EIO, transfer_what("pwritev", size, offset, done) + " made no progress");
     const int err = errno;
     if (err == EINTR) continue;
     return make_io_error(err, transfer_what("pwritev", size, offset, done));

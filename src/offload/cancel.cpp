@@ -1,10 +1,11 @@
+#include "kvbm/offload/cancel.h"
+
 #include <atomic>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "kvbm/detail/mutex.h"
-#include "kvbm/offload/cancel.h"
 #include "kvbm/offload/precondition.h"
 
 namespace kvbm {
@@ -13,7 +14,7 @@ struct CancellationToken::State {
   detail::Mutex mu;
   std::atomic<bool> cancelled{false};  // written under mu
   std::atomic<bool> requested{false};
-  std::atomic<bool> sealed{false};                                      // written under mu
+  std::atomic<bool> sealed{false};  // written under mu
   CallbackId next_id KVBM_GUARDED_BY(mu) = 1;
   std::vector<std::pair<CallbackId, std::function<void()>>> callbacks KVBM_GUARDED_BY(mu);
 };

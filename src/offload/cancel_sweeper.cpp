@@ -1,6 +1,7 @@
+#include "kvbm/offload/cancel_sweeper.h"
+
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
-#include "kvbm/offload/cancel_sweeper.h"
 
 namespace kvbm {
 

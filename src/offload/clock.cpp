@@ -1,5 +1,6 @@
-#include "kvbm/error.h"
 #include "kvbm/offload/clock.h"
+
+#include "kvbm/error.h"
 
 namespace kvbm {
 

@@ -1,5 +1,6 @@
-#include "kvbm/error.h"
 #include "kvbm/offload/config.h"
+
+#include "kvbm/error.h"
 
 namespace kvbm {
 
@@ -19,9 +20,8 @@ void PipelineConfig::validate() const {
              policy_timeout.count(), " ns)");
   KVBM_CHECK(sweep_interval.count() > 0, "PipelineConfig: sweep_interval must be positive (got ",
              sweep_interval.count(), " ns)");
-  KVBM_CHECK(space_wait.count() >= 0,
-             "PipelineConfig: space_wait must not be negative (got ", space_wait.count(),
-             " ns); use 0 to report kNoSpace at once");
+  KVBM_CHECK(space_wait.count() >= 0, "PipelineConfig: space_wait must not be negative (got ",
+             space_wait.count(), " ns); use 0 to report kNoSpace at once");
   KVBM_CHECK(max_concurrent_transfers >= 1,
              "PipelineConfig: max_concurrent_transfers must be at least 1 (got 0)");
 }

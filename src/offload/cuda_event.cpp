@@ -46,7 +46,8 @@ CudaEventPrecondition::CudaEventPrecondition(void* cuda_event, int device)
   cudaStream_t stream = nullptr;
   try {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    check(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(cuda_event), 0), "cudaStreamWaitEvent");
+    check(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(cuda_event), 0),
+          "cudaStreamWaitEvent");
     auto* ref = new std::shared_ptr<HostEvent>(event_);
     const cudaError_t err = cudaLaunchHostFunc(stream, &meet, ref);
     if (err != cudaSuccess) delete ref;

@@ -1,3 +1,5 @@
+#include "kvbm/offload/policy.h"
+
 #include <algorithm>
 #include <exception>
 #include <utility>
@@ -5,7 +7,6 @@
 #include <spdlog/spdlog.h>
 
 #include "kvbm/logging.h"
-#include "kvbm/offload/policy.h"
 #include "kvbm/offload/policy_evaluator.h"
 
 namespace kvbm {

@@ -1,9 +1,10 @@
+#include "kvbm/offload/transfer_handle.h"
+
 #include <utility>
 
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/offload_metrics.h"
-#include "kvbm/offload/transfer_handle.h"
 
 namespace kvbm {
 

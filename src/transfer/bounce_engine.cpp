@@ -73,7 +73,8 @@ struct BounceTransferEngine::Impl {
     std::vector<TransferPair> p;
     p.reserve(c.end - c.begin);
     for (std::size_t i = c.begin; i < c.end; ++i) {
-      p.push_back({run.pairs[i].src, static_cast<BlockId>(c.base + (i - c.begin)), run.pairs[i].hash});
+      p.push_back(
+          {run.pairs[i].src, static_cast<BlockId>(c.base + (i - c.begin)), run.pairs[i].hash});
     }
     c.hop1 = submit_or_refuse(first, p);  // a refused hop fails its pairs in start_hop2
   }
@@ -91,7 +92,8 @@ struct BounceTransferEngine::Impl {
     std::vector<TransferPair> p;
     for (std::size_t i = c.begin; i < c.end; ++i) {
       if (run.failed[i] != 0) continue;
-      p.push_back({static_cast<BlockId>(c.base + (i - c.begin)), run.pairs[i].dst, run.pairs[i].hash});
+      p.push_back(
+          {static_cast<BlockId>(c.base + (i - c.begin)), run.pairs[i].dst, run.pairs[i].hash});
       c.hop2_index.push_back(i);
     }
     if (p.empty()) return;

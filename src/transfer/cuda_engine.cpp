@@ -521,7 +521,7 @@ CudaTransferEngine::CudaTransferEngine(Layout src, Layout dst, CudaDirection dir
       l->thread = std::thread([&im, l] { im.complete_loop(*l); });
     }
   } catch (const std::exception&) {  // system_error or bad_alloc
-    im.shutdown();  // joins the threads started, releases the streams
+    im.shutdown();                   // joins the threads started, releases the streams
     throw;
   }
 }

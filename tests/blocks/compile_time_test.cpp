@@ -2,14 +2,14 @@
 // compile, legal ones do. Every check is a static_assert; the single runtime
 // test only makes the binary show up in ctest.
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/blocks/complete_block.h"
@@ -73,19 +73,33 @@ static_assert(!HandlesFor<VirtualTier>);
 // X& on an lvalue, const X& on a const lvalue.
 
 template <class B>
-concept CanStage = requires(const SequenceHash& h) { std::declval<B>().stage(h, 16U); };
+concept CanStage = requires(const SequenceHash& h) {
+  std::declval<B>().stage(h, 16U);
+};
 template <class B, class Tok>
-concept CanComplete = requires(const Tok& t) { std::declval<B>().complete(t); };
+concept CanComplete = requires(const Tok& t) {
+  std::declval<B>().complete(t);
+};
 template <class B>
-concept CanResetToMutable = requires { std::declval<B>().reset_to_mutable(); };
+concept CanResetToMutable = requires {
+  std::declval<B>().reset_to_mutable();
+};
 template <class B>
-concept CanDowngrade = requires { std::declval<B>().downgrade(); };
+concept CanDowngrade = requires {
+  std::declval<B>().downgrade();
+};
 template <class B>
-concept HasSequenceHash = requires { std::declval<B>().sequence_hash(); };
+concept HasSequenceHash = requires {
+  std::declval<B>().sequence_hash();
+};
 template <class M, class B>
-concept CanRegister = requires(M& m) { m.register_block(std::declval<B>()); };
+concept CanRegister = requires(M& m) {
+  m.register_block(std::declval<B>());
+};
 template <class M, class V>
-concept CanRegisterAll = requires(M& m) { m.register_blocks(std::declval<V>()); };
+concept CanRegisterAll = requires(M& m) {
+  m.register_blocks(std::declval<V>());
+};
 
 // ---- MutableBlock --------------------------------------------------------
 
@@ -184,9 +198,9 @@ static_assert(std::is_nothrow_move_assignable_v<BlockManager<G1>>);
 
 // register_block takes a CompleteBlock of its own tier, by rvalue only.
 static_assert(CanRegister<BlockManager<G1>, C1&&>);
-static_assert(std::same_as<decltype(std::declval<BlockManager<G1>&>().register_block(
-                               std::declval<C1&&>())),
-                           I1>);
+static_assert(
+    std::same_as<decltype(std::declval<BlockManager<G1>&>().register_block(std::declval<C1&&>())),
+                 I1>);
 static_assert(!CanRegister<BlockManager<G1>, C1&>);
 static_assert(!CanRegister<BlockManager<G1>, const C1&>);
 static_assert(!CanRegister<BlockManager<G1>, M1&&>);  // must be staged first
@@ -198,7 +212,7 @@ static_assert(CanRegisterAll<BlockManager<G1>, std::vector<C1>&&>);
 static_assert(!CanRegisterAll<BlockManager<G1>, std::vector<C1>&>);
 static_assert(!CanRegisterAll<BlockManager<G1>, std::vector<M1>&&>);
 static_assert(!CanRegisterAll<BlockManager<G2>, std::vector<C1>&&>);
-static_assert(requires(BlockManager<G1>& m, std::span<const SequenceHash> hs) {
+static_assert(requires(BlockManager<G1> & m, std::span<const SequenceHash> hs) {
   { m.allocate_blocks(1) } -> std::same_as<std::optional<std::vector<M1>>>;
   { m.match_blocks(hs) } -> std::same_as<std::vector<I1>>;
   { m.scan_matches(hs) } -> std::same_as<std::vector<I1>>;

@@ -1,11 +1,11 @@
 #include "kvbm/blocks/complete_block.h"
 
-#include <gtest/gtest.h>
-
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "test_util.h"

@@ -1,12 +1,12 @@
 #include "kvbm/blocks/mutable_block.h"
 
-#include <gtest/gtest.h>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "test_util.h"

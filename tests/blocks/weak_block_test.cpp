@@ -1,11 +1,11 @@
 #include "kvbm/blocks/weak_block.h"
 
-#include <gtest/gtest.h>
-
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "test_util.h"
@@ -19,8 +19,7 @@ using test::register_one;
 using test::seq;
 using test::stage_ok;
 
-BlockManager<G1> make_manager(std::size_t count,
-                              DuplicatePolicy policy = DuplicatePolicy::kAllow) {
+BlockManager<G1> make_manager(std::size_t count, DuplicatePolicy policy = DuplicatePolicy::kAllow) {
   return BlockManager<G1>::builder()
       .block_count(count)
       .block_size(16)

@@ -2,14 +2,15 @@
 // std::unordered_map: random inserts, erases and lookups, with mixed and with
 // small consecutive keys (which collide in the low bits), filled to capacity.
 
-#include <gtest/gtest.h>
+#include "kvbm/detail/hash_index.h"
 
 #include <cstdint>
 #include <random>
 #include <unordered_map>
 #include <vector>
 
-#include "kvbm/detail/hash_index.h"
+#include <gtest/gtest.h>
+
 #include "kvbm/detail/huge_page_allocator.h"
 #include "test_util.h"
 
@@ -67,7 +68,9 @@ void random_ops(bool small_keys, std::uint32_t seed) {
 }
 
 TEST(HashIndex, MatchesUnorderedMapWithMixedKeys) { random_ops(false, test::test_seed()); }
-TEST(HashIndex, MatchesUnorderedMapWithSmallConsecutiveKeys) { random_ops(true, test::test_seed()); }
+TEST(HashIndex, MatchesUnorderedMapWithSmallConsecutiveKeys) {
+  random_ops(true, test::test_seed());
+}
 
 TEST(HashIndex, SizedToTwiceItsEntriesAtLeast) {
   HashIndex index(1000);

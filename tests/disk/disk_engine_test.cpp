@@ -5,9 +5,6 @@
 
 #include "kvbm/disk/disk_engine.h"
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -18,6 +15,9 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include "disk/disk_test_util.h"
 #include "test_util.h"
@@ -32,16 +32,31 @@ using test::StorageTarget;
 using test::TempDir;
 
 // Odd sizes: nothing is a power of two, blocks are not multiples of 4096.
-const LayoutConfig kTiny{.num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};      // 420 B
-const LayoutConfig kOdd{.num_layers = 4, .outer_dim = 2, .page_size = 16, .inner_dim = 100, .dtype_bytes = 2};    // 25600 B
-const LayoutConfig kMla{.num_layers = 5, .outer_dim = 1, .page_size = 3, .inner_dim = 577, .dtype_bytes = 1};     // 8655 B
-const LayoutConfig kAligned{.num_layers = 3, .outer_dim = 2, .page_size = 16, .inner_dim = 256, .dtype_bytes = 2}; // 48 KiB, 8 KiB regions
-const LayoutConfig kReal{.num_layers = 32, .outer_dim = 2, .page_size = 16, .inner_dim = 1024, .dtype_bytes = 2}; // 2 MiB
+const LayoutConfig kTiny{
+    .num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};  // 420 B
+const LayoutConfig kOdd{.num_layers = 4,
+                        .outer_dim = 2,
+                        .page_size = 16,
+                        .inner_dim = 100,
+                        .dtype_bytes = 2};  // 25600 B
+const LayoutConfig kMla{
+    .num_layers = 5, .outer_dim = 1, .page_size = 3, .inner_dim = 577, .dtype_bytes = 1};  // 8655 B
+const LayoutConfig kAligned{.num_layers = 3,
+                            .outer_dim = 2,
+                            .page_size = 16,
+                            .inner_dim = 256,
+                            .dtype_bytes = 2};  // 48 KiB, 8 KiB regions
+const LayoutConfig kReal{.num_layers = 32,
+                         .outer_dim = 2,
+                         .page_size = 16,
+                         .inner_dim = 1024,
+                         .dtype_bytes = 2};  // 2 MiB
 
 std::vector<std::size_t> indices(std::initializer_list<std::size_t> l) { return l; }
 
 /// Returns counter `name{path="<path>"}` in `registry`, or -1 when absent.
-double path_counter(prometheus::Registry& registry, const std::string& name, const std::string& path) {
+double path_counter(prometheus::Registry& registry, const std::string& name,
+                    const std::string& path) {
   for (const auto& family : registry.Collect()) {
     if (family.name != name) continue;
     for (const auto& m : family.metric) {
@@ -68,8 +83,11 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
 
   /// Creates a pool; on a file system without O_DIRECT (for kRequired) sets skip_.
   std::unique_ptr<DiskStorage> make_storage(const LayoutConfig& config, std::size_t blocks) {
-    DiskStorageOptions o{.directory = dir_->path(), .config = config, .num_blocks = blocks,
-                         .file_name = {}, .direct_io = target().direct_io};
+    DiskStorageOptions o{.directory = dir_->path(),
+                         .config = config,
+                         .num_blocks = blocks,
+                         .file_name = {},
+                         .direct_io = target().direct_io};
     if (target().persistent) {
       o.persistent = true;
       o.file_name = "pool-" + std::to_string(storages_++) + ".slots";
@@ -91,8 +109,8 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
   }
 
   /// Writes host blocks 0..n-1 of `src` to disk slots perm[i]; returns the outcome.
-  static TransferOutcome write_all(const HostPool& src, DiskStorage& disk, const std::vector<BlockId>& perm,
-                                   std::size_t queue_depth = 3) {
+  static TransferOutcome write_all(const HostPool& src, DiskStorage& disk,
+                                   const std::vector<BlockId>& perm, std::size_t queue_depth = 3) {
     DiskWriteEngine w(src.layout(), disk, {.queue_depth = queue_depth});
     std::vector<TransferPair> pairs;
     for (BlockId i = 0; i < perm.size(); ++i) pairs.push_back({i, perm[i]});
@@ -106,16 +124,16 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
   std::mt19937_64 rng_;
 };
 
-#define KVBM_STORAGE_OR_SKIP(var, config, blocks)              \
-  auto var = make_storage(config, blocks);                     \
-  if (!var && !skip_.empty()) GTEST_SKIP() << skip_;           \
+#define KVBM_STORAGE_OR_SKIP(var, config, blocks)    \
+  auto var = make_storage(config, blocks);           \
+  if (!var && !skip_.empty()) GTEST_SKIP() << skip_; \
   ASSERT_TRUE(var)
 
 /// Round trip host -> disk -> host for one config: random bytes, a random
 /// permutation on each leg, several concurrent batches, byte-for-byte checks,
 /// and the source left exactly as it was.
-void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_kind, LayoutKind dst_kind,
-                std::mt19937_64& rng, bool page_aligned = false) {
+void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_kind,
+                LayoutKind dst_kind, std::mt19937_64& rng, bool page_aligned = false) {
   const std::size_t n = disk.num_blocks();
   HostPool src(config, n, src_kind, page_aligned);
   HostPool dst(config, n, dst_kind, page_aligned);
@@ -149,7 +167,8 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
     EXPECT_EQ(w.stats().failed_blocks, 0U);
     EXPECT_EQ(w.stats().bytes, n * config.block_bytes());
     EXPECT_EQ(w.stats().batches, done.size());
-    EXPECT_EQ(w.stats().unstaged_writes, unstaged ? n : 0U) << "write path: " << (unstaged ? "pwritev" : "staged");
+    EXPECT_EQ(w.stats().unstaged_writes, unstaged ? n : 0U)
+        << "write path: " << (unstaged ? "pwritev" : "staged");
   }
   {
     DiskReadEngine r(disk, dst.layout(), {.queue_depth = 2, .workers = 2});
@@ -160,8 +179,8 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
     EXPECT_EQ(r.stats().blocks, n);
   }
   for (BlockId i = 0; i < n; ++i) {
-    ASSERT_EQ(dst.block(to_host[i]), src.block(i)) << "host block " << i << " -> disk " << to_disk[i] << " -> host "
-                                                   << to_host[i];
+    ASSERT_EQ(dst.block(to_host[i]), src.block(i))
+        << "host block " << i << " -> disk " << to_disk[i] << " -> host " << to_host[i];
   }
   EXPECT_EQ(src.snapshot(), before) << "the source must not change";
 }
@@ -178,7 +197,8 @@ TEST_P(DiskEngineTest, RoundTripPageAlignedHostMemory) {
     KVBM_STORAGE_OR_SKIP(disk, config, 17);
     if (config == kAligned) {
       HostPool probe(config, 1, kind(), true);
-      EXPECT_TRUE(disk->can_write_from(probe.regions(0))) << "aligned regions must take the pwritev path";
+      EXPECT_TRUE(disk->can_write_from(probe.regions(0)))
+          << "aligned regions must take the pwritev path";
     }
     round_trip(*disk, config, kind(), kind(), rng_, true);
   }
@@ -192,8 +212,8 @@ TEST_P(DiskEngineTest, RoundTripRealisticTwoMiBBlocks) {
 }
 
 TEST_P(DiskEngineTest, RoundTripIntoTheOtherLayout) {
-  const LayoutKind other =
-      kind() == LayoutKind::kFullyContiguous ? LayoutKind::kLayerSeparated : LayoutKind::kFullyContiguous;
+  const LayoutKind other = kind() == LayoutKind::kFullyContiguous ? LayoutKind::kLayerSeparated
+                                                                  : LayoutKind::kFullyContiguous;
   KVBM_STORAGE_OR_SKIP(disk, kOdd, 9);
   round_trip(*disk, kOdd, kind(), other, rng_);
 }
@@ -229,7 +249,8 @@ TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
   const auto victims = indices({1, 4, 6});
   for (const WritePath& path : kWritePaths) {
     for (const FaultCase& c : cases) {
-      SCOPED_TRACE(std::string("host memory ") + path.name + ", fault " + std::to_string(static_cast<int>(c.fault)));
+      SCOPED_TRACE(std::string("host memory ") + path.name + ", fault " +
+                   std::to_string(static_cast<int>(c.fault)));
       KVBM_STORAGE_OR_SKIP(disk, path.config, n);
       HostPool src(path.config, n, kind(), path.page_aligned);
       src.fill_random(rng_);
@@ -266,10 +287,12 @@ TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
       DiskReadEngine r(*disk, back.layout(), {.queue_depth = 2});
       std::vector<TransferPair> pairs;
       for (BlockId i = 0; i < n; ++i) pairs.push_back({perm[i], i});
-      const TransferOutcome read = r.submit(pairs)->wait();  // a copy: the completion is a temporary
+      const TransferOutcome read =
+          r.submit(pairs)->wait();  // a copy: the completion is a temporary
       EXPECT_EQ(read.failed, outcome.failed);
       for (BlockId i = 0; i < n; ++i) {
-        if (std::find(outcome.failed.begin(), outcome.failed.end(), i) != outcome.failed.end()) continue;
+        if (std::find(outcome.failed.begin(), outcome.failed.end(), i) != outcome.failed.end())
+          continue;
         EXPECT_EQ(back.block(i), src.block(i)) << "pair " << i;
       }
     }
@@ -294,8 +317,9 @@ TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
       faults.on_write(perm[6], Fault::kShortThenEnospc);
       test::LogCapture log;
       auto registry = std::make_shared<prometheus::Registry>();
-      DiskWriteEngine w(src.layout(), *disk,
-                        {.queue_depth = 4, .workers = 4, .name = "offload_g3", .registry = registry});
+      DiskWriteEngine w(
+          src.layout(), *disk,
+          {.queue_depth = 4, .workers = 4, .name = "offload_g3", .registry = registry});
       EXPECT_EQ(w.name(), "offload_g3");
       std::vector<TransferPair> pairs;
       for (BlockId i = 0; i < n; ++i) pairs.push_back({i, perm[i]});
@@ -305,7 +329,8 @@ TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
       EXPECT_EQ(w.stats().bytes, (n - 3) * path.config.block_bytes());
       EXPECT_EQ(w.stats().unstaged_writes, disk->can_write_from(src.regions(0)) ? n - 3 : 0U);
       EXPECT_EQ(path_counter(*registry, "kvbm_transfer_failed_blocks_total", "offload_g3"), 3.0);
-      EXPECT_EQ(path_counter(*registry, "kvbm_transfer_blocks_total", "offload_g3"), static_cast<double>(n - 3));
+      EXPECT_EQ(path_counter(*registry, "kvbm_transfer_blocks_total", "offload_g3"),
+                static_cast<double>(n - 3));
       EXPECT_EQ(path_counter(*registry, "kvbm_transfer_bytes_total", "offload_g3"),
                 static_cast<double>((n - 3) * path.config.block_bytes()));
     }
@@ -364,8 +389,10 @@ TEST_P(DiskEngineTest, EveryReadFaultFailsExactlyTheAffectedPairsAndLeavesThemUn
       }
     }
     for (BlockId i = 0; i < n; ++i) {
-      const bool failed = std::find(outcome.failed.begin(), outcome.failed.end(), i) != outcome.failed.end();
-      EXPECT_EQ(dst.block(i), failed ? untouched : src.block(i)) << "pair " << i << (failed ? " (failed)" : "");
+      const bool failed =
+          std::find(outcome.failed.begin(), outcome.failed.end(), i) != outcome.failed.end();
+      EXPECT_EQ(dst.block(i), failed ? untouched : src.block(i))
+          << "pair " << i << (failed ? " (failed)" : "");
     }
   }
 }
@@ -379,16 +406,19 @@ TEST_P(DiskEngineTest, FileCorruptedBehindTheLibrarysBackIsDetectedOnRead) {
   ASSERT_TRUE(write_all(src, *disk, perm).ok());
   // Pair 2: one data byte flipped; pair 5: one header byte flipped; pair 6:
   // its slot overwritten with pair 1's slot, header and all (a misdirected write).
-  test::flip_byte_behind_the_back(disk->path(), disk->slot_offset(perm[2]) + kOdd.block_bytes() / 2);
-  test::flip_byte_behind_the_back(disk->path(), disk->slot_offset(perm[5]) + disk->slot_bytes() - 40);
+  test::flip_byte_behind_the_back(disk->path(),
+                                  disk->slot_offset(perm[2]) + kOdd.block_bytes() / 2);
+  test::flip_byte_behind_the_back(disk->path(),
+                                  disk->slot_offset(perm[5]) + disk->slot_bytes() - 40);
   {
     std::vector<char> slot(disk->slot_bytes());
     const int fd = ::open(disk->path().c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::pread(fd, slot.data(), slot.size(), static_cast<off_t>(disk->slot_offset(perm[1]))),
               static_cast<ssize_t>(slot.size()));
-    ASSERT_EQ(::pwrite(fd, slot.data(), slot.size(), static_cast<off_t>(disk->slot_offset(perm[6]))),
-              static_cast<ssize_t>(slot.size()));
+    ASSERT_EQ(
+        ::pwrite(fd, slot.data(), slot.size(), static_cast<off_t>(disk->slot_offset(perm[6]))),
+        static_cast<ssize_t>(slot.size()));
     ASSERT_EQ(::fsync(fd), 0);
     ::close(fd);
   }
@@ -460,14 +490,14 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
   EXPECT_EQ(dst.block(2), src.block(2));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Targets, DiskEngineTest,
-    ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
-                       ::testing::Values(LayoutKind::kFullyContiguous, LayoutKind::kLayerSeparated)),
-    [](const auto& param_info) {
-      return std::string(std::get<0>(param_info.param).name) + "_" +
-             std::string(to_string(std::get<1>(param_info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Targets, DiskEngineTest,
+                         ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
+                                            ::testing::Values(LayoutKind::kFullyContiguous,
+                                                              LayoutKind::kLayerSeparated)),
+                         [](const auto& param_info) {
+                           return std::string(std::get<0>(param_info.param).name) + "_" +
+                                  std::string(to_string(std::get<1>(param_info.param)));
+                         });
 
 // ---- concurrency, lifetime and misuse (one target is enough) ----
 
@@ -478,7 +508,8 @@ class DiskEngineBehaviourTest : public ::testing::Test {
     auto base = test::target_base(test::kTargets[1], why);  // a real file system, buffered or not
     if (!base) GTEST_SKIP() << why;
     dir_ = std::make_unique<TempDir>(*base);
-    auto r = DiskStorage::create({.directory = dir_->path(), .config = kOdd, .num_blocks = kBlocks, .file_name = {}});
+    auto r = DiskStorage::create(
+        {.directory = dir_->path(), .config = kOdd, .num_blocks = kBlocks, .file_name = {}});
     ASSERT_TRUE(r.ok()) << r.error().message;
     disk_ = std::move(r).value();
     host_.emplace(kOdd, kBlocks, LayoutKind::kLayerSeparated);
@@ -487,7 +518,8 @@ class DiskEngineBehaviourTest : public ::testing::Test {
   }
   std::vector<TransferPair> identity(std::size_t first, std::size_t count) const {
     std::vector<TransferPair> pairs;
-    for (std::size_t i = first; i < first + count; ++i) pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
+    for (std::size_t i = first; i < first + count; ++i)
+      pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});
     return pairs;
   }
   static constexpr std::size_t kBlocks = 16;
@@ -503,11 +535,13 @@ TEST_F(DiskEngineBehaviourTest, QueueDepthIsTheNumberOfIosInFlight) {
     std::size_t threads;  // expected
   };
   for (const Case c : {Case{1, 1, 1}, Case{3, 3, 3}, Case{2, 0, 4}, Case{2, 5, 5}}) {
-    SCOPED_TRACE("queue_depth " + std::to_string(c.queue_depth) + ", workers " + std::to_string(c.workers));
+    SCOPED_TRACE("queue_depth " + std::to_string(c.queue_depth) + ", workers " +
+                 std::to_string(c.workers));
     const int depth = static_cast<int>(c.queue_depth);
     FaultInjector faults(disk_->slot_bytes());
     for (BlockId i = 0; i < kBlocks; ++i) faults.on_write(i, Fault::kStall);
-    DiskWriteEngine w(host_->layout(), *disk_, {.queue_depth = c.queue_depth, .workers = c.workers});
+    DiskWriteEngine w(host_->layout(), *disk_,
+                      {.queue_depth = c.queue_depth, .workers = c.workers});
     EXPECT_EQ(w.workers(), c.threads);
     EXPECT_EQ(w.queue_depth(), c.queue_depth);
     auto done = w.submit(identity(0, kBlocks));
@@ -583,7 +617,8 @@ TEST_F(DiskEngineBehaviourTest, MisuseIsAUsageError) {
     (void)w.submit(duplicate_dst);
     ADD_FAILURE() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("destination block 5 appears twice"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("destination block 5 appears twice"), std::string::npos)
+        << e.what();
   }
   const TransferPair same_src_twice[] = {{0, 5}, {0, 6}};  // reading one source twice is fine
   EXPECT_TRUE(w.submit(same_src_twice)->wait().ok());
@@ -593,8 +628,10 @@ TEST_F(DiskEngineBehaviourTest, MisuseIsAUsageError) {
   EXPECT_THROW((void)DiskReadEngine(*disk_, other.layout()), UsageError);
   EXPECT_THROW((void)DiskWriteEngine(host_->layout(), *disk_, {.queue_depth = 0}), UsageError);
   EXPECT_THROW((void)DiskReadEngine(*disk_, host_->layout(), {.queue_depth = 257}), UsageError);
-  EXPECT_THROW((void)DiskReadEngine(*disk_, host_->layout(), {.queue_depth = 4, .workers = 3}), UsageError);
-  EXPECT_THROW((void)DiskReadEngine(*disk_, host_->layout(), {.queue_depth = 4, .workers = 513}), UsageError);
+  EXPECT_THROW((void)DiskReadEngine(*disk_, host_->layout(), {.queue_depth = 4, .workers = 3}),
+               UsageError);
+  EXPECT_THROW((void)DiskReadEngine(*disk_, host_->layout(), {.queue_depth = 4, .workers = 513}),
+               UsageError);
   EXPECT_EQ(w.name(), "host_to_disk");
   DiskReadEngine r(*disk_, host_->layout());
   EXPECT_EQ(r.name(), "disk_to_host");

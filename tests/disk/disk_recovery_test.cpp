@@ -7,8 +7,9 @@
 // process, ownership and permission checks, and a seeded mutation test of the
 // header parser and of whole files.
 
+#include "kvbm/disk/disk_recovery.h"
+
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -27,9 +28,10 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "disk/disk_test_util.h"
 #include "kvbm/disk/disk_engine.h"
-#include "kvbm/disk/disk_recovery.h"
 #include "kvbm/disk/disk_storage.h"
 #include "test_util.h"
 
@@ -44,11 +46,14 @@ using test::HostPool;
 using test::TempDir;
 
 // 2 x 2 x 4 x 128 x 2 = 4 KiB blocks: one data sector, one header sector.
-const LayoutConfig kSmall{.num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 128, .dtype_bytes = 2};
+const LayoutConfig kSmall{
+    .num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 128, .dtype_bytes = 2};
 // The same block bytes, other dimensions.
-const LayoutConfig kSameBytes{.num_layers = 4, .outer_dim = 1, .page_size = 4, .inner_dim = 128, .dtype_bytes = 2};
+const LayoutConfig kSameBytes{
+    .num_layers = 4, .outer_dim = 1, .page_size = 4, .inner_dim = 128, .dtype_bytes = 2};
 // An odd size (the staged write path, padding).
-const LayoutConfig kOdd{.num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
+const LayoutConfig kOdd{
+    .num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
 
 std::uint64_t splitmix(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
@@ -80,7 +85,8 @@ void fill_block(const HostPool& host, BlockId b, std::uint64_t hash) {
 
 /// An aligned slot buffer.
 struct SlotBuffer {
-  explicit SlotBuffer(std::size_t n) : p(static_cast<std::byte*>(std::aligned_alloc(4096, n))), size(n) {}
+  explicit SlotBuffer(std::size_t n)
+      : p(static_cast<std::byte*>(std::aligned_alloc(4096, n))), size(n) {}
   ~SlotBuffer() { std::free(p); }
   SlotBuffer(const SlotBuffer&) = delete;
   SlotBuffer& operator=(const SlotBuffer&) = delete;
@@ -98,7 +104,8 @@ class DiskRecoveryTest : public ::testing::Test {
     tmp_ = std::make_unique<TempDir>(*base);
     dir_ = tmp_->path() / "cache";
   }
-  DiskStorageOptions options(std::size_t blocks = 16, LayoutConfig config = kSmall, std::string ns = "model@1") const {
+  DiskStorageOptions options(std::size_t blocks = 16, LayoutConfig config = kSmall,
+                             std::string ns = "model@1") const {
     DiskStorageOptions o;
     o.directory = dir_;
     o.config = config;
@@ -114,7 +121,8 @@ class DiskRecoveryTest : public ::testing::Test {
   }
   /// Writes hash[i] (payload_of) into slot slots[i] through a DiskWriteEngine; returns the outcome.
   static TransferOutcome write_blocks(DiskStorage& disk, const std::vector<BlockId>& slots,
-                                      const std::vector<std::uint64_t>& hashes, bool page_aligned = true) {
+                                      const std::vector<std::uint64_t>& hashes,
+                                      bool page_aligned = true) {
     HostPool host(disk.config(), slots.size(), LayoutKind::kFullyContiguous, page_aligned);
     std::vector<TransferPair> pairs;
     for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -129,7 +137,8 @@ class DiskRecoveryTest : public ::testing::Test {
     if (slots.empty()) return;
     HostPool host(disk.config(), slots.size(), LayoutKind::kLayerSeparated);
     std::vector<TransferPair> pairs;
-    for (std::size_t i = 0; i < slots.size(); ++i) pairs.push_back({slots[i].slot, static_cast<BlockId>(i), slots[i].hash});
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      pairs.push_back({slots[i].slot, static_cast<BlockId>(i), slots[i].hash});
     DiskReadEngine r(disk, host.layout(), {.queue_depth = 4});
     const TransferOutcome o = r.submit(pairs)->wait();
     EXPECT_TRUE(o.ok()) << o.message();
@@ -177,7 +186,8 @@ TEST_F(DiskRecoveryTest, RoundTripAcrossAReopenServesEveryByte) {
     EXPECT_EQ(rec.summary.count(SlotDiscard::kAbsent), 11U);
     EXPECT_EQ(rec.summary.discarded_total(), 11U);
     EXPECT_GE(rec.summary.bytes_read, 16U * DiskStorage::kHeaderSectorBytes);
-    EXPECT_NE(rec.summary.to_string().find("5 recovered"), std::string::npos) << rec.summary.to_string();
+    EXPECT_NE(rec.summary.to_string().find("5 recovered"), std::string::npos)
+        << rec.summary.to_string();
     expect_bytes(*disk, rec.slots);
     // The header-only and the sequential reader agree; so does a full verification.
     EXPECT_EQ(disk->recover({.threads = 2, .sequential_slot_limit = 0}).slots, expected);
@@ -212,7 +222,8 @@ TEST_F(DiskRecoveryTest, WriteSlotFollowsTheDurableOrderToo) {
 
 /// Runs in the child: opens the pool, recovers, then writes batches of fresh
 /// hashes into random slots until killed. Never returns.
-[[noreturn]] void write_until_killed(const DiskStorageOptions& o, std::uint64_t seed, int ready_fd) {
+[[noreturn]] void write_until_killed(const DiskStorageOptions& o, std::uint64_t seed,
+                                     int ready_fd) {
   try {
     auto r = DiskStorage::create(o);
     if (!r.ok()) ::_exit(3);
@@ -260,19 +271,23 @@ TEST_F(DiskRecoveryTest, SigkillAtRandomMomentsLeavesOnlyWholeBlocks) {
     }
     ::close(fds[1]);
     char c = 0;
-    const bool ready = ::read(fds[0], &c, 1) == 1;  // the child holds the lock and writes from now on
+    const bool ready =
+        ::read(fds[0], &c, 1) == 1;  // the child holds the lock and writes from now on
     ::close(fds[0]);
     if (ready) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
     ::kill(child, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
-    ASSERT_TRUE(ready) << "trial " << trial << ": the child failed before writing (status " << status << ")";
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "trial " << trial << " status " << status;
+    ASSERT_TRUE(ready) << "trial " << trial << ": the child failed before writing (status "
+                       << status << ")";
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "trial " << trial << " status " << status;
 
     auto disk = open(o);  // the lock died with the child
     ASSERT_TRUE(disk) << "trial " << trial;
     const Recovery rec = disk->recover({.threads = 2, .verify_payloads = (trial % 2) == 0});
-    EXPECT_EQ(rec.summary.count(SlotDiscard::kPayloadChecksum), 0U) << "trial " << trial << ": a torn payload behind a whole header";
+    EXPECT_EQ(rec.summary.count(SlotDiscard::kPayloadChecksum), 0U)
+        << "trial " << trial << ": a torn payload behind a whole header";
     EXPECT_EQ(rec.summary.count(SlotDiscard::kHeaderChecksum), 0U) << "trial " << trial;
     EXPECT_EQ(rec.summary.recovered + rec.summary.discarded_total(), rec.summary.scanned);
     expect_bytes(*disk, rec.slots);
@@ -380,7 +395,8 @@ template <class Edit>
 void edit_header(const DiskStorage& disk, BlockId slot, Edit edit) {
   const int fd = ::open(disk.path().c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
-  const off_t at = static_cast<off_t>(disk.header_offset(slot) + DiskStorage::kHeaderSectorBytes - 64);
+  const off_t at =
+      static_cast<off_t>(disk.header_offset(slot) + DiskStorage::kHeaderSectorBytes - 64);
   std::uint64_t h[8];
   ASSERT_EQ(::pread(fd, h, sizeof h, at), 64);
   edit(h);
@@ -390,7 +406,8 @@ void edit_header(const DiskStorage& disk, BlockId slot, Edit edit) {
   ::close(fd);
 }
 
-void copy_range(const fs::path& from, std::uint64_t from_at, const fs::path& to, std::uint64_t to_at, std::size_t n) {
+void copy_range(const fs::path& from, std::uint64_t from_at, const fs::path& to,
+                std::uint64_t to_at, std::size_t n) {
   std::vector<char> buf(n);
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   const int out = ::open(to.c_str(), O_RDWR | O_CLOEXEC);
@@ -407,7 +424,8 @@ TEST_F(DiskRecoveryTest, CorruptionBehindTheBackIsDiscardedAndCountedByReason) {
   auto disk = open(options(12, kSmall));
   ASSERT_TRUE(disk);
   std::vector<BlockId> slots{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
-  std::vector<std::uint64_t> hashes{100, 101, 102, 103, 104, 105, 106, 107, 108, 100};  // slot 9 repeats slot 0's hash
+  std::vector<std::uint64_t> hashes{100, 101, 102, 103, 104,
+                                    105, 106, 107, 108, 100};  // slot 9 repeats slot 0's hash
   ASSERT_TRUE(write_blocks(*disk, slots, hashes).ok());
   const fs::path path = disk->path();
   // A file of another namespace, to borrow a slot from.
@@ -419,12 +437,14 @@ TEST_F(DiskRecoveryTest, CorruptionBehindTheBackIsDiscardedAndCountedByReason) {
     ASSERT_TRUE(write_blocks(*other, {7}, {107}).ok());
   }
   disk.reset();
-  test::flip_byte_behind_the_back(path, 1 * 8192 + 100);               // slot 1: payload bit rot
-  test::flip_byte_behind_the_back(path, 2 * 8192 + 8192 - 20);          // slot 2: header bit rot
-  edit_header(*open(options(12, kSmall)), 3, [](std::uint64_t* h) { h[1] = (h[1] & ~0xFFFFFFFFULL) | 2; });  // version 2
+  test::flip_byte_behind_the_back(path, 1 * 8192 + 100);        // slot 1: payload bit rot
+  test::flip_byte_behind_the_back(path, 2 * 8192 + 8192 - 20);  // slot 2: header bit rot
+  edit_header(*open(options(12, kSmall)), 3,
+              [](std::uint64_t* h) { h[1] = (h[1] & ~0xFFFFFFFFULL) | 2; });          // version 2
   edit_header(*open(options(12, kSmall)), 4, [](std::uint64_t* h) { h[2] = 8192; });  // block bytes
-  copy_range(path, 5 * 8192 + 4096, path, 6 * 8192 + 4096, 4096);       // slot 6 <- slot 5's header
-  copy_range(dir_ / "other.slots", 7 * 8192, path, 7 * 8192, 8192);     // slot 7 <- another namespace's slot 7
+  copy_range(path, 5 * 8192 + 4096, path, 6 * 8192 + 4096, 4096);  // slot 6 <- slot 5's header
+  copy_range(dir_ / "other.slots", 7 * 8192, path, 7 * 8192,
+             8192);  // slot 7 <- another namespace's slot 7
   disk = open(options(12, kSmall));
   ASSERT_TRUE(disk);
   EXPECT_EQ(disk->state(), DiskFileState::kReopened);
@@ -445,7 +465,8 @@ TEST_F(DiskRecoveryTest, CorruptionBehindTheBackIsDiscardedAndCountedByReason) {
     EXPECT_EQ(s.count(SlotDiscard::kDuplicate), 1U);
     EXPECT_EQ(s.count(SlotDiscard::kAbsent), 2U);
     EXPECT_EQ(s.recovered + s.discarded_total(), 12U);
-    EXPECT_NE(log.text().find("fingerprint 1"), std::string::npos) << log.text();  // the one summary line
+    EXPECT_NE(log.text().find("fingerprint 1"), std::string::npos)
+        << log.text();  // the one summary line
   }
   // Header-only recovery returned slot 1; its read still verifies the payload and refuses it.
   SlotBuffer buf(disk->slot_bytes());
@@ -579,7 +600,8 @@ TEST_F(DiskRecoveryTest, ASecondOpenerGetsAClearErrorNamingTheHolder) {
   // In one process too: the first storage holds the directory.
   auto again = DiskStorage::create(options(4));
   ASSERT_FALSE(again.ok());
-  EXPECT_NE(again.error().message.find("in use by process " + std::to_string(::getpid())), std::string::npos)
+  EXPECT_NE(again.error().message.find("in use by process " + std::to_string(::getpid())),
+            std::string::npos)
       << again.error().message;
   std::ifstream lock(dir_ / "kvbm.slots.lock");
   pid_t recorded = 0;
@@ -688,7 +710,8 @@ TEST_F(DiskRecoveryTest, MutatedHeadersAreNeverAcceptedAsSomethingElse) {
   // Short and empty spans are safe too.
   EXPECT_FALSE(disk->check_header(0, {}).ok);
   EXPECT_FALSE(disk->check_header(0, sector.span().first(63)).ok);
-  std::cout << iterations << " mutated headers, " << accepted << " accepted (each identical to a sealed one)\n";
+  std::cout << iterations << " mutated headers, " << accepted
+            << " accepted (each identical to a sealed one)\n";
   EXPECT_GT(iterations, 10000U);
 }
 
@@ -747,7 +770,8 @@ TEST_F(DiskRecoveryTest, RandomAndMutatedFilesOnlyLoseSlots) {
       ASSERT_EQ(r.hash, 1000 + r.slot) << "round " << round << " (seed " << seed << ")";
       if (disk->read_slot(r.slot, buf.span(), r.hash)) {
         const auto want = payload_of(r.hash, disk->block_bytes());
-        ASSERT_EQ(std::memcmp(buf.p, want.data(), want.size()), 0) << "round " << round << " (seed " << seed << ")";
+        ASSERT_EQ(std::memcmp(buf.p, want.data(), want.size()), 0)
+            << "round " << round << " (seed " << seed << ")";
       }
     }
   }

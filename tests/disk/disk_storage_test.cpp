@@ -5,7 +5,6 @@
 #include "kvbm/disk/disk_storage.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +18,8 @@
 #include <string>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "disk/disk_test_util.h"
 #include "test_util.h"
 
@@ -28,7 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
 
-LayoutConfig small_config() { return {.num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2}; }
+LayoutConfig small_config() {
+  return {.num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
+}
 
 /// An aligned slot buffer.
 struct SlotBuffer {
@@ -51,7 +54,10 @@ class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
     dir_ = std::make_unique<TempDir>(*base);
   }
   DiskStorageOptions options(std::size_t blocks = 4, LayoutConfig config = small_config()) const {
-    return {.directory = dir_->path(), .config = config, .num_blocks = blocks, .file_name = {},
+    return {.directory = dir_->path(),
+            .config = config,
+            .num_blocks = blocks,
+            .file_name = {},
             .direct_io = GetParam().direct_io};
   }
   std::unique_ptr<DiskStorage> make(const DiskStorageOptions& o) {
@@ -67,8 +73,8 @@ class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
   std::string skip_reason_;
 };
 
-#define KVBM_MAKE_OR_SKIP(var, opts)            \
-  auto var = make(opts);                        \
+#define KVBM_MAKE_OR_SKIP(var, opts)                               \
+  auto var = make(opts);                                           \
   if (!var && !skip_reason_.empty()) GTEST_SKIP() << skip_reason_; \
   ASSERT_TRUE(var)
 
@@ -86,7 +92,8 @@ TEST_P(DiskStorageTest, CreatesAPreallocatedFileWithMode0600) {
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(st.st_mode & 07777, 0600U);
   EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), s->file_bytes());
-  EXPECT_GE(static_cast<std::uint64_t>(st.st_blocks) * 512, s->file_bytes()) << "fallocate reserves the space";
+  EXPECT_GE(static_cast<std::uint64_t>(st.st_blocks) * 512, s->file_bytes())
+      << "fallocate reserves the space";
   const int fl = ::fcntl(s->fd(), F_GETFL);
   EXPECT_EQ((fl & O_DIRECT) != 0, s->direct_io());
   EXPECT_EQ(::fcntl(s->fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
@@ -125,11 +132,16 @@ TEST_P(DiskStorageTest, SlotSizesAreAlignedAndGiveTheHeaderASectorOfItsOwn) {
   const Case cases[] = {
       {small_config(), 420, 8192},
       // 4096 of data fill one sector exactly; the header takes the next
-      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2048, .dtype_bytes = 2}, 4096, 8192},
+      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2048, .dtype_bytes = 2},
+       4096,
+       8192},
       // 4098 > 4096: two data sectors
-      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2049, .dtype_bytes = 2}, 4098, 12288},
+      {{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 2049, .dtype_bytes = 2},
+       4098,
+       12288},
       // the realistic 32 x 2 x 16 x 8 x 128 x 2 bytes = 2 MiB block
-      {{.num_layers = 32, .outer_dim = 2, .page_size = 16, .inner_dim = 1024, .dtype_bytes = 2}, 2 << 20,
+      {{.num_layers = 32, .outer_dim = 2, .page_size = 16, .inner_dim = 1024, .dtype_bytes = 2},
+       2 << 20,
        (2 << 20) + 4096},
   };
   for (const Case& c : cases) {
@@ -150,7 +162,8 @@ TEST_P(DiskStorageTest, SlotRoundTripAndVerification) {
   SlotBuffer out(s->slot_bytes());
   SlotBuffer in(s->slot_bytes());
   for (std::size_t i = 0; i < s->block_bytes(); ++i) out.p[i] = static_cast<std::byte>(rng());
-  std::memset(out.p + s->block_bytes(), 0xAB, s->slot_bytes() - s->block_bytes());  // padding is zeroed by write_slot
+  std::memset(out.p + s->block_bytes(), 0xAB,
+              s->slot_bytes() - s->block_bytes());  // padding is zeroed by write_slot
   ASSERT_TRUE(s->write_slot(2, out.span()));
   ASSERT_TRUE(s->read_slot(2, in.span()));
   EXPECT_EQ(std::memcmp(in.p, out.p, s->block_bytes()), 0);
@@ -181,7 +194,8 @@ TEST_P(DiskStorageTest, SlotRoundTripAndVerification) {
   in.p[s->slot_bytes() - 30] ^= std::byte{0x01};
   const io::IoStatus other = s->verify_slot(1, in.span());
   EXPECT_EQ(other.code(), EBADMSG);
-  EXPECT_NE(other.message().find("holds the data of block 2"), std::string::npos) << other.message();
+  EXPECT_NE(other.message().find("holds the data of block 2"), std::string::npos)
+      << other.message();
 }
 
 TEST_P(DiskStorageTest, CorruptionOnDiskBehindTheLibrarysBackIsDetected) {
@@ -206,7 +220,8 @@ TEST_P(DiskStorageTest, SlotIsBoundToTheSequenceHashItWasWrittenFor) {
   const io::IoStatus other = s->read_slot(1, buf.span(), 0xBBBB);
   ASSERT_FALSE(other);
   EXPECT_EQ(other.code(), EBADMSG);
-  EXPECT_NE(other.message().find("sequence hash 43690, not 48059"), std::string::npos) << other.message();
+  EXPECT_NE(other.message().find("sequence hash 43690, not 48059"), std::string::npos)
+      << other.message();
   // A slot rewritten for another hash no longer serves the first.
   ASSERT_TRUE(s->write_slot(1, buf.span(), 0xBBBB));
   EXPECT_EQ(s->read_slot(1, buf.span(), 0xAAAA).code(), EBADMSG);
@@ -215,7 +230,8 @@ TEST_P(DiskStorageTest, SlotIsBoundToTheSequenceHashItWasWrittenFor) {
 
 TEST_P(DiskStorageTest, SlotWrittenForAnotherLayoutOfTheSameSizeIsRefused) {
   // Same block bytes (3 x 2 x 5 x 7 x 2 = 420), other dimensions.
-  const LayoutConfig other_config{.num_layers = 6, .outer_dim = 1, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
+  const LayoutConfig other_config{
+      .num_layers = 6, .outer_dim = 1, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
   ASSERT_EQ(other_config.block_bytes(), small_config().block_bytes());
   KVBM_MAKE_OR_SKIP(s, options(3));
   KVBM_MAKE_OR_SKIP(t, options(3, other_config));
@@ -235,8 +251,10 @@ TEST_P(DiskStorageTest, BadBuffersAndIdsAreUsageErrors) {
   KVBM_MAKE_OR_SKIP(s, options(3));
   SlotBuffer buf(s->slot_bytes() + DiskStorage::kAlignment);
   EXPECT_THROW((void)s->write_slot(3, std::span<std::byte>(buf.p, s->slot_bytes())), UsageError);
-  EXPECT_THROW((void)s->write_slot(0, std::span<std::byte>(buf.p, s->slot_bytes() - 1)), UsageError);
-  EXPECT_THROW((void)s->write_slot(0, std::span<std::byte>(buf.p + 512, s->slot_bytes())), UsageError);
+  EXPECT_THROW((void)s->write_slot(0, std::span<std::byte>(buf.p, s->slot_bytes() - 1)),
+               UsageError);
+  EXPECT_THROW((void)s->write_slot(0, std::span<std::byte>(buf.p + 512, s->slot_bytes())),
+               UsageError);
   EXPECT_THROW((void)s->slot_offset(3), UsageError);
 }
 
@@ -394,7 +412,11 @@ class DiskStorageCreationTest : public ::testing::Test {
     dir_ = std::make_unique<TempDir>(*base);
   }
   DiskStorageOptions options(DirectIo d = DirectIo::kPreferred) const {
-    return {.directory = dir_->path(), .config = small_config(), .num_blocks = 8, .file_name = {}, .direct_io = d};
+    return {.directory = dir_->path(),
+            .config = small_config(),
+            .num_blocks = 8,
+            .file_name = {},
+            .direct_io = d};
   }
   std::unique_ptr<TempDir> dir_;
 };
@@ -437,7 +459,8 @@ TEST_F(DiskStorageCreationTest, TmpfsWorksWithOrWithoutODirect) {
   auto r = DiskStorage::create(o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   const bool direct = r.value()->direct_io();
-  EXPECT_EQ(log.text().find("does not support O_DIRECT") != std::string::npos, !direct) << log.text();
+  EXPECT_EQ(log.text().find("does not support O_DIRECT") != std::string::npos, !direct)
+      << log.text();
   o.direct_io = DirectIo::kRequired;
   auto required = DiskStorage::create(o);
   EXPECT_EQ(required.ok(), direct);
@@ -448,7 +471,8 @@ TEST_F(DiskStorageCreationTest, TmpfsWorksWithOrWithoutODirect) {
   std::memset(buf.p, 9, r.value()->block_bytes());
   ASSERT_TRUE(r.value()->write_slot(7, buf.span()));
   ASSERT_TRUE(r.value()->read_slot(7, buf.span()));
-  std::cout << "tmpfs O_DIRECT on this kernel: " << (direct ? "accepted" : "refused, buffered fallback") << "\n";
+  std::cout << "tmpfs O_DIRECT on this kernel: "
+            << (direct ? "accepted" : "refused, buffered fallback") << "\n";
 }
 
 TEST_F(DiskStorageCreationTest, FallocateUnsupportedFallsBackToFtruncate) {
@@ -479,7 +503,8 @@ TEST_F(DiskStorageCreationTest, NoSpaceIsAnIoErrorAndTheFileIsRemoved) {
   auto r = DiskStorage::create(options());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ENOSPC);
-  EXPECT_NE(r.error().message.find("not enough free space"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("not enough free space"), std::string::npos)
+      << r.error().message;
   EXPECT_TRUE(fs::is_empty(dir_->path()));
 }
 

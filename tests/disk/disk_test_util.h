@@ -13,9 +13,6 @@
 #pragma once
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/vfs.h>
@@ -23,8 +20,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -39,6 +36,10 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/io/syscalls.h"
@@ -79,7 +80,7 @@ inline bool is_tmpfs(const std::filesystem::path& p) {
 struct StorageTarget {
   const char* name;
   DirectIo direct_io;
-  bool tmpfs;  // true: a tmpfs directory (/dev/shm); false: a real file system
+  bool tmpfs;               // true: a tmpfs directory (/dev/shm); false: a real file system
   bool persistent = false;  // DiskStorageOptions::persistent (the engines' durable write order)
 };
 
@@ -92,7 +93,9 @@ inline const StorageTarget kTargets[] = {
 /// The targets of the engine tests: kTargets and a persistent pool on a real
 /// file system (O_DIRECT where it can be had).
 inline const StorageTarget kEngineTargets[] = {
-    kTargets[0], kTargets[1], kTargets[2],
+    kTargets[0],
+    kTargets[1],
+    kTargets[2],
     {"persistent", DirectIo::kPreferred, false, true},
 };
 
@@ -101,12 +104,14 @@ inline const StorageTarget kEngineTargets[] = {
 /// else /var/tmp, else /tmp, whichever is not tmpfs. tmpfs: /dev/shm.
 inline std::optional<std::filesystem::path> target_base(const StorageTarget& t, std::string& why) {
   if (t.tmpfs) {
-    if (std::filesystem::is_directory("/dev/shm") && is_tmpfs("/dev/shm")) return std::filesystem::path("/dev/shm");
+    if (std::filesystem::is_directory("/dev/shm") && is_tmpfs("/dev/shm"))
+      return std::filesystem::path("/dev/shm");
     why = "/dev/shm is not a tmpfs here";
     return std::nullopt;
   }
   std::vector<std::filesystem::path> candidates;
-  if (const char* env = std::getenv("KVBM_TEST_DISK_DIR"); env != nullptr && *env != '\0') candidates.emplace_back(env);
+  if (const char* env = std::getenv("KVBM_TEST_DISK_DIR"); env != nullptr && *env != '\0')
+    candidates.emplace_back(env);
   candidates.emplace_back("/var/tmp");
   candidates.emplace_back("/tmp");
   for (const auto& c : candidates) {
@@ -123,7 +128,8 @@ inline std::optional<std::filesystem::path> target_base(const StorageTarget& t, 
 /// as with pinned buffers (the unstaged pwritev path when the sizes allow).
 class HostPool {
  public:
-  HostPool(const LayoutConfig& config, std::size_t num_blocks, LayoutKind kind, bool page_aligned = false) {
+  HostPool(const LayoutConfig& config, std::size_t num_blocks, LayoutKind kind,
+           bool page_aligned = false) {
     if (kind == LayoutKind::kFullyContiguous) {
       const std::size_t stride = config.block_bytes() + (page_aligned ? 0 : 24);
       memory_.emplace_back(stride * num_blocks, page_aligned);
@@ -178,8 +184,9 @@ class HostPool {
  private:
   struct Buffer {
     Buffer(std::size_t n, bool page_aligned)
-        : p(static_cast<std::byte*>(page_aligned ? std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)
-                                                 : std::malloc(n + 1))),
+        : p(static_cast<std::byte*>(page_aligned
+                                        ? std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)
+                                        : std::malloc(n + 1))),
           size(n) {
       if (!page_aligned && reinterpret_cast<std::uintptr_t>(p) % 4096 == 0) {
         // malloc happened to return a page: shift by one byte to stay unaligned.
@@ -205,15 +212,16 @@ class HostPool {
 
 /// What a faulty pread or pwrite does to one slot.
 enum class Fault {
-  kEio,               ///< every call fails with EIO
-  kEnospc,            ///< every call fails with ENOSPC
-  kEintrOnce,         ///< the first call fails with EINTR, later calls are real
-  kShortThenContinue, ///< the first call moves part of the bytes (4 KiB multiple), later calls are real
-  kShortThenEnospc,   ///< the first call moves part, the next fails with ENOSPC (a disk filling up)
-  kShortThenEof,      ///< pread: the first call moves part, the next returns 0 (end of file)
-  kZeroProgress,      ///< pwrite: every call returns 0
-  kFlipByte,          ///< pread: real read, then one data byte of the slot flipped in the buffer
-  kStall,             ///< the call waits until release() (counts how many wait at once)
+  kEio,                ///< every call fails with EIO
+  kEnospc,             ///< every call fails with ENOSPC
+  kEintrOnce,          ///< the first call fails with EINTR, later calls are real
+  kShortThenContinue,  ///< the first call moves part of the bytes (4 KiB multiple), later calls are
+                       ///< real
+  kShortThenEnospc,  ///< the first call moves part, the next fails with ENOSPC (a disk filling up)
+  kShortThenEof,     ///< pread: the first call moves part, the next returns 0 (end of file)
+  kZeroProgress,     ///< pwrite: every call returns 0
+  kFlipByte,         ///< pread: real read, then one data byte of the slot flipped in the buffer
+  kStall,            ///< the call waits until release() (counts how many wait at once)
 };
 
 /// A syscall table whose pread/pwrite misbehave for chosen slots. One
@@ -222,7 +230,8 @@ enum class Fault {
 /// destroyed (and drained) first.
 class FaultInjector {
  public:
-  explicit FaultInjector(std::size_t slot_bytes) : slot_bytes_(static_cast<std::int64_t>(slot_bytes)) {
+  explicit FaultInjector(std::size_t slot_bytes)
+      : slot_bytes_(static_cast<std::int64_t>(slot_bytes)) {
     current() = this;
     io::SyscallTable table = io::real_syscalls();
     table.pread = &fake_pread;
@@ -280,9 +289,9 @@ class FaultInjector {
   }
 
   static std::int64_t fake_pread(int fd, void* buf, std::size_t count, std::int64_t offset) {
-    return current()->apply(Op::kRead, count, offset, static_cast<unsigned char*>(buf), [&](std::size_t n) {
-      return io::real_syscalls().pread(fd, buf, n, offset);
-    });
+    return current()->apply(
+        Op::kRead, count, offset, static_cast<unsigned char*>(buf),
+        [&](std::size_t n) { return io::real_syscalls().pread(fd, buf, n, offset); });
   }
   static std::int64_t fake_pwrite(int fd, const void* buf, std::size_t count, std::int64_t offset) {
     return current()->apply(Op::kWrite, count, offset, nullptr, [&](std::size_t n) {
@@ -309,7 +318,8 @@ class FaultInjector {
 
   /// `real(n)` performs the real call for the first n of `count` bytes.
   template <class Real>
-  std::int64_t apply(Op op, std::size_t count, std::int64_t offset, unsigned char* read_buf, Real real) {
+  std::int64_t apply(Op op, std::size_t count, std::int64_t offset, unsigned char* read_buf,
+                     Real real) {
     const std::int64_t slot = offset / slot_bytes_;
     Fault fault{};
     int call = 0;

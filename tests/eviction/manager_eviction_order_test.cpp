@@ -3,13 +3,13 @@
 // time; the test records which hash stops being present after each one.
 // Presence is read through the registry (a match would revive the block).
 
-#include <gtest/gtest.h>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/eviction/multi_level_lru.h"
@@ -211,12 +211,16 @@ TEST(ManagerEvictionOrder, MultiLevelLruReleveledOnRelease) {
 // ---- Lineage -------------------------------------------------------------
 
 BlockManager<G3> make_lineage(std::size_t count) {
-  return BlockManager<G3>::builder().block_count(count).block_size(16).with_lineage_backend().build();
+  return BlockManager<G3>::builder()
+      .block_count(count)
+      .block_size(16)
+      .with_lineage_backend()
+      .build();
 }
 
 TEST(ManagerEvictionOrder, LineageUnwindsAChainLeafFirst) {
   auto m = make_lineage(4);
-  const Hashes a = chain(3, 0);   // A <- B <- C
+  const Hashes a = chain(3, 0);      // A <- B <- C
   const SequenceHash x = seq(0, 1);  // an unrelated leaf
   const Hashes all{a[0], a[1], a[2], x};
   auto blocks = register_all(m, all);
@@ -281,7 +285,7 @@ TEST(ManagerEvictionOrder, LineageChildRegisteredOnAnInactiveParentProtectsIt) {
   const Hashes a = chain(2);
   const SequenceHash x = root(77);
   auto parent = register_all(m, Hashes{a[0], x});
-  release_in_order(parent, {0, 1});  // A released before X: LRU would take A first
+  release_in_order(parent, {0, 1});    // A released before X: LRU would take A first
   auto child = register_one(m, a[1]);  // from reset; now A has a registered child
   EXPECT_EQ(m.pool_counts().evictable, 1U);
   std::vector<MutableBlock<G3>> keep;
@@ -337,7 +341,6 @@ TEST(ManagerEvictionOrder, LineageAllocationThatCannotBeMetChangesNothing) {
   EXPECT_FALSE(m.registry()->is_present<G3>(x));
   expect_balanced(m);
 }
-
 
 }  // namespace
 }  // namespace kvbm

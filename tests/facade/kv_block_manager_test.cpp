@@ -27,12 +27,12 @@
 namespace kvbm {
 namespace {
 
-using test::chain;
 using test::Bytes;
+using test::chain;
 
 using test::config;
-using test::small_layout;
 using test::read_block;
+using test::small_layout;
 using test::TempDir;
 using test::write_block;
 
@@ -45,14 +45,16 @@ Bytes pattern(const SequenceHash& h, std::size_t n) {
 }
 
 // Allocates, fills with pattern(), and registers blocks for `hashes` in G1.
-std::vector<ImmutableBlock<G1>> compute(KvBlockManager& kv, const std::vector<SequenceHash>& hashes) {
+std::vector<ImmutableBlock<G1>> compute(KvBlockManager& kv,
+                                        const std::vector<SequenceHash>& hashes) {
   auto blocks = kv.device().allocate_blocks(hashes.size());
   EXPECT_TRUE(blocks.has_value());
   if (!blocks) return {};
   std::vector<CompleteBlock<G1>> complete;
   for (std::size_t i = 0; i < hashes.size(); ++i) {
     if (kv.config().move_bytes) {
-      write_block(kv.device_layout(), (*blocks)[i].block_id(), pattern(hashes[i], kv.block_bytes()));
+      write_block(kv.device_layout(), (*blocks)[i].block_id(),
+                  pattern(hashes[i], kv.block_bytes()));
     }
     complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv.block_size()).value());
   }
@@ -583,7 +585,8 @@ TEST(KvBlockManagerTest, RandomizedConcurrentUse) {
   auto worker = [&](std::uint32_t tid) {
     std::mt19937 rng(seed + tid);
     for (int r = 0; r < rounds; ++r) {
-      const auto hashes = chain(static_cast<std::uint32_t>(1 + rng() % 6), static_cast<std::uint32_t>(rng() % 24));
+      const auto hashes =
+          chain(static_cast<std::uint32_t>(1 + rng() % 6), static_cast<std::uint32_t>(rng() % 24));
       auto h = kv->onboard(hashes);
       if (rng() % 5 == 0) {
         h.cancel();
@@ -607,7 +610,8 @@ TEST(KvBlockManagerTest, RandomizedConcurrentUse) {
           for (std::size_t i = 0; i < missing; ++i) {
             const auto& hh = hashes[have.size() + i];
             if (c.move_bytes) {
-              write_block(kv->device_layout(), (*more)[i].block_id(), pattern(hh, kv->block_bytes()));
+              write_block(kv->device_layout(), (*more)[i].block_id(),
+                          pattern(hh, kv->block_bytes()));
             }
             complete.push_back(std::move((*more)[i]).stage(hh, kv->block_size()).value());
           }

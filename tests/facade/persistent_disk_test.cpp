@@ -36,7 +36,8 @@ class TempDir : public test::TempDir {
   TempDir() : test::TempDir("persist") {}
 };
 
-KvBlockManagerConfig persistent_config(const std::filesystem::path& dir, std::string ns = "model-a@1") {
+KvBlockManagerConfig persistent_config(const std::filesystem::path& dir,
+                                       std::string ns = "model-a@1") {
   KvBlockManagerConfig c = test::config(8, 8, 64, dir);
   c.disk_persistent = true;
   c.disk_namespace = std::move(ns);
@@ -82,7 +83,8 @@ TEST(PersistentDiskTest, BlocksSurviveARestartWithEveryByte) {
     ASSERT_TRUE(kv->disk_recovery().has_value());
     EXPECT_EQ(kv->disk_recovery()->recovered, 0U);
     for (std::size_t i = 0; i < hashes.size(); i += 4) {
-      compute(*kv, {hashes.begin() + static_cast<std::ptrdiff_t>(i), hashes.begin() + static_cast<std::ptrdiff_t>(i + 4)});
+      compute(*kv, {hashes.begin() + static_cast<std::ptrdiff_t>(i),
+                    hashes.begin() + static_cast<std::ptrdiff_t>(i + 4)});
       kv->drain();
     }
     EXPECT_EQ(kv->disk()->pool_counts().inactive, hashes.size());
@@ -90,7 +92,8 @@ TEST(PersistentDiskTest, BlocksSurviveARestartWithEveryByte) {
   auto kv = KvBlockManager::build(persistent_config(dir.path()));
   ASSERT_TRUE(kv->disk_recovery().has_value());
   EXPECT_EQ(kv->disk_recovery()->recovered, hashes.size());
-  EXPECT_EQ(kv->disk()->pool_counts().inactive, hashes.size()) << "recovered blocks are cached, not in use";
+  EXPECT_EQ(kv->disk()->pool_counts().inactive, hashes.size())
+      << "recovered blocks are cached, not in use";
   EXPECT_TRUE(kv->disk()->pool_counts().balanced());
   std::vector<std::uint64_t> values;
   for (const auto& h : hashes) values.push_back(h.value());
@@ -108,7 +111,8 @@ TEST(PersistentDiskTest, OneProcessOwnsTheDirectory) {
   } catch (const UsageError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("KvBlockManagerConfig.disk_directory"), std::string::npos) << what;
-    EXPECT_NE(what.find("in use by process " + std::to_string(::getpid())), std::string::npos) << what;
+    EXPECT_NE(what.find("in use by process " + std::to_string(::getpid())), std::string::npos)
+        << what;
   }
 }
 
@@ -168,11 +172,14 @@ TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
     const RecoverySummary summary = *kv->disk_recovery();
     // Every recovered block is whole: onboarding checks every byte.
     std::vector<std::uint64_t> values;
-    for (std::uint64_t v = 0x7000; values.size() < summary.recovered && v < 0x7000 + 64 * 1024; ++v) {
-      if (kv->probe(std::vector<SequenceHash>{SequenceHash(v, std::nullopt, 0)}).disk == 1) values.push_back(v);
+    for (std::uint64_t v = 0x7000; values.size() < summary.recovered && v < 0x7000 + 64 * 1024;
+         ++v) {
+      if (kv->probe(std::vector<SequenceHash>{SequenceHash(v, std::nullopt, 0)}).disk == 1)
+        values.push_back(v);
     }
     EXPECT_EQ(values.size(), summary.recovered) << "trial " << trial << " (seed " << seed << ")";
-    EXPECT_EQ(onboard_and_check(*kv, values), values.size()) << "trial " << trial << " (seed " << seed << ")";
+    EXPECT_EQ(onboard_and_check(*kv, values), values.size())
+        << "trial " << trial << " (seed " << seed << ")";
     kv->drain();
     EXPECT_EQ(kv->audit(), "");
   }

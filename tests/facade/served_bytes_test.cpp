@@ -4,7 +4,6 @@
 // the exact tokens of the request that asked for it, and no block is ever
 // reported for a prefix that was never computed.
 
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "facade/facade_test_util.h"
 #include "kvbm/hashing.h"
 #include "kvbm/kv_block_manager.h"
-#include "facade/facade_test_util.h"
 #include "kvbm/storage/storage.h"
 
 namespace kvbm {
@@ -105,7 +106,8 @@ class ServedBytesTest : public ::testing::TestWithParam<Scenario> {
     // onboard cuts the prefix where G1 has no room. Only the handle's counts
     // must agree with what it returns. With on-eviction on both boundaries
     // nothing moves between the two calls, and G1 always has room here.
-    if (GetParam().device_to_host == OffloadMode::kOnEviction && GetParam().host_to_disk == OffloadMode::kOnEviction) {
+    if (GetParam().device_to_host == OffloadMode::kOnEviction &&
+        GetParam().host_to_disk == OffloadMode::kOnEviction) {
       EXPECT_EQ(blocks.size(), probed.total()) << "probe and onboard disagree";
     }
     EXPECT_EQ(blocks.size(), h.counts().total());
@@ -116,7 +118,8 @@ class ServedBytesTest : public ::testing::TestWithParam<Scenario> {
       EXPECT_EQ(blocks[j].sequence_hash(), hashes[j]);
       EXPECT_TRUE(computed_.count(salt_key + key_of(prefix)))
           << "served block " << j << " of a prefix never computed: " << key_of(prefix);
-      EXPECT_EQ(read_block(kv_->device_layout(), blocks[j].block_id()), kv_bytes(prefix, kv_->block_bytes()))
+      EXPECT_EQ(read_block(kv_->device_layout(), blocks[j].block_id()),
+                kv_bytes(prefix, kv_->block_bytes()))
           << "block " << j << " of " << key_of(tokens) << " holds another prefix's bytes";
     }
     const std::size_t served = blocks.size();
@@ -232,11 +235,13 @@ TEST_P(ServedBytesTest, RandomWorkloadServesOnlyTheRequestersBytes) {
   EXPECT_GT(from_disk_, 0U) << "no block was served from G3";
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ServedBytesTest,
-                         ::testing::Values(Scenario{OffloadMode::kWriteThrough, OffloadMode::kWriteThrough, "write_through"},
-                                           Scenario{OffloadMode::kOnEviction, OffloadMode::kOnEviction, "on_eviction"},
-                                           Scenario{OffloadMode::kWriteThrough, OffloadMode::kOnEviction, "mixed"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ServedBytesTest,
+    ::testing::Values(Scenario{OffloadMode::kWriteThrough, OffloadMode::kWriteThrough,
+                               "write_through"},
+                      Scenario{OffloadMode::kOnEviction, OffloadMode::kOnEviction, "on_eviction"},
+                      Scenario{OffloadMode::kWriteThrough, OffloadMode::kOnEviction, "mixed"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvbm

@@ -4,10 +4,10 @@
 // block already below refreshes that copy, and the boundary's policies apply
 // in on-eviction mode too.
 
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/kv_block_manager.h"
 #include "test_util.h"
@@ -45,8 +45,8 @@ bool in_host(KvBlockManager& kv, const SequenceHash& h) {
 TEST(TierOrderTest, OnboardTakesEachBlockFromTheFastestTierHoldingIt) {
   auto kv = KvBlockManager::build(metadata_config(4, 8, OffloadMode::kOnEviction));
   const auto h = test::chain(4, 1);
-  compute(*kv, h);                            // G1: h0 h1 h2 h3 (h0 least recent)
-  compute(*kv, test::chain(2, 2));            // G1 evicts h0, h1 to G2
+  compute(*kv, h);                  // G1: h0 h1 h2 h3 (h0 least recent)
+  compute(*kv, test::chain(2, 2));  // G1 evicts h0, h1 to G2
   ASSERT_TRUE(in_host(*kv, h[0]) && in_host(*kv, h[1]));
 
   const OnboardCounts probed = kv->probe(h);

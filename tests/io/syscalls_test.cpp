@@ -4,7 +4,6 @@
 #include "kvbm/io/syscalls.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +12,8 @@
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "disk/disk_test_util.h"
 
@@ -56,12 +57,14 @@ std::int64_t fake_io(Real real, int fd, void* buf, std::size_t count, std::int64
 }
 
 std::int64_t fake_pwrite(int fd, const void* buf, std::size_t count, std::int64_t offset) {
-  return fake_io([](int f, void* b, std::size_t c, std::int64_t o) { return real_syscalls().pwrite(f, b, c, o); },
+  return fake_io([](int f, void* b, std::size_t c,
+                    std::int64_t o) { return real_syscalls().pwrite(f, b, c, o); },
                  fd, const_cast<void*>(buf), count, offset);
 }
 std::int64_t fake_pread(int fd, void* buf, std::size_t count, std::int64_t offset) {
-  return fake_io([](int f, void* b, std::size_t c, std::int64_t o) { return real_syscalls().pread(f, b, c, o); }, fd,
-                 buf, count, offset);
+  return fake_io([](int f, void* b, std::size_t c,
+                    std::int64_t o) { return real_syscalls().pread(f, b, c, o); },
+                 fd, buf, count, offset);
 }
 int fake_close_eio(int fd) {
   real_syscalls().close(fd);  // the descriptor is gone either way, as on Linux
@@ -89,7 +92,8 @@ class SyscallsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     reset_fakes();
-    auto opened = open_file(AT_FDCWD, (dir_.path() / "f").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    auto opened = open_file(AT_FDCWD, (dir_.path() / "f").c_str(),
+                            O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     file_ = std::move(opened).value();
     data_.resize(10000);
@@ -151,7 +155,8 @@ TEST_F(SyscallsTest, WriteFullReportsEioWithOffsetAndProgress) {
   const IoStatus s = pwrite_full(file_.get(), data_.data(), data_.size(), 8192);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.code(), EIO);
-  EXPECT_NE(s.message().find("pwrite of 10000 bytes at offset 8192 (after 8000 bytes)"), std::string::npos)
+  EXPECT_NE(s.message().find("pwrite of 10000 bytes at offset 8192 (after 8000 bytes)"),
+            std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find(std::strerror(EIO)), std::string::npos) << s.message();
 }
@@ -192,7 +197,8 @@ TEST_F(SyscallsTest, ReadPastEndOfFileIsEnodata) {
   const IoStatus s = pread_full(file_.get(), out.data(), out.size(), 0);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.code(), ENODATA);
-  EXPECT_NE(s.message().find("(after 100 bytes) reached end of file"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(after 100 bytes) reached end of file"), std::string::npos)
+      << s.message();
 }
 
 TEST_F(SyscallsTest, ReadFullReportsEio) {
@@ -223,7 +229,8 @@ TEST_F(SyscallsTest, OpenRetriesEintrAndNamesThePathOnFailure) {
 
 TEST(FileTest, EmptyByDefaultMoveOnlyAndMovedFromIsEmpty) {
   static_assert(!std::is_copy_constructible_v<File> && !std::is_copy_assignable_v<File>);
-  static_assert(std::is_nothrow_move_constructible_v<File> && std::is_nothrow_move_assignable_v<File>);
+  static_assert(std::is_nothrow_move_constructible_v<File> &&
+                std::is_nothrow_move_assignable_v<File>);
   static_assert(std::is_nothrow_destructible_v<File>);
   File empty;
   EXPECT_FALSE(empty.valid());
@@ -242,7 +249,7 @@ TEST(FileTest, EmptyByDefaultMoveOnlyAndMovedFromIsEmpty) {
   EXPECT_TRUE(c.close());
   EXPECT_FALSE(c.valid());
   EXPECT_EQ(::fcntl(fd, F_GETFD), -1);  // really closed
-  EXPECT_TRUE(c.close());              // closing an empty File is a no-op
+  EXPECT_TRUE(c.close());               // closing an empty File is a no-op
 }
 
 TEST(FileTest, ReleaseGivesUpOwnership) {
@@ -272,9 +279,7 @@ TEST(FileTest, FailedCloseIsReportedByCloseAndLoggedByTheDestructor) {
     ASSERT_FALSE(s);
     EXPECT_EQ(s.code(), EIO);
     EXPECT_FALSE(a.valid());
-    {
-      File b(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    }  // destructor: must not throw, must log
+    { File b(::open("/dev/null", O_RDONLY | O_CLOEXEC)); }  // destructor: must not throw, must log
   }
   EXPECT_NE(log.text().find("close("), std::string::npos) << log.text();
   EXPECT_NE(log.text().find(std::strerror(EIO)), std::string::npos) << log.text();

@@ -1,15 +1,16 @@
 // Tests of CudaEventPrecondition (kvbm/offload/cuda_event.h). Without a usable
 // CUDA device only the refusal is checked; the rest skips with a message.
 
-#include <gtest/gtest.h>
+#include "kvbm/offload/cuda_event.h"
 
 #include <atomic>
 #include <chrono>
 #include <future>
 
+#include <gtest/gtest.h>
+
 #include "kvbm/config.h"
 #include "kvbm/error.h"
-#include "kvbm/offload/cuda_event.h"
 #include "kvbm/storage/storage.h"
 
 #if KVBM_HAVE_CUDA

@@ -477,7 +477,7 @@ TEST_F(PipelineFixture, HeldQueuedBlocksCannotBeEvictedAndAreAllCopied) {
   EXPECT_EQ(t.g1.pool_counts().in_use, 4u);
   EXPECT_EQ(t.g1.pool_counts().inactive, 0u);
   EXPECT_FALSE(t.g1.allocate_blocks(t.g1.total_blocks()).has_value());  // pushes back
-  { auto all = t.g1.allocate_blocks(t.g1.available_blocks()); }  // evicts none of them
+  { auto all = t.g1.allocate_blocks(t.g1.available_blocks()); }         // evicts none of them
   event->signal();
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
   EXPECT_EQ(h.report().count(BlockOutcome::kTransferred), 4u);

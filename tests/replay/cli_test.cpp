@@ -233,7 +233,8 @@ TEST(ReplayCli, PersistTwiceStartsTheSecondRunWarmFromG3) {
   const fs::path disk = dir.path() / "g3";
   fs::create_directories(disk);
   fs::permissions(disk, fs::perms::owner_all, fs::perm_options::replace);
-  const std::vector<std::string> args = {"--disk-dir", disk.string(), "--persist", "--limit", "800", "--json", "--quiet"};
+  const std::vector<std::string> args = {"--disk-dir", disk.string(), "--persist", "--limit",
+                                         "800",        "--json",      "--quiet"};
   const Outcome first = run(args, dir.path());
   ASSERT_EQ(first.status, 0) << first.err;
   const auto a = nlohmann::json::parse(first.out)["result"];
@@ -244,7 +245,8 @@ TEST(ReplayCli, PersistTwiceStartsTheSecondRunWarmFromG3) {
   // The second run starts with the first run's blocks in G3 and serves them,
   // every one verified byte for byte.
   EXPECT_GT(b["recovered_blocks"].get<std::uint64_t>(), 0U);
-  EXPECT_GT(b["hits"]["G3"]["blocks"].get<std::uint64_t>(), a["hits"]["G3"]["blocks"].get<std::uint64_t>());
+  EXPECT_GT(b["hits"]["G3"]["blocks"].get<std::uint64_t>(),
+            a["hits"]["G3"]["blocks"].get<std::uint64_t>());
   EXPECT_EQ(b["verification"]["failures"], 0);
   EXPECT_EQ(b["verification"]["blocks"], b["hits"]["total"]["blocks"]);
   EXPECT_EQ(b["audit"], "");
@@ -302,7 +304,9 @@ TEST(ReplayCli, PersistNeedsADiskDirectory) {
   const test::ScratchDir dir("kvbm-cli-persist-dir");
   const Outcome r = run({"--persist", "--quiet"}, dir.path());
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_NE(r.err.find("--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR"), std::string::npos)
+  EXPECT_NE(
+      r.err.find("--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR"),
+      std::string::npos)
       << r.err;
 }
 

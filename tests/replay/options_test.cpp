@@ -259,7 +259,8 @@ TEST(ReplayOptions, ModelPresetsSetTheRealLayout) {
 TEST(ReplayOptions, OverlapOffloadNeedsWriteThrough) {
   std::string error;
   (void)parse({"--overlap-offload"}, error);
-  EXPECT_NE(error.find("--overlap-offload applies to write-through copies"), std::string::npos) << error;
+  EXPECT_NE(error.find("--overlap-offload applies to write-through copies"), std::string::npos)
+      << error;
   const Options o = parse({"--overlap-offload", "--offload-mode", "write_through"}, error);
   EXPECT_EQ(error, "");
   EXPECT_TRUE(o.overlap_offload);
@@ -267,14 +268,16 @@ TEST(ReplayOptions, OverlapOffloadNeedsWriteThrough) {
 
 TEST(ReplayOptions, SavingsInputsArePositiveNumbers) {
   std::string error;
-  const Options o = parse({"--prefill-tokens-per-s", "12000", "--g2-gbps", "50", "--g3-gbps", "3.5"}, error);
+  const Options o =
+      parse({"--prefill-tokens-per-s", "12000", "--g2-gbps", "50", "--g3-gbps", "3.5"}, error);
   ASSERT_EQ(error, "");
   EXPECT_EQ(o.prefill_tokens_per_s, 12000);
   EXPECT_EQ(o.g2_gb_per_s, 50);
   EXPECT_EQ(o.g3_gb_per_s, 3.5);
   for (const char* bad : {"0", "-3", "fast", "1e999", "nan"}) {
     (void)parse({"--g3-gbps", bad}, error);
-    EXPECT_NE(error.find("--g3-gbps: expected a positive number"), std::string::npos) << bad << ": " << error;
+    EXPECT_NE(error.find("--g3-gbps: expected a positive number"), std::string::npos)
+        << bad << ": " << error;
   }
 }
 

@@ -240,9 +240,9 @@ TEST(ReplayTokenTrace, PromptSeenBeforeIsOnboardedFromG2) {
 
 // A G1 smaller than a request: the request takes what fits, the rest is uncached.
 TEST(ReplaySmallG1, RequestLongerThanG1KeepsWhatFits) {
-  std::istringstream in(
-      R"({"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1,2,3,4,5,6,7,8,9,10]})"
-      "\n");
+  std::istringstream in(R"({"timestamp": 0, "input_length": 40,)"
+                        R"( "output_length": 1, "hash_ids": [1,2,3,4,5,6,7,8,9,10]})"
+                        "\n");
   const Trace trace = read_trace(in, TraceOptions{.block_tokens = 4});
   ReplayConfig c;
   c.layout = LayoutConfig{

@@ -12,8 +12,8 @@ namespace {
 
 TEST(ReplaySavings, RecomputeAvoidedMinusLoadTime) {
   // 1,000 tokens/s; 1 GB/s from G2, 0.5 GB/s from G3; 1 MB blocks.
-  const SavingsInputs in{.prefill_tokens_per_s = 1000, .g2_gb_per_s = 1, .g3_gb_per_s = 0.5,
-                         .block_bytes = 1'000'000};
+  const SavingsInputs in{
+      .prefill_tokens_per_s = 1000, .g2_gb_per_s = 1, .g3_gb_per_s = 0.5, .block_bytes = 1'000'000};
   const Savings s = estimate_savings({10, 20, 30}, {5000, 10000, 15000}, in);
   EXPECT_EQ(s.tokens_not_recomputed, 30000u);
   EXPECT_DOUBLE_EQ(s.recompute_s[0], 5.0);
@@ -26,7 +26,9 @@ TEST(ReplaySavings, RecomputeAvoidedMinusLoadTime) {
 }
 
 TEST(ReplaySavings, ATierSlowerThanRecomputingCostsTime) {
-  const SavingsInputs in{.prefill_tokens_per_s = 1e6, .g2_gb_per_s = 1, .g3_gb_per_s = 0.001,
+  const SavingsInputs in{.prefill_tokens_per_s = 1e6,
+                         .g2_gb_per_s = 1,
+                         .g3_gb_per_s = 0.001,
                          .block_bytes = 64ull << 20};
   const Savings s = estimate_savings({0, 0, 1}, {0, 0, 512}, in);
   EXPECT_LT(s.saved_s, 0.0);

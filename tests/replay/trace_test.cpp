@@ -24,11 +24,12 @@ Trace read(const std::string& text, std::uint32_t block_tokens = 4) {
 }
 
 TEST(ReplayTrace, ReadsBlockIdLinesAsChainedSequenceHashes) {
-  const Trace t = read(
-      R"({"timestamp": 10, "input_length": 9, "output_length": 3, "hash_ids": [7, 8, 9]})"
-      "\n"
-      R"({"timestamp": 12.5, "input_length": 4, "output_length": 0, "hash_ids": [7], "extra": "ignored"})"
-      "\n");
+  const Trace t =
+      read(R"({"timestamp": 10, "input_length": 9, "output_length": 3, "hash_ids": [7, 8, 9]})"
+           "\n"
+           R"({"timestamp": 12.5, "input_length": 4,)"
+           R"( "output_length": 0, "hash_ids": [7], "extra": "ignored"})"
+           "\n");
   ASSERT_EQ(t.error_count, 0u);
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_EQ(t.lines, 2u);
@@ -173,29 +174,31 @@ TEST(ReplayTrace, LengthsOverTheLimitAreLineErrorsAndNeverReachTheTotals) {
   // an empty hash_ids passed and the length went into input_tokens.
   const std::string max = std::to_string(kMaxTraceTokens);
   const std::string over = std::to_string(kMaxTraceTokens + 1);
-  const Trace t = read(
-      R"({"timestamp": 0, "input_length": 18446744073709551615, "output_length": 1, "hash_ids": []})"
-      "\n"
-      R"({"timestamp": 0, "input_length": 18446744073709551613, "output_length": 1, "hash_ids": []})"
-      "\n"
-      R"({"timestamp": 0, "input_length": )" +
-      over +
-      R"(, "output_length": 1, "hash_ids": []})"
-      "\n"
-      R"({"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 1, "hash_ids": []})"
-      "\n"
-      R"({"timestamp": 0, "input_length": 4, "output_length": )" +
-      over +
-      R"(, "hash_ids": [1]})"
-      "\n"
-      R"({"timestamp": 0, "output_length": 1, "input_length": )" +
-      over +
-      R"(, "input_ids": [1]})"
-      "\n"
-      R"({"timestamp": 0, "input_length": 4, "output_length": )" +
-      max +
-      R"(, "hash_ids": [1]})"
-      "\n");
+  const Trace t = read(R"({"timestamp": 0, "input_length": 18446744073709551615,)"
+                       R"( "output_length": 1, "hash_ids": []})"
+                       "\n"
+                       R"({"timestamp": 0, "input_length": 18446744073709551613,)"
+                       R"( "output_length": 1, "hash_ids": []})"
+                       "\n"
+                       R"({"timestamp": 0, "input_length": )" +
+                       over +
+                       R"(, "output_length": 1, "hash_ids": []})"
+                       "\n"
+                       R"({"timestamp": 0, "input_length": 99999999999999999999999,)"
+                       R"( "output_length": 1, "hash_ids": []})"
+                       "\n"
+                       R"({"timestamp": 0, "input_length": 4, "output_length": )" +
+                       over +
+                       R"(, "hash_ids": [1]})"
+                       "\n"
+                       R"({"timestamp": 0, "output_length": 1, "input_length": )" +
+                       over +
+                       R"(, "input_ids": [1]})"
+                       "\n"
+                       R"({"timestamp": 0, "input_length": 4, "output_length": )" +
+                       max +
+                       R"(, "hash_ids": [1]})"
+                       "\n");
   ASSERT_EQ(t.error_count, 6u);
   for (const auto& e : t.errors) {
     EXPECT_NE(e.message.find("over the limit of " + max), std::string::npos)

@@ -23,8 +23,8 @@
 namespace kvbm {
 namespace {
 
-using test::stress_scale;
 using test::scaled;
+using test::stress_scale;
 
 using namespace std::chrono_literals;
 

@@ -267,11 +267,21 @@ class Model {
     for (BlockId id = 0; id < blocks.size(); ++id) {
       const auto& b = blocks[id];
       switch (b.st) {
-        case St::kReset: ++r; break;
-        case St::kMutable: ++m; break;
-        case St::kActive: ++a; break;
-        case St::kInactive: ++i; break;
-        case St::kDuplicate: ++d; break;
+        case St::kReset:
+          ++r;
+          break;
+        case St::kMutable:
+          ++m;
+          break;
+        case St::kActive:
+          ++a;
+          break;
+        case St::kInactive:
+          ++i;
+          break;
+        case St::kDuplicate:
+          ++d;
+          break;
       }
       const bool registered = b.st == St::kActive || b.st == St::kInactive;
       if (registered && primary_of(b.hash) != id) return "model: registered block not primary";
@@ -307,8 +317,12 @@ class Model {
   void insert_inactive(BlockId id) {
     const SequenceHash& h = blocks[id].hash;
     switch (eviction_) {
-      case EvictionPolicy::kLru: lists_[0].push_back(id); break;
-      case EvictionPolicy::kMultiLevelLru: lists_[level_for(h)].push_back(id); break;
+      case EvictionPolicy::kLru:
+        lists_[0].push_back(id);
+        break;
+      case EvictionPolicy::kMultiLevelLru:
+        lists_[level_for(h)].push_back(id);
+        break;
       case EvictionPolicy::kLineage:
         if (!has_children(h.value())) lists_[0].push_back(id);  // else parked
         break;
@@ -361,7 +375,7 @@ class Model {
   EvictionPolicy eviction_;
   DuplicatePolicy duplicates_;
   const FrequencyTracker* tracker_;
-  std::vector<std::vector<BlockId>> lists_;  // least recent first
+  std::vector<std::vector<BlockId>> lists_;                    // least recent first
   std::unordered_map<std::uint64_t, std::uint32_t> children_;  // registered children per parent
 };
 
@@ -457,7 +471,9 @@ class Runner {
     const auto& seq = universe_.sequences[rng_() % universe_.sequences.size()];
     return {seq.data(), uniform(1, seq.size())};
   }
-  [[nodiscard]] std::size_t held() const { return mutables_.size() + completes_.size() + imms_.size(); }
+  [[nodiscard]] std::size_t held() const {
+    return mutables_.size() + completes_.size() + imms_.size();
+  }
 
   void step() {
     // Keep the pool under pressure without letting the test hold everything.
@@ -548,7 +564,8 @@ class Runner {
     for (const auto& [id, count] : handles) {
       ASSERT_EQ(model_.blocks[id].refs, count) << "block " << id << " " << ctx();
     }
-    for (const auto& m : mutables_) ASSERT_EQ(model_.blocks[m.block_id()].st, St::kMutable) << ctx();
+    for (const auto& m : mutables_)
+      ASSERT_EQ(model_.blocks[m.block_id()].st, St::kMutable) << ctx();
     for (const auto& c : completes_) {
       ASSERT_EQ(model_.blocks[c.block_id()].st, St::kMutable) << ctx();
     }
@@ -617,8 +634,8 @@ class Runner {
         EXPECT_TRUE(was_reset_[id] && model_.blocks[id].st == St::kReset)
             << "allocate(" << k << ") returned block " << id << " at " << i
             << ": neither free nor the next victim "
-            << (v < victims.size() ? std::to_string(victims[v]) : std::string("(none left)"))
-            << " " << ctx();
+            << (v < victims.size() ? std::to_string(victims[v]) : std::string("(none left)")) << " "
+            << ctx();
         if (::testing::Test::HasFailure()) return got;
       }
       model_.take_reset(id);  // victims are reset in the model until taken
@@ -652,7 +669,8 @@ class Runner {
     auto m = take_at(mutables_, rng_() % mutables_.size());
     const BlockId id = m.block_id();
     const SequenceHash h = any_hash();
-    auto r = std::move(m).stage(h, valid_size ? 16u : 15u + 2 * static_cast<std::uint32_t>(rng_() % 2));
+    auto r =
+        std::move(m).stage(h, valid_size ? 16u : 15u + 2 * static_cast<std::uint32_t>(rng_() % 2));
     ASSERT_EQ(r.ok(), valid_size) << ctx();
     if (!r.ok()) {
       auto err = std::move(r).error();
@@ -779,7 +797,8 @@ class Runner {
     for (const auto& c : staged) {
       const bool was_present = model_.primary_of(c.sequence_hash()).has_value();
       expected.push_back(model_.register_block(c.block_id(), c.sequence_hash()));
-      if (was_present) (config_.duplicates == DuplicatePolicy::kAllow ? dup_registrations_ : dedups_)++;
+      if (was_present)
+        (config_.duplicates == DuplicatePolicy::kAllow ? dup_registrations_ : dedups_)++;
     }
     auto got = manager_.register_blocks(std::move(staged));
     ASSERT_EQ(got.size(), expected.size()) << ctx();
@@ -879,8 +898,7 @@ class Runner {
     op_name_ = "upgrade";
     if (weaks_.empty()) return;
     const HeldWeak& w = weaks_[rng_() % weaks_.size()];
-    const auto expected =
-        model_.expected_upgrade(w.weak.block_id(), w.gen, w.weak.sequence_hash());
+    const auto expected = model_.expected_upgrade(w.weak.block_id(), w.gen, w.weak.sequence_hash());
     auto got = w.weak.upgrade();
     ++upgrades_;
     ASSERT_EQ(got.has_value(), expected.has_value())
@@ -965,7 +983,8 @@ TEST_P(RandomOps, MatchesReferenceModel) {
   SCOPED_TRACE("seed=" + std::to_string(seed) +
                " (rerun with KVBM_TEST_SEED=" + std::to_string(seed) + ")");
   const auto ops = std::max<std::size_t>(
-      2 * kDeepCheckEvery, static_cast<std::size_t>(static_cast<double>(kOpsPerConfig) * stress_scale()));
+      2 * kDeepCheckEvery,
+      static_cast<std::size_t>(static_cast<double>(kOpsPerConfig) * stress_scale()));
   Runner runner(GetParam(), seed);
   runner.run(ops);
 }

@@ -50,8 +50,8 @@
 namespace kvbm {
 namespace {
 
-using test::stress_scale;
 using test::scaled;
+using test::stress_scale;
 
 constexpr std::size_t kWorkers = 4;
 constexpr std::size_t kOpsPerWorker = 100'000;  // at scale 1.0
@@ -106,7 +106,9 @@ std::vector<std::vector<SequenceHash>> make_sequences(std::mt19937_64& rng, std:
 }
 
 std::shared_ptr<BlockRegistry> make_registry() {
-  return BlockRegistry::builder().frequency_tracker(std::make_shared<FrequencyTracker>(512)).build();
+  return BlockRegistry::builder()
+      .frequency_tracker(std::make_shared<FrequencyTracker>(512))
+      .build();
 }
 
 /// The handles of one request, in flight between threads.
@@ -243,13 +245,13 @@ struct Stats {
   std::atomic<bool> failed{false};
 };
 
-#define STRESS_CHECK(cond, ...)                                                   \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]] {                                                   \
+#define STRESS_CHECK(cond, ...)                                                          \
+  do {                                                                                   \
+    if (!(cond)) [[unlikely]] {                                                          \
       ADD_FAILURE() << "check failed: " #cond " " << __VA_ARGS__ << "; " << seed_note(); \
-      stats.failed.store(true);                                                   \
-      return;                                                                     \
-    }                                                                             \
+      stats.failed.store(true);                                                          \
+      return;                                                                            \
+    }                                                                                    \
   } while (false)
 
 struct MixedConfig {
@@ -326,8 +328,8 @@ void hand_on(BlockManager<G2>& m, std::vector<Exchange>& inboxes, std::size_t se
 }
 
 void mixed_worker(BlockManager<G2>& m, const std::vector<std::vector<SequenceHash>>& seqs,
-                  std::vector<Exchange>& inboxes, std::size_t self, WeakPool& weaks,
-                  Stats& stats, std::uint64_t seed, std::size_t ops) {
+                  std::vector<Exchange>& inboxes, std::size_t self, WeakPool& weaks, Stats& stats,
+                  std::uint64_t seed, std::size_t ops) {
   std::mt19937_64 rng(seed);
   const std::size_t total = m.total_blocks();
   for (std::size_t op = 0; op < ops && !stats.failed.load(std::memory_order_relaxed); ++op) {
@@ -477,12 +479,12 @@ TEST_P(StressMixedOps, FourThreadsShareOneManager) {
     for (auto& w : workers) w.join();
     watcher.stop();
     std::cout << "[stress] " << mixed_name(cfg) << ": " << kWorkers << "x" << ops
-              << " ops, count reads " << watcher.reads() << ", allocations "
-              << stats.allocations << " (failed " << stats.allocation_failures
-              << "), registrations " << stats.registrations << ", cross-thread drops "
-              << stats.cross_thread_drops << ", cross-thread registrations "
-              << stats.cross_thread_registrations << ", upgrades " << stats.upgrades_ok << "/"
-              << stats.upgrades << ", match hits " << stats.match_hits << std::endl;
+              << " ops, count reads " << watcher.reads() << ", allocations " << stats.allocations
+              << " (failed " << stats.allocation_failures << "), registrations "
+              << stats.registrations << ", cross-thread drops " << stats.cross_thread_drops
+              << ", cross-thread registrations " << stats.cross_thread_registrations
+              << ", upgrades " << stats.upgrades_ok << "/" << stats.upgrades << ", match hits "
+              << stats.match_hits << std::endl;
   }
   ASSERT_FALSE(stats.failed.load());
   EXPECT_GT(stats.cross_thread_drops.load(), 0u);
@@ -569,8 +571,7 @@ TEST(Stress, WeakUpgradesRaceWithEvictions) {
       stats.upgrades_ok.fetch_add(1, std::memory_order_relaxed);
       STRESS_CHECK(got->sequence_hash() == w->sequence_hash(),
                    "upgrade of " << w->sequence_hash().value() << " returned block "
-                                 << got->block_id() << " holding "
-                                 << got->sequence_hash().value());
+                                 << got->block_id() << " holding " << got->sequence_hash().value());
       std::this_thread::yield();  // hold it while the evictor runs
       STRESS_CHECK(got->sequence_hash() == w->sequence_hash(), "hash changed while held");
       STRESS_CHECK(got->use_count() >= 1, "held block with no reference");
@@ -668,7 +669,8 @@ TEST(Stress, ManagerDestroyedWhileOtherThreadsHoldBlocks) {
       start.arrive_and_wait();
       if (variant != 0) manager_gone.wait();
       if (variant != 0) {  // the manager is gone: upgrades must fail
-        for (const auto& w : weak[h]) STRESS_CHECK(!w.upgrade().has_value(), "upgrade after destruction");
+        for (const auto& w : weak[h])
+          STRESS_CHECK(!w.upgrade().has_value(), "upgrade after destruction");
       }
       while (!b.empty()) {
         switch (hr() % 5) {
@@ -714,7 +716,8 @@ TEST(Stress, ManagerDestroyedWhileOtherThreadsHoldBlocks) {
         }
         if (variant == 0 && hr() % 4 == 0) {
           for (const auto& w : weak[h]) {
-            if (auto up = w.upgrade()) STRESS_CHECK(up->sequence_hash() == w.sequence_hash(), "racing upgrade");
+            if (auto up = w.upgrade())
+              STRESS_CHECK(up->sequence_hash() == w.sequence_hash(), "racing upgrade");
           }
         }
       }

@@ -29,8 +29,6 @@
 //
 // KVBM_STRESS_SCALE < 1 (sanitizer builds) replays only the unlimited case.
 
-#include <gtest/gtest.h>
-
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +43,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
@@ -135,11 +135,11 @@ const Trace* trace() {
   return t ? &*t : nullptr;
 }
 
-#define KVBM_REQUIRE_TRACE()                                                               \
-  const Trace* const tr = trace();                                                         \
-  if (tr == nullptr) {                                                                     \
-    GTEST_SKIP() << "conversation_trace.jsonl not found in " KVBM_SOURCE_DIR              \
-                    "/examples/data/ or " KVBM_SHARED_DIR "/data/; nothing to replay";     \
+#define KVBM_REQUIRE_TRACE()                                                           \
+  const Trace* const tr = trace();                                                     \
+  if (tr == nullptr) {                                                                 \
+    GTEST_SKIP() << "conversation_trace.jsonl not found in " KVBM_SOURCE_DIR           \
+                    "/examples/data/ or " KVBM_SHARED_DIR "/data/; nothing to replay"; \
   }
 
 enum class Mode { kAllocateMisses, kTouchCachedTail };
@@ -281,15 +281,17 @@ class TraceReplayLru : public ::testing::TestWithParam<Capacity> {
     auto m = make_manager(c.blocks, EvictionPolicy::kLru);
     const ReplayResult r = replay(*tr, m, mode);
     const double ratio = static_cast<double>(r.hits) / static_cast<double>(r.blocks);
-    const double reference = static_cast<double>(c.reference_hits) / static_cast<double>(kTotalBlocks);
-    std::cout << "[trace_replay] lru " << c.blocks << " blocks, " << mode_name << ": hits " << r.hits
-              << " of " << r.blocks << " (" << ratio << "; reference " << c.reference_hits << ", "
-              << reference << ")" << std::endl;
+    const double reference =
+        static_cast<double>(c.reference_hits) / static_cast<double>(kTotalBlocks);
+    std::cout << "[trace_replay] lru " << c.blocks << " blocks, " << mode_name << ": hits "
+              << r.hits << " of " << r.blocks << " (" << ratio << "; reference " << c.reference_hits
+              << ", " << reference << ")" << std::endl;
     RecordProperty("hits", std::to_string(r.hits));
     EXPECT_EQ(r.requests, kRequests);
     EXPECT_EQ(r.blocks, kTotalBlocks);
     EXPECT_EQ(r.uncached, 0u);
-    EXPECT_NEAR(ratio, reference, 0.01) << "hits " << r.hits << " vs reference " << c.reference_hits;
+    EXPECT_NEAR(ratio, reference, 0.01)
+        << "hits " << r.hits << " vs reference " << c.reference_hits;
     if (mode == Mode::kTouchCachedTail) {
       // Same touch and eviction order as the reference, block for block.
       EXPECT_EQ(r.hits, c.reference_hits);

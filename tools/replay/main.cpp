@@ -44,7 +44,6 @@ std::size_t resident_bytes() {
   return 0;
 }
 
-
 using namespace kvbm::replay;
 namespace fs = std::filesystem;
 
@@ -399,8 +398,10 @@ int main(int argc, char** argv) {
   } catch (const kvbm::UsageError& e) {
     fmt::print(stderr, "kvbm-replay: invalid configuration: {}\n", e.what());
     if (std::string_view(e.what()).find("cannot allocate") != std::string_view::npos) {
-      fmt::print(stderr, "kvbm-replay: a real model's blocks are large (--model): replay with --metadata-only, "
-                         "or give the tiers in bytes (--device-bytes 8GiB --host-bytes 32GiB ...)\n");
+      fmt::print(
+          stderr,
+          "kvbm-replay: a real model's blocks are large (--model): replay with --metadata-only, "
+          "or give the tiers in bytes (--device-bytes 8GiB --host-bytes 32GiB ...)\n");
     }
     return 2;
   } catch (const std::exception& e) {

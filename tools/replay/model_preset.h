@@ -18,13 +18,13 @@ namespace kvbm::replay {
 
 /// One model's KV layout and assumed prefill throughput.
 struct ModelPreset {
-  std::string_view name;       ///< --model value, e.g. "llama3-8b"
-  std::string_view label;      ///< e.g. "Llama 3 8B"
-  std::uint32_t layers;        ///< transformer layers
-  std::uint32_t kv_heads;      ///< key/value heads (GQA)
-  std::uint32_t head_dim;      ///< elements per head
-  std::uint32_t dtype_bytes;   ///< bytes per element (bf16: 2)
-  double params_billion;       ///< parameters, for the prefill throughput
+  std::string_view name;      ///< --model value, e.g. "llama3-8b"
+  std::string_view label;     ///< e.g. "Llama 3 8B"
+  std::uint32_t layers;       ///< transformer layers
+  std::uint32_t kv_heads;     ///< key/value heads (GQA)
+  std::uint32_t head_dim;     ///< elements per head
+  std::uint32_t dtype_bytes;  ///< bytes per element (bf16: 2)
+  double params_billion;      ///< parameters, for the prefill throughput
   /// Bytes of K and V for one token: layers x 2 x kv_heads x head_dim x dtype.
   [[nodiscard]] constexpr std::uint64_t bytes_per_token() const noexcept {
     return std::uint64_t{layers} * 2 * kv_heads * head_dim * dtype_bytes;

@@ -315,7 +315,8 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       KVBM_TAKE("a model name");
       if (!find_model_preset(v)) {
         std::string names;
-        for (const auto& m : model_presets()) names += (names.empty() ? "" : ", ") + std::string(m.name);
+        for (const auto& m : model_presets())
+          names += (names.empty() ? "" : ", ") + std::string(m.name);
         return fail("--model: unknown model '" + std::string(v) + "'; known: " + names);
       }
       o.model = std::string(v);
@@ -326,9 +327,12 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
       char* end = nullptr;
       errno = 0;
       x = std::strtod(text.c_str(), &end);
-      if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !(x > 0) || !std::isfinite(x))
+      if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !(x > 0) ||
+          !std::isfinite(x))
         return fail(std::string(arg) + ": expected a positive number, got '" + text + "'");
-      (arg == "--prefill-tokens-per-s" ? o.prefill_tokens_per_s : arg == "--g2-gbps" ? o.g2_gb_per_s : o.g3_gb_per_s) = x;
+      (arg == "--prefill-tokens-per-s" ? o.prefill_tokens_per_s
+       : arg == "--g2-gbps"            ? o.g2_gb_per_s
+                                       : o.g3_gb_per_s) = x;
     } else if (arg == "--hold-queued-blocks") {
       if (!flag()) return fail("--hold-queued-blocks takes no value");
       o.hold_queued_blocks = true;
@@ -405,13 +409,15 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
 #undef KVBM_U32
   }
   if (o.soak_seconds > 0 && (o.realtime || !o.sweep.empty()))
-    return fail("--soak replays as fast as possible, once per pass: not with --realtime or --sweep");
+    return fail(
+        "--soak replays as fast as possible, once per pass: not with --realtime or --sweep");
   if (kv_heads || head_dim) {
     if (inner_given) return fail("give --inner-dim or --kv-heads/--head-dim, not both");
     o.inner_dim = kv_heads.value_or(1) * head_dim.value_or(1);
   }
   if (!o.model.empty()) {
-    if (layout_given) return fail("--model fixes the layout: give --model or the layout options, not both");
+    if (layout_given)
+      return fail("--model fixes the layout: give --model or the layout options, not both");
     const ModelPreset m = *find_model_preset(o.model);
     o.layers = m.layers;
     o.outer_dim = 2;
@@ -443,8 +449,10 @@ Options parse_options(int argc, const char* const* argv, std::string& error) {
   if (!o.sweep_instances.empty() && o.sweep_routers.empty())
     o.sweep_routers = {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin,
                        router::RoutePolicy::kRandom};
-  if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough && o.g2_g3 != OffloadMode::kWriteThrough)
-    return fail("--overlap-offload applies to write-through copies: add --offload-mode write_through");
+  if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough &&
+      o.g2_g3 != OffloadMode::kWriteThrough)
+    return fail(
+        "--overlap-offload applies to write-through copies: add --offload-mode write_through");
   return o;
 }
 

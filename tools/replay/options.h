@@ -65,7 +65,7 @@ struct Options {
   double prefill_tokens_per_s = 0;  ///< savings estimate; 0 = the model's assumed figure
   double g2_gb_per_s = 25;          ///< savings estimate: G2 -> G1 bandwidth
   double g3_gb_per_s = 6;           ///< savings estimate: G3 -> G1 bandwidth
-  std::string disk_dir;  ///< "" = a temporary directory, removed at exit
+  std::string disk_dir;             ///< "" = a temporary directory, removed at exit
   bool metadata_only = false;
   bool realtime = false;
   double speed = 1.0;

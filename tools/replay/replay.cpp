@@ -389,159 +389,161 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   const auto start = Clock::now();
 
   for (std::size_t pass = 0;; ++pass) {
-  for (std::size_t ri = 0; ri < total; ++ri) {
-    if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
-    const TraceRequest& req = trace.requests[ri];
-    Instance& in = instances[cluster                ? cluster->route(req)
-                             : config.assign_random ? assign() % instances.size()
-                                                    : ri % instances.size()];
-    auto& kvbm = in.kvbm;
-    ReplayResult& r = in.r;
-    auto& onboarded = in.onboarded;
-    const Layout* g1_layout = in.g1_layout;
-    if (config.realtime &&
-        !sleep_until_or_stopped(start + due_offset(req.timestamp_ms, config.speed), config.stop)) {
-      break;
-    }
-    const std::size_t n = req.hashes.size();
-    ++r.requests;
-    r.blocks += n;
-    r.tokens += req.input_length;
-    held.clear();
-    held.resize(n);
+    for (std::size_t ri = 0; ri < total; ++ri) {
+      if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
+      const TraceRequest& req = trace.requests[ri];
+      Instance& in = instances[cluster                ? cluster->route(req)
+                               : config.assign_random ? assign() % instances.size()
+                                                      : ri % instances.size()];
+      auto& kvbm = in.kvbm;
+      ReplayResult& r = in.r;
+      auto& onboarded = in.onboarded;
+      const Layout* g1_layout = in.g1_layout;
+      if (config.realtime && !sleep_until_or_stopped(
+                                 start + due_offset(req.timestamp_ms, config.speed), config.stop)) {
+        break;
+      }
+      const std::size_t n = req.hashes.size();
+      ++r.requests;
+      r.blocks += n;
+      r.tokens += req.input_length;
+      held.clear();
+      held.resize(n);
 
-    // 1. The prefix held anywhere, each block from the fastest tier holding
-    //    it, brought into G1. A block after the prefix that G1 still holds
-    //    (its parent was evicted everywhere) is taken first, as an engine
-    //    recomputes into the cached block instead of allocating another.
-    OnboardCounts counts;
-    std::size_t prefix = 0;
-    std::vector<TierId> sources;
-    std::vector<std::optional<ImmutableBlock<G1>>> in_g1(n);  // after the prefix
-    if (n > 0) {
-      const std::size_t found = kvbm->probe(req.hashes).total();
-      if (found < n) {
-        const auto rest = std::span<const SequenceHash>(req.hashes).subspan(found);
-        auto cached = kvbm->device().scan_matches(rest);
-        std::size_t next = 0;
-        for (std::size_t i = 0; i < rest.size() && next < cached.size(); ++i) {
-          if (cached[next].sequence_hash().value() == rest[i].value()) in_g1[found + i] = std::move(cached[next++]);
+      // 1. The prefix held anywhere, each block from the fastest tier holding
+      //    it, brought into G1. A block after the prefix that G1 still holds
+      //    (its parent was evicted everywhere) is taken first, as an engine
+      //    recomputes into the cached block instead of allocating another.
+      OnboardCounts counts;
+      std::size_t prefix = 0;
+      std::vector<TierId> sources;
+      std::vector<std::optional<ImmutableBlock<G1>>> in_g1(n);  // after the prefix
+      if (n > 0) {
+        const std::size_t found = kvbm->probe(req.hashes).total();
+        if (found < n) {
+          const auto rest = std::span<const SequenceHash>(req.hashes).subspan(found);
+          auto cached = kvbm->device().scan_matches(rest);
+          std::size_t next = 0;
+          for (std::size_t i = 0; i < rest.size() && next < cached.size(); ++i) {
+            if (cached[next].sequence_hash().value() == rest[i].value())
+              in_g1[found + i] = std::move(cached[next++]);
+          }
         }
+        OnboardHandle h = kvbm->onboard(req.hashes);
+        h.wait();
+        counts = h.counts();
+        sources = h.sources();
+        auto blocks = h.take_blocks();
+        prefix = blocks.size();
+        for (std::size_t i = 0; i < prefix; ++i) held[i] = std::move(blocks[i]);
       }
-      OnboardHandle h = kvbm->onboard(req.hashes);
-      h.wait();
-      counts = h.counts();
-      sources = h.sources();
-      auto blocks = h.take_blocks();
-      prefix = blocks.size();
-      for (std::size_t i = 0; i < prefix; ++i) held[i] = std::move(blocks[i]);
-    }
-    r.hit_blocks[0] += counts.device;
-    r.hit_blocks[1] += counts.host;
-    r.hit_blocks[2] += counts.disk;
-    r.remote_hit_blocks += counts.remote;
-    onboarded[0] += counts.host;
-    onboarded[1] += counts.disk;
-    r.onboard_failed += counts.failed;
-    r.onboard_no_space += counts.no_space;
-    // Token hits: each prefix block's own tokens (a partial last block holds
-    // fewer), charged to the tier it came from.
-    for (std::size_t i = 0; i < prefix; ++i) {
-      const std::uint64_t tokens = req.tokens_in_block(i, bt);
-      if (sources[i] == TierId::kG4) {
-        r.remote_hit_tokens += tokens;
-      } else {
-        r.hit_tokens[static_cast<std::size_t>(sources[i]) - 1] += tokens;
-      }
-    }
-    std::uint64_t failures = 0;
-    if (g1_layout != nullptr) {
-      for (std::size_t i = 0; i < prefix; ++i) {
-        ++r.verified_blocks;
-        if (!verify_block(*g1_layout, held[i]->block_id(), req.hashes[i].value())) ++failures;
-      }
-      r.verify_failures += failures;
-    }
-
-    // 2. The rest is computed: blocks G1 still holds are recomputed in place,
-    //    the others need G1 blocks; take what fits when G1 is short.
-    std::size_t reused = 0;
-    for (std::size_t i = prefix; i < n; ++i) {
-      if (in_g1[i]) {
-        held[i] = std::move(in_g1[i]);
-        ++reused;
-      }
-    }
-    r.computed_blocks += reused;
-    std::vector<std::size_t> missing;
-    for (std::size_t i = prefix; i < n; ++i) {
-      if (!held[i]) missing.push_back(i);
-    }
-    std::size_t need = missing.size();
-    if (need > 0) {
-      auto& g1 = kvbm->device();
-      auto allocate = [&g1](std::size_t k) -> std::optional<std::vector<MutableBlock<G1>>> {
-        if (k == 0 || k > g1.total_blocks()) return std::nullopt;
-        return g1.allocate_blocks(k);
-      };
-      auto fresh = allocate(need);
-      if (!fresh) {
-        kvbm->drain();  // blocks in flight to G2 are held by the pipeline
-        fresh = allocate(need);
-      }
-      if (!fresh) {
-        std::size_t fit = std::min(need, g1.available_blocks());
-        fresh = allocate(fit);
-        if (!fresh) fit = 0;
-        r.uncached_blocks += need - fit;
-        need = fit;
-      }
-      // 3. Compute, stage, register (offloads in write-through mode).
-      if (need > 0) {
-        staged.clear();
-        staged.reserve(need);
-        for (std::size_t k = 0; k < need; ++k) {
-          const SequenceHash& hash = req.hashes[missing[k]];
-          if (g1_layout != nullptr) write_block(*g1_layout, (*fresh)[k].block_id(), hash.value());
-          auto s = std::move((*fresh)[k]).stage(hash, bt);
-          KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
-          staged.push_back(std::move(s).value());
-        }
-        r.computed_blocks += need;
-        auto registered = kvbm->register_blocks(std::move(staged));
-        for (std::size_t k = 0; k < registered.size(); ++k) held[missing[k]] = std::move(registered[k]);
-      }
-    }
-
-    // 4. The forward pass outlasts the copies: they land while the request
-    //    still holds its blocks (unless --overlap-offload). Then release
-    //    front to back.
-    if (settle) kvbm->drain();
-    for (auto& b : held) b.reset();
-    in.series->add(n, counts, failures);
-    if (cluster) {
-      // Its prefill in the simulation, then its events reach the index.
-      std::array<std::uint64_t, 5> tier_tokens{};
-      std::uint64_t hit_tokens = 0;
+      r.hit_blocks[0] += counts.device;
+      r.hit_blocks[1] += counts.host;
+      r.hit_blocks[2] += counts.disk;
+      r.remote_hit_blocks += counts.remote;
+      onboarded[0] += counts.host;
+      onboarded[1] += counts.disk;
+      r.onboard_failed += counts.failed;
+      r.onboard_no_space += counts.no_space;
+      // Token hits: each prefix block's own tokens (a partial last block holds
+      // fewer), charged to the tier it came from.
       for (std::size_t i = 0; i < prefix; ++i) {
         const std::uint64_t tokens = req.tokens_in_block(i, bt);
-        tier_tokens[static_cast<std::size_t>(sources[i])] += tokens;
-        hit_tokens += tokens;
+        if (sources[i] == TierId::kG4) {
+          r.remote_hit_tokens += tokens;
+        } else {
+          r.hit_tokens[static_cast<std::size_t>(sources[i]) - 1] += tokens;
+        }
       }
-      cluster->completed(tier_tokens, prefix,
-                         req.input_length > hit_tokens ? req.input_length - hit_tokens : 0);
+      std::uint64_t failures = 0;
+      if (g1_layout != nullptr) {
+        for (std::size_t i = 0; i < prefix; ++i) {
+          ++r.verified_blocks;
+          if (!verify_block(*g1_layout, held[i]->block_id(), req.hashes[i].value())) ++failures;
+        }
+        r.verify_failures += failures;
+      }
+
+      // 2. The rest is computed: blocks G1 still holds are recomputed in place,
+      //    the others need G1 blocks; take what fits when G1 is short.
+      std::size_t reused = 0;
+      for (std::size_t i = prefix; i < n; ++i) {
+        if (in_g1[i]) {
+          held[i] = std::move(in_g1[i]);
+          ++reused;
+        }
+      }
+      r.computed_blocks += reused;
+      std::vector<std::size_t> missing;
+      for (std::size_t i = prefix; i < n; ++i) {
+        if (!held[i]) missing.push_back(i);
+      }
+      std::size_t need = missing.size();
+      if (need > 0) {
+        auto& g1 = kvbm->device();
+        auto allocate = [&g1](std::size_t k) -> std::optional<std::vector<MutableBlock<G1>>> {
+          if (k == 0 || k > g1.total_blocks()) return std::nullopt;
+          return g1.allocate_blocks(k);
+        };
+        auto fresh = allocate(need);
+        if (!fresh) {
+          kvbm->drain();  // blocks in flight to G2 are held by the pipeline
+          fresh = allocate(need);
+        }
+        if (!fresh) {
+          std::size_t fit = std::min(need, g1.available_blocks());
+          fresh = allocate(fit);
+          if (!fresh) fit = 0;
+          r.uncached_blocks += need - fit;
+          need = fit;
+        }
+        // 3. Compute, stage, register (offloads in write-through mode).
+        if (need > 0) {
+          staged.clear();
+          staged.reserve(need);
+          for (std::size_t k = 0; k < need; ++k) {
+            const SequenceHash& hash = req.hashes[missing[k]];
+            if (g1_layout != nullptr) write_block(*g1_layout, (*fresh)[k].block_id(), hash.value());
+            auto s = std::move((*fresh)[k]).stage(hash, bt);
+            KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
+            staged.push_back(std::move(s).value());
+          }
+          r.computed_blocks += need;
+          auto registered = kvbm->register_blocks(std::move(staged));
+          for (std::size_t k = 0; k < registered.size(); ++k)
+            held[missing[k]] = std::move(registered[k]);
+        }
+      }
+
+      // 4. The forward pass outlasts the copies: they land while the request
+      //    still holds its blocks (unless --overlap-offload). Then release
+      //    front to back.
+      if (settle) kvbm->drain();
+      for (auto& b : held) b.reset();
+      in.series->add(n, counts, failures);
+      if (cluster) {
+        // Its prefill in the simulation, then its events reach the index.
+        std::array<std::uint64_t, 5> tier_tokens{};
+        std::uint64_t hit_tokens = 0;
+        for (std::size_t i = 0; i < prefix; ++i) {
+          const std::uint64_t tokens = req.tokens_in_block(i, bt);
+          tier_tokens[static_cast<std::size_t>(sources[i])] += tokens;
+          hit_tokens += tokens;
+        }
+        cluster->completed(tier_tokens, prefix,
+                           req.input_length > hit_tokens ? req.input_length - hit_tokens : 0);
+      }
+      if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
+        config.progress(ri + 1, total);
+      }
     }
-    if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
-      config.progress(ri + 1, total);
-    }
-  }
-  if (config.soak_seconds <= 0) break;
-  auto& kvbm = instances[0].kvbm;
-  kvbm->drain();
-  if (config.on_pass) config.on_pass(pass, instances[0].r, *kvbm);
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  if (elapsed >= config.soak_seconds) break;
-  if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
+    if (config.soak_seconds <= 0) break;
+    auto& kvbm = instances[0].kvbm;
+    kvbm->drain();
+    if (config.on_pass) config.on_pass(pass, instances[0].r, *kvbm);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (elapsed >= config.soak_seconds) break;
+    if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
   }
   for (auto& in : instances) in.kvbm->drain();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();

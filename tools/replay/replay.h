@@ -150,8 +150,8 @@ struct ReplayResult {
   bool move_bytes = false;
   bool hold_queued_blocks = false;
   bool overlap_offload = false;
-  std::string model;             ///< the --model preset, or "" (the layout options)
-  bool persist = false;          ///< G3 kept across runs
+  std::string model;     ///< the --model preset, or "" (the layout options)
+  bool persist = false;  ///< G3 kept across runs
   /// Blocks a persistent G3 held at the start (all instances' together).
   std::uint64_t recovered_blocks = 0;
   SavingsInputs savings_inputs;  ///< the cost model of the savings estimate

@@ -135,10 +135,11 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
         r.per_instance.empty() ? "the directory" : "the instances' directories (instance-<i>)");
   }
   if (!r.model.empty()) {
-    out << fmt::format("  model {}: {} per block\n", r.model, human_bytes(static_cast<double>(r.block_bytes)));
+    out << fmt::format("  model {}: {} per block\n", r.model,
+                       human_bytes(static_cast<double>(r.block_bytes)));
   }
-  out << fmt::format("  offload G1->G2 {}, G2->G3 {}{}{}   {}\n\n", r.device_to_host, r.host_to_disk,
-                     r.hold_queued_blocks ? " (queued blocks held)" : "",
+  out << fmt::format("  offload G1->G2 {}, G2->G3 {}{}{}   {}\n\n", r.device_to_host,
+                     r.host_to_disk, r.hold_queued_blocks ? " (queued blocks held)" : "",
                      r.overlap_offload ? " (copies overlap the requests)" : "",
                      !r.move_bytes       ? "metadata only (no bytes moved)"
                      : r.device_emulated ? "bytes moved, G1 in host memory (no GPU)"
@@ -196,13 +197,16 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   out << "\n";
   {
     const Savings sv = estimate_savings(r.hit_blocks, r.hit_tokens, r.savings_inputs);
-    out << fmt::format("  what kvbm saved: {} prefill tokens not recomputed ({:.1f}% of the prompt tokens)\n",
-                       group_digits(sv.tokens_not_recomputed), 100 * ratio(sv.tokens_not_recomputed, r.tokens));
     out << fmt::format(
-        "  estimate: {:.0f} s of prefill avoided ({:.0f} tokens/s), minus {:.1f} s loading G2 hits at {} GB/s "
+        "  what kvbm saved: {} prefill tokens not recomputed ({:.1f}% of the prompt tokens)\n",
+        group_digits(sv.tokens_not_recomputed), 100 * ratio(sv.tokens_not_recomputed, r.tokens));
+    out << fmt::format(
+        "  estimate: {:.0f} s of prefill avoided ({:.0f} tokens/s), minus {:.1f} s loading G2 hits "
+        "at {} GB/s "
         "and {:.1f} s loading G3 hits at {} GB/s: {:.0f} s saved\n\n",
-        sv.recompute_s[0] + sv.recompute_s[1] + sv.recompute_s[2], r.savings_inputs.prefill_tokens_per_s,
-        sv.load_s[1], r.savings_inputs.g2_gb_per_s, sv.load_s[2], r.savings_inputs.g3_gb_per_s, sv.saved_s);
+        sv.recompute_s[0] + sv.recompute_s[1] + sv.recompute_s[2],
+        r.savings_inputs.prefill_tokens_per_s, sv.load_s[1], r.savings_inputs.g2_gb_per_s,
+        sv.load_s[2], r.savings_inputs.g3_gb_per_s, sv.saved_s);
   }
   out << fmt::format(
       "  computed {} blocks, uncached {} (G1 full), onboarding: {} failed, {} without room in G1\n",

@@ -32,10 +32,10 @@ struct SavingsInputs {
 
 /// The estimate for one replay.
 struct Savings {
-  std::uint64_t tokens_not_recomputed = 0;   ///< exact
-  std::array<double, 3> recompute_s{};       ///< prefill time of each tier's hit tokens
-  std::array<double, 3> load_s{};            ///< time to bring each tier's hits to G1 (G1: 0)
-  double saved_s = 0;                        ///< sum of recompute - load over the tiers
+  std::uint64_t tokens_not_recomputed = 0;  ///< exact
+  std::array<double, 3> recompute_s{};      ///< prefill time of each tier's hit tokens
+  std::array<double, 3> load_s{};           ///< time to bring each tier's hits to G1 (G1: 0)
+  double saved_s = 0;                       ///< sum of recompute - load over the tiers
 };
 
 /// Computes the estimate from the hits per tier (blocks and tokens).

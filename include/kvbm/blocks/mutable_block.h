@@ -72,10 +72,10 @@ class [[nodiscard]] MutableBlock {
   /// Stages from a full token block (anything with tokens() and
   /// sequence_hash()); the token count must equal the pool's block size.
   template <class TokenBlockLike>
-    requires requires(const TokenBlockLike& b) {
-      { b.tokens().size() } -> std::convertible_to<std::size_t>;
-      { b.sequence_hash() } -> std::convertible_to<SequenceHash>;
-    }
+  requires requires(const TokenBlockLike& b) {
+    { b.tokens().size() } -> std::convertible_to<std::size_t>;
+    { b.sequence_hash() } -> std::convertible_to<SequenceHash>;
+  }
   Result<CompleteBlock<T>, StageError<T>> complete(const TokenBlockLike& token_block) && {
     return std::move(*this).stage(token_block.sequence_hash(),
                                   static_cast<std::uint32_t>(token_block.tokens().size()));
@@ -119,8 +119,9 @@ Result<CompleteBlock<T>, StageError<T>> MutableBlock<T>::stage(const SequenceHas
                                                                std::uint32_t block_size) && {
   check("stage");
   if (block_size != store_->block_size()) {
-    std::string reason = detail::concat("block size mismatch: the block holds ", store_->block_size(),
-                                        " tokens but ", block_size, " were given");
+    std::string reason =
+        detail::concat("block size mismatch: the block holds ", store_->block_size(),
+                       " tokens but ", block_size, " were given");
     return StageError<T>{std::move(*this), std::move(reason)};
   }
   store_->note_staged(hash);

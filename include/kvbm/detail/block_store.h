@@ -52,12 +52,12 @@ enum class DuplicatePolicy : std::uint8_t {
 /// A consistent snapshot of a pool's block accounting.
 struct PoolCounts {
   std::size_t total = 0;
-  std::size_t reset = 0;       ///< free blocks
-  std::size_t inactive = 0;    ///< registered, unreferenced, matchable
-  std::size_t evictable = 0;   ///< of inactive: evictable without first evicting others
-  std::size_t in_use = 0;      ///< held by handles (mutable, complete or immutable)
-  std::size_t mutable_out = 0; ///< of in_use: mutable or complete handles
-  std::size_t immutable_out = 0; ///< of in_use: registered blocks with strong handles
+  std::size_t reset = 0;          ///< free blocks
+  std::size_t inactive = 0;       ///< registered, unreferenced, matchable
+  std::size_t evictable = 0;      ///< of inactive: evictable without first evicting others
+  std::size_t in_use = 0;         ///< held by handles (mutable, complete or immutable)
+  std::size_t mutable_out = 0;    ///< of in_use: mutable or complete handles
+  std::size_t immutable_out = 0;  ///< of in_use: registered blocks with strong handles
 
   /// Returns true when reset + inactive + in use == total.
   [[nodiscard]] bool balanced() const noexcept { return reset + inactive + in_use == total; }
@@ -70,23 +70,23 @@ namespace detail {
 enum class SlotState : std::uint8_t { kReset, kMutable, kActive, kInactive, kDuplicate };
 
 struct Slot {
-  SequenceHash hash;                 // valid in kActive, kInactive, kDuplicate
+  SequenceHash hash;                   // valid in kActive, kInactive, kDuplicate
   std::atomic<std::uint32_t> refs{0};  // strong ImmutableBlock handles
-  std::uint32_t generation = 0;      // bumped each time the block returns to reset
+  std::uint32_t generation = 0;        // bumped each time the block returns to reset
   SlotState state = SlotState::kReset;
 };
 
 /// Result of registering a staged block.
 struct RegisterOutcome {
-  BlockId id;        ///< the block the caller now holds a strong reference to
-  bool deduplicated; ///< true when an existing block was returned (Reject)
+  BlockId id;         ///< the block the caller now holds a strong reference to
+  bool deduplicated;  ///< true when an existing block was returned (Reject)
 };
 
 /// One block of a batch registration: the staged block and its hash in,
 /// the outcome out.
 struct Registration {
-  BlockId id;            ///< in: the staged block; out: the block now held
-  SequenceHash hash;     ///< in
+  BlockId id;                 ///< in: the staged block; out: the block now held
+  SequenceHash hash;          ///< in
   bool deduplicated = false;  ///< out: true when an existing block was returned
   /// in: the block's tokens for the listeners (on_stored_with_tokens); empty
   /// when the caller gave none. Valid during the registration only.

@@ -50,7 +50,7 @@ class HugePageAllocator {
       return static_cast<T*>(p);
     }
 #endif
-    return static_cast<T*>(::operator new(bytes, std::align_val_t{alignof(T)}));
+    return static_cast<T*>(::operator new (bytes, std::align_val_t{alignof(T)}));
   }
 
   void deallocate(T* p, std::size_t n) noexcept {
@@ -60,7 +60,7 @@ class HugePageAllocator {
       return;
     }
 #endif
-    ::operator delete(p, std::align_val_t{alignof(T)});
+    ::operator delete (p, std::align_val_t{alignof(T)});
   }
 
   template <class U>

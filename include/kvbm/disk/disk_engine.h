@@ -99,11 +99,12 @@ struct DiskEngineOptions {
 /// Counters of a disk engine since it was built. Each field is read
 /// atomically; the set is not one snapshot.
 struct DiskEngineStats {
-  std::uint64_t batches = 0;       ///< batches completed
-  std::uint64_t blocks = 0;        ///< pairs copied successfully
-  std::uint64_t failed_blocks = 0; ///< pairs that failed (I/O error or checksum mismatch)
-  std::uint64_t bytes = 0;         ///< block bytes copied by successful pairs
-  std::uint64_t unstaged_writes = 0;  ///< successful writes made straight from host memory (no staging copy)
+  std::uint64_t batches = 0;        ///< batches completed
+  std::uint64_t blocks = 0;         ///< pairs copied successfully
+  std::uint64_t failed_blocks = 0;  ///< pairs that failed (I/O error or checksum mismatch)
+  std::uint64_t bytes = 0;          ///< block bytes copied by successful pairs
+  std::uint64_t unstaged_writes =
+      0;  ///< successful writes made straight from host memory (no staging copy)
 };
 
 namespace detail {
@@ -128,7 +129,8 @@ class DiskWriteEngine final : public TransferEngine {
   [[nodiscard]] std::string_view name() const noexcept override;
   /// Queues pairs (src: host block, dst: disk block). Throws UsageError when
   /// the batch is empty, an id is out of range or a disk block repeats.
-  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override;
+  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
+      std::span<const TransferPair> pairs) override;
   /// Returns the counts of its series; nullopt without options.registry.
   [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
   /// Returns the engine's counters.
@@ -160,7 +162,8 @@ class DiskReadEngine final : public TransferEngine {
   [[nodiscard]] std::string_view name() const noexcept override;
   /// Queues pairs (src: disk block, dst: host block). Throws UsageError when
   /// the batch is empty, an id is out of range or a host block repeats.
-  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override;
+  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
+      std::span<const TransferPair> pairs) override;
   /// Returns the counts of its series; nullopt without options.registry.
   [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
   /// Returns the engine's counters.

@@ -27,15 +27,16 @@ namespace kvbm {
 
 /// Why recovery did not accept a slot.
 enum class SlotDiscard : std::uint8_t {
-  kAbsent,          ///< no header: never written, invalidated before a rewrite, or torn before its header
-  kHeaderChecksum,  ///< a header whose own checksum fails (bit rot, a torn or foreign sector)
-  kFormatVersion,   ///< a whole header of another format version
-  kGeometry,        ///< a header recording another block size
-  kWrongSlot,       ///< a header recording another slot number (a misplaced or copied sector)
-  kFingerprint,     ///< written for another layout or namespace
-  kPayloadChecksum, ///< the payload does not match the header's checksum (only with verify_payloads)
-  kIoError,         ///< the header (or payload) could not be read
-  kDuplicate,       ///< a second whole slot for a sequence hash already recovered from a lower slot
+  kAbsent,  ///< no header: never written, invalidated before a rewrite, or torn before its header
+  kHeaderChecksum,   ///< a header whose own checksum fails (bit rot, a torn or foreign sector)
+  kFormatVersion,    ///< a whole header of another format version
+  kGeometry,         ///< a header recording another block size
+  kWrongSlot,        ///< a header recording another slot number (a misplaced or copied sector)
+  kFingerprint,      ///< written for another layout or namespace
+  kPayloadChecksum,  ///< the payload does not match the header's checksum (only with
+                     ///< verify_payloads)
+  kIoError,          ///< the header (or payload) could not be read
+  kDuplicate,  ///< a second whole slot for a sequence hash already recovered from a lower slot
 };
 
 /// Number of SlotDiscard values.
@@ -48,8 +49,9 @@ inline constexpr std::size_t kSlotDiscardReasons = 9;
 enum class DiskFileState : std::uint8_t {
   kCreated,   ///< no file: a new, empty one was created
   kReopened,  ///< a file of this layout, namespace and size: its slots may be recovered
-  kResized,   ///< a file of this layout and namespace with another number of slots: resized, the common slots kept
-  kReset,     ///< a file of another format, layout, namespace or geometry: emptied, nothing recovered
+  kResized,   ///< a file of this layout and namespace with another number of slots: resized, the
+              ///< common slots kept
+  kReset,  ///< a file of another format, layout, namespace or geometry: emptied, nothing recovered
 };
 
 /// Returns the state's name ("created", "reopened", "resized", "reset").
@@ -66,8 +68,8 @@ struct RecoveredSlot {
 struct RecoverySummary {
   DiskFileState file = DiskFileState::kCreated;  ///< what create() found
   std::string reset_reason{};                    ///< why the file was reset (kReset only)
-  std::uint64_t scanned = 0;    ///< slots looked at: num_blocks()
-  std::uint64_t recovered = 0;  ///< slots returned
+  std::uint64_t scanned = 0;                     ///< slots looked at: num_blocks()
+  std::uint64_t recovered = 0;                   ///< slots returned
   /// Slots discarded, by SlotDiscard (every slot of a created or reset file is kAbsent).
   std::array<std::uint64_t, kSlotDiscardReasons> discarded{};
   /// kReset: why the whole file was refused (kHeaderChecksum: no valid
@@ -75,7 +77,7 @@ struct RecoverySummary {
   /// slots its superblock recorded (0 when unreadable).
   SlotDiscard reset_discard = SlotDiscard::kAbsent;
   std::uint64_t reset_slots = 0;
-  std::uint64_t bytes_read = 0;  ///< bytes read from the file
+  std::uint64_t bytes_read = 0;         ///< bytes read from the file
   std::chrono::nanoseconds elapsed{0};  ///< wall time of recover()
 
   /// Returns the slots discarded for `reason`.

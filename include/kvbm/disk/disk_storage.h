@@ -97,13 +97,13 @@ struct DiskStorageOptions {
   /// Scratch mode: must exist. Persistent mode: created 0700 when missing
   /// (its parent must exist); must belong to this user and not be world-writable.
   std::filesystem::path directory{};
-  LayoutConfig config{};            ///< the dimensions of one block
-  std::size_t num_blocks = 0;       ///< slots in the file
+  LayoutConfig config{};       ///< the dimensions of one block
+  std::size_t num_blocks = 0;  ///< slots in the file
   /// Empty: "kvbm-<pid>-<n>.slots" (scratch; must not exist yet) or
   /// "kvbm.slots" (persistent). A plain name, no '/'.
   std::string file_name{};
   DirectIo direct_io = DirectIo::kPreferred;
-  bool keep_file = false;           ///< scratch mode: keep the file (after fdatasync) at destruction
+  bool keep_file = false;  ///< scratch mode: keep the file (after fdatasync) at destruction
   /// Keep the file across restarts and crashes: open it when it exists,
   /// never remove it, write in the crash-consistent order; see recover().
   bool persistent = false;
@@ -116,16 +116,16 @@ struct DiskStorageOptions {
 
 /// The outcome of checking one header sector (DiskStorage::check_header).
 struct SlotHeaderCheck {
-  bool ok = false;                             ///< every check passed
-  SlotDiscard reason = SlotDiscard::kAbsent;   ///< why not, when !ok
-  std::uint64_t hash = 0;                      ///< the recorded sequence hash (when ok)
-  std::uint64_t payload_checksum = 0;          ///< the recorded payload checksum (when ok)
+  bool ok = false;                            ///< every check passed
+  SlotDiscard reason = SlotDiscard::kAbsent;  ///< why not, when !ok
+  std::uint64_t hash = 0;                     ///< the recorded sequence hash (when ok)
+  std::uint64_t payload_checksum = 0;         ///< the recorded payload checksum (when ok)
 };
 
 /// One preallocated file of self-describing, checksummed block slots.
 class DiskStorage {
  public:
-  static constexpr std::size_t kAlignment = 4096;   ///< slot alignment and size granularity
+  static constexpr std::size_t kAlignment = 4096;  ///< slot alignment and size granularity
   /// Bytes of the header sector at the end of every slot.
   static constexpr std::size_t kHeaderSectorBytes = kAlignment;
   /// Bytes after a block's data that a slot reserves: round_up(block + this,
@@ -148,7 +148,8 @@ class DiskStorage {
   [[nodiscard]] static Result<std::unique_ptr<DiskStorage>, io::IoError> create(
       const DiskStorageOptions& options);
   /// create() with options.persistent set.
-  [[nodiscard]] static Result<std::unique_ptr<DiskStorage>, io::IoError> open(DiskStorageOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<DiskStorage>, io::IoError> open(
+      DiskStorageOptions options);
   /// Opens another process's persistent pool file to read it: no lock, no
   /// creation, no reset or resize, buffered reads. num_blocks comes from the
   /// file's superblock (options.num_blocks is ignored; persistent and
@@ -175,11 +176,15 @@ class DiskStorage {
   /// Bytes of one slot: data, padding and header sector; a multiple of kAlignment.
   [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   /// Bytes of a slot before its header sector: data and padding.
-  [[nodiscard]] std::size_t payload_bytes() const noexcept { return slot_bytes_ - kHeaderSectorBytes; }
+  [[nodiscard]] std::size_t payload_bytes() const noexcept {
+    return slot_bytes_ - kHeaderSectorBytes;
+  }
   /// Returns the file offset of a block's slot. Throws UsageError when out of range.
   [[nodiscard]] std::uint64_t slot_offset(BlockId block) const;
   /// Returns the file offset of a block's header sector. Throws UsageError when out of range.
-  [[nodiscard]] std::uint64_t header_offset(BlockId block) const { return slot_offset(block) + payload_bytes(); }
+  [[nodiscard]] std::uint64_t header_offset(BlockId block) const {
+    return slot_offset(block) + payload_bytes();
+  }
   /// Size of the file: num_blocks() x slot_bytes() and the superblock.
   [[nodiscard]] std::uint64_t file_bytes() const noexcept {
     return std::uint64_t{num_blocks_} * slot_bytes_ + kSuperblockBytes;
@@ -204,8 +209,8 @@ class DiskStorage {
   /// LayoutConfig fields (u32 LE: layers, outer, tokens per block, inner,
   /// dtype bytes) and, when not empty, the namespace's length (u32 LE) and
   /// bytes. Slots written for another layout or namespace fail verification.
-  [[nodiscard]] static std::uint64_t layout_fingerprint(const LayoutConfig& config,
-                                                        std::string_view namespace_id = {}) noexcept;
+  [[nodiscard]] static std::uint64_t layout_fingerprint(
+      const LayoutConfig& config, std::string_view namespace_id = {}) noexcept;
   /// Returns the fingerprint of this storage's layout and namespace.
   [[nodiscard]] std::uint64_t layout_fingerprint() const noexcept { return layout_fingerprint_; }
   /// Returns options.namespace_id.
@@ -227,7 +232,8 @@ class DiskStorage {
   /// Checks one header sector (kHeaderSectorBytes) as recovery does: magic,
   /// header checksum, version, block size, slot number, fingerprint. No I/O;
   /// any bytes are safe to pass.
-  [[nodiscard]] SlotHeaderCheck check_header(BlockId slot, std::span<const std::byte> sector) const noexcept;
+  [[nodiscard]] SlotHeaderCheck check_header(BlockId slot,
+                                             std::span<const std::byte> sector) const noexcept;
 
   /// Seals and writes a slot. `slot` is a staging buffer of slot_bytes(),
   /// aligned to kAlignment, whose first block_bytes() hold the block's data;
@@ -273,11 +279,13 @@ class DiskStorage {
   /// Writes a slot straight from host `regions` (block_bytes() in total, in
   /// order) followed by a sealed `tail`, with one pwritev (retried on EINTR,
   /// continued when short). Throws UsageError unless can_write_from(regions).
-  io::IoStatus pwrite_slot_from(BlockId block, std::span<const Region> regions, std::span<const std::byte> tail) const;
+  io::IoStatus pwrite_slot_from(BlockId block, std::span<const Region> regions,
+                                std::span<const std::byte> tail) const;
   /// Checks a slot in memory: header (magic, version, sizes, slot number,
   /// header checksum), that it was written for this layout and namespace and
   /// for sequence hash `hash`, and the data checksum. No I/O.
-  io::IoStatus verify_slot(BlockId block, std::span<const std::byte> slot, std::uint64_t hash = 0) const;
+  io::IoStatus verify_slot(BlockId block, std::span<const std::byte> slot,
+                           std::uint64_t hash = 0) const;
   /// fdatasync()s the file.
   io::IoStatus sync() const;
 

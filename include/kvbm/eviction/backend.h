@@ -35,9 +35,12 @@ enum class EvictionPolicy : std::uint8_t {
 /// Returns the policy's name as used in configuration and logs.
 constexpr std::string_view to_string(EvictionPolicy p) noexcept {
   switch (p) {
-    case EvictionPolicy::kLru: return "lru";
-    case EvictionPolicy::kMultiLevelLru: return "multi_level_lru";
-    case EvictionPolicy::kLineage: return "lineage";
+    case EvictionPolicy::kLru:
+      return "lru";
+    case EvictionPolicy::kMultiLevelLru:
+      return "multi_level_lru";
+    case EvictionPolicy::kLineage:
+      return "lineage";
   }
   return "unknown";
 }

@@ -111,7 +111,8 @@ class IntrusiveLists {
   }
 
   std::size_t capacity_;
-  std::vector<Link, HugePageAllocator<Link>> links_;  // [0, capacity): blocks; then one sentinel per list
+  std::vector<Link, HugePageAllocator<Link>>
+      links_;  // [0, capacity): blocks; then one sentinel per list
 };
 
 }  // namespace detail

@@ -151,7 +151,8 @@ class File {
 };
 
 /// openat through the table, retrying EINTR. The error names `path`.
-[[nodiscard]] Result<File, IoError> open_file(int dirfd, const char* path, int flags, unsigned mode);
+[[nodiscard]] Result<File, IoError> open_file(int dirfd, const char* path, int flags,
+                                              unsigned mode);
 
 /// Reads exactly `size` bytes at `offset` into `buf`: retries EINTR, continues
 /// after short reads. Reaching end of file first fails with ENODATA.

@@ -389,8 +389,8 @@ class OffloadPipeline {
   // A waiter wakes the dispatcher, whose batcher then flushes the waited-for
   // container's batch.
   std::shared_ptr<detail::WaitLink> wait_link_ = std::make_shared<detail::WaitLink>();
-  bool inline_policies_ = false;           // fixed at construction
-  detail::Mutex evaluate_mu_;              // inline evaluation
+  bool inline_policies_ = false;  // fixed at construction
+  detail::Mutex evaluate_mu_;     // inline evaluation
 
   CancellableQueue<OffloadContainer<Src>> policy_queue_;
   PolicyEvaluator<Src> evaluator_;

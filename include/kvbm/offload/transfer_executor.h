@@ -175,12 +175,12 @@ class TransferExecutor {
   // One launched batch, flattened (P5).
   struct Flight {
     std::vector<std::shared_ptr<detail::OffloadState>> owners;
-    std::vector<SequenceHash> hashes;      // per pair
-    std::vector<ImmutableBlock<Src>> src;  // per pair
-    std::vector<MutableBlock<Dst>> dst;    // per pair
+    std::vector<SequenceHash> hashes;             // per pair
+    std::vector<ImmutableBlock<Src>> src;         // per pair
+    std::vector<MutableBlock<Dst>> dst;           // per pair
     std::vector<ImmutableBlock<Dst>> registered;  // for on_registered
-    std::vector<std::uint32_t> owner;      // per pair
-    std::vector<BlockOutcome> outcome;     // per pair, once known
+    std::vector<std::uint32_t> owner;             // per pair
+    std::vector<BlockOutcome> outcome;            // per pair, once known
     std::vector<Dup> dups;
     detail::Mutex mu;
     std::vector<bool> failed KVBM_GUARDED_BY(mu);  // per pair
@@ -213,8 +213,7 @@ class TransferExecutor {
       // back to the reset pool below.
       // (`failed` is empty when nothing was submitted.)
       stage_and_register_copies(
-          *core.dst, f.dst, failed,
-          [&](std::size_t i) { return f.hashes[i]; },
+          *core.dst, f.dst, failed, [&](std::size_t i) { return f.hashes[i]; },
           [&](std::size_t i, std::optional<ImmutableBlock<Dst>>&& registered) {
             if (!registered) {
               f.outcome[i] = BlockOutcome::kCopyFailed;

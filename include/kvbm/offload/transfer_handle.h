@@ -181,7 +181,7 @@ class OffloadState {
   TransferStatus status_ KVBM_GUARDED_BY(mu_) = TransferStatus::kQueued;
   bool failed_ KVBM_GUARDED_BY(mu_) = false;
   OffloadReport report_ KVBM_GUARDED_BY(mu_);
-  std::weak_ptr<WaitLink> wait_link_;                // fixed before sharing
+  std::weak_ptr<WaitLink> wait_link_;  // fixed before sharing
   mutable std::atomic<bool> waited_{false};
 };
 

@@ -61,7 +61,8 @@ struct TransferPair {
 
 /// What happened to a batch.
 struct TransferOutcome {
-  std::vector<std::size_t> failed;  ///< indices (into the batch) of pairs whose copy failed, ascending
+  std::vector<std::size_t>
+      failed;  ///< indices (into the batch) of pairs whose copy failed, ascending
   /// The first failure; set exactly when `failed` is not empty.
   std::optional<TransferError> error;
 
