@@ -42,7 +42,8 @@ runtime=${KVBM_FIO_RUNTIME:-10}
 
 if [[ ! -x $bench ]]; then
   echo "disk_vs_fio: $bench not found; build it first:" >&2
-  echo "  cmake -S . -B build-disk -DCMAKE_BUILD_TYPE=Release && cmake --build build-disk --target disk_bench" >&2
+  echo "  cmake -S . -B build-disk -DCMAKE_BUILD_TYPE=Release &&" \
+    "cmake --build build-disk --target disk_bench" >&2
   exit 2
 fi
 fstype=$(stat -f -c %T "$dir")
@@ -54,7 +55,8 @@ if ! command -v fio > /dev/null; then
   echo "disk_vs_fio: installing fio (apt-get install -y fio)"
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get install -y fio || { "${sudo_cmd[@]}" apt-get update && "${sudo_cmd[@]}" apt-get install -y fio; }
+  "${sudo_cmd[@]}" apt-get install -y fio ||
+    { "${sudo_cmd[@]}" apt-get update && "${sudo_cmd[@]}" apt-get install -y fio; }
 fi
 
 block=$((32 * 2 * 16 * 8 * 128 * 2))       # 2 MiB
@@ -76,8 +78,8 @@ KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks "$bench" \
 
 fio_run() {  # name rw ioengine numjobs iodepth
   fio --name="$1" --filename="$work/fio.dat" --size="$size" --bs="$slot" --rw="$2" --direct=1 \
-    --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting --time_based --runtime="$runtime" \
-    --fallocate=native --randrepeat=0 --output-format=json > "$work/$1.json"
+    --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting --time_based \
+    --runtime="$runtime" --fallocate=native --randrepeat=0 --output-format=json > "$work/$1.json"
 }
 echo "== fio psync, numjobs=$qd"
 fio_run write-psync randwrite psync "$qd" 1
@@ -101,7 +103,8 @@ def fio(name, rw):
         return None
     return json.load(open(path))["jobs"][0][rw]["bw_bytes"]
 print()
-print(f"{'':6} {'kvbm MB/s':>10} {'fio psync MB/s':>15} {'ratio':>6}   {'fio libaio MB/s':>15} {'ratio':>6}")
+print(f"{'':6} {'kvbm MB/s':>10} {'fio psync MB/s':>15} {'ratio':>6}"
+      f"   {'fio libaio MB/s':>15} {'ratio':>6}")
 for rw in ("write", "read"):
     o, p, a = ours.get(rw), fio(rw + "-psync", rw), fio(rw + "-libaio", rw)
     line = f"{rw:6} {o / 1e6:10.0f} {p / 1e6:15.0f} {o / p:6.2f}"

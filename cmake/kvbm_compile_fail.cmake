@@ -38,7 +38,8 @@ file(READ "${KVBM_CF_SOURCE}" source_text)
 string(FIND "${source_text}" "KVBM_COMPILE_FAIL_CONTROL" has_control)
 if(NOT has_control EQUAL -1)
   execute_process(
-    COMMAND ${CMAKE_COMMAND} -E env LC_ALL=C "${KVBM_CF_CXX}" ${flags} -DKVBM_COMPILE_FAIL_CONTROL "${KVBM_CF_SOURCE}"
+    COMMAND ${CMAKE_COMMAND} -E env LC_ALL=C "${KVBM_CF_CXX}" ${flags} -DKVBM_COMPILE_FAIL_CONTROL
+            "${KVBM_CF_SOURCE}"
     RESULT_VARIABLE control_result
     OUTPUT_VARIABLE control_output
     ERROR_VARIABLE control_output)

@@ -67,7 +67,8 @@ def main():
         own = layer_of(rel)
         shown = path.relative_to(ROOT).as_posix()
         if own is None:
-            problems.append(f"{shown}: not in any layer; add it to LAYERS in scripts/check_layers.py")
+            problems.append(
+                f"{shown}: not in any layer; add it to LAYERS in scripts/check_layers.py")
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             m = INCLUDE.match(line)
@@ -81,7 +82,8 @@ def main():
             if theirs is None:
                 problems.append(f"{shown}:{n}: includes {m.group(1)}, which is in no layer")
             elif RANK[theirs] > RANK[own]:
-                problems.append(f"{shown}:{n}: {own} includes {m.group(1)} ({theirs}, a higher layer)")
+                problems.append(
+                    f"{shown}:{n}: {own} includes {m.group(1)} ({theirs}, a higher layer)")
     for p in problems:
         print(p, file=sys.stderr)
     order = " <- ".join(name for name, _ in LAYERS)

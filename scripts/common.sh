@@ -12,7 +12,8 @@ KVBM_BUILD_ROOT="${KVBM_BUILD_ROOT:-$KVBM_ROOT/build}"
 KVBM_JOBS="${KVBM_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 # Sanitizer runtime options (kept in step with the "environment" of the presets).
-KVBM_ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
+KVBM_ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1"
+KVBM_ASAN_OPTIONS+=":check_initialization_order=1:strict_init_order=1"
 KVBM_UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 KVBM_TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 

@@ -27,7 +27,8 @@ dir="$KVBM_BUILD_ROOT/release"
 mkdir -p "$dir"
 log="$dir/demo-build.log"
 kvbm_log "building kvbm-replay in $dir (log: $log)"
-if ! { kvbm_configure_preset release && kvbm_build_preset release --target kvbm-replay; } >"$log" 2>&1; then
+if ! { kvbm_configure_preset release && kvbm_build_preset release --target kvbm-replay; } \
+  >"$log" 2>&1; then
   tail -n 60 "$log" >&2
   kvbm_err "build failed; full log: $log"
   exit 1

@@ -144,7 +144,8 @@ if [[ "$check_only" == 1 ]]; then
     kvbm_log "would install $req into $venv"
     todo=1
   fi
-  if [[ "${KVBM_ENGINES_SKIP_KVBM:-0}" != 1 && (-z "$kvbm_want" || "$kvbm_want" != "$kvbm_have") ]]; then
+  if [[ "${KVBM_ENGINES_SKIP_KVBM:-0}" != 1 &&
+    (-z "$kvbm_want" || "$kvbm_want" != "$kvbm_have") ]]; then
     kvbm_log "would install kvbm into $venv"
     todo=1
   fi
@@ -264,8 +265,10 @@ import re
 from importlib import metadata
 torch = metadata.version("torch")
 for eng in ("vllm", "sglang"):
-    want = [r for r in metadata.requires(eng) or [] if re.match(r"torch\s*[=<>!~]", r) and "extra" not in r]
-    print(f"[engines] {eng} {metadata.version(eng)} declares {want or ['no torch pin']}; installed torch {torch}")
+    want = [r for r in metadata.requires(eng) or []
+            if re.match(r"torch\s*[=<>!~]", r) and "extra" not in r]
+    print(f"[engines] {eng} {metadata.version(eng)} declares {want or ['no torch pin']};"
+          f" installed torch {torch}")
 EOF
 fi
 du -sh "$venv" | sed 's/^/[engines] venv size: /'

@@ -23,7 +23,10 @@ KVBM_LOG_TAG=lint
 cd "$KVBM_ROOT" || exit 1
 
 mode="${1:-check}"
-case "$mode" in check | --fix | --format | --tidy) ;; *) echo "usage: $0 [--fix|--format|--tidy]" >&2; exit 2 ;; esac
+case "$mode" in
+  check | --fix | --format | --tidy) ;;
+  *) echo "usage: $0 [--fix|--format|--tidy]" >&2; exit 2 ;;
+esac
 
 find_tool() {  # prefer the unversioned name, then the newest versioned one
   local name="$1" v
@@ -65,7 +68,8 @@ if [[ "$mode" != --tidy ]]; then
   [[ "$mode" == --format ]] && exit "$status"
 fi
 
-clang_tidy="$(find_tool clang-tidy)" || { kvbm_err "clang-tidy not found (apt-get install clang-tidy)"; exit 77; }
+clang_tidy="$(find_tool clang-tidy)" ||
+  { kvbm_err "clang-tidy not found (apt-get install clang-tidy)"; exit 77; }
 command -v clang++ >/dev/null 2>&1 || { kvbm_err "clang++ not found"; exit 77; }
 dir="$KVBM_BUILD_ROOT/threadsafety"
 if [[ ! -f "$dir/compile_commands.json" ]]; then
@@ -73,15 +77,18 @@ if [[ ! -f "$dir/compile_commands.json" ]]; then
   kvbm_configure_preset threadsafety >/dev/null || { kvbm_err "configure failed"; exit 1; }
 fi
 # Generated headers (kvbm/config.h) come with the configure step; nothing needs building.
-# src/python/ (the extension) is left out: its compile commands are scikit-build-core's, not the preset's.
-mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- 'src/*.cpp' ':!src/python/*')
+# src/python/ (the extension) is left out: its compile commands are scikit-build-core's, not the
+# preset's.
+mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- 'src/*.cpp' \
+  ':!src/python/*')
 kvbm_log "$clang_tidy on ${#sources[@]} library sources (-j$KVBM_JOBS)"
 log="$dir/clang-tidy.log"
 printf '%s\0' "${sources[@]}" |
   xargs -0 -r -n 1 -P "$KVBM_JOBS" "$clang_tidy" -p "$dir" --quiet >"$log" 2>&1
 tidy_rc=$?
 if ((tidy_rc != 0)) || grep -qE '(warning|error): ' "$log"; then
-  grep -vE '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$|^Suppressed [0-9]+ warnings|^Use -header-filter|^Use -system-headers' "$log"
+  grep -vE -e '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$' \
+    -e '^Suppressed [0-9]+ warnings' -e '^Use -header-filter' -e '^Use -system-headers' "$log"
   kvbm_err "clang-tidy: findings above"
   status=1
 fi

@@ -72,7 +72,8 @@ if [[ -n "${KVBM_STAGES:-}" ]]; then
 elif [[ "${KVBM_QUICK:-0}" == 1 ]]; then
   stages=(layers release package)
 else
-  stages=(layers release asan tsan package python python-asan python-tsan engines threadsafety lint fuzz)
+  stages=(layers release asan tsan package python python-asan python-tsan engines threadsafety lint
+    fuzz)
 fi
 stress_scale="${KVBM_STRESS_SCALE:-0.1}"
 
@@ -174,7 +175,8 @@ stage_asan() {
   if probe="$(build_probe "$dir" "-fsanitize=address,undefined")"; then
     # LeakSanitizer stops the world with ptrace; some containers forbid that.
     if ! out="$(ASAN_OPTIONS=detect_leaks=1 "$probe" 2>&1)" &&
-      grep -qE 'LeakSanitizer has encountered a fatal error|LeakSanitizer does not work' <<<"$out"; then
+      grep -qE -e 'LeakSanitizer has encountered a fatal error' -e 'LeakSanitizer does not work' \
+        <<<"$out"; then
       kvbm_err "asan: LeakSanitizer cannot run here (ptrace restricted?); leak checks disabled"
       asan_options="${asan_options/detect_leaks=1/detect_leaks=0}"
       note=" [leak checks off: LSan cannot run here]"
@@ -216,7 +218,8 @@ find_tsan_launcher() {
     else
       kvbm_err "tsan: a TSan program cannot start on this machine, even under setarch -R:"
       printf '%s\n' "$out" | head -n 5 >&2
-      kvbm_err "tsan: try 'sysctl vm.mmap_rnd_bits=28' (as root), or run with KVBM_STAGES without tsan"
+      kvbm_err "tsan: try 'sysctl vm.mmap_rnd_bits=28' (as root)," \
+        "or run with KVBM_STAGES without tsan"
       detail="TSan cannot run on this machine"
       return 1
     fi
@@ -373,7 +376,8 @@ EOF
   (cd "$KVBM_ROOT" && "$@" env LD_PRELOAD="$preload" \
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" KVBM_EXPECTED_EXTENSION="$expected" \
     KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_STRESS_SCALE="$stress_scale" \
-    "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs tests/python) 2>&1 | tee "$log"
+    "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs tests/python) 2>&1 |
+    tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   if ! grep -qF "kvbm._kvbm (instrumented): $expected" "$log"; then
@@ -392,8 +396,9 @@ stage_python_asan() {
   # so leak checks are off. ASan's memory errors and UBSan's checks stay on and halt the run.
   # PYTHONMALLOC=malloc takes Python objects' memory from malloc, not from pymalloc's arenas, so
   # that ASan also sees the extension use a freed Python buffer.
+  local asan_env="${KVBM_ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}:halt_on_error=1"
   python_sanitized asan "libasan.so libubsan.so" env \
-    "ASAN_OPTIONS=${KVBM_ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}:halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+    "ASAN_OPTIONS=$asan_env${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
     "UBSAN_OPTIONS=$KVBM_UBSAN_OPTIONS${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
     PYTHONMALLOC=malloc KVBM_SANITIZER=address,undefined
 }
@@ -405,8 +410,9 @@ stage_python_tsan() {
   find_tsan_launcher "$KVBM_BUILD_ROOT/tsan" || return 1
   # The suppressions are for glibc's and CPython's own uninstrumented code (each with its reason
   # in the file), never for kvbm's frames.
+  local tsan_env="$KVBM_TSAN_OPTIONS:suppressions=$KVBM_ROOT/scripts/tsan-python.supp"
   python_sanitized tsan "libtsan.so" "${tsan_launcher[@]}" env \
-    "TSAN_OPTIONS=$KVBM_TSAN_OPTIONS:suppressions=$KVBM_ROOT/scripts/tsan-python.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+    "TSAN_OPTIONS=$tsan_env${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
     KVBM_SANITIZER=thread
   local rc=$?
   detail+="$tsan_note"
@@ -425,7 +431,8 @@ stage_engines() {
     detail="scripts/engines_env.sh failed: see above"
     return 1
   fi
-  kvbm_log "engines: pytest tests/engines (vllm, sglang as pinned in tests/engines/requirements.txt)"
+  kvbm_log "engines: pytest tests/engines" \
+    "(vllm, sglang as pinned in tests/engines/requirements.txt)"
   (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning \
     KVBM_STRESS_SCALE="${KVBM_STRESS_SCALE:-1}" "$venv/bin/python" -m pytest -q -rfEs \
     -p no:cacheprovider tests/engines) 2>&1 | tee "$log"
@@ -466,7 +473,11 @@ stage_engines() {
         -p no:cacheprovider tests/engines) 2>&1 | tee "$latest_log"
       lrc="${PIPESTATUS[0]}"
     fi
-    detail+=" [newest:$report $( ((lrc == 0)) && echo pass || echo "FAIL (report only: $latest_log)")]"
+    if ((lrc == 0)); then
+      detail+=" [newest:$report pass]"
+    else
+      detail+=" [newest:$report FAIL (report only: $latest_log)]"
+    fi
   fi
   return "$rc"
 }
@@ -487,14 +498,16 @@ check_cuda_sources() {
   local tree="$KVBM_BUILD_ROOT/threadsafety" tmp
   tmp="$(mktemp -d)"
   mkdir -p "$tmp/kvbm"
-  sed 's/^#define KVBM_HAVE_CUDA 0$/#define KVBM_HAVE_CUDA 1/' "$tree/include/kvbm/config.h" >"$tmp/kvbm/config.h"
+  sed 's/^#define KVBM_HAVE_CUDA 0$/#define KVBM_HAVE_CUDA 1/' "$tree/include/kvbm/config.h" \
+    >"$tmp/kvbm/config.h"
   while IFS= read -r f; do
     kvbm_log "threadsafety: $f with CUDA ($cuda_inc)"
     clang++ -std=c++20 -fsyntax-only -Wthread-safety -Werror=thread-safety \
       -DKVBM_HAVE_CUDA=1 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DMSGPACK_NO_BOOST \
       -I"$tmp" -I"$KVBM_ROOT/include" -I"$tree/include" -I"$KVBM_ROOT/src" -I"$KVBM_ROOT/cuda" \
       -isystem "$cuda_inc" "$KVBM_ROOT/$f" || rc=1
-  done < <(cd "$KVBM_ROOT" && git ls-files --cached --others --exclude-standard -- 'src/*.cpp' ':!src/python/*' |
+  done < <(cd "$KVBM_ROOT" &&
+    git ls-files --cached --others --exclude-standard -- 'src/*.cpp' ':!src/python/*' |
     xargs grep -l '^#if KVBM_HAVE_CUDA')
   rm -rf "$tmp"
   return "$rc"
@@ -515,7 +528,10 @@ stage_threadsafety() {
   check_cuda_sources
   case $? in
     0) detail="library and tests build with clang -Werror=thread-safety; CUDA sources checked" ;;
-    77) detail="library and tests build with clang -Werror=thread-safety (no CUDA toolkit: CUDA parts unchecked)" ;;
+    77)
+      detail="library and tests build with clang -Werror=thread-safety"
+      detail+=" (no CUDA toolkit: CUDA parts unchecked)"
+      ;;
     *)
       detail="the CUDA sources fail -Wthread-safety: see the errors above"
       return 1
@@ -625,7 +641,9 @@ kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null 
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_${stage//-/_}" >/dev/null; then
-    record "$stage" FAIL 0 "unknown stage (known: layers release asan tsan package python python-asan python-tsan engines threadsafety lint fuzz)"
+    known_stages="layers release asan tsan package python python-asan python-tsan engines"
+    known_stages+=" threadsafety lint fuzz"
+    record "$stage" FAIL 0 "unknown stage (known: $known_stages)"
     continue
   fi
   if ((${#failed_stages[@]})) && [[ "${KVBM_FAIL_FAST:-0}" == 1 ]]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Python call overhead and throughput beside the same calls in C++ (docs/python.md).
 
-    python benchmarks/python/bindings_bench.py [--cpp build/release/benchmarks/python_baseline_bench]
+    python benchmarks/python/bindings_bench.py
+        [--cpp build/release/benchmarks/python_baseline_bench]
 
 Same manager and blocks as benchmarks/python_baseline_bench.cpp (64 KiB blocks,
 G1 64, G2 1024, no G3): a 256-block lookup (probe, present, and vLLM's way, 256
@@ -26,7 +27,8 @@ BLOCK = 64 << 10
 
 def manager():
     cfg = kvbm.KvBlockManagerConfig(
-        layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1, inner_dim=BLOCK, dtype_bytes=1),
+        layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1, inner_dim=BLOCK,
+                                 dtype_bytes=1),
         device_layout=kvbm.LayoutKind.FULLY_CONTIGUOUS,
         device=kvbm.TierConfig(blocks=64), host=kvbm.TierConfig(blocks=1024),
         device_to_host=kvbm.OffloadMode.NONE)
@@ -34,7 +36,8 @@ def manager():
 
 
 def flat(first, n):
-    return np.array([(first + i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(n)], dtype=np.uint64)
+    return np.array([(first + i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(n)],
+                    dtype=np.uint64)
 
 
 def rows(n):
@@ -110,14 +113,16 @@ def cpp_figures(binary):
     for b in json.loads(proc.stdout)["benchmarks"]:
         if b.get("aggregate_name") != "median":
             continue
-        name = b["run_name"].replace("BM_KvBlockManager_", "").replace("/32", "32").replace("BM_", "")
+        name = (b["run_name"].replace("BM_KvBlockManager_", "").replace("/32", "32")
+                .replace("BM_", ""))
         scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
         res[name] = b["real_time"] * scale
     return res
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpp", help="the C++ benchmark binary (python_baseline_bench)")
     args = p.parse_args()
     kvbm.set_log_level("error")
@@ -130,7 +135,8 @@ def main():
         ratio = f"{c / t:.2f}" if c else "-"
         cs = f"{c * 1e6:.1f} us" if c else "-"
         gbs = f", {BLOCK * per[name] / t / 1e9:.2f} GB/s" if name in ("Store32", "Load32") else ""
-        print(f"{name:<16}{t * 1e6:>9.1f} us{cs:>12}{ratio:>12}   {t / per[name] * 1e9:.0f} ns{gbs}")
+        print(f"{name:<16}{t * 1e6:>9.1f} us{cs:>12}{ratio:>12}"
+              f"   {t / per[name] * 1e9:.0f} ns{gbs}")
     if "Memcpy_Block32" in cpp:
         t = cpp["Memcpy_Block32"]
         print(f"{'memcpy 32 blocks':<16}{'':>12}{t * 1e6:>9.1f} us{'':>12}   "

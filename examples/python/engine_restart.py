@@ -59,7 +59,8 @@ def prompt():
 
 def kv_pages(n_blocks, block_bytes):
     """What the forward pass would write: the same bytes for the same prompt, every run."""
-    return np.random.default_rng(1234).integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    return np.random.default_rng(1234).integers(0, 256, size=(n_blocks, block_bytes),
+                                                dtype=np.uint8)
 
 
 def compute_and_store(directory, remote_url=None):
@@ -76,7 +77,8 @@ def compute_and_store(directory, remote_url=None):
 def load_and_verify(directory, remote_url=None):
     with kvbm.KvBlockManager(config(directory, remote_url)) as kv:
         rec = kv.disk_recovery()
-        print(f"  G3 recovered at start: {rec['recovered']} blocks in {rec['elapsed_s'] * 1e3:.1f} ms")
+        print(f"  G3 recovered at start: {rec['recovered']} blocks in "
+              f"{rec['elapsed_s'] * 1e3:.1f} ms")
         _, hashes = kvbm.hash_tokens(prompt(), kv.block_size, salt=kvbm.salt(cache_salt="tenant-a"))
         found = kv.probe(hashes)
         print(f"  probe: {found.disk} in G3, {found.remote} in G4, {found.device} in G1")
@@ -112,7 +114,8 @@ def start_redis(directory):
 
 def main():
     kvbm.set_log_level("error")  # kvbm's info and warning lines would interleave with the story
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--redis", help="a Redis URL for G4 (default: start a private redis-server)")
     p.add_argument("--step", choices=["store", "load"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)

@@ -99,7 +99,8 @@ def test_layouts_and_dtypes_never_serve_each_others_pages(tmp_path):
     namespaces = {}
     for i, (kind, dtype, layout) in enumerate(FORMATS):
         host = make_host_pool(make_device_pool(kind, dtype), layout)
-        cfg = storage_config(is_mla_model=kind == "MLA", is_page_first_layout=layout == "page_first",
+        cfg = storage_config(is_mla_model=kind == "MLA",
+                             is_page_first_layout=layout == "page_first",
                              extra_config=extra_config(tmp_path))
         b = create_backend(cfg, host)
         assert b.batch_exists(keys) == 0, (kind, dtype, layout)
@@ -165,7 +166,8 @@ def test_without_host_pool_the_format_is_unknown_and_namespace_is_required(tmp_p
     with pytest.raises(kvbm.UsageError, match="set `namespace`"):
         b.batch_set(keys_for(list(range(PAGE))), [page])
     b.close()
-    cfg = storage_config(extra_config=extra_config(tmp_path, page_bytes=1024, namespace="tiny@bf16"))
+    cfg = storage_config(
+        extra_config=extra_config(tmp_path, page_bytes=1024, namespace="tiny@bf16"))
     b = KvbmStorage(cfg, {})
     assert b.batch_set(keys_for(list(range(PAGE))), [page])
     # is_page_first_layout=True says the layout; the dtype still comes from no one but namespace

@@ -9,7 +9,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "python" / "engine_
 
 
 def test_engine_restart_example():
-    proc = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "loaded 12 of 12 blocks warm; bytes equal: True" in proc.stdout
     assert proc.stdout.rstrip().endswith("every byte matched")
@@ -30,7 +31,8 @@ def test_readme_python_snippet_runs(tmp_path):
     pre, post = code.split("_, hashes")
     exec(pre, env)
     kv = env["kv"]
-    env["pages"] = np.random.default_rng(0).integers(0, 256, size=(6, kv.block_bytes), dtype=np.uint8)
+    env["pages"] = np.random.default_rng(0).integers(0, 256, size=(6, kv.block_bytes),
+                                                     dtype=np.uint8)
     env["out"] = np.zeros_like(env["pages"])
     exec("_, hashes" + post, env)
     assert env["n"] == 6 and (env["out"] == env["pages"]).all()

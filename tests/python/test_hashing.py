@@ -20,7 +20,8 @@ def read_cases(path):
         lines = [line.split() for line in f if line.strip() and not line.startswith("#")]
     for i in range(0, len(lines), 4):
         head, toks, blocks, seq = lines[i:i + 4]
-        assert head[0] == "case" and toks[0] == "tokens" and blocks[0] == "block" and seq[0] == "sequence"
+        assert (head[0] == "case" and toks[0] == "tokens" and blocks[0] == "block"
+                and seq[0] == "sequence")
         k = int(head[4])
         mm = [(int(head[5 + 2 * j]), int(head[6 + 2 * j])) for j in range(k)]
         cases.append(dict(

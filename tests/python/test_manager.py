@@ -204,7 +204,8 @@ def test_events_and_metrics(tmp_path):
         kv.store(h, pages(3, kv.block_bytes, 7), chained=True)
         kv.drain()
         events = kv.take_events()
-        stored = {(e.medium, tuple(e.block_hashes)) for e in events if isinstance(e, kvbm.BlockStored)}
+        stored = {(e.medium, tuple(e.block_hashes)) for e in events
+                  if isinstance(e, kvbm.BlockStored)}
         assert ("CPU", tuple(h.tolist())) in stored
         assert ("STORAGE", tuple(h.tolist())) in stored
         chained = [e for e in events if isinstance(e, kvbm.BlockStored) and e.medium == "CPU"][0]
@@ -305,7 +306,8 @@ def rss_bytes():
 
 
 def test_no_leak_over_many_iterations(tmp_path):
-    with kvbm.KvBlockManager(small_config(tmp_path, device=64, host=64, disk=256), events=True) as kv:
+    with kvbm.KvBlockManager(small_config(tmp_path, device=64, host=64, disk=256),
+                             events=True) as kv:
         buf = pages(8, kv.block_bytes, 13)
         out = np.empty_like(buf)
 

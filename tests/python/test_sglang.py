@@ -69,7 +69,8 @@ def page_hashes(n, tag="p"):
 
 
 def random_pages(n, seed):
-    return [p for p in np.random.default_rng(seed).integers(0, 256, size=(n, PAGE_BYTES), dtype=np.uint8)]
+    return [p for p in np.random.default_rng(seed).integers(0, 256, size=(n, PAGE_BYTES),
+                                                            dtype=np.uint8)]
 
 
 def test_backup_then_prefetch_in_controller_order(tmp_path):
@@ -194,7 +195,8 @@ def test_ranks_get_their_own_g3_files(tmp_path):
         cfg = storage_config(dict(extra))
         cfg.tp_rank, cfg.tp_size = r, 2
         ranks.append(KvbmStorage(cfg, {}))
-    assert [os.path.basename(b.disk_directory) for b in ranks] == ["tp0-pp0-cp0-dp0", "tp1-pp0-cp0-dp0"]
+    assert ([os.path.basename(b.disk_directory) for b in ranks]
+            == ["tp0-pp0-cp0-dp0", "tp1-pp0-cp0-dp0"])
     for r, b in enumerate(ranks):
         assert b.batch_set(page_hashes(2, f"rank{r}"), random_pages(2, r))
     assert ranks[0].batch_exists(page_hashes(2, "rank1")) == 0  # TP shards hold different pages
@@ -244,7 +246,8 @@ def test_format_in_namespace_or_refusal(tmp_path):
     """The page layout and KV dtype are part of the namespace (a G3 file of another format is
     emptied, never served); with neither a host pool nor `namespace` the backend refuses."""
     b = KvbmStorage(storage_config({"disk_directory": str(tmp_path), "page_bytes": PAGE_BYTES,
-                                    "disk_bytes": 64 * PAGE_BYTES, "host_bytes": 16 * PAGE_BYTES}), {})
+                                    "disk_bytes": 64 * PAGE_BYTES,
+                                    "host_bytes": 16 * PAGE_BYTES}), {})
     b.storage_config.is_page_first_layout = False
     with pytest.raises(kvbm.UsageError, match="set `namespace`"):
         b.batch_set(page_hashes(1), random_pages(1, 8))
@@ -254,7 +257,8 @@ def test_format_in_namespace_or_refusal(tmp_path):
     keys = page_hashes(2, "fmt")
     assert a.batch_set(keys, random_pages(2, 9))
     a.close()
-    backend = KvbmStorage(storage_config({"disk_directory": str(tmp_path), "disk_bytes": 256 * PAGE_BYTES,
+    backend = KvbmStorage(storage_config({"disk_directory": str(tmp_path),
+                                          "disk_bytes": 256 * PAGE_BYTES,
                                           "host_bytes": 32 * PAGE_BYTES, "device_blocks": 16}), {})
     backend.register_mem_pool_host(HostPool(64, layout="page_first"))
     assert backend.namespace == "test-model|tp0/1|layout=page_first|dtype=uint8"

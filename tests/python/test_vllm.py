@@ -91,7 +91,8 @@ def keys_of(n, tag="req"):
 
 
 def fill(primary, rows, seed):
-    data = np.random.default_rng(seed).integers(0, 256, size=(len(rows), CHUNK_BYTES), dtype=np.uint8)
+    data = np.random.default_rng(seed).integers(0, 256, size=(len(rows), CHUNK_BYTES),
+                                                dtype=np.uint8)
     primary[rows] = data
     return data
 

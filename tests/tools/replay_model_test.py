@@ -22,7 +22,8 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "tools", "tier_model", "tier_model.py")
 TRACE = os.path.join(ROOT, "examples", "data", "conversation_trace.jsonl")
-REPLAY = os.environ.get("KVBM_REPLAY", os.path.join(ROOT, "build", "release", "tools", "replay", "kvbm-replay"))
+REPLAY = os.environ.get("KVBM_REPLAY",
+                        os.path.join(ROOT, "build", "release", "tools", "replay", "kvbm-replay"))
 SCALE = float(os.environ.get("KVBM_STRESS_SCALE", "1"))
 
 SIZES = [(1000, 10000, 50000), (500, 5000, 20000), (200, 1000, 4000), (3000, 0, 0), (100, 20000, 0)]
@@ -59,19 +60,25 @@ class ReplayEqualsModel(unittest.TestCase):
         # The sanitizer stages check two sizes; the release stage all five.
         for g1, g2, g3 in (SIZES if SCALE >= 1 else SIZES[1:3]):
             for mode in MODES:
-                sizes = ["--device-blocks", str(g1), "--host-blocks", str(g2), "--disk-blocks", str(g3)]
+                sizes = ["--device-blocks", str(g1), "--host-blocks", str(g2),
+                         "--disk-blocks", str(g3)]
                 with self.subTest(sizes=(g1, g2, g3), mode=mode):
                     k = replay("--metadata-only", "--offload-mode", mode, *sizes)
                     m = model("--offload-mode", mode, *sizes)
                     for tier in TIERS:
-                        self.assertEqual(k["hits"][tier]["blocks"], m["hits"][tier]["blocks"], f"{tier} hit blocks")
-                        self.assertEqual(k["hits"][tier]["tokens"], m["hits"][tier]["tokens"], f"{tier} hit tokens")
-                        self.assertEqual(k["evictions"][tier], m["evictions"][tier], f"{tier} evictions")
+                        self.assertEqual(k["hits"][tier]["blocks"], m["hits"][tier]["blocks"],
+                                         f"{tier} hit blocks")
+                        self.assertEqual(k["hits"][tier]["tokens"], m["hits"][tier]["tokens"],
+                                         f"{tier} hit tokens")
+                        self.assertEqual(k["evictions"][tier], m["evictions"][tier],
+                                         f"{tier} evictions")
                     for path in ("G1->G2", "G2->G3"):
-                        self.assertEqual(k["paths"][path]["blocks"], m["copies"][path], f"{path} copies")
+                        self.assertEqual(k["paths"][path]["blocks"], m["copies"][path],
+                                         f"{path} copies")
                     # The model counts every block after the prefix as computed,
                     # the replay splits off those G1 had no room for.
-                    self.assertEqual(k["computed_blocks"] + k["uncached_blocks"], m["computed_blocks"])
+                    self.assertEqual(k["computed_blocks"] + k["uncached_blocks"],
+                                     m["computed_blocks"])
                     self.assertEqual(k["uncached_blocks"], m["uncached_blocks"])
                     self.assertEqual(k["audit"], "")
 

@@ -139,7 +139,8 @@ class KvbmStorage(HiCacheStorage):
         self.storage_config = storage_config
         base = extra.pop("disk_directory", None)
         if not base:
-            raise kvbm.UsageError("KvbmStorage: extra_config needs 'disk_directory' (an existing directory)")
+            raise kvbm.UsageError(
+                "KvbmStorage: extra_config needs 'disk_directory' (an existing directory)")
         # One G3 file per rank: a persistent G3 file belongs to one process (it holds a lock), and
         # every TP/PP/CP/DP rank of a server creates its own backend.
         shard = self._shard_name(storage_config)
@@ -184,7 +185,8 @@ class KvbmStorage(HiCacheStorage):
         `tp_rank` of the same PP/CP/DP shard)."""
         if cfg is None:
             return ""
-        sizes = (getattr(cfg, "tp_size", 1), getattr(cfg, "pp_size", 1), getattr(cfg, "attn_cp_size", 1))
+        sizes = (getattr(cfg, "tp_size", 1), getattr(cfg, "pp_size", 1),
+                 getattr(cfg, "attn_cp_size", 1))
         if sizes == (1, 1, 1) and not getattr(cfg, "dp_rank", 0):
             return ""
         tp = cfg.tp_rank if tp_rank is None else tp_rank
@@ -290,7 +292,8 @@ class KvbmStorage(HiCacheStorage):
                 self.page_bytes = page_bytes
             elif page_bytes != self.page_bytes:
                 raise kvbm.UsageError(
-                    f"KvbmStorage: a page of {page_bytes} bytes, but pages are {self.page_bytes} bytes")
+                    f"KvbmStorage: a page of {page_bytes} bytes, "
+                    f"but pages are {self.page_bytes} bytes")
             return self.kv
 
     def register_mem_pool_host(self, mem_pool_host) -> None:
@@ -361,7 +364,8 @@ class KvbmStorage(HiCacheStorage):
         return self.batch_set([key], [value if value is not None else target_location])
 
     def batch_set(self, keys: List[str], values: Optional[Any] = None,
-                  target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
+                  target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> bool:
         """Stores the pages; True when kvbm holds every one of them."""
         if not keys:
             return True
@@ -375,7 +379,8 @@ class KvbmStorage(HiCacheStorage):
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
 
-    def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+    def batch_exists(self, keys: List[str],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
         """The number of leading keys stored (G1-G3, then G4 in one round trip)."""
         if not keys:
             return 0
@@ -453,7 +458,8 @@ class KvbmStorage(HiCacheStorage):
             kv = self._manager(sum(int(p.nbytes) for p in direct[0]))
             ok = kv.store(kvbm.hash_keys(keys), direct, chained=False) == len(keys)
             return [ok] * len(keys)
-        pages = [pool.get_data_page(host_indices[i * pool.page_size], flat=True) for i in range(len(keys))]
+        pages = [pool.get_data_page(host_indices[i * pool.page_size], flat=True)
+                 for i in range(len(keys))]
         ok = self.batch_set(keys, pages)
         return [ok] * len(keys)
 
