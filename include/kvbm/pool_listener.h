@@ -35,8 +35,8 @@
 
 #include <span>
 
-#include "kvbm/eviction/backend.h"  // BlockId
-#include "kvbm/hashing.h"           // Token
+#include "kvbm/blocks/block_id.h"
+#include "kvbm/hashing.h"  // Token
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {

@@ -90,4 +90,4 @@ OffloadPolicyConfig = _keyword_init(_kvbm.OffloadPolicyConfig)
 RemoteTierConfig = _keyword_init(_kvbm.RemoteTierConfig)
 KvBlockManagerConfig = _keyword_init(_kvbm.KvBlockManagerConfig)
 
-__version__ = "0.1.0"
+__version__ = _kvbm.__version__  # KVBM_VERSION: project(VERSION) of CMakeLists.txt

@@ -273,7 +273,12 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
     if (s->persistent_) {
       // The file and its name durable before any block is promised.
       if (auto st = s->sync(); !st) return fail(st.error());
-      (void)io::syscalls().fdatasync(s->dir_.get());
+      // EINVAL: the file system cannot sync a directory (its names are durable on their own
+      // or never); any other failure leaves the name unpromised, so creation fails.
+      if (io::syscalls().fdatasync(s->dir_.get()) != 0 && errno != EINVAL) {
+        const int err = errno;
+        return fail(io::make_io_error(err, "fdatasync of the disk pool directory '" + dir + "'"));
+      }
     }
     s->state_ = DiskFileState::kCreated;
     return s;

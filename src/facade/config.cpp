@@ -32,16 +32,19 @@ constexpr std::uint64_t kMaxBlockBytes =
 /// The `pool`, `pipeline` and `path` label values of the series a manager
 /// adds (its pools, pipelines and engines); kept in step with
 /// kv_block_manager.cpp by the misuse tests.
-constexpr std::array<std::string_view, 10> kSeriesNames = {"G1",
+constexpr std::array<std::string_view, 13> kSeriesNames = {"G1",
                                                            "G2",
                                                            "G3",
+                                                           "G4",
                                                            "G1_to_G2",
                                                            "G2_to_G1",
                                                            "G2_to_G3",
                                                            "G3_to_G1",
+                                                           "G2_to_G4",
                                                            "G1_to_G2_explicit",
                                                            "G1_to_G2_on_eviction",
-                                                           "G2_to_G3_on_eviction"};
+                                                           "G2_to_G3_on_eviction",
+                                                           "G2_to_G4_on_eviction"};
 /// The families only a KvBlockManager adds (unlabelled by pool: one manager per registry).
 constexpr std::array<std::string_view, 2> kManagerFamilies = {"kvbm_onboard_blocks_total",
                                                               "kvbm_onboard_cancelled_total"};

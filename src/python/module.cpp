@@ -5,11 +5,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvbm/config.h"
 #include "kvbm/logging.h"
 #include "python/bindings.h"
 
 NB_MODULE(_kvbm, m) {
   m.doc() = "kvbm: block-based KV cache management across memory tiers (C++ core)";
+  m.attr("__version__") = KVBM_VERSION;
   kvbm::python::bind_errors(m);
   kvbm::python::bind_hashing(m);
   kvbm::python::bind_config(m);

@@ -560,6 +560,33 @@ TEST_F(DiskRecoveryTest, AnotherNumberOfSlotsKeepsTheCommonOnes) {
 
 // ---- one owner at a time ----
 
+// fdatasync of a directory fails with this errno; of a file, it works.
+int g_dir_sync_errno = 0;
+int dir_sync_fails(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    errno = g_dir_sync_errno;
+    return -1;
+  }
+  return io::real_syscalls().fdatasync(fd);
+}
+
+TEST_F(DiskRecoveryTest, ANewFileWhoseNameCannotBeMadeDurableIsNotCreated) {
+  io::SyscallTable t = io::real_syscalls();
+  t.fdatasync = &dir_sync_fails;
+  const io::ScopedSyscallOverride o(t);
+  g_dir_sync_errno = EIO;
+  auto r = DiskStorage::create(options());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, EIO);
+  EXPECT_NE(r.error().message.find("directory"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(fs::exists(dir_ / "kvbm.slots")) << "the file of a failed creation stays";
+  // A file system that cannot sync directories at all (EINVAL) is not a failure.
+  g_dir_sync_errno = EINVAL;
+  auto ok = DiskStorage::create(options());
+  EXPECT_TRUE(ok.ok()) << ok.error().message;
+}
+
 TEST_F(DiskRecoveryTest, ASecondOpenerGetsAClearErrorNamingTheHolder) {
   int to_parent[2];
   int to_child[2];

@@ -397,3 +397,16 @@ def test_load_copies_what_g1_and_g2_hold_straight_out():
         assert list(kv.present(h, chained=False)) == [1, 1, 2, 2, 2, 2]
         assert kv.stats()["tiers"]["G1"]["allocations"] == 2  # only the two stored there
         assert kv.audit() == ""
+
+
+def test_version_is_the_projects_one_everywhere():
+    """One version: project(VERSION) of CMakeLists.txt, as the extension, the package metadata
+    and the C++ header (KVBM_VERSION) carry it."""
+    import importlib.metadata
+    import re
+    from pathlib import Path
+
+    cmake = (Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    want = re.search(r"project\(kvbm\s+VERSION\s+([0-9.]+)", cmake).group(1)
+    assert kvbm.__version__ == want
+    assert importlib.metadata.version("kvbm") == want

@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvbm/blocks/block_id.h"
 #include "kvbm/detail/huge_page_allocator.h"
-#include "kvbm/eviction/backend.h"  // BlockId
 
 namespace kvbm::detail {
 

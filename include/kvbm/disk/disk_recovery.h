@@ -39,8 +39,10 @@ enum class SlotDiscard : std::uint8_t {
   kDuplicate,  ///< a second whole slot for a sequence hash already recovered from a lower slot
 };
 
-/// Number of SlotDiscard values.
+/// Number of SlotDiscard values (arrays indexed by a SlotDiscard are this long).
 inline constexpr std::size_t kSlotDiscardReasons = 9;
+static_assert(static_cast<std::size_t>(SlotDiscard::kDuplicate) + 1 == kSlotDiscardReasons,
+              "a SlotDiscard was added or removed: update kSlotDiscardReasons and to_string()");
 
 /// Returns the reason's name as the summary line prints it ("absent", "header_checksum", ...).
 [[nodiscard]] std::string_view to_string(SlotDiscard reason) noexcept;

@@ -18,12 +18,10 @@
 #include <optional>
 #include <string_view>
 
+#include "kvbm/blocks/block_id.h"
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {
-
-/// Dense index of a block inside its pool.
-using BlockId = std::uint32_t;
 
 /// Which eviction backend a pool uses.
 enum class EvictionPolicy : std::uint8_t {

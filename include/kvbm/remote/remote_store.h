@@ -79,7 +79,10 @@ enum class RemoteStatus : std::uint8_t {
   kServerError,     ///< any other error reply or an unexpected reply
   kConnectionLost,  ///< the connection broke during the call
 };
+/// Number of RemoteStatus values (arrays indexed by a RemoteStatus are this long).
 inline constexpr std::size_t kRemoteStatusCount = 8;
+static_assert(static_cast<std::size_t>(RemoteStatus::kConnectionLost) + 1 == kRemoteStatusCount,
+              "a RemoteStatus was added or removed: update kRemoteStatusCount and to_string()");
 
 /// Returns a short name ("ok", "not_found", "corrupt", "unavailable", ...).
 [[nodiscard]] std::string_view to_string(RemoteStatus s) noexcept;

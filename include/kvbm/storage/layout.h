@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvbm/eviction/backend.h"  // BlockId
+#include "kvbm/blocks/block_id.h"
 
 namespace kvbm {
 

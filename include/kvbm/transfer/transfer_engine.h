@@ -39,8 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvbm/blocks/block_id.h"
 #include "kvbm/detail/mutex.h"
-#include "kvbm/eviction/backend.h"  // BlockId
 #include "kvbm/transfer/transfer_error.h"
 #include "kvbm/transfer/transfer_metrics.h"  // TransferCounts
 
