@@ -1,6 +1,7 @@
 #include "kvbm/error.h"
 
 #include <cerrno>
+#include <ostream>
 #include <string>
 
 namespace kvbm {
@@ -21,8 +22,20 @@ std::string_view to_string(ErrorKind kind) noexcept {
       return "refused";
     case ErrorKind::kInternal:
       return "internal";
+    case ErrorKind::kUnavailable:
+      return "unavailable";
+    case ErrorKind::kTimeout:
+      return "timeout";
   }
   return "unknown";
+}
+
+std::ostream& operator<<(std::ostream& out, const Error& error) {
+  return out << to_string(error.kind) << ": " << error.message;
+}
+
+std::ostream& operator<<(std::ostream& out, const std::optional<Error>& error) {
+  return error ? out << *error : out << "no error";
 }
 
 ErrorKind error_kind_of_errno(int code) noexcept {

@@ -5,10 +5,11 @@
 // `kvbm::UsageError` (a `std::logic_error`) whose message names the file, the
 // line, what was wrong and what to do instead. Expected runtime outcomes (a pool
 // that cannot satisfy an allocation, a hash that is not present) are returned
-// as values (`std::optional`, `Result`) that the caller must look at; a copy
-// that failed comes back as a `TransferError` in its batch's outcome
-// (kvbm/transfer/transfer_error.h). A runtime failure where no value can be
-// returned (building a tier on a full disk, CUDA refusing a stream) throws
+// as values (`std::optional`, `Result`) that the caller must look at; a
+// failure of work that runs on its own (a copy, an offload, an onboarding, a
+// G4 fetch) comes back as a `kvbm::Error` value (kind, code, message) in what
+// reports its end: the same three fields a `RuntimeError` carries. A runtime failure where no value
+// can be returned (building a tier on a full disk, CUDA refusing a stream) throws
 // `kvbm::RuntimeError` (a `std::runtime_error`): the arguments were valid, the
 // machine could not do it, and the message says what to free or change.
 // Both carry an `ErrorKind`. Destructors and release paths never throw.
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -35,13 +37,15 @@ class UsageError : public std::logic_error {
 
 /// What kind of runtime failure (not misuse) happened.
 enum class ErrorKind : std::uint8_t {
-  kIo,        ///< a syscall failed; the code is its errno value
-  kNoSpace,   ///< the file system is full or a file size limit was hit (ENOSPC, EDQUOT, EFBIG)
-  kCorrupt,   ///< stored bytes failed verification (checksum, footer, identity; EBADMSG)
-  kDevice,    ///< a CUDA call failed; the code is its cudaError_t value
-  kNoMemory,  ///< host memory ran out while the work ran
-  kRefused,   ///< an engine refused a batch at submit(); nothing of it was started
-  kInternal,  ///< an unexpected exception inside an engine: a bug, and logged
+  kIo,           ///< a syscall failed; the code is its errno value
+  kNoSpace,      ///< the file system is full or a file size limit was hit (ENOSPC, EDQUOT, EFBIG)
+  kCorrupt,      ///< stored bytes failed verification (checksum, footer, identity; EBADMSG)
+  kDevice,       ///< a CUDA call failed; the code is its cudaError_t value
+  kNoMemory,     ///< host memory ran out while the work ran
+  kRefused,      ///< an engine refused a batch at submit(); nothing of it was started
+  kInternal,     ///< an unexpected exception inside an engine: a bug, and logged
+  kUnavailable,  ///< a server (G4) could not be reached, or the connection broke
+  kTimeout,      ///< a server (G4) did not answer within the call's deadline
 };
 
 /// Returns "io", "no_space", "corrupt", "device", "no_memory", "refused" or "internal".
@@ -50,6 +54,20 @@ enum class ErrorKind : std::uint8_t {
 /// Returns the kind of a failed syscall's errno value: kNoSpace for ENOSPC,
 /// EDQUOT and EFBIG, kCorrupt for EBADMSG, kNoMemory for ENOMEM, else kIo.
 [[nodiscard]] ErrorKind error_kind_of_errno(int code) noexcept;
+
+/// A runtime failure as a value: what asynchronous work reports (a copy's
+/// TransferOutcome, an OffloadReport, an OnboardHandle, a G4 fetch).
+struct Error {
+  ErrorKind kind = ErrorKind::kInternal;
+  int code = 0;         ///< errno or cudaError_t value; 0 when none applies
+  std::string message;  ///< what failed, where, and why
+  friend bool operator==(const Error&, const Error&) = default;
+};
+
+/// Writes "<kind>: <message>" (for logs and test failure messages).
+std::ostream& operator<<(std::ostream& out, const Error& error);
+/// Writes the error, or "no error".
+std::ostream& operator<<(std::ostream& out, const std::optional<Error>& error);
 
 /// Thrown where a runtime failure cannot be returned as a value (a
 /// constructor, a build): the arguments were valid but the machine could not

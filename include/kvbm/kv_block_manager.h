@@ -265,8 +265,11 @@ class OnboardHandle {
   /// Waits, then returns the tier each block of the prefix came from, in
   /// order (one entry per block take_blocks() returns).
   [[nodiscard]] std::vector<TierId> sources() const;
-  /// Waits, then returns the first copy error, if any.
-  [[nodiscard]] std::string error() const;
+  /// Waits, then returns the first problem, if any: a copy's error (kIo,
+  /// kCorrupt, kDevice, ...; the status is kFailed), a G4 fetch's error
+  /// (kUnavailable, kTimeout, kCorrupt, ...), or kNoSpace when blocks found
+  /// below G1 had no room in G1 (the prefix ends before them; kDone).
+  [[nodiscard]] std::optional<Error> error() const;
 
  private:
   void abandon() noexcept;

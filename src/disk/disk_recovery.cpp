@@ -29,6 +29,24 @@
 
 namespace kvbm {
 
+std::optional<ErrorKind> error_kind_of(SlotDiscard reason) noexcept {
+  switch (reason) {
+    case SlotDiscard::kAbsent:
+    case SlotDiscard::kDuplicate:
+      return std::nullopt;
+    case SlotDiscard::kIoError:
+      return ErrorKind::kIo;
+    case SlotDiscard::kHeaderChecksum:
+    case SlotDiscard::kFormatVersion:
+    case SlotDiscard::kGeometry:
+    case SlotDiscard::kWrongSlot:
+    case SlotDiscard::kFingerprint:
+    case SlotDiscard::kPayloadChecksum:
+      return ErrorKind::kCorrupt;
+  }
+  return ErrorKind::kInternal;
+}
+
 std::string_view to_string(SlotDiscard reason) noexcept {
   switch (reason) {
     case SlotDiscard::kAbsent:

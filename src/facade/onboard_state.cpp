@@ -37,7 +37,8 @@ void OnboardState::on_batch(const TransferOutcome& o,
     for (const auto k : o.failed) {
       if (k < positions.size()) failed_[positions[k]] = true;
     }
-    if (!o.ok() && error_.empty()) error_ = o.error ? o.error->message : "copy failed";
+    if (!o.ok() && !error_)
+      error_ = o.error ? *o.error : Error{ErrorKind::kInternal, 0, "copy failed"};
     last = --pending_ == 0;
   }
   if (last) finish();
@@ -51,7 +52,7 @@ void OnboardState::on_remote(facade::RemoteFetch&& fetch) noexcept {
     // Cancelled while it asked G4 (cancel() ended it): `fetch` is released.
     if (is_terminal(status_) || pending_ == 0) return;
     remote_ = std::move(fetch);
-    if (!remote_.error.empty() && error_.empty()) error_ = remote_.error;
+    if (remote_.error && !error_) error_ = remote_.error;
     last = --pending_ == 0;
   }
   if (last) finish();
@@ -99,6 +100,13 @@ void OnboardState::finish() noexcept {
     return;
   }
   counts_ = c;
+  if (c.no_space > 0 && !error_) {
+    error_ = Error{ErrorKind::kNoSpace, 0,
+                   std::to_string(c.no_space) +
+                       " block(s) of the prefix were found below G1 but G1 had no free block "
+                       "for them, so the prefix ends before them; release G1 blocks (or give G1 "
+                       "more) and onboard again"};
+  }
   origins_ = std::move(origins);
   blocks_ = std::move(out);
   status_ = any_failed ? TransferStatus::kFailed : TransferStatus::kDone;
@@ -230,7 +238,7 @@ std::vector<TierId> OnboardState::origins() const {
   return origins_;
 }
 
-std::string OnboardState::error() const {
+std::optional<Error> OnboardState::error() const {
   wait();
   LockGuard lock(mu_);
   return error_;
@@ -282,7 +290,7 @@ std::vector<TierId> OnboardHandle::sources() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::sources on an empty handle");
   return s_->origins();
 }
-std::string OnboardHandle::error() const {
+std::optional<Error> OnboardHandle::error() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::error on an empty handle");
   return s_->error();
 }

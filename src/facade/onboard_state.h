@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -60,7 +61,7 @@ struct RemoteFetch {
   std::vector<TierId> origins;  ///< per block: where it came from (kG4: fetched from G4)
   std::size_t failed = 0;       ///< copies that failed
   std::size_t no_space = 0;     ///< blocks found that did not fit in G1
-  std::string error;            ///< the first copy error, if any
+  std::optional<Error> error;   ///< the first copy error, if any
 };
 
 }  // namespace kvbm::facade
@@ -112,7 +113,7 @@ class OnboardState {
   std::vector<ImmutableBlock<G1>> take_blocks();
   OnboardCounts counts() const;
   std::vector<TierId> origins() const;
-  std::string error() const;
+  std::optional<Error> error() const;
 
  private:
   void release_sources() noexcept;
@@ -131,7 +132,7 @@ class OnboardState {
   std::size_t pending_ KVBM_GUARDED_BY(mu_) = 0;
   bool remote_outstanding_ KVBM_GUARDED_BY(mu_) = false;  // the remote stage has not reported
   std::vector<bool> failed_;  // written under mu_; read by finish() alone, once nothing is pending
-  std::string error_ KVBM_GUARDED_BY(mu_);
+  std::optional<Error> error_ KVBM_GUARDED_BY(mu_);
   std::size_t no_space_ = 0;
   facade::RemoteFetch remote_;  // as failed_
   OnboardCounts counts_ KVBM_GUARDED_BY(mu_);

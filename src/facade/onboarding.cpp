@@ -96,7 +96,9 @@ RemoteFetch Onboarding::onboard_rest(const State& parent, std::span<const Sequen
   try {
     std::vector<ImmutableBlock<G2>> fetched;
     std::vector<std::uint8_t> from;
-    const std::size_t end = walk_rest(rest, &fetched, from);
+    std::optional<Error> fetch_error;
+    const std::size_t end = walk_rest(rest, &fetched, from, &fetch_error);
+    out.error = std::move(fetch_error);
     if (end == 0 || parent.cancelling()) return out;
     auto sub = std::make_shared<State>();  // no counters: the parent counts what it hands back
     OnboardHandle h = start(std::move(sub), rest.first(end), false);
@@ -106,13 +108,14 @@ RemoteFetch Onboarding::onboard_rest(const State& parent, std::span<const Sequen
     const OnboardCounts c = h.counts();
     out.failed = c.failed;
     out.no_space = c.no_space;
-    out.error = h.error();
+    if (auto e = h.error()) out.error = std::move(e);
     for (std::size_t i = 0; i < out.origins.size(); ++i) {
       if (from[i] == kTierCount) out.origins[i] = TierId::kG4;
     }
   } catch (const std::exception& e) {
     out = RemoteFetch{};
-    out.error = std::string("onboarding from G4 failed: ") + e.what();
+    out.error =
+        Error{ErrorKind::kInternal, 0, std::string("onboarding from G4 failed: ") + e.what()};
   }
   return out;
 }
@@ -123,7 +126,8 @@ RemoteFetch Onboarding::onboard_rest(const State& parent, std::span<const Sequen
 // that does not arrive intact); without, only asked about.
 std::size_t Onboarding::walk_rest(std::span<const SequenceHash> rest,
                                   std::vector<ImmutableBlock<G2>>* fetched,
-                                  std::vector<std::uint8_t>& from) const {
+                                  std::vector<std::uint8_t>& from,
+                                  std::optional<Error>* error) const {
   const std::vector<std::uint8_t> local = fastest_tiers(rest, false);
   from.clear();
   std::size_t pos = 0;
@@ -137,7 +141,7 @@ std::size_t Onboarding::walk_rest(std::span<const SequenceHash> rest,
     if (held == 0) break;
     std::size_t got = held;
     if (fetched != nullptr) {
-      auto blocks = remote_->fetch_into_g2(rest.subspan(pos, held));
+      auto blocks = remote_->fetch_into_g2(rest.subspan(pos, held), error);
       got = blocks.size();
       for (auto& b : blocks) fetched->push_back(std::move(b));
     }

@@ -67,8 +67,8 @@ class Onboarding {
                       bool ask_remote);
   RemoteFetch onboard_rest(const State& parent, std::span<const SequenceHash> rest);
   std::size_t walk_rest(std::span<const SequenceHash> rest,
-                        std::vector<ImmutableBlock<G2>>* fetched,
-                        std::vector<std::uint8_t>& from) const;
+                        std::vector<ImmutableBlock<G2>>* fetched, std::vector<std::uint8_t>& from,
+                        std::optional<Error>* error = nullptr) const;
   // Per prefix position, the index of the fastest tier that holds it.
   std::vector<std::uint8_t> fastest_tiers(std::span<const SequenceHash> hashes,
                                           bool stop_at_miss) const;

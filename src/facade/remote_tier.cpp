@@ -147,10 +147,16 @@ void RemoteTier::run_fetches() {
 }
 
 // The steps of the file comment's "up".
-std::vector<ImmutableBlock<G2>> RemoteTier::fetch_into_g2(std::span<const SequenceHash> hashes) {
+std::vector<ImmutableBlock<G2>> RemoteTier::fetch_into_g2(std::span<const SequenceHash> hashes,
+                                                          std::optional<Error>* error) {
   std::vector<ImmutableBlock<G2>> out;
   std::vector<MutableBlock<G2>> staging = g2_->allocate_at_most(hashes.size());
   const std::size_t n = staging.size();
+  if (n < hashes.size() && error != nullptr && !*error) {
+    *error = Error{ErrorKind::kNoSpace, 0,
+                   "G4: " + std::to_string(hashes.size() - n) +
+                       " block(s) found in G4 had no free G2 block to land in; they stay in G4"};
+  }
   if (n == 0) return out;  // G2 has no room: a miss (the blocks stay in G4)
 
   // One GET per block, pipelined; each lands in its G2 block only if verified.
@@ -167,6 +173,14 @@ std::vector<ImmutableBlock<G2>> RemoteTier::fetch_into_g2(std::span<const Sequen
   const std::vector<RemoteStatus> status = store_->get(gets);
   std::size_t verified = 0;
   while (verified < n && status[verified] == RemoteStatus::kOk) ++verified;
+  if (verified < n && error != nullptr) {
+    if (const auto kind = error_kind_of(status[verified])) {
+      *error =
+          Error{*kind, 0,
+                "G4: block " + std::to_string(verified) + " of a fetch of " + std::to_string(n) +
+                    ": " + std::string(to_string(status[verified])) + " (a miss from there on)"};
+    }
+  }
   // The rest go back to G2's reset pool.
   staging.erase(staging.begin() + static_cast<std::ptrdiff_t>(verified), staging.end());
 

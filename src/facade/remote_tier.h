@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -74,7 +75,10 @@ class RemoteTier {
   [[nodiscard]] std::size_t present_prefix(std::span<const SequenceHash> hashes) const;
   /// Fetches `hashes` into G2 (see the file comment); returns the verified
   /// prefix, registered in G2 and held. Blocks for the round trips.
-  [[nodiscard]] std::vector<ImmutableBlock<G2>> fetch_into_g2(std::span<const SequenceHash> hashes);
+  /// With `error`, the first failure that ended the prefix early is recorded
+  /// there (a G4 status as its ErrorKind; kNoSpace when G2 had no room).
+  [[nodiscard]] std::vector<ImmutableBlock<G2>> fetch_into_g2(
+      std::span<const SequenceHash> hashes, std::optional<Error>* error = nullptr);
   /// Runs `job` on the fetch worker; false (job not run) once stopped.
   [[nodiscard]] bool post(std::function<void()> job);
   /// Waits until the fetch worker has run every job posted so far.

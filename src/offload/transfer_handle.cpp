@@ -83,10 +83,10 @@ void OffloadState::add_result(const SequenceHash& hash, BlockOutcome o) {
   failed_ = failed_ || is_failure(o);
 }
 
-void OffloadState::add_error(std::string_view error) {
+void OffloadState::add_error(Error error) {
   detail::LockGuard lock(mu_);
-  if (is_terminal(status_) || !report_.error.empty()) return;
-  report_.error = std::string(error);
+  if (is_terminal(status_) || report_.error) return;
+  report_.error = std::move(error);
 }
 
 void OffloadState::finish() {

@@ -140,10 +140,27 @@ void bind_blocks(nb::module_& m) {
       .def("counts", &OnboardHandle::counts, nb::call_guard<nb::gil_scoped_release>())
       .def("sources", &OnboardHandle::sources, nb::call_guard<nb::gil_scoped_release>(),
            "Waits, then returns the tier each block came from.")
-      .def("error", &OnboardHandle::error, nb::call_guard<nb::gil_scoped_release>(),
-           "Waits, then returns the first copy error ('' when none).");
+      .def(
+          "error",
+          [](const OnboardHandle& h) {
+            const std::optional<Error> e = h.error();
+            return e ? e->message : std::string();
+          },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Waits, then returns the first problem's message ('' when none); error_kind() says "
+          "what kind it was.")
+      .def(
+          "error_kind",
+          [](const OnboardHandle& h) -> std::optional<std::string> {
+            const std::optional<Error> e = h.error();
+            if (!e) return std::nullopt;
+            return std::string(to_string(e->kind));
+          },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Waits, then returns the first problem's kind ('io', 'no_space', 'corrupt', "
+          "'unavailable', 'timeout', ...), or None.")
 
-  nb::class_<TransferHandle>(m, "TransferHandle", "One offload (KvBlockManager.offload).")
+          nb::class_<TransferHandle>(m, "TransferHandle", "One offload (KvBlockManager.offload).")
       .def_prop_ro("valid", &TransferHandle::valid)
       .def("status", &TransferHandle::status)
       .def_prop_ro("block_count", &TransferHandle::block_count)

@@ -26,6 +26,26 @@ std::string_view to_string(RemoteStatus s) noexcept {
   return "unknown";
 }
 
+std::optional<ErrorKind> error_kind_of(RemoteStatus s) noexcept {
+  switch (s) {
+    case RemoteStatus::kOk:
+    case RemoteStatus::kNotFound:
+      return std::nullopt;
+    case RemoteStatus::kCorrupt:
+      return ErrorKind::kCorrupt;
+    case RemoteStatus::kUnavailable:
+    case RemoteStatus::kConnectionLost:
+      return ErrorKind::kUnavailable;
+    case RemoteStatus::kTimeout:
+      return ErrorKind::kTimeout;
+    case RemoteStatus::kOutOfMemory:
+      return ErrorKind::kNoSpace;
+    case RemoteStatus::kServerError:
+      return ErrorKind::kIo;
+  }
+  return ErrorKind::kInternal;
+}
+
 std::size_t jump_consistent_hash(std::uint64_t key, std::size_t servers) noexcept {
   // Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm" (2014).
   std::int64_t b = -1, j = 0;

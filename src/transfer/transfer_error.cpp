@@ -13,8 +13,4 @@ TransferError to_transfer_error(const io::IoError& error, std::string_view prefi
   return TransferError{error_kind_of_errno(error.code), error.code, std::move(message)};
 }
 
-std::ostream& operator<<(std::ostream& out, const TransferError& error) {
-  return out << to_string(error.kind) << ": " << error.message;
-}
-
 }  // namespace kvbm

@@ -254,6 +254,8 @@ TEST(KvBlockManagerTest, OnboardCutsThePrefixWhereG1IsFull) {
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
   EXPECT_EQ(h.counts().host, 2u);
   EXPECT_EQ(h.counts().no_space, 2u);
+  ASSERT_TRUE(h.error().has_value()) << "a prefix cut for want of G1 space says so";
+  EXPECT_EQ(h.error()->kind, ErrorKind::kNoSpace) << h.error();
   auto blocks = h.take_blocks();
   ASSERT_EQ(blocks.size(), 2u);
   EXPECT_EQ(blocks[1].sequence_hash(), hashes[1]);
@@ -312,7 +314,8 @@ TEST(KvBlockManagerTest, CorruptDiskBlockIsNeverServed) {
   }
   auto h = kv->onboard(hashes);
   EXPECT_EQ(h.wait(), TransferStatus::kFailed);
-  EXPECT_FALSE(h.error().empty());
+  ASSERT_TRUE(h.error().has_value());
+  EXPECT_EQ(h.error()->kind, ErrorKind::kCorrupt) << h.error();
   EXPECT_EQ(h.counts().failed, 1u);
   auto blocks = h.take_blocks();
   ASSERT_EQ(blocks.size(), 3u);  // 0, 1, 2

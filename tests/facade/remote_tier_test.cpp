@@ -87,6 +87,7 @@ struct Served {
   std::size_t blocks = 0;
   std::size_t wrong_bytes = 0;
   TransferStatus status = TransferStatus::kTransferring;
+  std::optional<Error> error;
 };
 
 // Onboards `hashes` and compares every byte of what comes back.
@@ -94,6 +95,7 @@ Served onboard_and_check(KvBlockManager& kv, std::span<const SequenceHash> hashe
   OnboardHandle h = kv.onboard(hashes);
   Served s;
   s.status = h.wait();
+  s.error = h.error();
   s.counts = h.counts();
   s.sources = h.sources();
   const auto blocks = h.take_blocks();
@@ -306,6 +308,8 @@ TEST(RemoteTier, CorruptedValueIsACountedMissAndNeverServed) {
   EXPECT_EQ(s.status, TransferStatus::kDone);
   EXPECT_EQ(s.counts.remote, 5u) << "the prefix ends before the corrupted block";
   EXPECT_EQ(s.wrong_bytes, 0u);
+  ASSERT_TRUE(s.error.has_value()) << "the onboarding says why its prefix ended early";
+  EXPECT_EQ(s.error->kind, ErrorKind::kCorrupt) << s.error;
   EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_remote_errors_total", {{"kind", "corrupt"}}), 1.0);
   EXPECT_FALSE(b->host()->registry()->presence<G2>(std::span(&hashes[5], 1))[0])
       << "the corrupted block must not be registered in G2";

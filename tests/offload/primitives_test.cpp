@@ -2,6 +2,7 @@
 // host events, cancellable queues, handles and the config's validation.
 
 #include <atomic>
+#include <cerrno>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -166,7 +167,7 @@ TEST(TransferHandle, StatusMovesForwardOnly) {
   EXPECT_EQ(h.status(), TransferStatus::kBatched);
   s->add_result(test::seq(0), BlockOutcome::kTransferred);
   s->add_result(test::seq(1), BlockOutcome::kCopyFailed);
-  s->add_error("boom");
+  s->add_error(Error{ErrorKind::kIo, EIO, "boom"});
   EXPECT_FALSE(h.wait_for(0ns));
   s->finish();
   EXPECT_EQ(h.status(), TransferStatus::kFailed);
@@ -175,7 +176,9 @@ TEST(TransferHandle, StatusMovesForwardOnly) {
   EXPECT_EQ(h.wait(), TransferStatus::kFailed);
   ASSERT_EQ(h.failed_blocks().size(), 1u);
   EXPECT_EQ(h.failed_blocks()[0].hash, test::seq(1));
-  EXPECT_EQ(h.report().error, "boom");
+  ASSERT_TRUE(h.report().error.has_value());
+  EXPECT_EQ(h.report().error->message, "boom");
+  EXPECT_EQ(h.report().error->kind, ErrorKind::kIo);
   EXPECT_EQ(h.report().count(BlockOutcome::kTransferred), 1u);
   EXPECT_FALSE(h.cancel());  // already ended
 }

@@ -487,7 +487,8 @@ TEST_F(ExecutorFixture, AFailedCopyIsNeverRegistered) {
   EXPECT_EQ(h.wait(), TransferStatus::kFailed);
   ASSERT_EQ(h.failed_blocks().size(), 1u);
   EXPECT_EQ(h.failed_blocks()[0], (BlockResult{seq(1), BlockOutcome::kCopyFailed}));
-  EXPECT_EQ(h.report().error, "fake failure");
+  ASSERT_TRUE(h.report().error.has_value());
+  EXPECT_EQ(h.report().error->message, "fake failure");
   EXPECT_EQ(test::present(t.g2, chain(4)), (std::vector<bool>{true, false, true, true}));
   blocks.clear();
   expect_clean();
@@ -503,7 +504,9 @@ TEST_F(ExecutorFixture, AnEngineThatRefusesFailsTheBatch) {
   x.launch(batch_of(std::move(cs)));
   EXPECT_EQ(h.wait(), TransferStatus::kFailed);
   EXPECT_EQ(h.report().count(BlockOutcome::kCopyFailed), 3u);
-  EXPECT_THAT(h.report().error, ::testing::HasSubstr("refused"));
+  ASSERT_TRUE(h.report().error.has_value());
+  EXPECT_EQ(h.report().error->kind, ErrorKind::kRefused);
+  EXPECT_THAT(h.report().error->message, ::testing::HasSubstr("refused"));
   EXPECT_EQ(test::present(t.g2, chain(3)), std::vector<bool>(3, false));
   blocks.clear();
   expect_clean();

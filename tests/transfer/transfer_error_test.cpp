@@ -34,9 +34,9 @@ TEST(TransferError, PrintsItsKindAndMessage) {
 }
 
 TEST(ErrorKind, EveryKindHasAName) {
-  for (const ErrorKind k :
-       {ErrorKind::kIo, ErrorKind::kNoSpace, ErrorKind::kCorrupt, ErrorKind::kDevice,
-        ErrorKind::kNoMemory, ErrorKind::kRefused, ErrorKind::kInternal}) {
+  for (const ErrorKind k : {ErrorKind::kIo, ErrorKind::kNoSpace, ErrorKind::kCorrupt,
+                            ErrorKind::kDevice, ErrorKind::kNoMemory, ErrorKind::kRefused,
+                            ErrorKind::kInternal, ErrorKind::kUnavailable, ErrorKind::kTimeout}) {
     EXPECT_NE(to_string(k), "unknown");
   }
   EXPECT_EQ(to_string(ErrorKind::kNoSpace), "no_space");

@@ -17,10 +17,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvbm/error.h"
 #include "kvbm/storage/layout.h"
 
 namespace kvbm {
@@ -43,6 +45,11 @@ enum class SlotDiscard : std::uint8_t {
 inline constexpr std::size_t kSlotDiscardReasons = 9;
 static_assert(static_cast<std::size_t>(SlotDiscard::kDuplicate) + 1 == kSlotDiscardReasons,
               "a SlotDiscard was added or removed: update kSlotDiscardReasons and to_string()");
+
+/// Returns the ErrorKind of a discarded slot read back (kCorrupt for a slot
+/// that fails a check, kIo for a read error); none for kAbsent and
+/// kDuplicate, which hold nothing wrong.
+[[nodiscard]] std::optional<ErrorKind> error_kind_of(SlotDiscard reason) noexcept;
 
 /// Returns the reason's name as the summary line prints it ("absent", "header_checksum", ...).
 [[nodiscard]] std::string_view to_string(SlotDiscard reason) noexcept;

@@ -184,7 +184,7 @@ class TransferExecutor {
     std::vector<Dup> dups;
     detail::Mutex mu;
     std::vector<bool> failed KVBM_GUARDED_BY(mu);  // per pair
-    std::string error KVBM_GUARDED_BY(mu);
+    std::optional<Error> error KVBM_GUARDED_BY(mu);
     std::atomic<std::size_t> pieces_left{0};
   };
   struct Core {
@@ -201,7 +201,7 @@ class TransferExecutor {
     static void finish(Core& core, Flight& f, bool submitted) noexcept {
       // Every piece has ended: nothing writes failed or error any more.
       std::vector<bool> failed;
-      std::string error;
+      std::optional<Error> error;
       {
         detail::LockGuard lock(f.mu);
         failed.swap(f.failed);
@@ -233,8 +233,8 @@ class TransferExecutor {
       for (const Dup& d : f.dups) {
         f.owners[d.owner]->add_result(f.hashes[d.primary], f.outcome[d.primary]);
       }
-      if (!error.empty()) {
-        for (const auto& s : f.owners) s->add_error(error);
+      if (error) {
+        for (const auto& s : f.owners) s->add_error(*error);
       }
       for (const auto& s : f.owners) s->finish();
       if (!submitted) return;
@@ -344,7 +344,9 @@ class TransferExecutor {
           for (const std::size_t k : o.failed) {
             if (k < count) f->failed[begin + k] = true;
           }
-          if (!o.ok() && f->error.empty()) f->error = o.error ? o.error->message : "copy failed";
+          if (!o.ok() && !f->error) {
+            f->error = o.error ? *o.error : Error{ErrorKind::kInternal, 0, "copy failed"};
+          }
         }
         if (f->pieces_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
           Core::finish(*core, *f, true);

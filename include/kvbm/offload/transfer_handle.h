@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,7 +106,7 @@ struct BlockResult {
 /// only what was resolved before the cancellation (e.g. filtered blocks).
 struct OffloadReport {
   std::vector<BlockResult> blocks;
-  std::string error;  ///< the first copy error reported by the engine, if any
+  std::optional<Error> error;  ///< the first copy error reported by the engine, if any
 
   /// Returns how many blocks ended with `o`.
   [[nodiscard]] std::size_t count(BlockOutcome o) const noexcept;
@@ -150,7 +151,7 @@ class OffloadState {
   /// Records blocks' outcomes.
   void add_result(const SequenceHash& hash, BlockOutcome o);
   /// Records the engine's error (the first one wins).
-  void add_error(std::string_view error);
+  void add_error(Error error);
   /// Ends as kFailed when a failure was recorded, else kDone. Idempotent.
   void finish();
   /// Ends as kCancelled unless already terminal.

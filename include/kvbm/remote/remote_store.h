@@ -55,11 +55,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvbm/error.h"
 #include "kvbm/remote/remote_value.h"
 
 namespace prometheus {
@@ -86,6 +88,11 @@ static_assert(static_cast<std::size_t>(RemoteStatus::kConnectionLost) + 1 == kRe
 
 /// Returns a short name ("ok", "not_found", "corrupt", "unavailable", ...).
 [[nodiscard]] std::string_view to_string(RemoteStatus s) noexcept;
+
+/// Returns the ErrorKind of a failed remote call (kCorrupt, kUnavailable,
+/// kTimeout, kNoSpace for a full server, kIo for an error reply); none for
+/// kOk and kNotFound, which are outcomes, not failures.
+[[nodiscard]] std::optional<ErrorKind> error_kind_of(RemoteStatus s) noexcept;
 
 /// How to reach the servers and which blocks are ours.
 struct RemoteStoreOptions {

@@ -31,20 +31,12 @@
 
 namespace kvbm {
 
-/// One failure of a transfer; see the file comment.
-struct TransferError {
-  ErrorKind kind = ErrorKind::kInternal;
-  int code = 0;         ///< errno or cudaError_t value; 0 when none applies
-  std::string message;  ///< what failed, where, and why
-  friend bool operator==(const TransferError&, const TransferError&) = default;
-};
+/// One failure of a transfer: the library's Error value (kvbm/error.h).
+using TransferError = Error;
 
 /// Returns the TransferError of an I/O failure: the kind of its errno value
 /// (error_kind_of_errno), its code, and `prefix` followed by its message.
 [[nodiscard]] TransferError to_transfer_error(const io::IoError& error,
                                               std::string_view prefix = {});
-
-/// Writes "<kind>: <message>" (for logs and test failure messages).
-std::ostream& operator<<(std::ostream& out, const TransferError& error);
 
 }  // namespace kvbm
