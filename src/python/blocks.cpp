@@ -158,9 +158,9 @@ void bind_blocks(nb::module_& m) {
           },
           nb::call_guard<nb::gil_scoped_release>(),
           "Waits, then returns the first problem's kind ('io', 'no_space', 'corrupt', "
-          "'unavailable', 'timeout', ...), or None.")
+          "'unavailable', 'timeout', ...), or None.");
 
-          nb::class_<TransferHandle>(m, "TransferHandle", "One offload (KvBlockManager.offload).")
+  nb::class_<TransferHandle>(m, "TransferHandle", "One offload (KvBlockManager.offload).")
       .def_prop_ro("valid", &TransferHandle::valid)
       .def("status", &TransferHandle::status)
       .def_prop_ro("block_count", &TransferHandle::block_count)

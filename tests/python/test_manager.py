@@ -410,3 +410,22 @@ def test_version_is_the_projects_one_everywhere():
     want = re.search(r"project\(kvbm\s+VERSION\s+([0-9.]+)", cmake).group(1)
     assert kvbm.__version__ == want
     assert importlib.metadata.version("kvbm") == want
+
+
+def test_onboarding_says_what_kind_of_problem_cut_it_short():
+    """A prefix cut because G1 had no room for it reports 'no_space' by kind, not only in words."""
+    with kvbm.KvBlockManager(small_config(device=4, host=16, disk=0)) as kv:
+        h = kvbm.hash_keys([b"cut-%d" % i for i in range(4)])
+        assert kv.store(h, pages(4, kv.block_bytes, 3), chained=False) == 4
+        kv.drain()
+        held = kv.allocate(4)  # every G1 block held: nothing found in G2 can land
+        handle = kv.onboard(h, chained=False)
+        handle.wait()
+        assert handle.counts().no_space > 0
+        assert handle.error_kind() == "no_space"
+        assert "G1" in handle.error()
+        del held
+        ok = kv.onboard(h, chained=False)
+        ok.wait()
+        assert ok.error_kind() is None and ok.error() == ""
+        ok.take_blocks()
