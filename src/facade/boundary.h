@@ -13,8 +13,8 @@
 // pipeline on first use outside write-through), and the copies registered in
 // Lower go on to the boundary below through `next` (its intake(), set when
 // that boundary is write-through). The facade builds one boundary per pair
-// of present tiers, bottom-up, so a boundary from G3 into a remote tier is
-// one more instance.
+// of present local tiers (G1-G3), bottom-up; G4's writes go through
+// RemoteTier (remote_tier.h), not a boundary.
 //
 // Lifetime: construct before the upper pool (eviction_listener() goes into
 // its builder), bind() once both pools and the engine exist. Shutdown in two

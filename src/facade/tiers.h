@@ -9,10 +9,8 @@
 //                   listeners, storage kind and the mode of the boundary from
 //                   the tier above into it
 //
-// Adding a tier (a remote G4 below G3) is: its marker in TierTypes, its row in
-// describe_tiers(), and, for a new kind of storage, a StorageKind with its
-// memory (tier_memory.cpp) and its engines (tier_engines.cpp). The pools, the
-// boundary from G3 into it, the onboarding walk and shutdown follow.
+// G1-G3 only: G4 is a sidecar of G2 (remote_tier.h), named where it matters
+// (docs/architecture.md, "The facade: tiers as data").
 
 #pragma once
 
