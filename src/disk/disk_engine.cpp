@@ -28,16 +28,14 @@ namespace detail {
 /// The worker pool and queue shared by both disk engines.
 class DiskEngineCore {
  public:
-  enum class Direction : std::uint8_t { kWrite, kRead };
-
-  DiskEngineCore(Direction direction, Layout host, DiskStorage& disk,
+  DiskEngineCore(DiskDirection direction, Layout host, DiskStorage& disk,
                  const DiskEngineOptions& options)
       : direction_(direction),
         host_(std::move(host)),
         disk_(disk),
-        name_(!options.name.empty()            ? options.name
-              : direction == Direction::kWrite ? "host_to_disk"
-                                               : "disk_to_host"),
+        name_(!options.name.empty()                 ? options.name
+              : direction == DiskDirection::kToDisk ? "host_to_disk"
+                                                    : "disk_to_host"),
         queue_depth_(options.queue_depth),
         io_slots_(static_cast<std::ptrdiff_t>(std::min<std::size_t>(options.queue_depth, 256))) {
     KVBM_CHECK(
@@ -77,10 +75,10 @@ class DiskEngineCore {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
 
   [[nodiscard]] std::size_t src_blocks() const noexcept {
-    return direction_ == Direction::kWrite ? host_.num_blocks() : disk_.num_blocks();
+    return direction_ == DiskDirection::kToDisk ? host_.num_blocks() : disk_.num_blocks();
   }
   [[nodiscard]] std::size_t dst_blocks() const noexcept {
-    return direction_ == Direction::kWrite ? disk_.num_blocks() : host_.num_blocks();
+    return direction_ == DiskDirection::kToDisk ? disk_.num_blocks() : host_.num_blocks();
   }
 
   /// Queues a batch the engine has checked (TransferEngine::check_batch).
@@ -90,7 +88,7 @@ class DiskEngineCore {
     batch->failed.assign(pairs.size(), 0);
     batch->errors.resize(pairs.size());
     Stage stage = Stage::kOnce;
-    if (direction_ == Direction::kWrite && disk_.persistent()) {
+    if (direction_ == DiskDirection::kToDisk && disk_.persistent()) {
       // The durable order, stage by stage (docs/disk_tier.md): invalidate
       // live headers, sync, payloads, sync, headers, sync.
       batch->checksums.assign(pairs.size(), 0);
@@ -232,7 +230,7 @@ class DiskEngineCore {
                 std::vector<Region>& regions) noexcept {
     const TransferPair pair = batch.pairs[i];
     try {
-      const BlockId host_block = direction_ == Direction::kWrite ? pair.src : pair.dst;
+      const BlockId host_block = direction_ == DiskDirection::kToDisk ? pair.src : pair.dst;
       regions.clear();
       if (host_.kind() == LayoutKind::kFullyContiguous) {
         regions.push_back(host_.block_region(host_block));
@@ -240,7 +238,7 @@ class DiskEngineCore {
         host_.append_regions(host_block, regions);
       }
       io::IoStatus status;
-      if (direction_ == Direction::kWrite && disk_.can_write_from(regions)) {
+      if (direction_ == DiskDirection::kToDisk && disk_.can_write_from(regions)) {
         // Straight from host memory: checksum the regions where they lie and
         // pwritev them with the sealed tail (the kernel copies or DMAs once).
         const auto tail = staging.first(disk_.tail_bytes());
@@ -250,7 +248,7 @@ class DiskEngineCore {
           status = disk_.pwrite_slot_from(pair.dst, regions, tail);
         }
         if (status) unstaged_writes_.fetch_add(1, std::memory_order_relaxed);
-      } else if (direction_ == Direction::kWrite) {
+      } else if (direction_ == DiskDirection::kToDisk) {
         // Unaligned for O_DIRECT: gather into the aligned staging buffer.
         std::byte* out = staging.data();
         for (const Region& r : regions) {
@@ -480,7 +478,7 @@ class DiskEngineCore {
     batch.completion->complete(std::move(outcome));
   }
 
-  const Direction direction_;
+  const DiskDirection direction_;
   const Layout host_;
   DiskStorage& disk_;
   const std::string name_;
@@ -504,32 +502,19 @@ class DiskEngineCore {
 
 }  // namespace detail
 
-DiskWriteEngine::DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOptions options)
-    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kWrite,
-                                                     std::move(host_src), dst, options)) {}
-DiskWriteEngine::~DiskWriteEngine() = default;
-std::string_view DiskWriteEngine::name() const noexcept { return core_->name(); }
-std::optional<TransferCounts> DiskWriteEngine::counts() const noexcept { return core_->counts(); }
-std::shared_ptr<TransferCompletion> DiskWriteEngine::submit(std::span<const TransferPair> pairs) {
+DiskEngine::DiskEngine(DiskDirection direction, Layout host, DiskStorage& disk,
+                       DiskEngineOptions options)
+    : direction_(direction),
+      core_(std::make_unique<detail::DiskEngineCore>(direction, std::move(host), disk, options)) {}
+DiskEngine::~DiskEngine() = default;
+std::string_view DiskEngine::name() const noexcept { return core_->name(); }
+std::optional<TransferCounts> DiskEngine::counts() const noexcept { return core_->counts(); }
+std::shared_ptr<TransferCompletion> DiskEngine::submit(std::span<const TransferPair> pairs) {
   check_batch(name(), pairs, core_->src_blocks(), core_->dst_blocks());
   return core_->submit(pairs);
 }
-DiskEngineStats DiskWriteEngine::stats() const noexcept { return core_->stats(); }
-std::size_t DiskWriteEngine::workers() const noexcept { return core_->workers(); }
-std::size_t DiskWriteEngine::queue_depth() const noexcept { return core_->queue_depth(); }
-
-DiskReadEngine::DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOptions options)
-    : core_(std::make_unique<detail::DiskEngineCore>(detail::DiskEngineCore::Direction::kRead,
-                                                     std::move(host_dst), src, options)) {}
-DiskReadEngine::~DiskReadEngine() = default;
-std::string_view DiskReadEngine::name() const noexcept { return core_->name(); }
-std::optional<TransferCounts> DiskReadEngine::counts() const noexcept { return core_->counts(); }
-std::shared_ptr<TransferCompletion> DiskReadEngine::submit(std::span<const TransferPair> pairs) {
-  check_batch(name(), pairs, core_->src_blocks(), core_->dst_blocks());
-  return core_->submit(pairs);
-}
-DiskEngineStats DiskReadEngine::stats() const noexcept { return core_->stats(); }
-std::size_t DiskReadEngine::workers() const noexcept { return core_->workers(); }
-std::size_t DiskReadEngine::queue_depth() const noexcept { return core_->queue_depth(); }
+DiskEngineStats DiskEngine::stats() const noexcept { return core_->stats(); }
+std::size_t DiskEngine::workers() const noexcept { return core_->workers(); }
+std::size_t DiskEngine::queue_depth() const noexcept { return core_->queue_depth(); }
 
 }  // namespace kvbm

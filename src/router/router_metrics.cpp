@@ -15,61 +15,9 @@
 
 namespace kvbm::router::impl {
 
-using Labels = std::vector<std::pair<std::string, std::string>>;
-
-struct SeriesSet::Entries {
-  std::vector<std::pair<prometheus::Family<prometheus::Counter>*, prometheus::Counter*>> counters;
-  std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges;
-};
-
-SeriesSet::SeriesSet(std::shared_ptr<prometheus::Registry> registry, std::string what)
-    : registry_(std::move(registry)),
-      what_(std::move(what)),
-      entries_(std::make_unique<Entries>()) {
-  KVBM_CHECK(registry_ != nullptr, what_, ": the metrics registry is null");
-}
-
-SeriesSet::~SeriesSet() {
-  for (auto& [family, c] : entries_->counters) family->Remove(c);
-  for (auto& [family, g] : entries_->gauges) family->Remove(g);
-}
-
-namespace {
-
-std::map<std::string, std::string> label_map(const Labels& labels) {
-  std::map<std::string, std::string> out{{"pool", "router"}};
-  for (const auto& [k, v] : labels) out[k] = v;
-  return out;
-}
-
-template <class Family>
-auto* add_series(Family& family, const std::map<std::string, std::string>& labels,
-                 const std::string& name, const std::string& what) {
-  KVBM_CHECK(!family.Has(labels), "metrics registry already holds ", name, " of another ", what,
-             ": give each indexer its own registry, and routers sharing one different policies");
-  return &family.Add(labels);
-}
-
-}  // namespace
-
-prometheus::Counter* SeriesSet::counter(const std::string& name, const std::string& help,
-                                        const Labels& labels) {
-  auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
-  auto* c = add_series(family, label_map(labels), name, what_);
-  entries_->counters.emplace_back(&family, c);
-  return c;
-}
-
-prometheus::Gauge* SeriesSet::gauge(const std::string& name, const std::string& help,
-                                    const Labels& labels) {
-  auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
-  auto* g = add_series(family, label_map(labels), name, what_);
-  entries_->gauges.emplace_back(&family, g);
-  return g;
-}
-
 IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
-    : set_(std::move(registry), "KvIndexer"),
+    : set_(std::move(registry), {{"pool", "router"}}, "KvIndexer",
+           "give each indexer its own registry, and routers sharing one different policies"),
       events_applied_(set_.counter("kvbm_router_events_applied_total",
                                    "KV events applied to the router's index", {})),
       resyncs_(set_.counter("kvbm_router_resyncs_total",
@@ -127,7 +75,8 @@ void IndexerMetrics::set_indexed_blocks(const std::array<std::size_t, 5>& blocks
 
 RouterMetrics::RouterMetrics(std::shared_ptr<prometheus::Registry> registry,
                              const std::string& policy)
-    : set_(std::move(registry), "KvRouter"),
+    : set_(std::move(registry), {{"pool", "router"}}, "KvRouter",
+           "give each indexer its own registry, and routers sharing one different policies"),
       decisions_(
           set_.counter("kvbm_router_decisions_total", "Requests routed", {{"policy", policy}})),
       stale_decisions_(set_.counter("kvbm_router_stale_decisions_total",

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kvbm/detail/series_set.h"
+
 namespace prometheus {
 class Registry;
 class Counter;
@@ -33,26 +35,6 @@ struct IndexerDelta {
   std::uint64_t removed_unknown_blocks = 0;
 };
 
-/// Series created in a registry and removed from it on destruction.
-class SeriesSet {
- public:
-  SeriesSet(std::shared_ptr<prometheus::Registry> registry, std::string what);
-  ~SeriesSet();
-  SeriesSet(const SeriesSet&) = delete;
-  SeriesSet& operator=(const SeriesSet&) = delete;
-
-  prometheus::Counter* counter(const std::string& name, const std::string& help,
-                               const std::vector<std::pair<std::string, std::string>>& labels);
-  prometheus::Gauge* gauge(const std::string& name, const std::string& help,
-                           const std::vector<std::pair<std::string, std::string>>& labels);
-
- private:
-  struct Entries;
-  std::shared_ptr<prometheus::Registry> registry_;
-  std::string what_;
-  std::unique_ptr<Entries> entries_;
-};
-
 /// The KvIndexer's series.
 class IndexerMetrics {
  public:
@@ -64,7 +46,7 @@ class IndexerMetrics {
   void set_indexed_blocks(const std::array<std::size_t, 5>& blocks) noexcept;
 
  private:
-  SeriesSet set_;
+  detail::SeriesSet set_;
   prometheus::Counter* events_applied_;
   std::array<prometheus::Counter*, 4> batches_{};
   prometheus::Counter* resyncs_;
@@ -83,7 +65,7 @@ class RouterMetrics {
   void decision(bool used_stale, bool any_stale) noexcept;
 
  private:
-  SeriesSet set_;
+  detail::SeriesSet set_;
   prometheus::Counter* decisions_;
   prometheus::Counter* stale_decisions_;
   prometheus::Counter* decisions_while_stale_;

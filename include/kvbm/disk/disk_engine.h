@@ -66,6 +66,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/storage/layout.h"
@@ -107,28 +108,35 @@ struct DiskEngineStats {
       0;  ///< successful writes made straight from host memory (no staging copy)
 };
 
+/// Which way a disk engine copies.
+enum class DiskDirection : std::uint8_t {
+  kToDisk,    ///< host blocks into disk slots (pairs: src host, dst disk)
+  kFromDisk,  ///< disk slots into host blocks (pairs: src disk, dst host), verified
+};
+
 namespace detail {
 class DiskEngineCore;
 }  // namespace detail
 
-/// Writes blocks of a host layout into slots of a disk pool.
-class DiskWriteEngine final : public TransferEngine {
+/// Copies blocks between a host layout and the slots of a disk pool, one way.
+class DiskEngine : public TransferEngine {
  public:
   /// Starts the worker threads. Throws UsageError when the layout's config
   /// differs from the storage's, an option is out of range, or the registry
   /// already holds series for the name.
-  /// Precondition: host_src's addresses are host memory readable by this
-  /// process.
-  DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOptions options = {});
+  /// Precondition: `host`'s addresses are host memory this process may read
+  /// (kToDisk) or write (kFromDisk).
+  DiskEngine(DiskDirection direction, Layout host, DiskStorage& disk,
+             DiskEngineOptions options = {});
   /// Waits for every accepted batch, then stops the workers.
-  ~DiskWriteEngine() override;
-  DiskWriteEngine(const DiskWriteEngine&) = delete;
-  DiskWriteEngine& operator=(const DiskWriteEngine&) = delete;
+  ~DiskEngine() override;
+  DiskEngine(const DiskEngine&) = delete;
+  DiskEngine& operator=(const DiskEngine&) = delete;
 
-  /// Returns options.name, by default "host_to_disk".
+  /// Returns options.name, by default "host_to_disk" or "disk_to_host".
   [[nodiscard]] std::string_view name() const noexcept override;
-  /// Queues pairs (src: host block, dst: disk block). Throws UsageError when
-  /// the batch is empty, an id is out of range or a disk block repeats.
+  /// Queues pairs. Throws UsageError when the batch is empty, an id is out of
+  /// range or a destination block repeats.
   [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
       std::span<const TransferPair> pairs) override;
   /// Returns the counts of its series; nullopt without options.registry.
@@ -139,42 +147,26 @@ class DiskWriteEngine final : public TransferEngine {
   [[nodiscard]] std::size_t workers() const noexcept;
   /// Returns the most I/Os in flight at once.
   [[nodiscard]] std::size_t queue_depth() const noexcept;
+  /// Returns which way it copies.
+  [[nodiscard]] DiskDirection direction() const noexcept { return direction_; }
 
  private:
+  DiskDirection direction_;
   std::unique_ptr<detail::DiskEngineCore> core_;
 };
 
-/// Reads blocks from slots of a disk pool into a host layout.
-class DiskReadEngine final : public TransferEngine {
+/// A DiskEngine that writes host blocks into disk slots (kToDisk).
+class DiskWriteEngine final : public DiskEngine {
  public:
-  /// Starts the worker threads. Throws UsageError when the layout's config
-  /// differs from the storage's, an option is out of range, or the registry
-  /// already holds series for the name.
-  /// Precondition: host_dst's addresses are host memory writable by this
-  /// process.
-  DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOptions options = {});
-  /// Waits for every accepted batch, then stops the workers.
-  ~DiskReadEngine() override;
-  DiskReadEngine(const DiskReadEngine&) = delete;
-  DiskReadEngine& operator=(const DiskReadEngine&) = delete;
+  DiskWriteEngine(Layout host_src, DiskStorage& dst, DiskEngineOptions options = {})
+      : DiskEngine(DiskDirection::kToDisk, std::move(host_src), dst, std::move(options)) {}
+};
 
-  /// Returns options.name, by default "disk_to_host".
-  [[nodiscard]] std::string_view name() const noexcept override;
-  /// Queues pairs (src: disk block, dst: host block). Throws UsageError when
-  /// the batch is empty, an id is out of range or a host block repeats.
-  [[nodiscard]] std::shared_ptr<TransferCompletion> submit(
-      std::span<const TransferPair> pairs) override;
-  /// Returns the counts of its series; nullopt without options.registry.
-  [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
-  /// Returns the engine's counters.
-  [[nodiscard]] DiskEngineStats stats() const noexcept;
-  /// Returns the number of worker threads.
-  [[nodiscard]] std::size_t workers() const noexcept;
-  /// Returns the most I/Os in flight at once.
-  [[nodiscard]] std::size_t queue_depth() const noexcept;
-
- private:
-  std::unique_ptr<detail::DiskEngineCore> core_;
+/// A DiskEngine that reads disk slots into host blocks (kFromDisk).
+class DiskReadEngine final : public DiskEngine {
+ public:
+  DiskReadEngine(DiskStorage& src, Layout host_dst, DiskEngineOptions options = {})
+      : DiskEngine(DiskDirection::kFromDisk, std::move(host_dst), src, std::move(options)) {}
 };
 
 }  // namespace kvbm
