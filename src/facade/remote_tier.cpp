@@ -79,7 +79,7 @@ RemoteTier::~RemoteTier() {
 
 void RemoteTier::bind(BlockManager<G2>& g2) {
   g2_ = &g2;
-  worker_ = std::thread([this] { run_fetches(); });
+  worker_ = std::make_unique<detail::Worker>("G4 fetch worker");
 }
 
 void RemoteTier::take(const std::vector<ImmutableBlock<G2>>& blocks) noexcept {
@@ -105,45 +105,15 @@ std::size_t RemoteTier::present_prefix(std::span<const SequenceHash> hashes) con
 }
 
 bool RemoteTier::post(std::function<void()> job) {
-  {
-    detail::LockGuard lock(mu_);
-    if (stop_ || !worker_.joinable()) return false;
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_one();
-  return true;
+  return worker_ != nullptr && worker_->post(std::move(job));
 }
 
 void RemoteTier::stop_fetches() {
-  {
-    detail::LockGuard lock(mu_);
-    if (stop_) return;
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_ != nullptr) worker_->stop();
 }
 
 void RemoteTier::wait_fetches() {
-  detail::UniqueLock lock(mu_);
-  idle_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return jobs_.empty() && !running_; });
-}
-
-void RemoteTier::run_fetches() {
-  for (;;) {
-    std::function<void()> job;
-    {
-      detail::UniqueLock lock(mu_);
-      running_ = false;
-      if (jobs_.empty()) idle_cv_.notify_all();
-      cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopped, every job done
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-      running_ = true;
-    }
-    job();
-  }
+  if (worker_ != nullptr) worker_->wait_idle();
 }
 
 // The steps of the file comment's "up".

@@ -42,6 +42,7 @@
 
 #include "kvbm/block_manager.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/remote_writer.h"
@@ -90,8 +91,6 @@ class RemoteTier {
   [[nodiscard]] OffloadCounts write_counts() const noexcept { return writer_->counts(); }
 
  private:
-  void run_fetches();
-
   const OffloadMode mode_;
   const Layout host_;
   std::shared_ptr<RemoteStore> store_;
@@ -99,13 +98,7 @@ class RemoteTier {
   std::shared_ptr<PoolListener> listener_;
   BlockManager<G2>* g2_ = nullptr;
 
-  detail::Mutex mu_;
-  std::condition_variable cv_;       // a job posted, or stop
-  std::condition_variable idle_cv_;  // the worker ran out of jobs
-  std::deque<std::function<void()>> jobs_ KVBM_GUARDED_BY(mu_);
-  bool stop_ KVBM_GUARDED_BY(mu_) = false;
-  bool running_ KVBM_GUARDED_BY(mu_) = false;  // the worker is in a job
-  std::thread worker_;                         // last: started once everything above exists
+  std::unique_ptr<detail::Worker> worker_;  // the fetch worker, from bind(); last
 };
 
 }  // namespace kvbm::facade

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/error.h"
 
 namespace kvbm {
@@ -62,11 +63,7 @@ struct BounceTransferEngine::Impl {
   TransferEngine& first;
   TransferEngine& second;
   BounceEngineOptions options;
-  detail::Mutex mu;
-  std::condition_variable cv;
-  std::deque<Job> queue KVBM_GUARDED_BY(mu);
-  bool stop KVBM_GUARDED_BY(mu) = false;
-  std::thread thread;
+  std::unique_ptr<detail::Worker> worker;  // drives the batches, one at a time, in order
 
   // Hop 1: source blocks -> bounce blocks.
   void start_hop1(Run& run, Chunk& c) {
@@ -149,29 +146,19 @@ struct BounceTransferEngine::Impl {
     return outcome;
   }
 
-  void drive() noexcept {
-    for (;;) {
-      Job job;
-      {
-        detail::UniqueLock lock(mu);
-        cv.wait(lock.native(), [&]() KVBM_REQUIRES(mu) { return stop || !queue.empty(); });
-        if (queue.empty()) return;
-        job = std::move(queue.front());
-        queue.pop_front();
-      }
-      TransferOutcome outcome;
-      try {
-        outcome = execute(job.pairs);
-      } catch (const std::bad_alloc&) {
-        // Out of memory while driving: whatever ran, nothing is trusted. The
-        // hops' own completions were waited for or are owned by the engines.
-        // (Nothing else can throw here: a hop's submit goes through
-        // submit_or_refuse, and the rest only allocates.)
-        outcome = TransferOutcome::all_failed_no_memory(
-            job.pairs.size(), "bounce engine: out of memory while driving the batch");
-      }
-      job.completion->complete(std::move(outcome));
+  void drive(Job& job) noexcept {
+    TransferOutcome outcome;
+    try {
+      outcome = execute(job.pairs);
+    } catch (const std::bad_alloc&) {
+      // Out of memory while driving: whatever ran, nothing is trusted. The
+      // hops' own completions were waited for or are owned by the engines.
+      // (Nothing else can throw here: a hop's submit goes through
+      // submit_or_refuse, and the rest only allocates.)
+      outcome = TransferOutcome::all_failed_no_memory(
+          job.pairs.size(), "bounce engine: out of memory while driving the batch");
     }
+    job.completion->complete(std::move(outcome));
   }
 };
 
@@ -185,18 +172,11 @@ BounceTransferEngine::BounceTransferEngine(TransferEngine& first, TransferEngine
              "destination layouts (> 0)");
   KVBM_CHECK(!options.name.empty(), "BounceTransferEngine: options.name must not be empty");
   impl_ = std::make_unique<Impl>(first, second, std::move(options));
-  Impl& im = *impl_;
-  im.thread = std::thread([&im] { im.drive(); });
+  impl_->worker = std::make_unique<detail::Worker>("bounce engine '" + impl_->options.name + "'");
 }
 
 BounceTransferEngine::~BounceTransferEngine() {
-  if (!impl_) return;
-  {
-    detail::LockGuard lock(impl_->mu);
-    impl_->stop = true;
-  }
-  impl_->cv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_ && impl_->worker) impl_->worker->stop();  // every accepted batch completes first
 }
 
 std::string_view BounceTransferEngine::name() const noexcept { return impl_->options.name; }
@@ -208,11 +188,9 @@ std::shared_ptr<TransferCompletion> BounceTransferEngine::submit(
   Impl::Job job{std::vector<TransferPair>(pairs.begin(), pairs.end()),
                 std::make_shared<TransferCompletion>()};
   auto completion = job.completion;
-  {
-    detail::LockGuard lock(im.mu);
-    im.queue.push_back(std::move(job));
-  }
-  im.cv.notify_one();
+  const bool posted = im.worker->post([&im, job = std::move(job)]() mutable { im.drive(job); });
+  KVBM_CHECK(posted, "BounceTransferEngine '", im.options.name,
+             "': submit() after the engine began to shut down");
   return completion;
 }
 
