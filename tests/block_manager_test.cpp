@@ -873,3 +873,41 @@ TEST(BlockManagerAllocateIds, AllOrNothingOnABadId) {
 
 }  // namespace
 }  // namespace kvbm
+
+namespace kvbm {
+namespace {
+
+// A caller out of room waits for a block to leave use instead of polling:
+// woken by a release from another thread, by an immutable block going
+// inactive too, and told false at the deadline when nothing is released.
+TEST(BlockManagerWaitForRelease, WakesOnAReleaseAndTimesOutWithoutOne) {
+  using namespace std::chrono_literals;
+  auto m = make_manager(2);
+  auto held = m.allocate_blocks(2);
+  ASSERT_TRUE(held.has_value());
+  std::uint64_t seen = m.releases();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(m.wait_for_release(seen, start + 20ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
+
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(10ms);
+    held->pop_back();  // a mutable block back to the reset pool
+  });
+  EXPECT_TRUE(m.wait_for_release(seen, std::chrono::steady_clock::now() + 30s));
+  releaser.join();
+  EXPECT_EQ(m.available_blocks(), 1u);
+
+  seen = m.releases();
+  std::optional<ImmutableBlock<G1>> registered =
+      m.register_block(stage_ok(std::move(held->back()), chain(1, 7)[0]));
+  held.reset();
+  EXPECT_EQ(m.releases(), seen) << "registering keeps the block in use";
+  std::thread dropper([&] { registered.reset(); });
+  EXPECT_TRUE(m.wait_for_release(seen, std::chrono::steady_clock::now() + 30s));
+  dropper.join();
+  expect_balanced(m);
+}
+
+}  // namespace
+}  // namespace kvbm

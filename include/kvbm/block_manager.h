@@ -34,6 +34,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -377,6 +378,20 @@ class BlockManager {
     check("available_blocks");
     const auto c = store_->counts();
     return c.reset + c.evictable;
+  }
+  /// Returns a count that grows each time a block of this pool leaves use
+  /// (back to the reset or inactive pool): read it before an allocation that
+  /// may fall short, then wait_for_release() with it.
+  [[nodiscard]] std::uint64_t releases() const {
+    check("releases");
+    return store_->releases();
+  }
+  /// Waits until a block leaves use after releases() returned `seen`, or until
+  /// `deadline`; returns true when one did. Lets a caller wait for room
+  /// without polling.
+  bool wait_for_release(std::uint64_t seen, std::chrono::steady_clock::time_point deadline) const {
+    check("wait_for_release");
+    return store_->wait_for_release(seen, deadline);
   }
   /// Returns the number of blocks in the pool.
   [[nodiscard]] std::size_t total_blocks() const {

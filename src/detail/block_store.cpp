@@ -193,7 +193,24 @@ void BlockStore::return_to_reset_locked(BlockId id) noexcept {
 
 void BlockStore::leave_in_use_locked(std::shared_ptr<BlockStore>& keepalive) noexcept {
   --in_use_;
+  ++releases_;
+  if (release_waiters_ != 0) release_cv_.notify_all();
   if (in_use_ == 0 && keepalive_) keepalive = std::move(keepalive_);
+}
+
+std::uint64_t BlockStore::releases() const {
+  LockGuard lock(mu_);
+  return releases_;
+}
+
+bool BlockStore::wait_for_release(std::uint64_t seen,
+                                  std::chrono::steady_clock::time_point deadline) const {
+  UniqueLock lock(mu_);
+  ++release_waiters_;
+  const bool released = release_cv_.wait_until(
+      lock.native(), deadline, [&]() KVBM_REQUIRES(mu_) { return releases_ != seen; });
+  --release_waiters_;
+  return released;
 }
 
 void BlockStore::release_mutable(BlockId id) noexcept {

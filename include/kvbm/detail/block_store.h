@@ -22,6 +22,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -188,6 +190,12 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
 
   /// Consistent snapshot of the counts.
   [[nodiscard]] PoolCounts counts() const;
+  /// Returns how many times a block has left use (back to the reset or
+  /// inactive pool) so far.
+  [[nodiscard]] std::uint64_t releases() const;
+  /// Waits until releases() differs from `seen` or `deadline` passes; returns
+  /// true when a block left use.
+  bool wait_for_release(std::uint64_t seen, std::chrono::steady_clock::time_point deadline) const;
   /// Recounts every slot's state and checks it against the pool structures;
   /// returns an empty string when consistent, else what is wrong.
   [[nodiscard]] std::string audit() const;
@@ -227,6 +235,9 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
   std::unique_ptr<EvictionBackend> backend_ KVBM_PT_GUARDED_BY(mu_);  // fixed; its state guarded
   HashIndex table_ KVBM_GUARDED_BY(mu_);                              // hash -> registered block
   std::size_t in_use_ KVBM_GUARDED_BY(mu_) = 0;
+  std::uint64_t releases_ KVBM_GUARDED_BY(mu_) = 0;               // blocks that left use
+  mutable std::size_t release_waiters_ KVBM_GUARDED_BY(mu_) = 0;  // in wait_for_release()
+  mutable std::condition_variable release_cv_;                    // a block left use
   std::size_t mutable_out_ KVBM_GUARDED_BY(mu_) = 0;
   bool orphaned_ KVBM_GUARDED_BY(mu_) = false;
   std::shared_ptr<BlockStore> keepalive_ KVBM_GUARDED_BY(mu_);

@@ -274,14 +274,18 @@ class TransferExecutor {
   // for the rest; what still does not fit is kNoSpace.
   void allocate(Flight& f) {
     if (f.src.empty()) return;
+    std::uint64_t seen = core_->dst->releases();
     f.dst = core_->dst->allocate_at_most(f.src.size());
     if (f.dst.size() < f.src.size() && space_wait_.count() > 0) {
+      // Woken when a destination block leaves use; the stop flag is looked at
+      // at least every kStopCheck (shutdown does not wake this wait).
+      constexpr auto kStopCheck = std::chrono::milliseconds(5);
       const auto deadline = std::chrono::steady_clock::now() + space_wait_;
-      auto pause = std::chrono::microseconds(20);
       while (f.dst.size() < f.src.size() && std::chrono::steady_clock::now() < deadline &&
              !(stopping_ && stopping_())) {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+        const auto until = std::min(deadline, std::chrono::steady_clock::now() + kStopCheck);
+        if (!core_->dst->wait_for_release(seen, until)) continue;
+        seen = core_->dst->releases();
         for (auto& b : core_->dst->allocate_at_most(f.src.size() - f.dst.size())) {
           f.dst.push_back(std::move(b));
         }
