@@ -70,6 +70,82 @@ void check_owner(int fd, const std::string& what, const std::string& path, bool 
       "directory (kvbm creates a missing one 0700)");
 }
 
+/// Opens the existing persistent pool file, never through a symlink: an empty
+/// File when there is none (ENOENT), an IoError for any other failure.
+Result<io::File, io::IoError> open_existing_file(int dir, const std::string& name,
+                                                 const std::filesystem::path& path) {
+  auto opened = io::open_file(dir, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+  if (opened) return std::move(opened).value();
+  if (opened.error().code == ELOOP) {
+    return io::IoError{
+        ELOOP, "disk pool file '" + path.string() +
+                   "' is a symlink; kvbm never follows one: remove it or choose another file_name"};
+  }
+  if (opened.error().code != ENOENT) return prefixed(std::move(opened).error(), "disk pool file: ");
+  return io::File();
+}
+
+/// Creates the pool file, 0600; an existing file or symlink is refused (EEXIST).
+Result<io::File, io::IoError> create_new_file(int dir, const std::string& name,
+                                              const std::filesystem::path& path) {
+  auto made =
+      io::open_file(dir, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (made) return std::move(made).value();
+  auto error = std::move(made).error();
+  if (error.code == EEXIST) {
+    error.message =
+        "disk pool file '" + path.string() +
+        "' already exists (kvbm never opens, follows or replaces an existing file or symlink); "
+        "remove it or choose another file_name: " +
+        error.message;
+  }
+  return error;
+}
+
+/// Removes the file a failed creation made; a failure is logged, never thrown.
+void remove_created(int dir, const std::string& name, const std::filesystem::path& path) {
+  if (io::syscalls().unlinkat(dir, name.c_str(), 0) != 0) {
+    const int err = errno;
+    logger()->warn("could not remove '{}' after a failed creation: {}", path.string(),
+                   std::system_category().message(err));
+  }
+}
+
+/// Switches `fd` to O_DIRECT: true when on, false when the file system does not
+/// support it (EINVAL) and `mode` lets buffered I/O stand in; an IoError otherwise.
+Result<bool, io::IoError> enable_direct_io(int fd, DirectIo mode, const std::filesystem::path& path,
+                                           const std::string& dir) {
+  const auto& sys = io::syscalls();
+  const int flags = sys.fcntl(fd, F_GETFL, 0);
+  if (flags < 0) {
+    const int err = errno;
+    return io::make_io_error(err, "fcntl(F_GETFL) on '" + path.string() + "'");
+  }
+  if (sys.fcntl(fd, F_SETFL, flags | O_DIRECT) == 0) return true;
+  const int err = errno;
+  if (err != EINVAL || mode == DirectIo::kRequired) {
+    return io::make_io_error(
+        err, "enabling O_DIRECT on '" + path.string() + "'" +
+                 (err == EINVAL
+                      ? " (the file system does not support it; use DirectIo::kPreferred or kOff)"
+                      : ""));
+  }
+  logger()->info(
+      "the file system of '{}' does not support O_DIRECT; the disk pool uses buffered I/O", dir);
+  return false;
+}
+
+/// fdatasync of the directory of a new persistent pool, so that its name is durable.
+/// EINVAL: the file system cannot sync a directory (its names are durable on their own
+/// or never); any other failure leaves the name unpromised, so creation fails.
+io::IoStatus sync_directory(int dir_fd, const std::string& dir) {
+  if (io::syscalls().fdatasync(dir_fd) != 0 && errno != EINVAL) {
+    const int err = errno;
+    return io::make_io_error(err, "fdatasync of the disk pool directory '" + dir + "'");
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::open(DiskStorageOptions options) {
@@ -199,72 +275,31 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
   // file or symlink is refused; a persistent one is opened when it exists.
   bool created = true;
   if (s->persistent_) {
-    auto opened =
-        io::open_file(s->dir_.get(), s->file_name_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
-    if (opened) {
-      s->file_ = std::move(opened).value();
+    auto existing = open_existing_file(s->dir_.get(), s->file_name_, s->path_);
+    if (!existing) return std::move(existing).error();
+    if (existing.value().valid()) {
+      s->file_ = std::move(existing).value();
       created = false;
       check_owner(s->file_.get(), "file", s->path_.string(), true);
-    } else if (opened.error().code == ELOOP) {
-      return io::IoError{
-          ELOOP,
-          "disk pool file '" + s->path_.string() +
-              "' is a symlink; kvbm never follows one: remove it or choose another file_name"};
-    } else if (opened.error().code != ENOENT) {
-      return prefixed(std::move(opened).error(), "disk pool file: ");
     }
   }
   if (created) {
-    auto made = io::open_file(s->dir_.get(), s->file_name_.c_str(),
-                              O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (!made) {
-      auto error = std::move(made).error();
-      if (error.code == EEXIST) {
-        error.message =
-            "disk pool file '" + s->path_.string() +
-            "' already exists (kvbm never opens, follows or replaces an existing file or symlink); "
-            "remove it or choose another file_name: " +
-            error.message;
-      }
-      return error;
-    }
+    auto made = create_new_file(s->dir_.get(), s->file_name_, s->path_);
+    if (!made) return std::move(made).error();
     s->file_ = std::move(made).value();
   }
 
   // From here on a failure removes a file this call created.
   auto fail = [&](io::IoError error) -> io::IoError {
-    if (created && io::syscalls().unlinkat(s->dir_.get(), s->file_name_.c_str(), 0) != 0) {
-      const int err = errno;
-      logger()->warn("could not remove '{}' after a failed creation: {}", s->path_.string(),
-                     std::system_category().message(err));
-    }
+    if (created) remove_created(s->dir_.get(), s->file_name_, s->path_);
     s->file_ = io::File();  // the destructor has nothing left to remove
     return error;
   };
 
   if (options.direct_io != DirectIo::kOff) {
-    const auto& sys = io::syscalls();
-    const int flags = sys.fcntl(s->file_.get(), F_GETFL, 0);
-    if (flags < 0) {
-      const int err = errno;
-      return fail(io::make_io_error(err, "fcntl(F_GETFL) on '" + s->path_.string() + "'"));
-    }
-    if (sys.fcntl(s->file_.get(), F_SETFL, flags | O_DIRECT) == 0) {
-      s->direct_io_ = true;
-    } else {
-      const int err = errno;
-      if (err != EINVAL || options.direct_io == DirectIo::kRequired) {
-        return fail(io::make_io_error(
-            err,
-            "enabling O_DIRECT on '" + s->path_.string() + "'" +
-                (err == EINVAL
-                     ? " (the file system does not support it; use DirectIo::kPreferred or kOff)"
-                     : "")));
-      }
-      logger()->info(
-          "the file system of '{}' does not support O_DIRECT; the disk pool uses buffered I/O",
-          dir);
-    }
+    auto direct = enable_direct_io(s->file_.get(), options.direct_io, s->path_, dir);
+    if (!direct) return fail(std::move(direct).error());
+    s->direct_io_ = direct.value();
   }
 
   if (created) {
@@ -273,12 +308,7 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::create(
     if (s->persistent_) {
       // The file and its name durable before any block is promised.
       if (auto st = s->sync(); !st) return fail(st.error());
-      // EINVAL: the file system cannot sync a directory (its names are durable on their own
-      // or never); any other failure leaves the name unpromised, so creation fails.
-      if (io::syscalls().fdatasync(s->dir_.get()) != 0 && errno != EINVAL) {
-        const int err = errno;
-        return fail(io::make_io_error(err, "fdatasync of the disk pool directory '" + dir + "'"));
-      }
+      if (auto st = sync_directory(s->dir_.get(), dir); !st) return fail(st.error());
     }
     s->state_ = DiskFileState::kCreated;
     return s;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <string>
@@ -122,105 +123,183 @@ struct FreeAligned {
 
 constexpr std::uint8_t kOk = 0xFF;
 
+/// How recovery reads the file: a run of whole slots per chunk, or header sectors alone.
+struct ScanPlan {
+  bool whole_slots = false;
+  std::size_t per_chunk = 0;     // slots in a chunk
+  std::size_t buffer_bytes = 0;  // one reader's buffer
+  std::size_t chunks = 0;
+  std::size_t threads = 0;  // readers, the calling thread included
+};
+
+ScanPlan plan_scan(const RecoveryOptions& options, std::size_t slot_bytes, std::size_t num_blocks) {
+  ScanPlan p;
+  p.whole_slots = options.verify_payloads || slot_bytes <= options.sequential_slot_limit;
+  p.per_chunk =
+      p.whole_slots ? std::max<std::size_t>(1, RecoveryOptions::kChunkBytes / slot_bytes) : 64;
+  p.buffer_bytes = p.whole_slots ? p.per_chunk * slot_bytes : DiskStorage::kHeaderSectorBytes;
+  p.chunks = (num_blocks + p.per_chunk - 1) / p.per_chunk;
+  p.threads = std::min(options.threads, p.chunks);
+  return p;
+}
+
+/// One scan of every slot's header (and payload, when verified): reader threads
+/// take chunks from a shared counter and record each slot's status and hash.
+class SlotScan {
+ public:
+  SlotScan(const DiskStorage& storage, const ScanPlan& plan, bool verify_payloads)
+      : storage_(storage),
+        plan_(plan),
+        verify_payloads_(verify_payloads),
+        status_(storage.num_blocks(), static_cast<std::uint8_t>(SlotDiscard::kIoError)),
+        hashes_(storage.num_blocks(), 0) {
+    for (std::size_t t = 0; t < plan_.threads; ++t) {
+      void* p = std::aligned_alloc(DiskStorage::kAlignment, plan_.buffer_bytes);
+      if (p == nullptr) throw std::bad_alloc();
+      buffers_.emplace_back(static_cast<std::byte*>(p));
+    }
+  }
+
+  /// Reads every chunk: the calling thread and up to plan.threads - 1 others.
+  void run() {
+    std::vector<std::thread> pool;
+    pool.reserve(plan_.threads);
+    for (std::size_t t = 1; t < plan_.threads; ++t) {
+      try {
+        pool.emplace_back(&SlotScan::read, this, t);
+      } catch (const std::exception& e) {  // system_error or bad_alloc: no more threads
+        logger()->info("disk pool recovery reads with {} threads, not {}: {}", t, plan_.threads,
+                       e.what());
+        break;  // fewer readers; the chunks are shared, none is lost
+      }
+    }
+    read(0);
+    for (auto& t : pool) t.join();
+  }
+
+  /// A slot's status: kOk, or the SlotDiscard that keeps it from being recovered.
+  [[nodiscard]] std::uint8_t& status(BlockId slot) { return status_[slot]; }
+  [[nodiscard]] std::uint64_t hash(BlockId slot) const { return hashes_[slot]; }
+  [[nodiscard]] std::uint64_t bytes_read() const noexcept { return bytes_read_.load(); }
+
+  /// Returns the first read error's message ('' when none), once.
+  [[nodiscard]] std::string take_first_error() {
+    std::string first;
+    detail::LockGuard lock(mu_);  // the readers are joined; the lock costs nothing
+    first.swap(first_error_);
+    return first;
+  }
+
+ private:
+  // One reader: takes chunks until none is left.
+  void read(std::size_t index) noexcept {
+    std::byte* buf = buffers_[index].get();
+    for (;;) {
+      const std::size_t c = next_.fetch_add(1, std::memory_order_relaxed);
+      if (c >= plan_.chunks) return;
+      const std::size_t first = c * plan_.per_chunk;
+      const std::size_t count = std::min(plan_.per_chunk, storage_.num_blocks() - first);
+      if (plan_.whole_slots) {
+        read_whole_slots(buf, first, count);
+      } else {
+        read_headers(buf, first, count);
+      }
+    }
+  }
+
+  // A run of whole slots in one pread.
+  void read_whole_slots(std::byte* buf, std::size_t first, std::size_t count) noexcept {
+    const std::size_t slot_bytes = storage_.slot_bytes();
+    const std::size_t bytes = count * slot_bytes;
+    const auto st =
+        io::pread_full(storage_.fd(), buf, bytes, static_cast<std::int64_t>(first * slot_bytes));
+    if (!st) {
+      note_error(st);
+      return;  // the chunk's slots stay kIoError
+    }
+    bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::span<const std::byte> whole(buf + i * slot_bytes, slot_bytes);
+      classify(static_cast<BlockId>(first + i), whole, whole.subspan(storage_.payload_bytes()));
+    }
+  }
+
+  // The header sector of each slot, one pread each.
+  void read_headers(std::byte* buf, std::size_t first, std::size_t count) noexcept {
+    constexpr std::size_t kSector = DiskStorage::kHeaderSectorBytes;
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto slot = static_cast<BlockId>(first + i);
+      const std::uint64_t offset =
+          std::uint64_t{slot} * storage_.slot_bytes() + storage_.payload_bytes();
+      const auto st =
+          io::pread_full(storage_.fd(), buf, kSector, static_cast<std::int64_t>(offset));
+      if (!st) {
+        note_error(st);
+        continue;
+      }
+      bytes_read_.fetch_add(kSector, std::memory_order_relaxed);
+      classify(slot, {}, std::span<const std::byte>(buf, kSector));
+    }
+  }
+
+  void classify(BlockId slot, std::span<const std::byte> whole,
+                std::span<const std::byte> sector) noexcept {
+    const SlotHeaderCheck check = storage_.check_header(slot, sector);
+    if (!check.ok) {
+      status_[slot] = static_cast<std::uint8_t>(check.reason);
+      return;
+    }
+    if (verify_payloads_ &&
+        DiskStorage::checksum(whole.first(storage_.block_bytes())) != check.payload_checksum) {
+      status_[slot] = static_cast<std::uint8_t>(SlotDiscard::kPayloadChecksum);
+      return;
+    }
+    status_[slot] = kOk;
+    hashes_[slot] = check.hash;
+  }
+
+  void note_error(const io::IoStatus& st) noexcept {
+    try {
+      detail::LockGuard lock(mu_);
+      if (first_error_.empty()) first_error_ = st.message();
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
+      // bad_alloc: the slots are counted as io_error anyway
+    }
+  }
+
+  const DiskStorage& storage_;
+  const ScanPlan plan_;
+  const bool verify_payloads_;
+  std::vector<std::uint8_t> status_;
+  std::vector<std::uint64_t> hashes_;
+  std::vector<std::unique_ptr<std::byte, FreeAligned>> buffers_;
+  std::atomic<std::size_t> next_{0};
+  std::atomic<std::uint64_t> bytes_read_{0};
+  detail::Mutex mu_;
+  std::string first_error_ KVBM_GUARDED_BY(mu_);
+};
+
+/// Logs the summary, and the first read error when there was one; never throws.
+void log_recovery(const std::filesystem::path& path, const RecoverySummary& sum, SlotScan& scan,
+                  bool log_summary) noexcept {
+  try {
+    logger()->log(log_summary ? spdlog::level::info : spdlog::level::debug, "disk pool '{}': {}",
+                  path.string(), sum.to_string());
+    const std::string first = scan.take_first_error();
+    if (!first.empty())
+      logger()->warn("disk pool '{}': recovery read errors; first: {}", path.string(), first);
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): logging never fails recovery
+  }
+}
+
 }  // namespace
 
 Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   KVBM_CHECK(options.threads >= 1 && options.threads <= 64, "RecoveryOptions::threads is ",
              options.threads, "; use 1 to 64");
   const auto start = std::chrono::steady_clock::now();
-  const bool whole_slots = options.verify_payloads || slot_bytes_ <= options.sequential_slot_limit;
-  const std::size_t per_chunk =
-      whole_slots ? std::max<std::size_t>(1, RecoveryOptions::kChunkBytes / slot_bytes_) : 64;
-  const std::size_t buffer_bytes = whole_slots ? per_chunk * slot_bytes_ : kHeaderSectorBytes;
-  const std::size_t chunks = (num_blocks_ + per_chunk - 1) / per_chunk;
-  const std::size_t threads = std::min(options.threads, chunks);
-
-  std::vector<std::uint8_t> status(num_blocks_, static_cast<std::uint8_t>(SlotDiscard::kIoError));
-  std::vector<std::uint64_t> hashes(num_blocks_, 0);
-  std::vector<std::unique_ptr<std::byte, FreeAligned>> buffers;
-  for (std::size_t t = 0; t < threads; ++t) {
-    void* p = std::aligned_alloc(kAlignment, buffer_bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    buffers.emplace_back(static_cast<std::byte*>(p));
-  }
-  std::atomic<std::size_t> next{0};
-  std::atomic<std::uint64_t> bytes_read{0};
-  struct FirstError {
-    detail::Mutex mu;
-    std::string text KVBM_GUARDED_BY(mu);
-  } first_error;
-
-  auto note_error = [&](const io::IoStatus& st) noexcept {
-    try {
-      detail::LockGuard lock(first_error.mu);
-      if (first_error.text.empty()) first_error.text = st.message();
-    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch)
-      // bad_alloc: the slots are counted as io_error anyway
-    }
-  };
-  auto classify = [&](BlockId slot, std::span<const std::byte> whole,
-                      std::span<const std::byte> sector) noexcept {
-    const SlotHeaderCheck check = check_header(slot, sector);
-    if (!check.ok) {
-      status[slot] = static_cast<std::uint8_t>(check.reason);
-      return;
-    }
-    if (options.verify_payloads && checksum(whole.first(block_bytes_)) != check.payload_checksum) {
-      status[slot] = static_cast<std::uint8_t>(SlotDiscard::kPayloadChecksum);
-      return;
-    }
-    status[slot] = kOk;
-    hashes[slot] = check.hash;
-  };
-  auto reader = [&](std::size_t index) noexcept {
-    std::byte* buf = buffers[index].get();
-    for (;;) {
-      const std::size_t c = next.fetch_add(1, std::memory_order_relaxed);
-      if (c >= chunks) return;
-      const std::size_t first = c * per_chunk;
-      const std::size_t count = std::min(per_chunk, num_blocks_ - first);
-      if (whole_slots) {
-        const std::size_t bytes = count * slot_bytes_;
-        const auto st =
-            io::pread_full(file_.get(), buf, bytes, static_cast<std::int64_t>(first * slot_bytes_));
-        if (!st) {
-          note_error(st);
-          continue;  // the chunk's slots stay kIoError
-        }
-        bytes_read.fetch_add(bytes, std::memory_order_relaxed);
-        for (std::size_t i = 0; i < count; ++i) {
-          const std::span<const std::byte> whole(buf + i * slot_bytes_, slot_bytes_);
-          classify(static_cast<BlockId>(first + i), whole, whole.subspan(payload_bytes()));
-        }
-      } else {
-        for (std::size_t i = 0; i < count; ++i) {
-          const auto slot = static_cast<BlockId>(first + i);
-          const auto st = io::pread_full(
-              file_.get(), buf, kHeaderSectorBytes,
-              static_cast<std::int64_t>(std::uint64_t{slot} * slot_bytes_ + payload_bytes()));
-          if (!st) {
-            note_error(st);
-            continue;
-          }
-          bytes_read.fetch_add(kHeaderSectorBytes, std::memory_order_relaxed);
-          classify(slot, {}, std::span<const std::byte>(buf, kHeaderSectorBytes));
-        }
-      }
-    }
-  };
-
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (std::size_t t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(reader, t);
-    } catch (const std::exception& e) {  // system_error or bad_alloc: no more threads
-      logger()->info("disk pool recovery reads with {} threads, not {}: {}", t, threads, e.what());
-      break;  // fewer readers; the chunks are shared, none is lost
-    }
-  }
-  reader(0);
-  for (auto& t : pool) t.join();
+  SlotScan scan(*this, plan_scan(options, slot_bytes_, num_blocks_), options.verify_payloads);
+  scan.run();
 
   Recovery out;
   RecoverySummary& sum = out.summary;
@@ -229,36 +308,26 @@ Recovery DiskStorage::recover(const RecoveryOptions& options) const {
   sum.reset_discard = reset_discard_;
   sum.reset_slots = reset_slots_;
   sum.scanned = num_blocks_;
-  sum.bytes_read = bytes_read.load();
+  sum.bytes_read = scan.bytes_read();
   std::unordered_set<std::uint64_t> seen;
   for (BlockId slot = 0; slot < num_blocks_; ++slot) {
-    if (status[slot] == kOk && !seen.insert(hashes[slot]).second) {
-      status[slot] = static_cast<std::uint8_t>(SlotDiscard::kDuplicate);
+    std::uint8_t& status = scan.status(slot);
+    if (status == kOk && !seen.insert(scan.hash(slot)).second) {
+      status = static_cast<std::uint8_t>(SlotDiscard::kDuplicate);
     }
-    if (status[slot] == kOk) {
-      out.slots.push_back({slot, hashes[slot]});
+    if (status == kOk) {
+      out.slots.push_back({slot, scan.hash(slot)});
     } else {
-      ++sum.discarded[status[slot]];
+      ++sum.discarded[status];
     }
     // A header that is not absent may be live on disk (or unknown: I/O
     // error): a rewrite invalidates it first.
-    set_live(slot, status[slot] != static_cast<std::uint8_t>(SlotDiscard::kAbsent));
+    set_live(slot, status != static_cast<std::uint8_t>(SlotDiscard::kAbsent));
   }
   sum.recovered = out.slots.size();
   sum.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now() - start);
-  try {
-    logger()->log(options.log_summary ? spdlog::level::info : spdlog::level::debug,
-                  "disk pool '{}': {}", path_.string(), sum.to_string());
-    std::string first;
-    {
-      detail::LockGuard lock(first_error.mu);  // the readers are joined; the lock costs nothing
-      first.swap(first_error.text);
-    }
-    if (!first.empty())
-      logger()->warn("disk pool '{}': recovery read errors; first: {}", path_.string(), first);
-  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): logging never fails recovery
-  }
+  log_recovery(path_, sum, scan, options.log_summary);
   return out;
 }
 

@@ -75,9 +75,8 @@ void bind_mutable(nb::module_& m, const char* name) {
       .def("release", &release<B>, "Returns the block to the free pool now.");
 }
 
-}  // namespace
-
-void bind_blocks(nb::module_& m) {
+/// TierId and TransferStatus.
+void bind_enums(nb::module_& m) {
   nb::enum_<TierId>(m, "TierId", "A tier: G1 device, G2 host, G3 disk, G4 remote.")
       .value("G1", TierId::kG1)
       .value("G2", TierId::kG2)
@@ -91,13 +90,10 @@ void bind_blocks(nb::module_& m) {
       .value("DONE", TransferStatus::kDone)
       .value("FAILED", TransferStatus::kFailed)
       .value("CANCELLED", TransferStatus::kCancelled);
+}
 
-  bind_mutable<G1>(m, "MutableBlockG1");
-  bind_mutable<G2>(m, "MutableBlockG2");
-  bind_immutable<G1>(m, "ImmutableBlockG1");
-  bind_immutable<G2>(m, "ImmutableBlockG2");
-  bind_immutable<G3>(m, "ImmutableBlockG3");
-
+/// OnboardCounts: where an onboarded prefix comes from.
+void bind_onboard_counts(nb::module_& m) {
   nb::class_<OnboardCounts>(m, "OnboardCounts", "Where an onboarded (or probed) prefix comes from.")
       .def(nb::init<>())
       .def_rw("device", &OnboardCounts::device, "already in G1")
@@ -113,7 +109,10 @@ void bind_blocks(nb::module_& m) {
                ", remote=" + std::to_string(c.remote) + ", failed=" + std::to_string(c.failed) +
                ", no_space=" + std::to_string(c.no_space) + ")";
       });
+}
 
+/// OnboardHandle: one onboarding.
+void bind_onboard_handle(nb::module_& m) {
   nb::class_<OnboardHandle>(
       m, "OnboardHandle",
       "One onboarding (KvBlockManager.onboard); dropping it releases the prefix.")
@@ -159,13 +158,31 @@ void bind_blocks(nb::module_& m) {
           nb::call_guard<nb::gil_scoped_release>(),
           "Waits, then returns the first problem's kind ('io', 'no_space', 'corrupt', "
           "'unavailable', 'timeout', ...), or None.");
+}
 
+/// TransferHandle: one offload.
+void bind_transfer_handle(nb::module_& m) {
   nb::class_<TransferHandle>(m, "TransferHandle", "One offload (KvBlockManager.offload).")
       .def_prop_ro("valid", &TransferHandle::valid)
       .def("status", &TransferHandle::status)
       .def_prop_ro("block_count", &TransferHandle::block_count)
       .def("wait", &TransferHandle::wait, nb::call_guard<nb::gil_scoped_release>())
       .def("cancel", &TransferHandle::cancel, nb::call_guard<nb::gil_scoped_release>());
+}
+}  // namespace
+
+void bind_blocks(nb::module_& m) {
+  bind_enums(m);
+
+  bind_mutable<G1>(m, "MutableBlockG1");
+  bind_mutable<G2>(m, "MutableBlockG2");
+  bind_immutable<G1>(m, "ImmutableBlockG1");
+  bind_immutable<G2>(m, "ImmutableBlockG2");
+  bind_immutable<G3>(m, "ImmutableBlockG3");
+
+  bind_onboard_counts(m);
+  bind_onboard_handle(m);
+  bind_transfer_handle(m);
 }
 
 }  // namespace kvbm::python

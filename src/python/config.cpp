@@ -32,9 +32,8 @@ void def_duration(nb::class_<Struct>& cls, const char* name,
       [field](Struct& s, std::int64_t v) { s.*field = D(v); }, doc);
 }
 
-}  // namespace
-
-void bind_config(nb::module_& m) {
+/// The enums of the config: offload mode, eviction, layout kind, O_DIRECT, duplicates.
+void bind_policy_enums(nb::module_& m) {
   nb::enum_<OffloadMode>(m, "OffloadMode", "When blocks move down a tier boundary.")
       .value("NONE", OffloadMode::kNone)
       .value("WRITE_THROUGH", OffloadMode::kWriteThrough)
@@ -53,7 +52,10 @@ void bind_config(nb::module_& m) {
   nb::enum_<DuplicatePolicy>(m, "DuplicatePolicy", "Registering a hash a pool already holds.")
       .value("ALLOW", DuplicatePolicy::kAllow)
       .value("REJECT", DuplicatePolicy::kReject);
+}
 
+/// LayoutConfig, TierConfig and OffloadPolicyConfig.
+void bind_part_configs(nb::module_& m) {
   nb::class_<LayoutConfig>(m, "LayoutConfig", "Dimensions of one block of KV cache.")
       .def(nb::init<>())
       .def_rw("num_layers", &LayoutConfig::num_layers)
@@ -75,7 +77,10 @@ void bind_config(nb::module_& m) {
       .def(nb::init<>())
       .def_rw("skip_present", &OffloadPolicyConfig::skip_present)
       .def_rw("min_frequency", &OffloadPolicyConfig::min_frequency);
+}
 
+/// RemoteTierConfig (durations in their unit: connect_timeout_ms, ttl_s).
+void bind_remote_config(nb::module_& m) {
   auto remote = nb::class_<RemoteTierConfig>(m, "RemoteTierConfig",
                                              "The remote tier G4 on Redis (docs/remote.md).")
                     .def(nb::init<>())
@@ -91,7 +96,10 @@ void bind_config(nb::module_& m) {
   def_duration(remote, "connect_timeout_ms", &RemoteTierConfig::connect_timeout, "milliseconds");
   def_duration(remote, "command_timeout_ms", &RemoteTierConfig::command_timeout, "milliseconds");
   def_duration(remote, "ttl_s", &RemoteTierConfig::ttl, "seconds; 0: keys never expire");
+}
 
+/// KvBlockManagerConfig itself.
+void bind_manager_config(nb::module_& m) {
   using C = KvBlockManagerConfig;
   nb::class_<C>(m, "KvBlockManagerConfig",
                 "Everything KvBlockManager needs (kvbm/kv_block_manager.h).")
@@ -119,6 +127,14 @@ void bind_config(nb::module_& m) {
       .def_rw("disk_workers", &C::disk_workers)
       .def_rw("disk_queue_depth", &C::disk_queue_depth)
       .def_rw("cuda_device", &C::cuda_device);
+}
+}  // namespace
+
+void bind_config(nb::module_& m) {
+  bind_policy_enums(m);
+  bind_part_configs(m);
+  bind_remote_config(m);
+  bind_manager_config(m);
 }
 
 }  // namespace kvbm::python

@@ -160,6 +160,256 @@ nb::dict stats_dict(const KvBlockManagerStats& s) {
   return out;
 }
 
+/// The constructor: builds every tier, optionally with KV events.
+void bind_init(nb::class_<Manager>& cls) {
+  cls.def(
+      "__init__",
+      [](Manager* self, KvBlockManagerConfig config,
+         const std::variant<bool, std::string>& events) {
+        auto* made = new (self) Manager();
+        try {
+          if (const auto* on = std::get_if<bool>(&events); on != nullptr && *on) {
+            attach_events(*made, config, "");
+          } else if (const auto* endpoint = std::get_if<std::string>(&events)) {
+            attach_events(*made, config, *endpoint);
+          }
+          nb::gil_scoped_release release;  // a persistent G3 is recovered here
+          made->open(KvBlockManager::build(std::move(config)));
+        } catch (...) {
+          made->~Manager();
+          throw;
+        }
+      },
+      "config"_a, "events"_a = false,
+      "Builds every tier (throws kvbm.UsageError naming a bad option). events=True keeps KV "
+      "events for take_events(); a ZeroMQ endpoint string publishes them there as well.");
+}
+
+/// The manager's geometry and tiers, read-only.
+void bind_properties(nb::class_<Manager>& cls) {
+  cls.def_prop_ro(
+         "block_size", [](const Manager& m) { return m.lease()->block_size(); }, "tokens per block")
+      .def_prop_ro("block_bytes", [](const Manager& m) { return m.lease()->block_bytes(); })
+      .def_prop_ro(
+          "device_emulated", [](const Manager& m) { return m.lease()->device_emulated(); },
+          "True when G1 is host memory standing in for a GPU")
+      .def_prop_ro("has_host", [](const Manager& m) { return m.lease()->host() != nullptr; })
+      .def_prop_ro("has_disk", [](const Manager& m) { return m.lease()->disk() != nullptr; })
+      .def_prop_ro("has_remote",
+                   [](const Manager& m) { return !m.lease()->config().remote.urls.empty(); })
+      .def_prop_ro(
+          "config", [](const Manager& m) { return m.lease()->config(); }, "a copy of the config");
+}
+
+/// Blocks: allocating, registering and offloading them.
+void bind_block_methods(nb::class_<Manager>& cls) {
+  cls.def(
+         "allocate",
+         [](Manager& m, std::size_t count, TierId tier) {
+           const auto lease = m.lease();
+           KvBlockManager& kv = *lease;
+           if (tier == TierId::kG1) return allocate<G1>(kv, count);
+           KVBM_CHECK(tier == TierId::kG2, "allocate: blocks are allocated in G1 or G2, not ",
+                      to_string(tier));
+           return allocate<G2>(kv, count);
+         },
+         "count"_a, "tier"_a = TierId::kG1,
+         "Returns `count` fresh MutableBlocks of G1 or G2, or None when the pool cannot give them "
+         "all (nothing is taken then).")
+      .def(
+          "register",
+          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            auto complete =
+                stage_all<G1>(take_all<G1>(kv.device(), blocks),
+                              hashes_of(h, chained, "register: hashes"), kv.block_size(), blocks);
+            nb::gil_scoped_release release;
+            return kv.register_blocks(std::move(complete));
+          },
+          "blocks"_a, "hashes"_a, "chained"_a = true,
+          "Stages each G1 block under its hash and registers them (offloaded to G2 in "
+          "write-through "
+          "mode); returns the ImmutableBlocks. The MutableBlocks are left empty.")
+      .def(
+          "register",
+          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            BlockManager<G2>& pool = require_pool<G2>(kv, "register");
+            auto complete =
+                stage_all<G2>(take_all<G2>(pool, blocks), hashes_of(h, chained, "register: hashes"),
+                              kv.block_size(), blocks);
+            nb::gil_scoped_release release;
+            return pool.register_blocks(std::move(complete));
+          },
+          "blocks"_a, "hashes"_a, "chained"_a = true,
+          "Registers G2 blocks (written through to G3 and G4 as the config says).")
+      .def(
+          "offload",
+          [](Manager& m, const std::vector<ImmutableBlock<G1>>& blocks) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            nb::gil_scoped_release release;
+            return kv.offload(blocks);
+          },
+          "blocks"_a,
+          "Enqueues registered G1 blocks for offload to G2 (and on down); returns the handle.");
+}
+
+/// Onboarding and asking what onboarding would find.
+void bind_onboard_methods(nb::class_<Manager>& cls) {
+  cls.def(
+         "onboard",
+         [](Manager& m, nb::handle h, bool chained) {
+           const auto lease = m.lease();
+           KvBlockManager& kv = *lease;
+           const auto hashes = hashes_of(h, chained, "onboard: hashes");
+           nb::gil_scoped_release release;
+           return kv.onboard(hashes);
+         },
+         "hashes"_a, "chained"_a = true,
+         "Starts bringing the longest prefix held in any tier into G1; returns an OnboardHandle.")
+      .def(
+          "probe",
+          [](const Manager& m, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "probe: hashes");
+            nb::gil_scoped_release release;  // G4: one round trip
+            return kv.probe(hashes);
+          },
+          "hashes"_a, "chained"_a = true, "What onboard(hashes) would find now, taking nothing.");
+}
+
+/// What the local tiers hold: presence, prefix matches, recency.
+void bind_lookup_methods(nb::class_<Manager>& cls) {
+  cls.def(
+         "present",
+         [](const Manager& m, nb::handle h, bool chained) {
+           const auto lease = m.lease();
+           KvBlockManager& kv = *lease;
+           const auto hashes = hashes_of(h, chained, "present: hashes");
+           std::vector<std::uint8_t> out(hashes.size(), 0);
+           {
+             nb::gil_scoped_release release;
+             const auto& reg = *kv.device().registry();
+             const auto g1 = reg.presence<G1>(hashes);
+             const auto g2 =
+                 kv.host() != nullptr ? reg.presence<G2>(hashes) : std::vector<bool>(hashes.size());
+             const auto g3 =
+                 kv.disk() != nullptr ? reg.presence<G3>(hashes) : std::vector<bool>(hashes.size());
+             for (std::size_t i = 0; i < hashes.size(); ++i) {
+               out[i] = g1[i] ? 1 : g2[i] ? 2 : g3[i] ? 3 : 0;
+             }
+           }
+           return to_numpy(std::move(out));
+         },
+         "hashes"_a, "chained"_a = true,
+         "For each hash, the fastest local tier holding it (1 G1, 2 G2, 3 G3) or 0; no G4 round "
+         "trip, nothing taken.")
+      .def(
+          "match",
+          [](Manager& m, nb::handle h, TierId tier, bool chained) -> nb::object {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            switch (tier) {
+              case TierId::kG1:
+                return nb::cast(match<G1>(kv, h, chained));
+              case TierId::kG2:
+                return nb::cast(match<G2>(kv, h, chained));
+              case TierId::kG3:
+                return nb::cast(match<G3>(kv, h, chained));
+              default:
+                KVBM_CHECK(false, "match: G4 has no pool; use probe() or onboard()");
+            }
+            return nb::none();
+          },
+          "hashes"_a, "tier"_a = TierId::kG1, "chained"_a = true,
+          "Strong handles on the leading blocks of `hashes` that the tier holds (prefix match).")
+      .def(
+          "touch",
+          [](Manager& m, nb::handle h, bool chained) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "touch: hashes");
+            nb::gil_scoped_release release;
+            (void)kv.device().refresh(hashes);
+            if (auto* p = kv.host()) (void)p->refresh(hashes);
+            if (auto* p = kv.disk()) (void)p->refresh(hashes);
+          },
+          "hashes"_a, "chained"_a = true,
+          "Marks the blocks most recently used in every local tier that holds them.");
+}
+
+/// Draining, shutting down and closing (also as a context manager).
+void bind_lifecycle_methods(nb::class_<Manager>& cls) {
+  cls.def(
+         "drain", [](Manager& m) { m.lease()->drain(); }, nb::call_guard<nb::gil_scoped_release>(),
+         "Waits until every offload and onboarding started so far has ended (G4 included).")
+      .def(
+          "shutdown", [](Manager& m) { m.lease()->shutdown(); },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Stops the pipelines and leaves every pool balanced; idempotent.")
+      .def(
+          "close", [](Manager& m) { m.close(); },
+          "Waits for the calls in flight on other threads and for every write started (drain()), "
+          "shuts the manager down and lets it go; later calls raise kvbm.UsageError. Handles, "
+          "views and onboardings outliving it "
+          "stay safe to use and to drop. Idempotent.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "__exit__", [](Manager& m, nb::args) { m.close(); },
+          "Closes the manager (close()) at the end of a with block.");
+}
+
+/// Audit, counters, G3 recovery and metrics.
+void bind_stats_methods(nb::class_<Manager>& cls) {
+  cls.def(
+         "audit", [](const Manager& m) { return m.lease()->audit(); },
+         nb::call_guard<nb::gil_scoped_release>(),
+         "'' when every pool balances, else what is wrong.")
+      .def(
+          "stats",
+          [](const Manager& m) {
+            KvBlockManagerStats s;
+            {
+              nb::gil_scoped_release release;
+              s = m.lease()->stats();
+            }
+            return stats_dict(s);
+          },
+          "Per tier, boundary, onboarding and G4: the library's own counters, as a dict.")
+      .def(
+          "disk_recovery",
+          [](const Manager& m) -> nb::object {
+            const auto r = m.lease()->disk_recovery();
+            if (!r) return nb::none();
+            nb::dict d;
+            d["scanned"] = r->scanned;
+            d["recovered"] = r->recovered;
+            d["discarded"] = r->discarded_total();
+            d["reset_reason"] = r->reset_reason;
+            d["bytes_read"] = r->bytes_read;
+            d["elapsed_s"] = std::chrono::duration<double>(r->elapsed).count();
+            return d;
+          },
+          "What build() recovered from a persistent G3 (dict), or None.")
+      .def(
+          "metrics_text",
+          [](const Manager& m) {
+            const auto lease = m.lease();  // held while Collect() runs without the GIL
+            const auto& registry = lease->metrics_registry();
+            std::vector<prometheus::MetricFamily> families;
+            {
+              nb::gil_scoped_release release;
+              families = registry->Collect();
+            }
+            return prometheus::TextSerializer().Serialize(families);
+          },
+          "Every series of the manager in Prometheus text exposition format.");
+}
+
 }  // namespace
 
 Manager::Lease Manager::lease() const {
@@ -216,229 +466,13 @@ void bind_manager(nb::module_& mod) {
   auto cls =
       nb::class_<Manager>(mod, "KvBlockManager",
                           "The facade over G1-G4 (kvbm/kv_block_manager.h); see docs/python.md.");
-  cls.def(
-         "__init__",
-         [](Manager* self, KvBlockManagerConfig config,
-            const std::variant<bool, std::string>& events) {
-           auto* made = new (self) Manager();
-           try {
-             if (const auto* on = std::get_if<bool>(&events); on != nullptr && *on) {
-               attach_events(*made, config, "");
-             } else if (const auto* endpoint = std::get_if<std::string>(&events)) {
-               attach_events(*made, config, *endpoint);
-             }
-             nb::gil_scoped_release release;  // a persistent G3 is recovered here
-             made->open(KvBlockManager::build(std::move(config)));
-           } catch (...) {
-             made->~Manager();
-             throw;
-           }
-         },
-         "config"_a, "events"_a = false,
-         "Builds every tier (throws kvbm.UsageError naming a bad option). events=True keeps KV "
-         "events for take_events(); a ZeroMQ endpoint string publishes them there as well.")
-      .def_prop_ro(
-          "block_size", [](const Manager& m) { return m.lease()->block_size(); },
-          "tokens per block")
-      .def_prop_ro("block_bytes", [](const Manager& m) { return m.lease()->block_bytes(); })
-      .def_prop_ro(
-          "device_emulated", [](const Manager& m) { return m.lease()->device_emulated(); },
-          "True when G1 is host memory standing in for a GPU")
-      .def_prop_ro("has_host", [](const Manager& m) { return m.lease()->host() != nullptr; })
-      .def_prop_ro("has_disk", [](const Manager& m) { return m.lease()->disk() != nullptr; })
-      .def_prop_ro("has_remote",
-                   [](const Manager& m) { return !m.lease()->config().remote.urls.empty(); })
-      .def_prop_ro(
-          "config", [](const Manager& m) { return m.lease()->config(); }, "a copy of the config")
-      .def(
-          "allocate",
-          [](Manager& m, std::size_t count, TierId tier) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            if (tier == TierId::kG1) return allocate<G1>(kv, count);
-            KVBM_CHECK(tier == TierId::kG2, "allocate: blocks are allocated in G1 or G2, not ",
-                       to_string(tier));
-            return allocate<G2>(kv, count);
-          },
-          "count"_a, "tier"_a = TierId::kG1,
-          "Returns `count` fresh MutableBlocks of G1 or G2, or None when the pool cannot give them "
-          "all (nothing is taken then).")
-      .def(
-          "register",
-          [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, nb::handle h, bool chained) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            auto complete =
-                stage_all<G1>(take_all<G1>(kv.device(), blocks),
-                              hashes_of(h, chained, "register: hashes"), kv.block_size(), blocks);
-            nb::gil_scoped_release release;
-            return kv.register_blocks(std::move(complete));
-          },
-          "blocks"_a, "hashes"_a, "chained"_a = true,
-          "Stages each G1 block under its hash and registers them (offloaded to G2 in "
-          "write-through "
-          "mode); returns the ImmutableBlocks. The MutableBlocks are left empty.")
-      .def(
-          "register",
-          [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, nb::handle h, bool chained) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            BlockManager<G2>& pool = require_pool<G2>(kv, "register");
-            auto complete =
-                stage_all<G2>(take_all<G2>(pool, blocks), hashes_of(h, chained, "register: hashes"),
-                              kv.block_size(), blocks);
-            nb::gil_scoped_release release;
-            return pool.register_blocks(std::move(complete));
-          },
-          "blocks"_a, "hashes"_a, "chained"_a = true,
-          "Registers G2 blocks (written through to G3 and G4 as the config says).")
-      .def(
-          "offload",
-          [](Manager& m, const std::vector<ImmutableBlock<G1>>& blocks) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            nb::gil_scoped_release release;
-            return kv.offload(blocks);
-          },
-          "blocks"_a,
-          "Enqueues registered G1 blocks for offload to G2 (and on down); returns the handle.")
-      .def(
-          "onboard",
-          [](Manager& m, nb::handle h, bool chained) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            const auto hashes = hashes_of(h, chained, "onboard: hashes");
-            nb::gil_scoped_release release;
-            return kv.onboard(hashes);
-          },
-          "hashes"_a, "chained"_a = true,
-          "Starts bringing the longest prefix held in any tier into G1; returns an OnboardHandle.")
-      .def(
-          "probe",
-          [](const Manager& m, nb::handle h, bool chained) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            const auto hashes = hashes_of(h, chained, "probe: hashes");
-            nb::gil_scoped_release release;  // G4: one round trip
-            return kv.probe(hashes);
-          },
-          "hashes"_a, "chained"_a = true, "What onboard(hashes) would find now, taking nothing.")
-      .def(
-          "present",
-          [](const Manager& m, nb::handle h, bool chained) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            const auto hashes = hashes_of(h, chained, "present: hashes");
-            std::vector<std::uint8_t> out(hashes.size(), 0);
-            {
-              nb::gil_scoped_release release;
-              const auto& reg = *kv.device().registry();
-              const auto g1 = reg.presence<G1>(hashes);
-              const auto g2 = kv.host() != nullptr ? reg.presence<G2>(hashes)
-                                                   : std::vector<bool>(hashes.size());
-              const auto g3 = kv.disk() != nullptr ? reg.presence<G3>(hashes)
-                                                   : std::vector<bool>(hashes.size());
-              for (std::size_t i = 0; i < hashes.size(); ++i) {
-                out[i] = g1[i] ? 1 : g2[i] ? 2 : g3[i] ? 3 : 0;
-              }
-            }
-            return to_numpy(std::move(out));
-          },
-          "hashes"_a, "chained"_a = true,
-          "For each hash, the fastest local tier holding it (1 G1, 2 G2, 3 G3) or 0; no G4 round "
-          "trip, nothing taken.")
-      .def(
-          "match",
-          [](Manager& m, nb::handle h, TierId tier, bool chained) -> nb::object {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            switch (tier) {
-              case TierId::kG1:
-                return nb::cast(match<G1>(kv, h, chained));
-              case TierId::kG2:
-                return nb::cast(match<G2>(kv, h, chained));
-              case TierId::kG3:
-                return nb::cast(match<G3>(kv, h, chained));
-              default:
-                KVBM_CHECK(false, "match: G4 has no pool; use probe() or onboard()");
-            }
-            return nb::none();
-          },
-          "hashes"_a, "tier"_a = TierId::kG1, "chained"_a = true,
-          "Strong handles on the leading blocks of `hashes` that the tier holds (prefix match).")
-      .def(
-          "touch",
-          [](Manager& m, nb::handle h, bool chained) {
-            const auto lease = m.lease();
-            KvBlockManager& kv = *lease;
-            const auto hashes = hashes_of(h, chained, "touch: hashes");
-            nb::gil_scoped_release release;
-            (void)kv.device().refresh(hashes);
-            if (auto* p = kv.host()) (void)p->refresh(hashes);
-            if (auto* p = kv.disk()) (void)p->refresh(hashes);
-          },
-          "hashes"_a, "chained"_a = true,
-          "Marks the blocks most recently used in every local tier that holds them.")
-      .def(
-          "drain", [](Manager& m) { m.lease()->drain(); }, nb::call_guard<nb::gil_scoped_release>(),
-          "Waits until every offload and onboarding started so far has ended (G4 included).")
-      .def(
-          "shutdown", [](Manager& m) { m.lease()->shutdown(); },
-          nb::call_guard<nb::gil_scoped_release>(),
-          "Stops the pipelines and leaves every pool balanced; idempotent.")
-      .def(
-          "close", [](Manager& m) { m.close(); },
-          "Waits for the calls in flight on other threads and for every write started (drain()), "
-          "shuts the manager down and lets it go; later calls raise kvbm.UsageError. Handles, "
-          "views and onboardings outliving it "
-          "stay safe to use and to drop. Idempotent.")
-      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def(
-          "__exit__", [](Manager& m, nb::args) { m.close(); },
-          "Closes the manager (close()) at the end of a with block.")
-      .def(
-          "audit", [](const Manager& m) { return m.lease()->audit(); },
-          nb::call_guard<nb::gil_scoped_release>(),
-          "'' when every pool balances, else what is wrong.")
-      .def(
-          "stats",
-          [](const Manager& m) {
-            KvBlockManagerStats s;
-            {
-              nb::gil_scoped_release release;
-              s = m.lease()->stats();
-            }
-            return stats_dict(s);
-          },
-          "Per tier, boundary, onboarding and G4: the library's own counters, as a dict.")
-      .def(
-          "disk_recovery",
-          [](const Manager& m) -> nb::object {
-            const auto r = m.lease()->disk_recovery();
-            if (!r) return nb::none();
-            nb::dict d;
-            d["scanned"] = r->scanned;
-            d["recovered"] = r->recovered;
-            d["discarded"] = r->discarded_total();
-            d["reset_reason"] = r->reset_reason;
-            d["bytes_read"] = r->bytes_read;
-            d["elapsed_s"] = std::chrono::duration<double>(r->elapsed).count();
-            return d;
-          },
-          "What build() recovered from a persistent G3 (dict), or None.")
-      .def(
-          "metrics_text",
-          [](const Manager& m) {
-            const auto lease = m.lease();  // held while Collect() runs without the GIL
-            const auto& registry = lease->metrics_registry();
-            std::vector<prometheus::MetricFamily> families;
-            {
-              nb::gil_scoped_release release;
-              families = registry->Collect();
-            }
-            return prometheus::TextSerializer().Serialize(families);
-          },
-          "Every series of the manager in Prometheus text exposition format.");
+  bind_init(cls);
+  bind_properties(cls);
+  bind_block_methods(cls);
+  bind_onboard_methods(cls);
+  bind_lookup_methods(cls);
+  bind_lifecycle_methods(cls);
+  bind_stats_methods(cls);
   bind_buffers(cls);
   bind_event_methods(cls);
 }

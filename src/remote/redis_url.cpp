@@ -25,47 +25,48 @@ std::optional<int> parse_count(std::string_view s) {
   return v;
 }
 
-}  // namespace
+// Sets `why` and returns false: the helpers below report a bad URL this way.
+bool fail(std::string& why, std::string text) {
+  why = std::move(text);
+  return false;
+}
 
-std::optional<RedisEndpoint> try_parse_redis_url(std::string_view url, std::string& why) {
-  auto fail = [&why](std::string text) -> std::optional<RedisEndpoint> {
-    why = std::move(text);
-    return std::nullopt;
-  };
-  auto bad_db = [&fail](std::string_view s) {
-    return fail("has a bad database number '" + std::string(s) +
-                "'; give 0 or more, e.g. redis://host:6379/0 or unix:///path.sock?db=0");
-  };
-  auto bad_port = [&fail](std::string_view s) {
-    return fail("has a bad port '" + std::string(s) +
-                "'; give a number from 1 to 65535, e.g. redis://host:6379");
-  };
-  RedisEndpoint e;
-  if (url.empty()) return fail("is empty; " + std::string(kForms));
-  if (url.starts_with(kUnix)) {
-    std::string_view rest = url.substr(kUnix.size());
-    if (auto q = rest.find('?'); q != std::string_view::npos) {
-      std::string_view query = rest.substr(q + 1);
-      rest = rest.substr(0, q);
-      if (!query.starts_with("db=")) {
-        return fail(
-            "has a query other than ?db=N after its socket path; use "
-            "unix:///path.sock?db=N");
-      }
-      const auto db = parse_count(query.substr(3));
-      if (!db) return bad_db(query.substr(3));
-      e.db = *db;
+bool bad_db(std::string& why, std::string_view s) {
+  return fail(why, "has a bad database number '" + std::string(s) +
+                       "'; give 0 or more, e.g. redis://host:6379/0 or unix:///path.sock?db=0");
+}
+
+bool bad_port(std::string& why, std::string_view s) {
+  return fail(why, "has a bad port '" + std::string(s) +
+                       "'; give a number from 1 to 65535, e.g. redis://host:6379");
+}
+
+// unix:///path.sock[?db=N], `rest` without the scheme.
+bool parse_unix(std::string_view url, std::string_view rest, RedisEndpoint& e, std::string& why) {
+  if (auto q = rest.find('?'); q != std::string_view::npos) {
+    std::string_view query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+    if (!query.starts_with("db=")) {
+      return fail(why,
+                  "has a query other than ?db=N after its socket path; use "
+                  "unix:///path.sock?db=N");
     }
-    if (!rest.starts_with('/')) {
-      return fail("needs an absolute socket path; use unix:///path/to/redis.sock");
-    }
-    e.unix_socket = true;
-    e.path = std::string(rest);
-    e.display = std::string(url);
-    return e;
+    const auto db = parse_count(query.substr(3));
+    if (!db) return bad_db(why, query.substr(3));
+    e.db = *db;
   }
-  if (!url.starts_with(kRedis)) return fail("is not understood; " + std::string(kForms));
-  std::string_view rest = url.substr(kRedis.size());
+  if (!rest.starts_with('/')) {
+    return fail(why, "needs an absolute socket path; use unix:///path/to/redis.sock");
+  }
+  e.unix_socket = true;
+  e.path = std::string(rest);
+  e.display = std::string(url);
+  return true;
+}
+
+// Takes "[userinfo@]" and "[/db]" off `rest` (redis:// removed), setting the
+// password and the database; leaves the host and port.
+bool take_password_and_db(std::string_view& rest, RedisEndpoint& e, std::string& why) {
   if (auto at = rest.rfind('@'); at != std::string_view::npos) {
     const std::string_view userinfo = rest.substr(0, at);
     rest = rest.substr(at + 1);
@@ -73,23 +74,27 @@ std::optional<RedisEndpoint> try_parse_redis_url(std::string_view url, std::stri
     e.password =
         std::string(colon == std::string_view::npos ? userinfo : userinfo.substr(colon + 1));
   }
-  std::string_view hostport = rest;
   if (auto slash = rest.find('/'); slash != std::string_view::npos) {
-    hostport = rest.substr(0, slash);
     const std::string_view db = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
     if (!db.empty()) {
       const auto n = parse_count(db);
-      if (!n) return bad_db(db);
+      if (!n) return bad_db(why, db);
       e.db = *n;
     }
   }
+  return true;
+}
+
+// host, host:port, [ipv6] or [ipv6]:port: sets the host and, when given, the port.
+bool take_host_port(std::string_view hostport, RedisEndpoint& e, std::string& why) {
   std::optional<std::string_view> port;
   if (hostport.starts_with('[')) {  // [ipv6]:port
     auto close = hostport.find(']');
     if (close == std::string_view::npos) {
-      return fail(
-          "has an unclosed '[' in its host; write an IPv6 address as "
-          "redis://[::1]:6379");
+      return fail(why,
+                  "has an unclosed '[' in its host; write an IPv6 address as "
+                  "redis://[::1]:6379");
     }
     e.host = std::string(hostport.substr(1, close - 1));
     hostport = hostport.substr(close + 1);
@@ -102,19 +107,41 @@ std::optional<RedisEndpoint> try_parse_redis_url(std::string_view url, std::stri
   }
   if (port) {
     const auto n = parse_count(*port);
-    if (!n) return bad_port(*port);
+    if (!n) return bad_port(why, *port);
     e.port = *n;
   }
+  return true;
+}
+
+// redis://[:password@]host:port[/db], `rest` without the scheme.
+bool parse_tcp(std::string_view rest, RedisEndpoint& e, std::string& why) {
+  if (!take_password_and_db(rest, e, why) || !take_host_port(rest, e, why)) return false;
   if (e.host.empty()) {
-    return fail("names no host; use redis://host:port[/db], e.g. redis://127.0.0.1:6379/0");
+    return fail(why, "names no host; use redis://host:port[/db], e.g. redis://127.0.0.1:6379/0");
   }
   if (e.port < 1 || e.port > 65535) {
-    return fail("has port " + std::to_string(e.port) +
-                ", out of range; give a number from 1 to 65535, e.g. redis://host:6379");
+    return fail(why, "has port " + std::to_string(e.port) +
+                         ", out of range; give a number from 1 to 65535, e.g. redis://host:6379");
   }
   e.display = "redis://" +
               std::string(e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host) +
               ":" + std::to_string(e.port) + "/" + std::to_string(e.db);
+  return true;
+}
+
+// Either URL form; `e` is complete when it returns true.
+bool parse_url(std::string_view url, RedisEndpoint& e, std::string& why) {
+  if (url.empty()) return fail(why, "is empty; " + std::string(kForms));
+  if (url.starts_with(kUnix)) return parse_unix(url, url.substr(kUnix.size()), e, why);
+  if (!url.starts_with(kRedis)) return fail(why, "is not understood; " + std::string(kForms));
+  return parse_tcp(url.substr(kRedis.size()), e, why);
+}
+
+}  // namespace
+
+std::optional<RedisEndpoint> try_parse_redis_url(std::string_view url, std::string& why) {
+  RedisEndpoint e;
+  if (!parse_url(url, e, why)) return std::nullopt;
   return e;
 }
 

@@ -143,6 +143,62 @@ bool memcpy_batch_supported() noexcept {
 #endif
 }
 
+/// Throws UsageError for layouts of different blocks or options out of range.
+void check_engine_options(const Layout& src, const Layout& dst, const CudaEngineOptions& options) {
+  KVBM_CHECK(src.config() == dst.config(),
+             "CudaTransferEngine: the source and destination layouts describe different blocks; "
+             "build both from the same LayoutConfig");
+  KVBM_CHECK(options.num_streams >= 1 && options.num_streams <= 64,
+             "CudaTransferEngine: num_streams must be in [1, 64], got ", options.num_streams);
+  KVBM_CHECK(options.kernel_chunk_bytes > 0 && options.kernel_chunk_bytes % 16 == 0,
+             "CudaTransferEngine: kernel_chunk_bytes must be a positive multiple of 16, got ",
+             options.kernel_chunk_bytes);
+}
+
+/// Throws UsageError unless `device` is one of the CUDA devices present.
+void check_device(int device) {
+  int count = 0;
+  const cudaError_t count_err = cudaGetDeviceCount(&count);
+  if (count_err != cudaSuccess) static_cast<void>(cudaGetLastError());
+  KVBM_CHECK(count_err == cudaSuccess && count > 0,
+             "CudaTransferEngine: no CUDA device is available (",
+             count_err == cudaSuccess ? "no device" : cudaGetErrorString(count_err),
+             "); check cuda_runtime_available() first");
+  KVBM_CHECK(device >= 0 && device < count, "CudaTransferEngine: device ", device,
+             " does not exist (", count, " devices)");
+}
+
+/// Returns true when the copy kernel can run: the host side (if any) is pinned
+/// memory the current device reaches at the same address.
+bool kernel_reaches(CudaDirection direction, const Layout& src, const Layout& dst) noexcept {
+  switch (direction) {
+    case CudaDirection::kDeviceToHost:
+      return host_layout_device_accessible(dst);
+    case CudaDirection::kHostToDevice:
+      return host_layout_device_accessible(src);
+    case CudaDirection::kDeviceToDevice:
+      return true;
+  }
+  return false;
+}
+
+/// The kernel's grid: options.kernel_max_blocks, or 4 blocks per SM (32 SMs
+/// when the device does not say).
+unsigned kernel_block_count(const CudaEngineOptions& options) noexcept {
+  unsigned blocks = options.kernel_max_blocks;
+  if (blocks == 0) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device) !=
+            cudaSuccess ||
+        sms <= 0) {
+      static_cast<void>(cudaGetLastError());
+      sms = 32;
+    }
+    blocks = 4U * static_cast<unsigned>(sms);
+  }
+  return blocks;
+}
+
 }  // namespace
 
 struct CudaTransferEngine::Impl {
@@ -431,27 +487,58 @@ struct CudaTransferEngine::Impl {
     }
     return event;
   }
+
+  // Finds which copy modes the layouts and the CUDA version allow; throws
+  // UsageError when options.mode names one they do not. On the engine's device.
+  void probe_copy_modes() {
+    kernel_ok = kernel_reaches(direction, src, dst);
+    batch_ok = memcpy_batch_supported();
+    KVBM_CHECK(options.mode != CudaCopyMode::kKernel || kernel_ok,
+               "CudaTransferEngine: mode kernel needs the host layout in pinned memory the device "
+               "can reach at the same address (cudaHostAlloc, or cudaHostRegister); use kAuto, "
+               "kMemcpyBatch or kMemcpyLoop for other host memory");
+    KVBM_CHECK(
+        options.mode != CudaCopyMode::kMemcpyBatch || batch_ok,
+        "CudaTransferEngine: mode memcpy_batch needs cudaMemcpyBatchAsync (CUDA 12.8 or later "
+        "in both the toolkit and the driver); use kAuto, kKernel or kMemcpyLoop");
+  }
+
+  // Creates one stream per lane; on a failure destroys those made and throws.
+  // On the engine's device.
+  void create_lanes() {
+    for (std::uint32_t i = 0; i < options.num_streams; ++i) {
+      auto lane = std::make_unique<Lane>();
+      const cudaError_t err = cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking);
+      if (err != cudaSuccess) {
+        static_cast<void>(cudaGetLastError());
+        for (auto& made : lanes) static_cast<void>(cudaStreamDestroy(made->stream));
+        throw RuntimeError(ErrorKind::kDevice, static_cast<int>(err),
+                           cuda_error_text("CudaTransferEngine", "cudaStreamCreateWithFlags", err) +
+                               "; free device memory or use fewer CudaEngineOptions::num_streams");
+      }
+      lanes.push_back(std::move(lane));
+    }
+  }
+
+  // Starts each lane's completion thread; on a failure stops those started,
+  // releases the streams and rethrows.
+  void start_threads() {
+    try {
+      for (auto& lane : lanes) {
+        Lane* l = lane.get();
+        l->thread = std::thread([this, l] { complete_loop(*l); });
+      }
+    } catch (const std::exception&) {  // system_error or bad_alloc
+      shutdown();                      // joins the threads started, releases the streams
+      throw;
+    }
+  }
 };
 
 CudaTransferEngine::CudaTransferEngine(Layout src, Layout dst, CudaDirection direction,
                                        CudaEngineOptions options) {
-  KVBM_CHECK(src.config() == dst.config(),
-             "CudaTransferEngine: the source and destination layouts describe different blocks; "
-             "build both from the same LayoutConfig");
-  KVBM_CHECK(options.num_streams >= 1 && options.num_streams <= 64,
-             "CudaTransferEngine: num_streams must be in [1, 64], got ", options.num_streams);
-  KVBM_CHECK(options.kernel_chunk_bytes > 0 && options.kernel_chunk_bytes % 16 == 0,
-             "CudaTransferEngine: kernel_chunk_bytes must be a positive multiple of 16, got ",
-             options.kernel_chunk_bytes);
-  int count = 0;
-  const cudaError_t count_err = cudaGetDeviceCount(&count);
-  if (count_err != cudaSuccess) static_cast<void>(cudaGetLastError());
-  KVBM_CHECK(count_err == cudaSuccess && count > 0,
-             "CudaTransferEngine: no CUDA device is available (",
-             count_err == cudaSuccess ? "no device" : cudaGetErrorString(count_err),
-             "); check cuda_runtime_available() first");
-  KVBM_CHECK(options.device >= 0 && options.device < count, "CudaTransferEngine: device ",
-             options.device, " does not exist (", count, " devices)");
+  check_engine_options(src, dst, options);
+  check_device(options.device);
 
   if (options.name.empty()) options.name = std::string(to_string(direction));
   impl_ = std::make_unique<Impl>(std::move(src), std::move(dst), direction, std::move(options));
@@ -464,66 +551,14 @@ CudaTransferEngine::CudaTransferEngine(Layout src, Layout dst, CudaDirection dir
     throw RuntimeError(ErrorKind::kDevice, static_cast<int>(guard.status()),
                        cuda_error_text("CudaTransferEngine", "cudaSetDevice", guard.status()));
   }
-
-  switch (direction) {
-    case CudaDirection::kDeviceToHost:
-      im.kernel_ok = host_layout_device_accessible(im.dst);
-      break;
-    case CudaDirection::kHostToDevice:
-      im.kernel_ok = host_layout_device_accessible(im.src);
-      break;
-    case CudaDirection::kDeviceToDevice:
-      im.kernel_ok = true;
-      break;
-  }
-  im.batch_ok = memcpy_batch_supported();
-  KVBM_CHECK(im.options.mode != CudaCopyMode::kKernel || im.kernel_ok,
-             "CudaTransferEngine: mode kernel needs the host layout in pinned memory the device "
-             "can reach at the same address (cudaHostAlloc, or cudaHostRegister); use kAuto, "
-             "kMemcpyBatch or kMemcpyLoop for other host memory");
-  KVBM_CHECK(im.options.mode != CudaCopyMode::kMemcpyBatch || im.batch_ok,
-             "CudaTransferEngine: mode memcpy_batch needs cudaMemcpyBatchAsync (CUDA 12.8 or later "
-             "in both the toolkit and the driver); use kAuto, kKernel or kMemcpyLoop");
-
-  unsigned blocks = im.options.kernel_max_blocks;
-  if (blocks == 0) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, im.options.device) !=
-            cudaSuccess ||
-        sms <= 0) {
-      static_cast<void>(cudaGetLastError());
-      sms = 32;
-    }
-    blocks = 4U * static_cast<unsigned>(sms);
-  }
-  im.kernel_blocks = blocks;
-
-  for (std::uint32_t i = 0; i < im.options.num_streams; ++i) {
-    auto lane = std::make_unique<Lane>();
-    const cudaError_t err = cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking);
-    if (err != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-      for (auto& made : im.lanes) static_cast<void>(cudaStreamDestroy(made->stream));
-      throw RuntimeError(ErrorKind::kDevice, static_cast<int>(err),
-                         cuda_error_text("CudaTransferEngine", "cudaStreamCreateWithFlags", err) +
-                             "; free device memory or use fewer CudaEngineOptions::num_streams");
-    }
-    im.lanes.push_back(std::move(lane));
-  }
+  im.probe_copy_modes();
+  im.kernel_blocks = kernel_block_count(im.options);
+  im.create_lanes();
   kvbm::logger()->debug("CUDA engine {}: device {}, {} streams, kernel {}, memcpy batch {}",
                         to_string(direction), im.options.device, im.options.num_streams,
                         im.kernel_ok ? "available" : "unavailable (host memory not pinned)",
                         im.batch_ok ? "available" : "unavailable");
-  // Last, so that nothing after it can throw with threads running.
-  try {
-    for (auto& lane : im.lanes) {
-      Lane* l = lane.get();
-      l->thread = std::thread([&im, l] { im.complete_loop(*l); });
-    }
-  } catch (const std::exception&) {  // system_error or bad_alloc
-    im.shutdown();                   // joins the threads started, releases the streams
-    throw;
-  }
+  im.start_threads();  // last, so that nothing after it can throw with threads running
 }
 
 CudaTransferEngine::~CudaTransferEngine() {
