@@ -115,345 +115,479 @@ std::string default_trace_path() {
   return {};
 }
 
-Options parse_options(int argc, const char* const* argv, std::string& error) {
+namespace {
+
+// The command line parsed so far, and what the checks after the last argument need.
+struct Parsing {
   Options o;
-  error.clear();
-  auto fail = [&error](std::string msg) {
-    error = std::move(msg);
-    return Options{};
-  };
   bool inner_given = false;
   bool layout_given = false;  // any of the layout options
   std::optional<std::uint32_t> kv_heads;
   std::optional<std::uint32_t> head_dim;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::string_view value;
-    bool has_inline = false;
-    if (arg.starts_with("--")) {
-      if (const auto eq = arg.find('='); eq != std::string_view::npos) {
-        value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-        has_inline = true;
-      }
-    }
-    // Takes the option's value: "--x=v" or "--x v".
-    auto take = [&](std::string_view& out) -> bool {
-      if (has_inline) {
-        out = value;
-        return true;
-      }
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    auto flag = [&]() -> bool { return !has_inline; };
-    std::string_view v;
-    auto need = [&](const char* what) -> std::string {
-      return std::string(arg) + " needs " + what;
-    };
-#define KVBM_TAKE(what) \
-  if (!take(v)) return fail(need(what))
-#define KVBM_U32(field, what, min)                                                         \
-  do {                                                                                     \
-    KVBM_TAKE(what);                                                                       \
-    auto n = parse_int<std::uint32_t>(v);                                                  \
-    if (!n || below(*n, (min)))                                                            \
-      return fail(std::string(arg) + ": expected " what ", got '" + std::string(v) + "'"); \
-    o.field = *n;                                                                          \
-  } while (false)
+};
 
-    if (arg == "-h" || arg == "--help") {
-      o.help = true;
-    } else if (arg == "--trace") {
-      KVBM_TAKE("a path");
-      o.trace = std::string(v);
-    } else if (arg == "--block-tokens") {
-      KVBM_U32(block_tokens, "a token count >= 1", 1u);
-    } else if (arg == "--layers") {
-      layout_given = true;
-      KVBM_U32(layers, "a layer count >= 1", 1u);
-    } else if (arg == "--outer-dim") {
-      layout_given = true;
-      KVBM_U32(outer_dim, "1 or 2", 1u);
-      if (o.outer_dim > 2) return fail("--outer-dim: expected 1 or 2");
-    } else if (arg == "--inner-dim") {
-      layout_given = true;
-      KVBM_U32(inner_dim, "a count >= 1", 1u);
-      inner_given = true;
-    } else if (arg == "--kv-heads") {
-      layout_given = true;
-      KVBM_U32(inner_dim, "a count >= 1", 1u);
-      kv_heads = o.inner_dim;
-    } else if (arg == "--head-dim") {
-      layout_given = true;
-      KVBM_U32(inner_dim, "a count >= 1", 1u);
-      head_dim = o.inner_dim;
-    } else if (arg == "--dtype-bytes") {
-      layout_given = true;
-      KVBM_U32(dtype_bytes, "1, 2, 4 or 8", 1u);
-    } else if (arg == "--device-blocks" || arg == "--device-bytes" || arg == "--host-blocks" ||
-               arg == "--host-bytes" || arg == "--disk-blocks" || arg == "--disk-bytes") {
-      KVBM_TAKE("a size");
-      const bool device = arg.starts_with("--device");
-      const bool bytes = arg.ends_with("-bytes");
-      auto s = parse_size(v, device && !bytes);
-      if (!s)
-        return fail(std::string(arg) + ": expected a block count or a size like 2GiB, got '" +
-                    std::string(v) + "'");
-      if (bytes && s->blocks != 0) s = SizeOption{.bytes = s->blocks};  // plain number of bytes
-      if (!bytes && s->bytes != 0 && !s->unlimited) {
-        return fail(std::string(arg) + ": expected a block count; use " +
-                    std::string(arg.substr(0, arg.size() - 6)) + "bytes for sizes");
-      }
-      (device ? o.device : arg.starts_with("--host") ? o.host : o.disk) = *s;
-    } else if (arg == "--eviction") {
-      KVBM_TAKE("lru, multi_level_lru or lineage");
-      auto p = parse_eviction(v);
-      if (!p)
-        return fail("--eviction: expected lru, multi_level_lru or lineage, got '" + std::string(v) +
-                    "'");
-      o.eviction = *p;
-    } else if (arg == "--g1-g2" || arg == "--g2-g3" || arg == "--offload-mode") {
-      KVBM_TAKE("write_through, on_eviction or none");
-      auto m = parse_mode(v);
-      if (!m)
-        return fail(std::string(arg) + ": expected write_through, on_eviction or none, got '" +
-                    std::string(v) + "'");
-      if (arg != "--g2-g3") o.g1_g2 = *m;
-      if (arg != "--g1-g2") o.g2_g3 = *m;
-    } else if (arg == "--min-frequency") {
-      KVBM_U32(min_frequency, "a count", 0u);
-    } else if (arg == "--persist") {
-      if (!flag()) return fail("--persist takes no value");
-      o.persist = true;
-    } else if (arg == "--instances") {
-      KVBM_U32(instances, "an instance count >= 1", 1u);
-    } else if (arg == "--assign") {
-      KVBM_TAKE("round_robin or random");
-      if (v != "round_robin" && v != "random")
-        return fail("--assign: expected round_robin or random, got '" + std::string(v) + "'");
-      o.assign_random = v == "random";
-      o.assign_given = true;
-    } else if (arg == "--remote") {
-      KVBM_TAKE("a Redis URL (redis://host:port/db)");
-      if (v.empty()) return fail("--remote: expected a Redis URL (redis://host:port/db), got ''");
-      // The store's own grammar: a URL passing here is one the instances can use.
-      if (const std::string why = remote_url_error(v); !why.empty())
-        return fail("--remote: " + why);
-      o.remote.emplace_back(v);
-    } else if (arg == "--router") {
-      KVBM_TAKE("kv, round_robin or random");
-      const auto p = parse_policy(v);
-      if (!p)
-        return fail("--router: expected kv, round_robin or random, got '" + std::string(v) + "'");
-      o.router = *p;
-    } else if (arg == "--router-events") {
-      KVBM_TAKE("in_process or zmq");
-      if (v != "in_process" && v != "zmq")
-        return fail("--router-events: expected in_process or zmq, got '" + std::string(v) + "'");
-      o.router_zmq = v == "zmq";
-    } else if (arg == "--router-load-weight") {
-      KVBM_TAKE("a number >= 0");
-      const auto x = parse_double(v);
-      if (!x || *x < 0)
-        return fail("--router-load-weight: expected a number >= 0, got '" + std::string(v) + "'");
-      o.router_load_weight = *x;
-    } else if (arg == "--router-tier-cost") {
-      KVBM_TAKE("three numbers G2,G3,G4");
-      std::array<double, 3> c{};
-      std::string_view rest = v;
-      std::size_t k = 0;
-      for (; k < 3 && !rest.empty(); ++k) {
-        const auto comma = rest.find(',');
-        const auto x = parse_double(rest.substr(0, comma));
-        if (!x || *x < 0) break;
-        c[k] = *x;
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      }
-      if (k != 3 || !rest.empty())
-        return fail(
-            "--router-tier-cost: expected three numbers >= 0 for G2,G3,G4 (per token, a "
-            "recomputed token costing 1), got '" +
-            std::string(v) + "'");
-      o.router_tier_cost = c;
-    } else if (arg == "--sweep-instances") {
-      KVBM_TAKE("a list of instance counts");
-      o.sweep_instances.clear();
-      std::string_view rest = v;
-      while (!rest.empty()) {
-        const auto comma = rest.find(',');
-        const auto n = parse_int<std::uint32_t>(rest.substr(0, comma));
-        if (!n || *n == 0)
-          return fail("--sweep-instances: expected instance counts like 1,2,4,8, got '" +
-                      std::string(rest.substr(0, comma)) + "'");
-        o.sweep_instances.push_back(*n);
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      }
-      if (o.sweep_instances.empty()) return fail("--sweep-instances: give at least one count");
-    } else if (arg == "--sweep-routers") {
-      KVBM_TAKE("a list of routers");
-      o.sweep_routers.clear();
-      std::string_view rest = v;
-      while (!rest.empty()) {
-        const auto comma = rest.find(',');
-        const auto p = parse_policy(rest.substr(0, comma));
-        if (!p)
-          return fail("--sweep-routers: expected kv, round_robin or random, got '" +
-                      std::string(rest.substr(0, comma)) + "'");
-        o.sweep_routers.push_back(*p);
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      }
-      if (o.sweep_routers.empty()) return fail("--sweep-routers: give at least one router");
-    } else if (arg == "--remote-namespace") {
-      KVBM_TAKE("a namespace");
-      o.remote_namespace = std::string(v);
-    } else if (arg == "--overlap-offload") {
-      if (!flag()) return fail("--overlap-offload takes no value");
-      o.overlap_offload = true;
-    } else if (arg == "--model") {
-      KVBM_TAKE("a model name");
-      if (!find_model_preset(v)) {
-        std::string names;
-        for (const auto& m : model_presets())
-          names += (names.empty() ? "" : ", ") + std::string(m.name);
-        return fail("--model: unknown model '" + std::string(v) + "'; known: " + names);
-      }
-      o.model = std::string(v);
-    } else if (arg == "--prefill-tokens-per-s" || arg == "--g2-gbps" || arg == "--g3-gbps") {
-      KVBM_TAKE("a positive number");
-      double x = 0;
-      const std::string text(v);
-      char* end = nullptr;
-      errno = 0;
-      x = std::strtod(text.c_str(), &end);
-      if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !(x > 0) ||
-          !std::isfinite(x))
-        return fail(std::string(arg) + ": expected a positive number, got '" + text + "'");
-      (arg == "--prefill-tokens-per-s" ? o.prefill_tokens_per_s
-       : arg == "--g2-gbps"            ? o.g2_gb_per_s
-                                       : o.g3_gb_per_s) = x;
-    } else if (arg == "--hold-queued-blocks") {
-      if (!flag()) return fail("--hold-queued-blocks takes no value");
-      o.hold_queued_blocks = true;
-    } else if (arg == "--disk-dir") {
-      KVBM_TAKE("a directory");
-      o.disk_dir = std::string(v);
-    } else if (arg == "--metadata-only") {
-      if (!flag()) return fail("--metadata-only takes no value");
-      o.metadata_only = true;
-    } else if (arg == "--realtime") {
-      if (!flag()) return fail("--realtime takes no value");
-      o.realtime = true;
-    } else if (arg == "--speed") {
-      KVBM_TAKE("a factor > 0");
-      auto f = parse_double(v);
-      if (!f || *f <= 0)
-        return fail("--speed: expected a factor > 0, got '" + std::string(v) + "'");
-      o.speed = *f;
-    } else if (arg == "--limit") {
-      KVBM_TAKE("a request count");
-      auto n = parse_int<std::size_t>(v);
-      if (!n) return fail("--limit: expected a request count, got '" + std::string(v) + "'");
-      o.limit = *n;
-    } else if (arg == "--soak") {
-      KVBM_TAKE("a duration in seconds");
-      char* end = nullptr;
-      const std::string text(v);
-      const double secs = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !(secs > 0))
-        return fail("--soak: expected a positive number of seconds, got '" + text + "'");
-      o.soak_seconds = secs;
-    } else if (arg == "--sweep") {
-      KVBM_TAKE("a list of G1 sizes");
-      o.sweep.clear();
-      std::string_view rest = v;
-      while (!rest.empty()) {
-        const auto comma = rest.find(',');
-        const std::string_view item = rest.substr(0, comma);
-        auto s = parse_size(item, true);
-        if (!s || (!s->unlimited && s->blocks == 0 && s->bytes == 0)) {
-          return fail("--sweep: expected G1 sizes like 1000,10000,unlimited, got '" +
-                      std::string(item) + "'");
-        }
-        o.sweep.push_back(*s);
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      }
-      if (o.sweep.empty()) return fail("--sweep: give at least one G1 size");
-    } else if (arg == "--plot") {
-      KVBM_TAKE("a path");
-      o.plot = std::string(v);
-      o.plot_given = true;
-    } else if (arg == "--json") {
-      if (!flag()) return fail("--json takes no value");
-      o.json = true;
-    } else if (arg == "--quiet" || arg == "-q") {
-      if (!flag()) return fail("--quiet takes no value");
-      o.quiet = true;
-    } else if (arg == "--strict") {
-      if (!flag()) return fail("--strict takes no value");
-      o.strict = true;
-    } else if (arg == "--metrics-port") {
-      KVBM_TAKE("a TCP port (0: any free port)");
-      auto n = parse_int<int>(v);
-      if (!n || *n < 0 || *n > 65535)
-        return fail("--metrics-port: expected a port 0..65535, got '" + std::string(v) + "'");
-      o.metrics_port = *n;
-    } else if (arg == "--metrics-address") {
-      KVBM_TAKE("an address");
-      o.metrics_address = std::string(v);
-    } else {
-      return fail("unknown option '" + std::string(argv[i]) + "' (see --help)");
-    }
-#undef KVBM_TAKE
-#undef KVBM_U32
+// One option as given: its name (without "=value"), its value, and what the
+// value should be (the table's description).
+struct Given {
+  std::string_view name;
+  std::string_view value;
+  std::string_view what;
+};
+
+// Applies an option to the parse; returns "" or the error message.
+using Apply = std::string (*)(Parsing& p, const Given& g);
+
+// Whether an option takes a value.
+enum class Takes : std::uint8_t {
+  kNothing,  // a flag: "--flag=v" is an error
+  kValue,    // "--option v" or "--option=v"
+  kIgnored,  // a flag that ignores "=v" (--help)
+};
+
+// One row of the option table.
+struct OptionSpec {
+  std::string_view name;   // in the "takes no value" message
+  std::string_view alias;  // "" = none
+  Takes takes;
+  std::string_view what;  // the value, as in "--option needs <what>"
+  Apply apply;
+};
+
+// "<name>: expected <what>, got '<value>'".
+std::string expected(std::string_view name, std::string_view what, std::string_view value) {
+  return std::string(name) + ": expected " + std::string(what) + ", got '" + std::string(value) +
+         "'";
+}
+
+// Calls `each` on every comma-separated item of `list` (a trailing comma adds
+// no item) until it returns an error; returns that error or "".
+template <class Each>
+std::string for_each_item(std::string_view list, Each each) {
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    if (std::string e = each(list.substr(0, comma)); !e.empty()) return e;
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
   }
+  return {};
+}
+
+// A count of at least Min, into Field.
+template <std::uint32_t Options::*Field, std::uint32_t Min>
+std::string set_count(Parsing& p, const Given& g) {
+  const auto n = parse_int<std::uint32_t>(g.value);
+  if (!n || below(*n, Min)) return expected(g.name, g.what, g.value);
+  p.o.*Field = *n;
+  return {};
+}
+
+// A count of the model layout (which --model fixes).
+template <std::uint32_t Options::*Field>
+std::string set_layout(Parsing& p, const Given& g) {
+  p.layout_given = true;
+  return set_count<Field, 1>(p, g);
+}
+
+std::string set_outer_dim(Parsing& p, const Given& g) {
+  if (std::string e = set_layout<&Options::outer_dim>(p, g); !e.empty()) return e;
+  if (p.o.outer_dim > 2) return "--outer-dim: expected 1 or 2";
+  return {};
+}
+
+std::string set_inner_dim(Parsing& p, const Given& g) {
+  if (std::string e = set_layout<&Options::inner_dim>(p, g); !e.empty()) return e;
+  p.inner_given = true;
+  return {};
+}
+
+// --kv-heads or --head-dim: a factor of the inner dimension.
+template <std::optional<std::uint32_t> Parsing::*Factor>
+std::string set_inner_factor(Parsing& p, const Given& g) {
+  if (std::string e = set_layout<&Options::inner_dim>(p, g); !e.empty()) return e;
+  p.*Factor = p.o.inner_dim;
+  return {};
+}
+
+template <bool Options::*Field>
+std::string set_flag(Parsing& p, const Given& /*g*/) {
+  p.o.*Field = true;
+  return {};
+}
+
+template <std::string Options::*Field>
+std::string set_text(Parsing& p, const Given& g) {
+  p.o.*Field = std::string(g.value);
+  return {};
+}
+
+std::string set_plot(Parsing& p, const Given& g) {
+  p.o.plot = std::string(g.value);
+  p.o.plot_given = true;
+  return {};
+}
+
+// --<tier>-blocks or --<tier>-bytes: a block count, or bytes (G1: or unlimited).
+template <SizeOption Options::*Tier>
+std::string set_tier_size(Parsing& p, const Given& g) {
+  const bool bytes = g.name.ends_with("-bytes");
+  auto s = parse_size(g.value, Tier == &Options::device && !bytes);
+  if (!s) return expected(g.name, "a block count or a size like 2GiB", g.value);
+  if (bytes && s->blocks != 0) s = SizeOption{.bytes = s->blocks};  // plain number of bytes
+  if (!bytes && s->bytes != 0 && !s->unlimited) {
+    return std::string(g.name) + ": expected a block count; use " +
+           std::string(g.name.substr(0, g.name.size() - 6)) + "bytes for sizes";
+  }
+  p.o.*Tier = *s;
+  return {};
+}
+
+std::string set_eviction(Parsing& p, const Given& g) {
+  const auto e = parse_eviction(g.value);
+  if (!e) return expected(g.name, g.what, g.value);
+  p.o.eviction = *e;
+  return {};
+}
+
+// --g1-g2, --g2-g3, or --offload-mode for both boundaries.
+std::string set_offload_mode(Parsing& p, const Given& g) {
+  const auto m = parse_mode(g.value);
+  if (!m) return expected(g.name, g.what, g.value);
+  if (g.name != "--g2-g3") p.o.g1_g2 = *m;
+  if (g.name != "--g1-g2") p.o.g2_g3 = *m;
+  return {};
+}
+
+std::string set_assign(Parsing& p, const Given& g) {
+  if (g.value != "round_robin" && g.value != "random") return expected(g.name, g.what, g.value);
+  p.o.assign_random = g.value == "random";
+  p.o.assign_given = true;
+  return {};
+}
+
+std::string add_remote(Parsing& p, const Given& g) {
+  if (g.value.empty()) return expected(g.name, "a Redis URL (redis://host:port/db)", g.value);
+  // The store's own grammar: a URL passing here is one the instances can use.
+  if (const std::string why = remote_url_error(g.value); !why.empty()) return "--remote: " + why;
+  p.o.remote.emplace_back(g.value);
+  return {};
+}
+
+std::string set_router(Parsing& p, const Given& g) {
+  const auto r = parse_policy(g.value);
+  if (!r) return expected(g.name, g.what, g.value);
+  p.o.router = *r;
+  return {};
+}
+
+std::string set_router_events(Parsing& p, const Given& g) {
+  if (g.value != "in_process" && g.value != "zmq") return expected(g.name, g.what, g.value);
+  p.o.router_zmq = g.value == "zmq";
+  return {};
+}
+
+std::string set_router_load_weight(Parsing& p, const Given& g) {
+  const auto x = parse_double(g.value);
+  if (!x || *x < 0) return expected(g.name, g.what, g.value);
+  p.o.router_load_weight = *x;
+  return {};
+}
+
+// "A,B,C": three numbers >= 0; nullopt otherwise.
+std::optional<std::array<double, 3>> parse_tier_costs(std::string_view rest) {
+  std::array<double, 3> c{};
+  std::size_t k = 0;
+  for (; k < 3 && !rest.empty(); ++k) {
+    const auto comma = rest.find(',');
+    const auto x = parse_double(rest.substr(0, comma));
+    if (!x || *x < 0) break;
+    c[k] = *x;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  if (k != 3 || !rest.empty()) return std::nullopt;
+  return c;
+}
+
+std::string set_router_tier_cost(Parsing& p, const Given& g) {
+  const auto c = parse_tier_costs(g.value);
+  if (!c) {
+    return expected(g.name,
+                    "three numbers >= 0 for G2,G3,G4 (per token, a recomputed token costing 1)",
+                    g.value);
+  }
+  p.o.router_tier_cost = *c;
+  return {};
+}
+
+std::string set_sweep_instances(Parsing& p, const Given& g) {
+  p.o.sweep_instances.clear();
+  std::string e = for_each_item(g.value, [&](std::string_view item) -> std::string {
+    const auto n = parse_int<std::uint32_t>(item);
+    if (!n || *n == 0) return expected(g.name, "instance counts like 1,2,4,8", item);
+    p.o.sweep_instances.push_back(*n);
+    return {};
+  });
+  if (e.empty() && p.o.sweep_instances.empty()) e = "--sweep-instances: give at least one count";
+  return e;
+}
+
+std::string set_sweep_routers(Parsing& p, const Given& g) {
+  p.o.sweep_routers.clear();
+  std::string e = for_each_item(g.value, [&](std::string_view item) -> std::string {
+    const auto r = parse_policy(item);
+    if (!r) return expected(g.name, "kv, round_robin or random", item);
+    p.o.sweep_routers.push_back(*r);
+    return {};
+  });
+  if (e.empty() && p.o.sweep_routers.empty()) e = "--sweep-routers: give at least one router";
+  return e;
+}
+
+std::string set_model(Parsing& p, const Given& g) {
+  if (!find_model_preset(g.value)) {
+    std::string names;
+    for (const auto& m : model_presets())
+      names += (names.empty() ? "" : ", ") + std::string(m.name);
+    return "--model: unknown model '" + std::string(g.value) + "'; known: " + names;
+  }
+  p.o.model = std::string(g.value);
+  return {};
+}
+
+// A positive, finite number: the savings estimate's inputs.
+template <double Options::*Field>
+std::string set_rate(Parsing& p, const Given& g) {
+  const std::string text(g.value);
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !(x > 0) ||
+      !std::isfinite(x))
+    return expected(g.name, "a positive number", text);
+  p.o.*Field = x;
+  return {};
+}
+
+std::string set_speed(Parsing& p, const Given& g) {
+  const auto f = parse_double(g.value);
+  if (!f || *f <= 0) return expected(g.name, g.what, g.value);
+  p.o.speed = *f;
+  return {};
+}
+
+std::string set_limit(Parsing& p, const Given& g) {
+  const auto n = parse_int<std::size_t>(g.value);
+  if (!n) return expected(g.name, g.what, g.value);
+  p.o.limit = *n;
+  return {};
+}
+
+std::string set_soak(Parsing& p, const Given& g) {
+  char* end = nullptr;
+  const std::string text(g.value);
+  const double secs = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(secs > 0))
+    return expected(g.name, "a positive number of seconds", text);
+  p.o.soak_seconds = secs;
+  return {};
+}
+
+std::string set_sweep(Parsing& p, const Given& g) {
+  p.o.sweep.clear();
+  std::string e = for_each_item(g.value, [&](std::string_view item) -> std::string {
+    const auto s = parse_size(item, true);
+    if (!s || (!s->unlimited && s->blocks == 0 && s->bytes == 0))
+      return expected(g.name, "G1 sizes like 1000,10000,unlimited", item);
+    p.o.sweep.push_back(*s);
+    return {};
+  });
+  if (e.empty() && p.o.sweep.empty()) e = "--sweep: give at least one G1 size";
+  return e;
+}
+
+std::string set_metrics_port(Parsing& p, const Given& g) {
+  const auto n = parse_int<int>(g.value);
+  if (!n || *n < 0 || *n > 65535) return expected(g.name, "a port 0..65535", g.value);
+  p.o.metrics_port = *n;
+  return {};
+}
+
+// Every option; usage() describes them.
+constexpr OptionSpec kOptionTable[] = {
+    {"-h", "--help", Takes::kIgnored, "", set_flag<&Options::help>},
+    {"--trace", "", Takes::kValue, "a path", set_text<&Options::trace>},
+    {"--block-tokens", "", Takes::kValue, "a token count >= 1",
+     set_count<&Options::block_tokens, 1>},
+    {"--layers", "", Takes::kValue, "a layer count >= 1", set_layout<&Options::layers>},
+    {"--outer-dim", "", Takes::kValue, "1 or 2", set_outer_dim},
+    {"--inner-dim", "", Takes::kValue, "a count >= 1", set_inner_dim},
+    {"--kv-heads", "", Takes::kValue, "a count >= 1", set_inner_factor<&Parsing::kv_heads>},
+    {"--head-dim", "", Takes::kValue, "a count >= 1", set_inner_factor<&Parsing::head_dim>},
+    {"--dtype-bytes", "", Takes::kValue, "1, 2, 4 or 8", set_layout<&Options::dtype_bytes>},
+    {"--device-blocks", "", Takes::kValue, "a size", set_tier_size<&Options::device>},
+    {"--device-bytes", "", Takes::kValue, "a size", set_tier_size<&Options::device>},
+    {"--host-blocks", "", Takes::kValue, "a size", set_tier_size<&Options::host>},
+    {"--host-bytes", "", Takes::kValue, "a size", set_tier_size<&Options::host>},
+    {"--disk-blocks", "", Takes::kValue, "a size", set_tier_size<&Options::disk>},
+    {"--disk-bytes", "", Takes::kValue, "a size", set_tier_size<&Options::disk>},
+    {"--eviction", "", Takes::kValue, "lru, multi_level_lru or lineage", set_eviction},
+    {"--g1-g2", "", Takes::kValue, "write_through, on_eviction or none", set_offload_mode},
+    {"--g2-g3", "", Takes::kValue, "write_through, on_eviction or none", set_offload_mode},
+    {"--offload-mode", "", Takes::kValue, "write_through, on_eviction or none", set_offload_mode},
+    {"--min-frequency", "", Takes::kValue, "a count", set_count<&Options::min_frequency, 0>},
+    {"--persist", "", Takes::kNothing, "", set_flag<&Options::persist>},
+    {"--instances", "", Takes::kValue, "an instance count >= 1", set_count<&Options::instances, 1>},
+    {"--assign", "", Takes::kValue, "round_robin or random", set_assign},
+    {"--remote", "", Takes::kValue, "a Redis URL (redis://host:port/db)", add_remote},
+    {"--router", "", Takes::kValue, "kv, round_robin or random", set_router},
+    {"--router-events", "", Takes::kValue, "in_process or zmq", set_router_events},
+    {"--router-load-weight", "", Takes::kValue, "a number >= 0", set_router_load_weight},
+    {"--router-tier-cost", "", Takes::kValue, "three numbers G2,G3,G4", set_router_tier_cost},
+    {"--sweep-instances", "", Takes::kValue, "a list of instance counts", set_sweep_instances},
+    {"--sweep-routers", "", Takes::kValue, "a list of routers", set_sweep_routers},
+    {"--remote-namespace", "", Takes::kValue, "a namespace", set_text<&Options::remote_namespace>},
+    {"--overlap-offload", "", Takes::kNothing, "", set_flag<&Options::overlap_offload>},
+    {"--model", "", Takes::kValue, "a model name", set_model},
+    {"--prefill-tokens-per-s", "", Takes::kValue, "a positive number",
+     set_rate<&Options::prefill_tokens_per_s>},
+    {"--g2-gbps", "", Takes::kValue, "a positive number", set_rate<&Options::g2_gb_per_s>},
+    {"--g3-gbps", "", Takes::kValue, "a positive number", set_rate<&Options::g3_gb_per_s>},
+    {"--hold-queued-blocks", "", Takes::kNothing, "", set_flag<&Options::hold_queued_blocks>},
+    {"--disk-dir", "", Takes::kValue, "a directory", set_text<&Options::disk_dir>},
+    {"--metadata-only", "", Takes::kNothing, "", set_flag<&Options::metadata_only>},
+    {"--realtime", "", Takes::kNothing, "", set_flag<&Options::realtime>},
+    {"--speed", "", Takes::kValue, "a factor > 0", set_speed},
+    {"--limit", "", Takes::kValue, "a request count", set_limit},
+    {"--soak", "", Takes::kValue, "a duration in seconds", set_soak},
+    {"--sweep", "", Takes::kValue, "a list of G1 sizes", set_sweep},
+    {"--plot", "", Takes::kValue, "a path", set_plot},
+    {"--json", "", Takes::kNothing, "", set_flag<&Options::json>},
+    {"--quiet", "-q", Takes::kNothing, "", set_flag<&Options::quiet>},
+    {"--strict", "", Takes::kNothing, "", set_flag<&Options::strict>},
+    {"--metrics-port", "", Takes::kValue, "a TCP port (0: any free port)", set_metrics_port},
+    {"--metrics-address", "", Takes::kValue, "an address", set_text<&Options::metrics_address>},
+};
+
+// The table's row for `name`, or nullptr.
+const OptionSpec* find_option(std::string_view name) {
+  for (const OptionSpec& s : kOptionTable) {
+    if (name == s.name || (!s.alias.empty() && name == s.alias)) return &s;
+  }
+  return nullptr;
+}
+
+// Applies argv[i], and argv[i + 1] when that is its value (then i moves on to
+// it); returns "" or the error message.
+std::string apply_argument(Parsing& p, int argc, const char* const* argv, int& i) {
+  std::string_view name = argv[i];
+  std::optional<std::string_view> inline_value;  // "--option=value"
+  if (name.starts_with("--")) {
+    if (const auto eq = name.find('='); eq != std::string_view::npos) {
+      inline_value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+  }
+  const OptionSpec* spec = find_option(name);
+  if (spec == nullptr) return "unknown option '" + std::string(argv[i]) + "' (see --help)";
+  std::string_view value;
+  if (spec->takes == Takes::kNothing && inline_value)
+    return std::string(spec->name) + " takes no value";
+  if (spec->takes == Takes::kValue) {
+    if (inline_value) {
+      value = *inline_value;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return std::string(name) + " needs " + std::string(spec->what);
+    }
+  }
+  return spec->apply(p, Given{.name = name, .value = value, .what = spec->what});
+}
+
+std::string check_soak(const Options& o) {
   if (o.soak_seconds > 0 && (o.realtime || !o.sweep.empty()))
-    return fail(
-        "--soak replays as fast as possible, once per pass: not with --realtime or --sweep");
-  if (kv_heads || head_dim) {
-    if (inner_given) return fail("give --inner-dim or --kv-heads/--head-dim, not both");
-    o.inner_dim = kv_heads.value_or(1) * head_dim.value_or(1);
+    return "--soak replays as fast as possible, once per pass: not with --realtime or --sweep";
+  return {};
+}
+
+// The inner dimension from --kv-heads/--head-dim, or the whole layout from --model.
+std::string resolve_layout(Parsing& p) {
+  Options& o = p.o;
+  if (p.kv_heads || p.head_dim) {
+    if (p.inner_given) return "give --inner-dim or --kv-heads/--head-dim, not both";
+    o.inner_dim = p.kv_heads.value_or(1) * p.head_dim.value_or(1);
   }
   if (!o.model.empty()) {
-    if (layout_given)
-      return fail("--model fixes the layout: give --model or the layout options, not both");
+    if (p.layout_given)
+      return "--model fixes the layout: give --model or the layout options, not both";
     const ModelPreset m = *find_model_preset(o.model);
     o.layers = m.layers;
     o.outer_dim = 2;
     o.inner_dim = m.kv_heads * m.head_dim;
     o.dtype_bytes = m.dtype_bytes;
   }
+  return {};
+}
+
+// --persist and --remote against the tiers.
+std::string check_storage(const Options& o) {
   if (o.persist && o.disk_dir.empty())
-    return fail("--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR");
+    return "--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR";
   if (o.persist && o.metadata_only)
-    return fail("--persist keeps G3's bytes: not with --metadata-only, which writes none");
+    return "--persist keeps G3's bytes: not with --metadata-only, which writes none";
   if (!o.remote.empty() && o.metadata_only)
-    return fail("--remote stores bytes in Redis: not with --metadata-only, which moves none");
+    return "--remote stores bytes in Redis: not with --metadata-only, which moves none";
   if (!o.remote.empty() && o.host.blocks == 0 && o.host.bytes == 0 && !o.host.unlimited)
-    return fail("--remote goes through G2 both ways: give G2 some blocks (--host-blocks)");
+    return "--remote goes through G2 both ways: give G2 some blocks (--host-blocks)";
+  return {};
+}
+
+// The instance, router and sweep options together.
+std::string check_cluster(const Options& o) {
   if (o.instances > 1 && o.soak_seconds > 0)
-    return fail("--soak replays through one instance: not with --instances");
+    return "--soak replays through one instance: not with --instances";
   const bool clustered = o.router.has_value() || !o.sweep_instances.empty();
   if (clustered && o.assign_given)
-    return fail("--assign places requests without a router: give --router or --assign, not both");
+    return "--assign places requests without a router: give --router or --assign, not both";
   if (clustered && o.soak_seconds > 0)
-    return fail("--soak replays through one instance: not with --router or --sweep-instances");
+    return "--soak replays through one instance: not with --router or --sweep-instances";
   if (!o.sweep_instances.empty() && !o.sweep.empty())
-    return fail("--sweep varies G1 and --sweep-instances the cluster: give one of them");
+    return "--sweep varies G1 and --sweep-instances the cluster: give one of them";
   if (!o.sweep_instances.empty() && o.instances != 1)
-    return fail("--sweep-instances gives the instance counts: leave out --instances");
+    return "--sweep-instances gives the instance counts: leave out --instances";
   if (!clustered && (o.router_zmq || o.router_tier_cost || o.router_load_weight != 1.0 ||
                      !o.sweep_routers.empty()))
-    return fail("the --router-* and --sweep-routers options need --router or --sweep-instances");
-  if (!o.sweep_instances.empty() && o.sweep_routers.empty())
-    o.sweep_routers = {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin,
-                       router::RoutePolicy::kRandom};
+    return "the --router-* and --sweep-routers options need --router or --sweep-instances";
+  return {};
+}
+
+std::string check_overlap(const Options& o) {
   if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough &&
       o.g2_g3 != OffloadMode::kWriteThrough)
-    return fail(
-        "--overlap-offload applies to write-through copies: add --offload-mode write_through");
-  return o;
+    return "--overlap-offload applies to write-through copies: add --offload-mode write_through";
+  return {};
+}
+
+// After the last argument: derived values and the options that do not go together.
+std::string finish(Parsing& p) {
+  std::string e = check_soak(p.o);
+  if (e.empty()) e = resolve_layout(p);
+  if (e.empty()) e = check_storage(p.o);
+  if (e.empty()) e = check_cluster(p.o);
+  if (e.empty()) e = check_overlap(p.o);
+  if (e.empty() && !p.o.sweep_instances.empty() && p.o.sweep_routers.empty())
+    p.o.sweep_routers = {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin,
+                         router::RoutePolicy::kRandom};
+  return e;
+}
+
+}  // namespace
+
+Options parse_options(int argc, const char* const* argv, std::string& error) {
+  Parsing p;
+  error.clear();
+  for (int i = 1; i < argc && error.empty(); ++i) error = apply_argument(p, argc, argv, i);
+  if (error.empty()) error = finish(p);
+  if (!error.empty()) return Options{};
+  return std::move(p.o);
 }
 
 std::string usage() {

@@ -345,225 +345,69 @@ void add_instance(ReplayResult& total, const ReplayResult& r) {
       {r.requests, r.blocks, r.hit_blocks, r.remote_hit_blocks, r.recovered_blocks});
 }
 
-}  // namespace
-
-ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
+// Checks what run_replay cannot work with.
+void check_config(const Trace& trace, const ReplayConfig& config) {
   KVBM_CHECK(trace.block_tokens > 0, "run_replay: the trace was read with block_tokens 0");
-  KVBM_CHECK(!config_in.realtime || config_in.speed > 0, "run_replay: speed must be > 0, not ",
-             config_in.speed);
-  KVBM_CHECK(config_in.instances >= 1, "run_replay: instances must be at least 1");
-  KVBM_CHECK(config_in.instances == 1 || config_in.soak_seconds <= 0,
+  KVBM_CHECK(!config.realtime || config.speed > 0, "run_replay: speed must be > 0, not ",
+             config.speed);
+  KVBM_CHECK(config.instances >= 1, "run_replay: instances must be at least 1");
+  KVBM_CHECK(config.instances == 1 || config.soak_seconds <= 0,
              "run_replay: a soak run replays through one instance; leave instances at 1");
+}
+
+// The configuration as replayed: a fresh G4 namespace unless one is given.
+ReplayConfig with_namespace(const ReplayConfig& config_in) {
   ReplayConfig config = config_in;
   if (!config.remote_urls.empty() && config.remote_namespace.empty()) {
     config.remote_namespace = fresh_namespace();
   }
-  std::unique_ptr<Cluster> cluster;
-  if (config.router) {
-    ClusterConfig cc = *config.router;
-    if (!cc.metrics_registry) cc.metrics_registry = config.metrics_registry;
-    cluster = std::make_unique<Cluster>(config.instances, trace.block_tokens, cc);
-  }
+  return config;
+}
+
+// The router and its indexer (ReplayConfig::router), or nullptr.
+std::unique_ptr<Cluster> make_cluster(const Trace& trace, const ReplayConfig& config) {
+  if (!config.router) return nullptr;
+  ClusterConfig cc = *config.router;
+  if (!cc.metrics_registry) cc.metrics_registry = config.metrics_registry;
+  return std::make_unique<Cluster>(config.instances, trace.block_tokens, cc);
+}
+
+// Every instance, attached to the cluster when there is one.
+std::vector<Instance> build_instances(const Trace& trace, const ReplayConfig& config,
+                                      Cluster* cluster) {
   std::vector<Instance> instances;
   instances.reserve(config.instances);
   for (std::size_t k = 0; k < config.instances; ++k) {
-    instances.push_back(build_instance(trace, config, k, cluster.get()));
+    instances.push_back(build_instance(trace, config, k, cluster));
   }
   if (config.move_bytes && !instances[0].r.bytes_checked) {
     logger()->info(
         "kvbm-replay: G1 is device memory, which this tool cannot write or read from the host; "
         "blocks move between tiers but their bytes are neither written nor verified");
   }
-  std::mt19937_64 assign(config.assign_seed);
-  const std::uint32_t bt = trace.block_tokens;
-  // Write-through copies settle before a request's blocks are released.
-  // G4's writes too: another instance's next request may look for them.
-  const bool settle =
-      !config.overlap_offload &&
-      (config.device_to_host == OffloadMode::kWriteThrough ||
-       config.host_to_disk == OffloadMode::kWriteThrough || !config.remote_urls.empty());
+  return instances;
+}
 
-  std::vector<std::optional<ImmutableBlock<G1>>> held;
-  std::vector<CompleteBlock<G1>> staged;
-  const std::size_t total = trace.requests.size();
-  const auto start = Clock::now();
+// Seconds since `start`.
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
-  for (std::size_t pass = 0;; ++pass) {
-    for (std::size_t ri = 0; ri < total; ++ri) {
-      if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
-      const TraceRequest& req = trace.requests[ri];
-      Instance& in = instances[cluster                ? cluster->route(req)
-                               : config.assign_random ? assign() % instances.size()
-                                                      : ri % instances.size()];
-      auto& kvbm = in.kvbm;
-      ReplayResult& r = in.r;
-      auto& onboarded = in.onboarded;
-      const Layout* g1_layout = in.g1_layout;
-      if (config.realtime && !sleep_until_or_stopped(
-                                 start + due_offset(req.timestamp_ms, config.speed), config.stop)) {
-        break;
-      }
-      const std::size_t n = req.hashes.size();
-      ++r.requests;
-      r.blocks += n;
-      r.tokens += req.input_length;
-      held.clear();
-      held.resize(n);
-
-      // 1. The prefix held anywhere, each block from the fastest tier holding
-      //    it, brought into G1. A block after the prefix that G1 still holds
-      //    (its parent was evicted everywhere) is taken first, as an engine
-      //    recomputes into the cached block instead of allocating another.
-      OnboardCounts counts;
-      std::size_t prefix = 0;
-      std::vector<TierId> sources;
-      std::vector<std::optional<ImmutableBlock<G1>>> in_g1(n);  // after the prefix
-      if (n > 0) {
-        const std::size_t found = kvbm->probe(req.hashes).total();
-        if (found < n) {
-          const auto rest = std::span<const SequenceHash>(req.hashes).subspan(found);
-          auto cached = kvbm->device().scan_matches(rest);
-          std::size_t next = 0;
-          for (std::size_t i = 0; i < rest.size() && next < cached.size(); ++i) {
-            if (cached[next].sequence_hash().value() == rest[i].value())
-              in_g1[found + i] = std::move(cached[next++]);
-          }
-        }
-        OnboardHandle h = kvbm->onboard(req.hashes);
-        h.wait();
-        counts = h.counts();
-        sources = h.sources();
-        auto blocks = h.take_blocks();
-        prefix = blocks.size();
-        for (std::size_t i = 0; i < prefix; ++i) held[i] = std::move(blocks[i]);
-      }
-      r.hit_blocks[0] += counts.device;
-      r.hit_blocks[1] += counts.host;
-      r.hit_blocks[2] += counts.disk;
-      r.remote_hit_blocks += counts.remote;
-      onboarded[0] += counts.host;
-      onboarded[1] += counts.disk;
-      r.onboard_failed += counts.failed;
-      r.onboard_no_space += counts.no_space;
-      // Token hits: each prefix block's own tokens (a partial last block holds
-      // fewer), charged to the tier it came from.
-      for (std::size_t i = 0; i < prefix; ++i) {
-        const std::uint64_t tokens = req.tokens_in_block(i, bt);
-        if (sources[i] == TierId::kG4) {
-          r.remote_hit_tokens += tokens;
-        } else {
-          r.hit_tokens[static_cast<std::size_t>(sources[i]) - 1] += tokens;
-        }
-      }
-      std::uint64_t failures = 0;
-      if (g1_layout != nullptr) {
-        for (std::size_t i = 0; i < prefix; ++i) {
-          ++r.verified_blocks;
-          if (!verify_block(*g1_layout, held[i]->block_id(), req.hashes[i].value())) ++failures;
-        }
-        r.verify_failures += failures;
-      }
-
-      // 2. The rest is computed: blocks G1 still holds are recomputed in place,
-      //    the others need G1 blocks; take what fits when G1 is short.
-      std::size_t reused = 0;
-      for (std::size_t i = prefix; i < n; ++i) {
-        if (in_g1[i]) {
-          held[i] = std::move(in_g1[i]);
-          ++reused;
-        }
-      }
-      r.computed_blocks += reused;
-      std::vector<std::size_t> missing;
-      for (std::size_t i = prefix; i < n; ++i) {
-        if (!held[i]) missing.push_back(i);
-      }
-      std::size_t need = missing.size();
-      if (need > 0) {
-        auto& g1 = kvbm->device();
-        auto allocate = [&g1](std::size_t k) -> std::optional<std::vector<MutableBlock<G1>>> {
-          if (k == 0 || k > g1.total_blocks()) return std::nullopt;
-          return g1.allocate_blocks(k);
-        };
-        auto fresh = allocate(need);
-        if (!fresh) {
-          kvbm->drain();  // blocks in flight to G2 are held by the pipeline
-          fresh = allocate(need);
-        }
-        if (!fresh) {
-          std::size_t fit = std::min(need, g1.available_blocks());
-          fresh = allocate(fit);
-          if (!fresh) fit = 0;
-          r.uncached_blocks += need - fit;
-          need = fit;
-        }
-        // 3. Compute, stage, register (offloads in write-through mode).
-        if (need > 0) {
-          staged.clear();
-          staged.reserve(need);
-          for (std::size_t k = 0; k < need; ++k) {
-            const SequenceHash& hash = req.hashes[missing[k]];
-            if (g1_layout != nullptr) write_block(*g1_layout, (*fresh)[k].block_id(), hash.value());
-            auto s = std::move((*fresh)[k]).stage(hash, bt);
-            KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
-            staged.push_back(std::move(s).value());
-          }
-          r.computed_blocks += need;
-          auto registered = kvbm->register_blocks(std::move(staged));
-          for (std::size_t k = 0; k < registered.size(); ++k)
-            held[missing[k]] = std::move(registered[k]);
-        }
-      }
-
-      // 4. The forward pass outlasts the copies: they land while the request
-      //    still holds its blocks (unless --overlap-offload). Then release
-      //    front to back.
-      if (settle) kvbm->drain();
-      for (auto& b : held) b.reset();
-      in.series->add(n, counts, failures);
-      if (cluster) {
-        // Its prefill in the simulation, then its events reach the index.
-        std::array<std::uint64_t, 5> tier_tokens{};
-        std::uint64_t hit_tokens = 0;
-        for (std::size_t i = 0; i < prefix; ++i) {
-          const std::uint64_t tokens = req.tokens_in_block(i, bt);
-          tier_tokens[static_cast<std::size_t>(sources[i])] += tokens;
-          hit_tokens += tokens;
-        }
-        cluster->completed(tier_tokens, prefix,
-                           req.input_length > hit_tokens ? req.input_length - hit_tokens : 0);
-      }
-      if (config.progress && ((ri + 1) % config.progress_every == 0 || ri + 1 == total)) {
-        config.progress(ri + 1, total);
-      }
-    }
-    if (config.soak_seconds <= 0) break;
-    auto& kvbm = instances[0].kvbm;
-    kvbm->drain();
-    if (config.on_pass) config.on_pass(pass, instances[0].r, *kvbm);
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (elapsed >= config.soak_seconds) break;
-    if (config.stop != nullptr && config.stop->load(std::memory_order_relaxed)) break;
+// Fills what an instance's manager counted: evictions, paths and the audit.
+void collect_result(Instance& in, double wall) {
+  ReplayResult& r = in.r;
+  r.wall_seconds = wall;
+  r.audit = in.kvbm->audit();
+  const KvBlockManagerStats stats = in.kvbm->stats();
+  for (std::size_t t = 0; t < 3; ++t) {
+    const TierStats* tier = stats.tier(static_cast<TierId>(t + 1));
+    r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
   }
-  for (auto& in : instances) in.kvbm->drain();
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  collect_paths(stats, r, in.onboarded);
+}
 
-  for (auto& in : instances) {
-    ReplayResult& r = in.r;
-    r.wall_seconds = wall;
-    r.audit = in.kvbm->audit();
-    const KvBlockManagerStats stats = in.kvbm->stats();
-    for (std::size_t t = 0; t < 3; ++t) {
-      const TierStats* tier = stats.tier(static_cast<TierId>(t + 1));
-      r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
-    }
-    collect_paths(stats, r, in.onboarded);
-  }
-  if (config.on_finished) config.on_finished(*instances[0].kvbm);
-  for (auto& in : instances) in.kvbm->shutdown();
-  if (cluster) instances[0].r.cluster = cluster->figures();
-  if (instances.size() == 1) return std::move(instances[0].r);
-  // Several instances: the totals, with each one's figures beside them.
+// Several instances: the totals, with each one's figures beside them.
+ReplayResult sum_instances(const std::vector<Instance>& instances) {
   ReplayResult sum = instances[0].r;
   sum.requests = sum.blocks = sum.tokens = 0;
   sum.hit_blocks = sum.hit_tokens = sum.evictions = {};
@@ -578,6 +422,272 @@ ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
   sum.per_instance.clear();
   for (const auto& in : instances) add_instance(sum, in.r);
   return sum;
+}
+
+// What onboarding found for one request.
+struct Prefix {
+  OnboardCounts counts;
+  std::size_t length = 0;                                // the prefix's blocks, held first
+  std::vector<TierId> sources;                           // the tier each prefix block came from
+  std::vector<std::optional<ImmutableBlock<G1>>> in_g1;  // blocks after the prefix still in G1
+};
+
+// Fresh G1 blocks for `need` missing ones: all of them, after draining the
+// pipelines if need be, else what fits; the rest count as uncached. Returns
+// the blocks (none when G1 has none to give).
+std::vector<MutableBlock<G1>> allocate_fresh(KvBlockManager& kvbm, std::size_t need,
+                                             ReplayResult& r) {
+  auto& g1 = kvbm.device();
+  auto allocate = [&g1](std::size_t k) -> std::optional<std::vector<MutableBlock<G1>>> {
+    if (k == 0 || k > g1.total_blocks()) return std::nullopt;
+    return g1.allocate_blocks(k);
+  };
+  auto fresh = allocate(need);
+  if (!fresh) {
+    kvbm.drain();  // blocks in flight to G2 are held by the pipeline
+    fresh = allocate(need);
+  }
+  if (!fresh) {
+    std::size_t fit = std::min(need, g1.available_blocks());
+    fresh = allocate(fit);
+    if (!fresh) fit = 0;
+    r.uncached_blocks += need - fit;
+  }
+  if (!fresh) return {};
+  return std::move(*fresh);
+}
+
+// Replays a trace through its instances, request by request, in trace order.
+class Replay {
+ public:
+  Replay(const Trace& trace, const ReplayConfig& config)
+      : trace_(trace),
+        config_(config),
+        bt_(trace.block_tokens),
+        cluster_(make_cluster(trace, config)),
+        instances_(build_instances(trace, config, cluster_.get())),
+        assign_(config.assign_seed),
+        // Write-through copies settle before a request's blocks are released.
+        // G4's writes too: another instance's next request may look for them.
+        settle_(!config.overlap_offload && (config.device_to_host == OffloadMode::kWriteThrough ||
+                                            config.host_to_disk == OffloadMode::kWriteThrough ||
+                                            !config.remote_urls.empty())) {}
+
+  ReplayResult run() {
+    start_ = Clock::now();
+    run_passes();
+    for (auto& in : instances_) in.kvbm->drain();
+    const double wall = seconds_since(start_);
+    for (auto& in : instances_) collect_result(in, wall);
+    if (config_.on_finished) config_.on_finished(*instances_[0].kvbm);
+    for (auto& in : instances_) in.kvbm->shutdown();
+    if (cluster_) instances_[0].r.cluster = cluster_->figures();
+    if (instances_.size() == 1) return std::move(instances_[0].r);
+    return sum_instances(instances_);
+  }
+
+ private:
+  [[nodiscard]] bool stopped() const {
+    return config_.stop != nullptr && config_.stop->load(std::memory_order_relaxed);
+  }
+
+  // One pass over the trace, or (soak) passes until soak_seconds have gone by.
+  void run_passes() {
+    for (std::size_t pass = 0;; ++pass) {
+      run_pass();
+      if (config_.soak_seconds <= 0) break;
+      auto& kvbm = instances_[0].kvbm;
+      kvbm->drain();
+      if (config_.on_pass) config_.on_pass(pass, instances_[0].r, *kvbm);
+      if (seconds_since(start_) >= config_.soak_seconds) break;
+      if (stopped()) break;
+    }
+  }
+
+  // Every request of the trace, until the end or a stop.
+  void run_pass() {
+    const std::size_t total = trace_.requests.size();
+    for (std::size_t ri = 0; ri < total; ++ri) {
+      if (stopped()) return;
+      const TraceRequest& req = trace_.requests[ri];
+      Instance& in = pick_instance(ri, req);
+      if (config_.realtime &&
+          !sleep_until_or_stopped(start_ + due_offset(req.timestamp_ms, config_.speed),
+                                  config_.stop)) {
+        return;
+      }
+      replay_request(in, req);
+      if (config_.progress && ((ri + 1) % config_.progress_every == 0 || ri + 1 == total)) {
+        config_.progress(ri + 1, total);
+      }
+    }
+  }
+
+  // The instance request `ri` goes to: the router's choice, a random one or the next in turn.
+  Instance& pick_instance(std::size_t ri, const TraceRequest& req) {
+    return instances_[cluster_                ? cluster_->route(req)
+                      : config_.assign_random ? assign_() % instances_.size()
+                                              : ri % instances_.size()];
+  }
+
+  void replay_request(Instance& in, const TraceRequest& req) {
+    const std::size_t n = req.hashes.size();
+    ReplayResult& r = in.r;
+    ++r.requests;
+    r.blocks += n;
+    r.tokens += req.input_length;
+    held_.clear();
+    held_.resize(n);
+    Prefix prefix = onboard_prefix(*in.kvbm, req.hashes);
+    count_hits(in, req, prefix);
+    const std::uint64_t failures = verify_prefix(in, req, prefix.length);
+    compute_rest(in, req, prefix);
+    // 4. The forward pass outlasts the copies: they land while the request
+    //    still holds its blocks (unless --overlap-offload). Then release
+    //    front to back.
+    if (settle_) in.kvbm->drain();
+    for (auto& b : held_) b.reset();
+    in.series->add(n, prefix.counts, failures);
+    if (cluster_) report_prefill(req, prefix);
+  }
+
+  // 1. The prefix held anywhere, each block from the fastest tier holding
+  //    it, brought into G1. A block after the prefix that G1 still holds
+  //    (its parent was evicted everywhere) is taken first, as an engine
+  //    recomputes into the cached block instead of allocating another.
+  Prefix onboard_prefix(KvBlockManager& kvbm, const std::vector<SequenceHash>& hashes) {
+    Prefix p;
+    const std::size_t n = hashes.size();
+    p.in_g1.resize(n);
+    if (n == 0) return p;
+    const std::size_t found = kvbm.probe(hashes).total();
+    if (found < n) {
+      const auto rest = std::span<const SequenceHash>(hashes).subspan(found);
+      auto cached = kvbm.device().scan_matches(rest);
+      std::size_t next = 0;
+      for (std::size_t i = 0; i < rest.size() && next < cached.size(); ++i) {
+        if (cached[next].sequence_hash().value() == rest[i].value())
+          p.in_g1[found + i] = std::move(cached[next++]);
+      }
+    }
+    OnboardHandle h = kvbm.onboard(hashes);
+    h.wait();
+    p.counts = h.counts();
+    p.sources = h.sources();
+    auto blocks = h.take_blocks();
+    p.length = blocks.size();
+    for (std::size_t i = 0; i < p.length; ++i) held_[i] = std::move(blocks[i]);
+    return p;
+  }
+
+  // The prefix's hits by tier. Token hits: each prefix block's own tokens (a
+  // partial last block holds fewer), charged to the tier it came from.
+  void count_hits(Instance& in, const TraceRequest& req, const Prefix& p) const {
+    ReplayResult& r = in.r;
+    const OnboardCounts& counts = p.counts;
+    r.hit_blocks[0] += counts.device;
+    r.hit_blocks[1] += counts.host;
+    r.hit_blocks[2] += counts.disk;
+    r.remote_hit_blocks += counts.remote;
+    in.onboarded[0] += counts.host;
+    in.onboarded[1] += counts.disk;
+    r.onboard_failed += counts.failed;
+    r.onboard_no_space += counts.no_space;
+    for (std::size_t i = 0; i < p.length; ++i) {
+      const std::uint64_t tokens = req.tokens_in_block(i, bt_);
+      if (p.sources[i] == TierId::kG4) {
+        r.remote_hit_tokens += tokens;
+      } else {
+        r.hit_tokens[static_cast<std::size_t>(p.sources[i]) - 1] += tokens;
+      }
+    }
+  }
+
+  // Checks the prefix's bytes (when G1 is host memory); returns the failures.
+  std::uint64_t verify_prefix(Instance& in, const TraceRequest& req, std::size_t prefix) {
+    if (in.g1_layout == nullptr) return 0;
+    std::uint64_t failures = 0;
+    for (std::size_t i = 0; i < prefix; ++i) {
+      ++in.r.verified_blocks;
+      if (!verify_block(*in.g1_layout, held_[i]->block_id(), req.hashes[i].value())) ++failures;
+    }
+    in.r.verify_failures += failures;
+    return failures;
+  }
+
+  // 2. The rest is computed: blocks G1 still holds are recomputed in place,
+  //    the others need G1 blocks; take what fits when G1 is short.
+  void compute_rest(Instance& in, const TraceRequest& req, Prefix& p) {
+    const std::size_t n = req.hashes.size();
+    std::size_t reused = 0;
+    for (std::size_t i = p.length; i < n; ++i) {
+      if (p.in_g1[i]) {
+        held_[i] = std::move(p.in_g1[i]);
+        ++reused;
+      }
+    }
+    in.r.computed_blocks += reused;
+    std::vector<std::size_t> missing;
+    for (std::size_t i = p.length; i < n; ++i) {
+      if (!held_[i]) missing.push_back(i);
+    }
+    if (missing.empty()) return;
+    auto fresh = allocate_fresh(*in.kvbm, missing.size(), in.r);
+    if (!fresh.empty()) compute_and_register(in, req, missing, std::move(fresh));
+  }
+
+  // 3. Compute, stage, register (offloads in write-through mode): the fresh
+  //    blocks take the leading missing ones.
+  void compute_and_register(Instance& in, const TraceRequest& req,
+                            const std::vector<std::size_t>& missing,
+                            std::vector<MutableBlock<G1>> fresh) {
+    const std::size_t need = fresh.size();
+    staged_.clear();
+    staged_.reserve(need);
+    for (std::size_t k = 0; k < need; ++k) {
+      const SequenceHash& hash = req.hashes[missing[k]];
+      if (in.g1_layout != nullptr) write_block(*in.g1_layout, fresh[k].block_id(), hash.value());
+      auto s = std::move(fresh[k]).stage(hash, bt_);
+      KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
+      staged_.push_back(std::move(s).value());
+    }
+    in.r.computed_blocks += need;
+    auto registered = in.kvbm->register_blocks(std::move(staged_));
+    for (std::size_t k = 0; k < registered.size(); ++k)
+      held_[missing[k]] = std::move(registered[k]);
+  }
+
+  // The request's prefill in the simulation, then its events reach the index.
+  void report_prefill(const TraceRequest& req, const Prefix& p) {
+    std::array<std::uint64_t, 5> tier_tokens{};
+    std::uint64_t hit_tokens = 0;
+    for (std::size_t i = 0; i < p.length; ++i) {
+      const std::uint64_t tokens = req.tokens_in_block(i, bt_);
+      tier_tokens[static_cast<std::size_t>(p.sources[i])] += tokens;
+      hit_tokens += tokens;
+    }
+    cluster_->completed(tier_tokens, p.length,
+                        req.input_length > hit_tokens ? req.input_length - hit_tokens : 0);
+  }
+
+  const Trace& trace_;
+  const ReplayConfig& config_;
+  const std::uint32_t bt_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<Instance> instances_;
+  std::mt19937_64 assign_;
+  const bool settle_;
+  Clock::time_point start_;
+  std::vector<std::optional<ImmutableBlock<G1>>> held_;  // the request's blocks
+  std::vector<CompleteBlock<G1>> staged_;
+};
+
+}  // namespace
+
+ReplayResult run_replay(const Trace& trace, const ReplayConfig& config_in) {
+  check_config(trace, config_in);
+  const ReplayConfig config = with_namespace(config_in);
+  return Replay(trace, config).run();
 }
 
 }  // namespace kvbm::replay
