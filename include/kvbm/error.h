@@ -118,10 +118,11 @@ std::string concat(const Args&... args) {
 template <class T, class E>
 class [[nodiscard]] Result {
  public:
-  Result(T value)
-      : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(E error)
-      : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  // Implicit on purpose: `return value;` and `return error;` build a Result.
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  Result(E error) : v_(std::in_place_index<1>, std::move(error)) {}
 
   /// Returns true when the operation succeeded.
   [[nodiscard]] bool ok() const noexcept { return v_.index() == 0; }

@@ -30,7 +30,11 @@ SeriesSet::SeriesSet(std::shared_ptr<prometheus::Registry> registry, Labels base
 }
 
 SeriesSet::~SeriesSet() {
-  for (auto it = entries_->removers.rbegin(); it != entries_->removers.rend(); ++it) (*it)();
+  auto& removers = entries_->removers;  // the last series added goes first
+  while (!removers.empty()) {
+    removers.back()();
+    removers.pop_back();
+  }
 }
 
 namespace {
@@ -46,7 +50,11 @@ std::string shown(const std::string& name, const std::map<std::string, std::stri
   std::string out = name + "{";
   bool first = true;
   for (const auto& [k, v] : labels) {
-    out += (first ? "" : ",") + k + "=\"" + v + "\"";
+    if (!first) out += ',';
+    out += k;
+    out += "=\"";
+    out += v;
+    out += '"';
     first = false;
   }
   return out + "}";

@@ -248,6 +248,10 @@ Result<std::unique_ptr<DiskStorage>, io::IoError> DiskStorage::open_read_only(
     return io::IoError{EBADMSG, "disk pool file '" + s->path_.string() + "' holds " + why +
                                     "; nothing of it can be read as this pool's blocks"};
   }
+  if (slots == 0) {
+    return io::IoError{EBADMSG, "disk pool file '" + s->path_.string() +
+                                    "' records no slots; nothing of it can be read"};
+  }
   s->num_blocks_ = slots;
   s->live_ = std::make_unique<std::atomic<std::uint64_t>[]>((s->num_blocks_ + 63) / 64);
   s->state_ = DiskFileState::kReopened;

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -26,6 +27,9 @@
 #include "disk/disk_test_util.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/error.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace kvbm {
 namespace {
@@ -203,6 +207,33 @@ TEST_F(DiskPoolReaderTest, AReadOnlyStorageNeverWrites) {
       DiskStorage::open_read_only(owner_options());  // the destructor leaves the file as it was
   ASSERT_TRUE(opened.ok());
   EXPECT_TRUE(opened.value()->read_slot(1, buf.span(), 5));
+}
+
+TEST_F(DiskPoolReaderTest, AFileThatRecordsNoSlotsIsRefusedNotScanned) {
+  {
+    auto created = owner();
+    ASSERT_NE(created, nullptr);
+  }
+  // The superblock (the file's last 4 KiB) rewritten to record 0 slots, with a
+  // valid checksum, and the file cut to it: only a crafted file looks so.
+  const fs::path file = dir_ / "kvbm.slots";
+  std::vector<char> sector(4096);
+  {
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(-4096, std::ios::end);
+    in.read(sector.data(), 4096);
+  }
+  const std::uint64_t zero = 0;
+  std::memcpy(sector.data() + 32, &zero, 8);  // num_blocks
+  const std::uint64_t sum = XXH3_64bits(sector.data(), 56);
+  std::memcpy(sector.data() + 56, &sum, 8);  // checksum
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(sector.data(), 4096);
+  }
+  DiskPoolReader r = reader();
+  EXPECT_EQ(r.refresh(), 0U);
+  EXPECT_NE(r.last_error().find("no slots"), std::string::npos) << r.last_error();
 }
 
 // The owner is another process that keeps rewriting its slots with new hashes
