@@ -122,6 +122,9 @@ void bind_manager(nb::module_& m);
 void bind_buffers(nb::class_<Manager>& cls);
 void bind_events(nb::module_& m);
 void bind_disk_pool_reader(nb::module_& m);
+/// KvBlockManager.stats() as a dict: every field of every struct of
+/// kv_block_manager_stats.h, by the field's C++ name (stats.cpp).
+[[nodiscard]] nb::dict stats_dict(const KvBlockManagerStats& s);
 void bind_event_methods(nb::class_<Manager>& cls);
 /// Attaches an event publisher to `config` (listeners on G1, G2, G3) and
 /// stores it in `manager`: `endpoint` empty keeps events for take_events(),

@@ -217,6 +217,14 @@ def test_events_and_metrics(tmp_path):
         s = kv.stats()
         assert s["tiers"]["G2"]["registrations"] == 3 and s["tiers"]["G3"]["registrations"] == 3
         assert s["boundaries"]["G2->G3"]["transferred"] == 3
+        # Every field of the C++ structs, by its C++ name (src/python/stats.cpp).
+        g2 = s["tiers"]["G2"]
+        assert g2["reset"] + g2["inactive"] + g2["in_use"] == g2["total"]
+        assert {"evictable", "mutable_out", "immutable_out", "stagings",
+                "match_blocks_returned", "scan_hashes_requested"} <= set(g2)
+        assert g2["evictable"] <= g2["inactive"]
+        assert s["transfers"]["G2_to_G3"]["blocks"] == 3
+        assert s["transfers"]["G2_to_G3"]["bytes"] == 3 * kv.block_bytes
 
 
 PERSIST_STORE = """
