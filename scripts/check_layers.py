@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # or src/), lowest first. A file may include its own layer and those above it here.
 LAYERS = [
     ("base", ["error.h", "config.h", "tier.h", "sequence_hash.h", "hashing.h", "token_block.h",
-              "detail/series_set.h",
+              "detail/series_set.h", "clock.h",
               "token_block_sequence.h", "partial_block.h", "logging.h", "metrics.h", "io/"]),
     ("blocks", ["blocks/", "detail/", "eviction/", "frequency_tracker.h", "pool_listener.h"]),
     ("pools", ["block_manager.h", "block_registry.h"]),

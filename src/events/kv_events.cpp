@@ -48,14 +48,16 @@ std::size_t blocks_of(const KvEvent& event) {
 
 struct KvEventPublisher::State {
   State(std::shared_ptr<EventSink> s, KvEventPublisherOptions o)
-      : sink(std::move(s)), options(std::move(o)), last_published(now()) {}
+      : sink(std::move(s)),
+        options(std::move(o)),
+        clock(options.monotonic_clock ? options.monotonic_clock : Clock::steady()),
+        last_published(now()) {}
 
-  std::chrono::steady_clock::time_point now() const {
-    return options.monotonic_clock ? options.monotonic_clock() : std::chrono::steady_clock::now();
-  }
+  Clock::time_point now() const { return clock->now(); }
 
   const std::shared_ptr<EventSink> sink;
   const KvEventPublisherOptions options;
+  const std::shared_ptr<Clock> clock;
 
   // Collecting: a leaf lock, taken under pools' locks; held only to append.
   mutable detail::Mutex mu;
@@ -69,7 +71,7 @@ struct KvEventPublisher::State {
   detail::Mutex publish_mu;
   std::uint64_t next_sequence KVBM_GUARDED_BY(publish_mu) = 0;
   // When the last batch went to the sink (construction at first): the heartbeat's clock.
-  std::chrono::steady_clock::time_point last_published KVBM_GUARDED_BY(publish_mu);
+  Clock::time_point last_published KVBM_GUARDED_BY(publish_mu);
 
   std::atomic<std::uint64_t> batches_published{0};
   std::atomic<std::uint64_t> heartbeats{0};

@@ -538,22 +538,22 @@ TEST(KvEventPublisher, ConcurrentPoolsAndFlushesLoseNothing) {
 
 TEST(KvEventPublisher, HeartbeatPublishesAnEmptyBatchAfterSilence) {
   Recorder rec;
-  auto now = std::chrono::steady_clock::time_point{};
+  auto clock = std::make_shared<ManualClock>();
   KvEventPublisherOptions o = manual();
   o.heartbeat_interval = std::chrono::seconds(5);
-  o.monotonic_clock = [&now] { return now; };
+  o.monotonic_clock = clock;
   KvEventPublisher pub(rec.sink(), o);
   EXPECT_EQ(pub.flush(), 0U);  // nothing for 0 s: no heartbeat yet
-  now += std::chrono::seconds(4);
+  clock->advance(std::chrono::seconds(4));
   EXPECT_EQ(pub.flush(), 0U);
-  now += std::chrono::seconds(1);
+  clock->advance(std::chrono::seconds(1));
   EXPECT_EQ(pub.flush(), 1U);  // 5 s of silence
   pub.clear_all("GPU");
-  now += std::chrono::seconds(3);
+  clock->advance(std::chrono::seconds(3));
   EXPECT_EQ(pub.flush(), 1U);  // a real batch, which restarts the silence
-  now += std::chrono::seconds(4);
+  clock->advance(std::chrono::seconds(4));
   EXPECT_EQ(pub.flush(), 0U);
-  now += std::chrono::seconds(1);
+  clock->advance(std::chrono::seconds(1));
   EXPECT_EQ(pub.flush(), 1U);
   const auto seen = rec.seen();
   ASSERT_EQ(seen.size(), 3U);

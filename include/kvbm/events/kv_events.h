@@ -60,6 +60,7 @@
 #include <optional>
 #include <string>
 
+#include "kvbm/clock.h"
 #include "kvbm/events/event_sink.h"
 #include "kvbm/events/kv_event.h"
 #include "kvbm/pool_listener.h"
@@ -85,8 +86,8 @@ struct KvEventPublisherOptions {
   /// Publish an empty batch when nothing was published for this long; zero
   /// (the default) turns heartbeats off. See the file comment.
   std::chrono::milliseconds heartbeat_interval{0};
-  /// Monotonic time for the heartbeat; std::chrono::steady_clock when empty.
-  std::function<std::chrono::steady_clock::time_point()> monotonic_clock;
+  /// Monotonic time for the heartbeat (kvbm/clock.h); the steady clock when null.
+  std::shared_ptr<Clock> monotonic_clock;
 };
 
 /// Counters of a KvEventPublisher.

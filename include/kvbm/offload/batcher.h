@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "kvbm/error.h"
-#include "kvbm/offload/clock.h"
+#include "kvbm/clock.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/container.h"
 

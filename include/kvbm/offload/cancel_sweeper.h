@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "kvbm/detail/mutex.h"
-#include "kvbm/offload/clock.h"
+#include "kvbm/clock.h"
 
 namespace kvbm {
 

@@ -58,7 +58,7 @@
 #include "kvbm/offload/batcher.h"
 #include "kvbm/offload/cancel_sweeper.h"
 #include "kvbm/offload/cancellable_queue.h"
-#include "kvbm/offload/clock.h"
+#include "kvbm/clock.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/container.h"
 #include "kvbm/offload/offload_metrics.h"

@@ -21,7 +21,7 @@
 #include <span>
 #include <vector>
 
-#include "kvbm/offload/clock.h"
+#include "kvbm/clock.h"
 #include "kvbm/offload/container.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/policy.h"

@@ -1,4 +1,4 @@
-// kvbm/offload/clock.h: the time source of the offload pipeline.
+// kvbm/clock.h: the injectable time source of kvbm (the offload pipeline, the KV event publisher).
 //
 // Every timed decision of the pipeline (a batch flushed after flush_interval,
 // a sweep every sweep_interval, a policy over policy_timeout) reads a Clock,

@@ -1,4 +1,4 @@
-#include "kvbm/offload/clock.h"
+#include "kvbm/clock.h"
 
 #include "kvbm/error.h"
 
