@@ -1,52 +1,26 @@
 // kvbm/kv_block_manager.h: the public facade over the tiers.
 //
-// One KvBlockManagerConfig builds everything a scheduler needs:
-//
-//   G1 device pool   BlockManager<G1>, device memory (or host memory standing
-//                    in for it when no GPU is usable; a log line says so)
-//   G2 host pool     BlockManager<G2>, pinned host memory        (optional)
-//   G3 disk pool     BlockManager<G3>, one preallocated file      (optional, needs G2)
-//   G4 remote store  RemoteStore on Redis, shared by instances     (optional, needs G2;
-//                    no pool: blocks go G2 -> G4 and come back G4 -> G2 -> G1)
-//   engines          G1<->G2 (CUDA, or host copies when G1 is emulated),
-//                    G2->G3 and G3->G1 (disk reads through a pinned bounce buffer)
-//   offload          G1->G2, G2->G3 and G2->G4, each in the mode of its boundary:
-//                      kWriteThrough  a block is offloaded when it is registered
-//                                     (G1: register_blocks() here or on
-//                                     device(), alike; G2: when its copy
-//                                     from G1 lands), through an
-//                                     OffloadPipeline with its policies
-//                      kOnEviction    a block is copied down when the pool
-//                                     evicts it, before the allocation that
-//                                     evicted it returns (that allocation
-//                                     waits for the copy)
-//                      kNone          nothing moves down
-//   onboarding       onboard(hashes): the longest prefix present in any tier,
-//                    brought into fresh G1 blocks and registered there; the
-//                    part only G4 holds is fetched on a worker thread into
-//                    G2, verified, registered there and copied up
+// One KvBlockManagerConfig builds everything a scheduler needs: the G1 device
+// pool (host memory standing in for it when no GPU is usable; a log line says
+// so), optionally a G2 pinned host pool, a G3 disk pool and a G4 remote store
+// on Redis (both need G2; G4 has no pool), the copy engines between them, the
+// offload at each boundary (kWriteThrough, kOnEviction or kNone) and
+// onboarding: onboard(hashes) brings the longest prefix present in any tier
+// into fresh G1 blocks, registered there. docs/offload.md has the tiers, modes,
+// onboarding and options, docs/remote.md G4, docs/scheduler_guide.md the calls
+// in a scheduler (kvbm::admit, kvbm/admission.h, admits a request in one call).
 //
 //   auto kvbm = KvBlockManager::build(config);          // throws UsageError
-//   auto blocks = kvbm->device().allocate_blocks(n);    // compute into them
 //   auto registered = kvbm->register_blocks(std::move(complete), fwd_done);
 //   OnboardHandle h = kvbm->onboard(request_hashes);    // overlap with compute
 //   h.wait(); auto prefix = h.take_blocks();            // G1 blocks, in order
 //
-// Admission in one call (onboard, wait, allocate the rest): kvbm::admit in
-// kvbm/admission.h.
-//
-// Block addresses: device_layout(), host_layout() say where each block's bytes
-// are (the engine writes into G1 blocks at those addresses).
-//
-// Metadata only: with move_bytes = false no memory is allocated and copies
-// complete at once; the pools, pipelines and onboarding behave the same.
-// Used for simulation (the trace replay) and for tests of the logic.
-//
+// With move_bytes = false no memory is allocated and copies complete at once;
+// the pools, pipelines and onboarding behave the same.
 // Shutdown: shutdown() (also run by the destructor) stops the offload
 // pipelines (cancelling what has not started copying, waiting for what has),
 // waits for onboarding copies in flight, and leaves every pool balanced.
 // Handles the caller still holds stay valid (they may outlive the manager).
-//
 // Thread-safety: every member may be called from several threads.
 
 #pragma once

@@ -1,53 +1,21 @@
 // kvbm/disk/disk_engine.h: transfer engines between host memory and a disk pool.
 //
 // DiskWriteEngine copies blocks of a host layout into slots of a DiskStorage
-// (host -> disk, "host_to_disk"); DiskReadEngine copies slots back into a host
-// layout (disk -> host, "disk_to_host"). Both implement TransferEngine: submit()
-// validates the batch, queues it and returns at once; the I/O runs on the
-// engine's own worker threads, never the caller's, and never blocks submit().
+// ("host_to_disk"); DiskReadEngine copies slots back into a host layout
+// ("disk_to_host"). Both are TransferEngines: submit() validates the batch,
+// queues it and returns at once; the I/O runs on the engine's own worker
+// threads (at most queue_depth syscalls in flight), never the caller's. A read
+// verifies a slot before it writes the destination, so a failed read leaves
+// the destination block untouched; the source is never written. On a
+// persistent DiskStorage a write batch follows the crash-consistent order
+// (invalidate, payload, header, an fdatasync after each): a completed pair is
+// durable. docs/disk_tier.md ("The disk engines", "Write order") has the
+// staging, the worker model and the failure handling.
 //
-// Each worker thread owns one staging buffer of slot_bytes(), aligned for
-// O_DIRECT, and takes one pair at a time (pairs of all queued batches in FIFO
-// order). A write checksums the block's regions (XXH3-64) and writes them
-// with the slot's padding and footer in one pwritev straight from host memory
-// when DiskStorage::can_write_from() allows it (always with buffered I/O;
-// with O_DIRECT when every region is 4 KiB aligned, as page-aligned pinned
-// buffers with 32 KiB regions are); otherwise it gathers the regions into the
-// staging buffer, seals it and writes it with one pwrite. A read preads the
-// slot into the staging buffer, verifies footer and checksum, and only then
-// scatters it into the host block's regions: a failed read leaves the
-// destination block untouched.
-//
-// On a persistent DiskStorage a write batch runs in three stages, each pair
-// of the batch through each stage before the next begins, with one
-// fdatasync of the file between stages: (1) the header sector of every
-// destination slot whose header may be live is overwritten with zeros;
-// (2) the payloads (data and padding, straight from host memory when
-// allowed) are written; (3) the header sectors are written. The batch
-// completes after the last fdatasync, so a completed pair is durable, and a
-// crash at any instant leaves each slot absent or whole (docs/disk_tier.md).
-// A stage with nothing to write (no live header) is skipped with its sync.
-// A pair that fails in a stage is skipped by the later ones (its slot is
-// left absent); a failed fdatasync fails every pair still standing.
-//
-// Queue depth and workers: at most `queue_depth` preads/pwrites are in flight
-// at once (a semaphore around the syscall). The default has twice as many
-// workers as that, so that while queue_depth workers wait on the disk the
-// others gather and checksum their next blocks: the CPU work overlaps the I/O
-// and the disk always has queue_depth requests, as fio's psync jobs would.
-// With workers == queue_depth every worker alternates CPU work and I/O, and
-// the disk idles while it computes.
-//
-// Failure is per pair: EINTR is retried and a short transfer continued
-// (inside kvbm::io::pread_full / pwrite_full); any other error (EIO, ENOSPC,
-// a short transfer that cannot continue, a bad footer or checksum) marks that
-// pair, and only that pair, failed in the batch's TransferOutcome (indices
-// ascending; `error` is the lowest failed index's TransferError: kind kIo or
-// kNoSpace with the errno value, kCorrupt for a slot that failed
-// verification). The source is never
-// written. Failed pairs are counted in stats() and, when options.registry is
-// set, in kvbm_transfer_failed_blocks_total{path=name}, and logged once per
-// batch.
+// Errors: failure is per pair, in the batch's TransferOutcome (kIo or kNoSpace
+// with the errno value, kCorrupt for a slot that failed verification); EINTR
+// and short transfers are retried inside. Failed pairs are counted in stats()
+// and, with options.registry, kvbm_transfer_failed_blocks_total{path=name}.
 //
 // Lifetime: the engine holds a reference to the DiskStorage and the host
 // layout's memory; both must outlive it. Destroying the engine waits for every

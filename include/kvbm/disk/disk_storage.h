@@ -1,72 +1,29 @@
 // kvbm/disk/disk_storage.h: the bytes of a disk pool, one file of block slots.
 //
-// A DiskStorage owns one preallocated file in a directory the user names. The
-// file holds num_blocks slots; block b lives in slot b at offset
-// b x slot_bytes(). A slot is the block's bytes, zero padding to a 4 KiB
-// boundary, and one 4 KiB header sector of its own, so every slot starts and
-// ends on an O_DIRECT boundary and recovery can read headers alone:
+// A DiskStorage owns one preallocated file of num_blocks slots in a directory
+// the user names; block b lives in slot b at offset b x slot_bytes(): its
+// bytes, zero padding and a 4 KiB header sector (checksums, sequence hash,
+// layout and namespace fingerprint). write_slot() seals and writes a slot;
+// read_slot() verifies header, identity and checksum, so a slot never written,
+// written for another slot, block, layout or namespace, or changed behind the
+// library's back is reported, never returned. Scratch mode (default) creates a
+// new file (O_EXCL) and removes it at destruction unless keep_file; persistent
+// mode keeps it, locks the directory against other processes, writes in a
+// crash-consistent order and recover()s whole blocks. docs/disk_tier.md has
+// the format, the modes, how the file is opened, the write order and recovery.
 //
-//   [ block bytes | zero padding | header sector (4096 B, the header in its last 64 B) ]
-//   slot_bytes() = round_up(block_bytes, 4096) + 4096
-//
-// After the last slot, the file's last 4 KiB hold the superblock: format
-// version, slot and block bytes, number of slots and the fingerprint. The
-// header records a magic, the format version (3), block_bytes, the slot
-// number, the XXH3-64 of the block's bytes, the sequence hash the bytes belong
-// to, the fingerprint (layout_fingerprint(): the layout's dimensions and the
-// namespace) and an XXH3-64 of the header itself, in host byte order (the file
-// is a cache of this host, not an exchange format). docs/disk_tier.md has the
-// byte layout.
-//
-// write_slot() seals and writes a whole slot; read_slot() reads it with one
-// pread and verifies the header, the identity asked for and the checksum
-// (engines call the steps separately), so a slot that was never written, was
-// written for another slot, another block (sequence hash), another layout or
-// namespace, or was changed behind the library's back is reported, never
-// returned.
-//
-// Two modes:
-//  - Scratch (default): the file is created new (O_CREAT | O_EXCL, so an
-//    existing file or symlink is never opened, followed or replaced) and
-//    removed at destruction unless keep_file. A slot is written with one
-//    pwrite(v), header included.
-//  - Persistent (options.persistent): the file (default name "kvbm.slots") is
-//    opened when it exists, else created, and never removed. One process owns
-//    the directory at a time: create() takes flock(LOCK_EX) on
-//    "<file_name>.lock" and writes its pid there; a second opener gets EBUSY
-//    naming that pid. A file whose superblock records another format,
-//    geometry, layout or namespace is reset (emptied; its slots are
-//    discarded, and say why in state()/recover()); one with another number of
-//    slots is resized, keeping the common slots. recover() then returns every
-//    slot holding a whole block. Writes follow the crash-consistent order:
-//    invalidate a live header (fdatasync), write the payload (fdatasync),
-//    write the header (fdatasync), so after a crash every slot is absent or
-//    whole (docs/disk_tier.md, "Write order"). The directory is created 0700
-//    when missing (its parent must exist); it and the file must belong to
-//    this user and not be world-writable (UsageError otherwise).
-//
-// Creation is careful with the file system: the directory is opened with
-// O_DIRECTORY | O_NOFOLLOW (a symlink there is refused) and the file inside
-// it with openat(O_NOFOLLOW), mode 0600. O_DIRECT is then switched on with
-// fcntl(F_SETFL); where the file system refuses it (tmpfs before Linux 6.6:
-// EINVAL) the storage falls back to buffered I/O and logs a note
-// (DirectIo::kPreferred). The file is fallocate'd to its full size
-// (ftruncate where fallocate is not supported). O_NOFOLLOW applies to the
-// directory's last component only: symlinks in its parents are followed.
-//
-// Errors: a bad option, a directory that does not exist (scratch mode), is
-// not a directory, is a symlink, or (persistent) belongs to another user or
-// is world-writable throw UsageError (fix the configuration); failures the
-// caller cannot rule out beforehand (permission, an existing file in scratch
-// mode, a locked directory, no space, EIO) come back as an IoError in the
-// Result of create(). write_slot and read_slot return IoStatus; a corrupt
-// slot is EBADMSG. All syscalls go through kvbm::io::syscalls().
+// Errors: a bad option, or a directory that is missing (scratch mode), not a
+// directory, a symlink, or (persistent) another user's or world-writable
+// throws UsageError. What the caller cannot rule out beforehand (permission,
+// an existing file in scratch mode, a locked directory, no space, EIO) is an
+// IoError in create()'s Result. write_slot and read_slot return IoStatus; a
+// corrupt slot is EBADMSG.
 //
 // Lifetime: engines hold a reference to the storage; destroy them first.
-// Thread-safety: all const members may be called concurrently, including
-// write_slot and read_slot on different blocks. Reading a block while it is
-// being written returns a checksum error or either version, never a mix that
-// verifies. recover() must not run beside writes.
+// Thread-safety: const members may run concurrently, write_slot and read_slot
+// included, on different blocks; reading a block while it is written returns a
+// checksum error or either version, never a mix that verifies. recover() must
+// not run beside writes.
 
 #pragma once
 

@@ -1,54 +1,25 @@
 // kvbm/events/kv_events.h: publishes the pools' KV cache events for routers.
 //
 // A KvEventPublisher collects BlockStored, BlockRemoved and AllBlocksCleared
-// events from the pools it is attached to, batches them and hands each batch,
-// encoded in vLLM's msgpack layout, to an EventSink (kvbm/events/event_sink.h):
-// a ZeroMQ PUB socket for routers, or a callback.
+// events from the pools it is attached to (listener(medium, block_size): one
+// PoolListener per pool), batches them and hands each batch, encoded in vLLM's
+// msgpack layout, to an EventSink (kvbm/events/event_sink.h): a ZeroMQ PUB
+// socket for routers, or a callback. flush() publishes what was collected and
+// returns when the sink has it; a background flusher does the same every
+// flush_interval, and the destructor flushes what is left. Batches carry
+// consecutive sequence numbers from 0, in the order the pools reported; a batch
+// the sink failed to take leaves a gap. A BlockStored carries token_ids only
+// when the block was registered with its tokens (Dynamo's router drops one
+// without). docs/events.md has the events, the wire format, coalescing,
+// ordering, heartbeats and an example.
 //
-//   events::ZmqEventSinkOptions zmq;
-//   zmq.endpoint = "tcp://*:5557";
-//   zmq.topic = "kv-events";
-//   events::KvEventPublisher publisher(std::make_shared<events::ZmqEventSink>(zmq));
-//   auto g1 = BlockManager<G1>::builder()....listener(publisher.listener("GPU", 16)).build();
-//
-// Collecting: listener(medium, block_size) returns a PoolListener. Its
-// on_stored / on_removed run under the pool's lock, so they only append to a
-// buffer under the publisher's own short lock: no encoding, no I/O. A stored
-// hash becomes a BlockStored with block_hashes = [value], parent_block_hash =
-// its parent (nil at position 0) and no LoRA id; its token_ids are the
-// block's tokens when the caller registered it with them
-// (BlockManager::register_block(block, tokens), which reaches the listener's
-// on_stored_with_tokens), else empty (Dynamo's router drops a BlockStored
-// without tokens: register with tokens for it). Consecutive events of one kind and medium are
-// coalesced into one event with several hashes, keeping their order; a BlockStored only grows when
-// the new block's parent is its last block, so the chain a router reads stays true. record() adds
-// any event (one with token ids, say) and clear_all(medium) an AllBlocksCleared.
-//
-// Publishing: flush() encodes everything collected so far into batches of at
-// most max_batch_size blocks (an AllBlocksCleared counts as one) and hands
-// them to the sink with consecutive sequence numbers from 0; it returns when
-// the sink has them, so tests can flush and look. A background flusher does
-// the same every flush_interval, and sooner when max_batch_size blocks wait.
-// The destructor stops it and flushes what is left.
-//
-// Heartbeat (heartbeat_interval, off by default): a flush that finds nothing
-// to publish, heartbeat_interval or more after the last batch went to the
-// sink, publishes an empty batch (events = []) with the next sequence number,
-// so a router can tell a silent instance from a vanished one. The background
-// flusher wakes at least every heartbeat_interval for it.
-//
-// Ordering: events reach the sink in the order the pools reported them (the
-// order each pool changed; across pools, the order their listeners ran).
-// Batches carry strictly increasing sequence numbers; a batch the sink failed
-// to take leaves a gap.
-//
-// Back-pressure: at most max_pending_blocks wait for a flush; beyond that new
-// events are dropped and counted (stats().dropped_blocks), since a pool's lock
-// must never wait on a slow subscriber.
+// Collecting never blocks a pool: the listeners run under the pool's lock and
+// only append to a buffer under the publisher's own short lock (no encoding,
+// no I/O). At most max_pending_blocks wait for a flush; beyond that new events
+// are dropped and counted (stats().dropped_blocks).
 //
 // Lifetime: listeners hold the publisher's state weakly; events reported
 // after the publisher is destroyed are dropped.
-//
 // Thread-safety: every member may be called from any thread.
 
 #pragma once

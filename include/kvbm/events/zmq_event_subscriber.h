@@ -2,39 +2,20 @@
 // publishers over ZeroMQ.
 //
 // The consumer side of ZmqEventSink (kvbm/events/event_sink.h) and of vLLM's
-// own publisher: a router watching every engine instance adds one source per
-// instance; one thread polls a SUB socket per source (and a DEALER for its
-// replay socket, when it has one), decodes each batch
-// (kvbm/events/kv_event_decoder.h) and hands it to the callbacks.
+// own publisher: a router adds one source per engine instance; one thread polls
+// a SUB socket per source (and a DEALER for its replay socket), decodes each
+// batch (kvbm/events/kv_event_decoder.h) and hands it to on_batch in the order
+// it arrived, with the publisher's sequence number. The subscriber does not
+// judge sequences (a gap shows as a jump, a restart as a lower number); the
+// caller fills a gap with request_replay(source, from), whose batches come with
+// replayed = true, in order, before the live ones held back meanwhile, and
+// on_replay_incomplete says when `from` could not be delivered. docs/events.md
+// ("Replay", "Subscribing") has the details and an example; router::KvEventFeed
+// does all of this for a KvIndexer.
 //
-//   events::ZmqEventSubscriber sub({.on_batch = [&](std::size_t source, std::uint64_t seq,
-//                                                   const events::KvEventBatch& b, bool replayed) {
-//     index.apply(source, seq, b);
-//   }});
-//   const auto a = sub.add_source({"engine-a", "tcp://10.0.0.1:5557", "kv-events",
-//                                  "tcp://10.0.0.1:5558"});
-//
-// Delivery: on_batch sees every batch of a source in the order it arrived,
-// with the publisher's sequence number. The subscriber does not judge
-// sequences: a gap (the slow-joiner race of a new subscription, a full send
-// queue) shows as a jump, a restarted publisher as a sequence lower than the
-// last; the caller decides, and fills a gap with request_replay().
-//
-// Replay: request_replay(source, from) asks the source's replay socket for
-// every batch it keeps from `from` on. The answers come through on_batch with
-// replayed = true, in sequence order. While a replay is under way the
-// source's live batches are held back and delivered after it, without those
-// the replay already delivered, so that on_batch stays in order. When the
-// publisher no longer keeps `from` (its first answer is later, or it answers
-// nothing though `from` is not newer than every batch seen), or the source
-// has no replay endpoint, or no answer came within replay_timeout,
-// on_replay_incomplete(source, from, first_kept) says so (first_kept: the
-// first sequence the replay delivered, nullopt when none). Replays of one
-// source run one after another, in the order requested.
-//
-// Errors: a batch that does not decode, or a message without the frames a
-// batch has, goes to on_decode_error (sequence ~0 when the message had none)
-// and is counted; the subscriber goes on.
+// Errors: a message that does not decode goes to on_decode_error (sequence ~0
+// when it had none) and is counted; the subscriber goes on. Built without
+// KVBM_HAVE_ZMQ (kvbm/config.h), the constructor throws UsageError.
 //
 // Lifetime and threads: callbacks run on the subscriber's thread, one at a
 // time, in order per source; they may call add_source, request_replay and
@@ -42,9 +23,6 @@
 // thread. remove_source returns once no further callback of that source will
 // run (at once when called from a callback). The destructor stops the thread
 // and closes every socket; sources may still be connected.
-//
-// Built with KVBM_HAVE_ZMQ (kvbm/config.h); otherwise the constructor throws
-// UsageError.
 
 #pragma once
 

@@ -1,33 +1,20 @@
 // kvbm/offload/pipeline.h: moves registered blocks from tier Src to tier Dst.
 //
-// An OffloadPipeline<Src, Dst> (e.g. <G1, G2>) chains the four stages of the
-// offload spec with cancellable queues between them:
-//
-//   enqueue -> [queue] -> PolicyEvaluator -> PreconditionAwaiter -> [queue]
-//           -> Batcher -> [queue] -> TransferExecutor -> engine -> Dst registry
-//                  CancelSweeper sweeps every queue and the batcher
-//
-//   auto pipeline = OffloadPipeline<G1, G2>::builder()
-//                       .source(g1).destination(g2).engine(engine)
-//                       .policy(std::make_shared<PresencePolicy<G2>>(g2.registry()))
-//                       .config(config)  // PipelineConfig, defaults of the spec
-//                       .build();
-//   TransferHandle h = pipeline->enqueue(blocks, forward_pass_done_event);
-//   h.wait();  // or h.cancel(), h.status(), h.report()
+// An OffloadPipeline<Src, Dst> (e.g. <G1, G2>, built by builder()) chains the
+// stages of the offload spec (policies, precondition, batcher, executor; a
+// sweeper removes cancelled containers) with cancellable queues between them,
+// copies through an engine and registers the copies in Dst. enqueue(blocks,
+// precondition) returns a TransferHandle (wait, cancel, status, report). The
+// policies P1 to P6 hold; docs/offload.md has the stages, batching, threads and
+// an example, the stage headers the details.
 //
 // enqueue() downgrades the blocks at once: until the executor seals the
 // container (P3) the pipeline holds only WeakBlocks, so queued blocks never
-// prevent eviction, and a block evicted while queued is dropped, not copied.
-// PipelineConfig::hold_queued_blocks keeps them strong instead, until the
-// seal: every block is copied and the source pool pushes back.
-// The policies P1 to P6 hold; see the stage headers for the details.
-//
-// Threads: one for the policy stage (a slow policy delays only that stage),
-// one dispatcher for the batcher and the executor, the sweeper's, plus the
-// engine's completion callbacks (which register copies in Dst). Preconditions
-// are awaited without a thread. When every policy is cheap (OffloadPolicy::
-// cheap(): the built-in ones, or no policy at all), enqueue() evaluates them
-// on the calling thread and the pipeline starts no policy thread.
+// prevent eviction and a block evicted while queued is dropped, not copied;
+// PipelineConfig::hold_queued_blocks keeps them strong until the seal instead.
+// Threads: a policy thread (none when every policy is cheap()), one dispatcher,
+// the sweeper's, plus the engine's completion callbacks, which register the
+// copies in Dst.
 //
 // Shutdown: shutdown() (also run by the destructor) stops accepting work,
 // cancels every container that has not passed the commitment point, waits

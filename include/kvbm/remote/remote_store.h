@@ -2,46 +2,23 @@
 //
 // A RemoteStore is a client of one or several Redis servers that many engine
 // instances share. A block is one value (kvbm/remote/remote_value.h: a 64-byte
-// header, then the block's bytes) under the key
-//
-//   <key_prefix>:<namespace fingerprint, 16 hex>:<sequence hash, 16 hex>
-//
-// so that blocks of another model, layout, dtype or user namespace are never
-// seen. With several servers a key lives on server
-// jump_consistent_hash(XXH3(fingerprint, hash), servers): every instance that
-// lists the same URLs in the same order finds a block on the same server.
-//
-// I/O: each server has `connections_per_server` worker threads, each owning
-// one connection. exists(), put() and get() split a batch by server and over
-// its workers, which pipeline the commands (EXISTS, SET, GET) on their
-// connection: one round trip per batch and worker, never one per block. The
-// calling thread waits for the workers, at most `command_timeout` (plus the
-// time to hand back), whatever the servers do.
-//
-// Failure: a server that is down, slow, restarted or full degrades to misses
-// (get, exists) and failed puts with a status naming the kind, one log line
-// per change of the server's state (not per block) and the metrics below. A
-// server that failed is retried with exponential backoff; until then its
-// blocks fail at once, without waiting. A connection found broken is
-// reconnected once inside the same call (a restarted server costs no misses
-// when it is already back). get() reports a block as found only after the
-// header (magic, version, namespace, hash, prefix hash, size) and the payload
-// checksum verified; a block that fails is counted (kCorrupt) and is a miss.
-// The destination of a block that is not kOk is left untouched.
-//
-// Metrics (when a registry is given; label pool=<pool_name>):
-//   kvbm_remote_hits_total, kvbm_remote_misses_total       get() outcomes (a miss: anything not a
-//   hit) kvbm_remote_puts_total, kvbm_remote_failed_puts_total  put() outcomes
-//   kvbm_remote_read_bytes_total, kvbm_remote_written_bytes_total  payload bytes
-//   kvbm_remote_errors_total{kind}    blocks failed by kind: corrupt, unavailable, timeout, oom,
-//                                     server_error, connection_lost
-//   kvbm_remote_seconds{op}           histogram of one call's latency: exists, get, put
-//   kvbm_remote_servers_available     servers whose last attempt succeeded
+// header, then the block's bytes) under a key that carries the namespace
+// fingerprint (model, layout, dtype, user namespace), so that blocks of another
+// namespace are never seen; every instance that lists the same URLs in the same
+// order finds a block on the same server. exists(), put() and get() split a
+// batch by server and over its `connections_per_server` workers, which
+// pipeline it: one round trip per batch and worker. The calling thread waits
+// at most `command_timeout` (plus the time to hand back), whatever the servers
+// do. docs/remote.md has the key and value format, sharding, the I/O, failure
+// handling and the metrics.
 //
 // Errors: a bad URL or option throws UsageError at create() (remote_url_error()
-// checks a URL beforehand, by the same grammar); nothing else throws for a
-// server's behaviour. Blocks of a batch must have the store's block size
-// (UsageError otherwise).
+// checks a URL beforehand, by the same grammar), a batch whose blocks do not
+// have the store's block size throws it too; nothing else throws for a
+// server's behaviour. A server that is down, slow, restarted or full degrades
+// to misses and failed puts with a RemoteStatus naming the kind, and is retried
+// with backoff. get() reports a block found only after its header and payload
+// checksum verified; the destination of a block that is not kOk is untouched.
 //
 // Lifetime: destroying the store stops its workers (after their current
 // batch, bounded by the timeout) and closes the connections.

@@ -2,40 +2,19 @@
 //
 // A KvEventFeed subscribes to every instance's KV event publisher
 // (events::ZmqEventSink: a PUB socket and its replay ROUTER) through one
-// events::ZmqEventSubscriber and applies each batch to a KvIndexer. It is
-// what keeps the index right when the network is not:
+// events::ZmqEventSubscriber and applies each batch to a KvIndexer. It keeps
+// the index right when the network is not: it asks for a replay from 0 when an
+// instance is added and from the first missing batch on a gap, resyncs an
+// instance whose batches the publisher no longer keeps or that sent a batch
+// that does not decode, and reads a restarted publisher's new run from batch 0.
+// docs/router.md ("Fed over ZeroMQ") has each case. A restart whose first
+// batch seen carries the very number expected next looks like a continuation:
+// an engine that restarts should publish AllBlocksCleared first
+// (KvEventPublisher::clear_all), which clears its old entries.
 //
-//   a router that starts late   add_instance() asks the publisher at once
-//                               for every batch it still keeps (replay from
-//                               0); batches already applied are duplicates
-//   a lost batch                the indexer reports a gap; the feed asks for
-//                               a replay from the first missing batch, and
-//                               the instance is stale until it arrives
-//   a replay that cannot be     the publisher no longer keeps the batch: the
-//   served                      instance is resynced (its entries dropped,
-//                               rebuilt from what comes next)
-//   an undecodable batch        the instance is marked stale and the batch
-//                               asked for again
-//   a restart                   a live batch numbered below the next one
-//                               expected (a PUB stream never goes back):
-//                               the instance's entries are dropped and the
-//                               new run is read from batch 0 (replayed when
-//                               its first batches were missed). A restart
-//                               whose first batch seen happens to carry the
-//                               very number expected next cannot be told
-//                               from a continuation; an engine that restarts
-//                               should publish AllBlocksCleared first
-//                               (KvEventPublisher::clear_all), which clears
-//                               the old entries whatever its number.
-//   an instance that vanished   silent past KvIndexerOptions::silence_timeout
-//                               (with the publisher's heartbeat on): stale;
-//                               remove_instance() drops it
-//
-// wait_applied() lets a caller that knows what an instance published (the
-// replay does) wait until the index has it; while it waits it asks for a
-// replay from the first missing batch every `retry_interval`, so a batch
-// lost at the tail of a stream (no later batch reveals the gap) is fetched
-// too.
+// wait_applied() lets a caller that knows what an instance published wait
+// until the index has it, asking for a replay again every `retry_interval`
+// (a batch lost at the tail of a stream reveals no gap).
 //
 // Thread-safety: every member may be called from any thread; the indexer is
 // written from the subscriber's thread.

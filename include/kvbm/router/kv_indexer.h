@@ -1,57 +1,26 @@
 // kvbm/router/kv_indexer.h: which instance holds which block, from KV events.
 //
-// A KvIndexer is the router's view of a cluster. Every engine instance
-// publishes BlockStored / BlockRemoved / AllBlocksCleared batches
-// (kvbm/events/kv_event.h) with consecutive sequence numbers; the indexer
-// applies them, per instance and per tier, and answers overlaps(): for a
-// request's block hashes, how long a prefix each instance holds, and where.
+// A KvIndexer is the router's view of a cluster. It applies every engine
+// instance's BlockStored / BlockRemoved / AllBlocksCleared batches
+// (kvbm/events/kv_event.h) per instance and per tier (an event's medium names
+// the tier through options.mediums; a shared tier, G4 by default, is indexed
+// once for the whole cluster) and answers overlaps(): for a request's block
+// hashes, how long a prefix each instance holds, and where.
 //
 //   router::KvIndexer index;
 //   const auto a = index.add_instance("engine-a");
 //   index.apply(a, seq, batch);                 // from a subscriber or an in-process sink
 //   router::OverlapScores s = index.overlaps(request_hashes);
 //
-// Tiers: an event's medium names its tier through options.mediums ("GPU" ->
-// G1, "CPU" -> G2, "DISK" and "STORAGE" -> G3, "REMOTE" -> G4 by default);
-// events of an unknown medium are counted (stats().unknown_medium_events)
-// and ignored. A shared tier (G4 by default: one store read by every
-// instance) is indexed once for the whole cluster: a block any instance
-// stored there counts for every instance, after its local tiers; any
-// instance's BlockRemoved there removes it for all. AllBlocksCleared (no
-// medium on the wire; an in-process event's medium is ignored too) clears
-// the instance's local tiers only; remove_instance() leaves shared entries.
-// A BlockStored of a hash already held changes nothing; a BlockRemoved of a
-// hash not held is counted (stats().removed_unknown_blocks).
+// apply() says what it did with the batch's sequence number: kApplied,
+// kDuplicate (ignored), kGap (held; the instance is stale until the caller has
+// the publisher replay from `expected`, or resync()s it), kRestart (the
+// instance's entries dropped, the batch applied). Stale entries stay in the
+// index; overlaps() reports them with InstanceOverlap::stale set. docs/router.md
+// has the tier rules, sequence numbers and staleness, the data structure and
+// the metrics.
 //
-// One hash map serves the whole cluster: block hash -> per local tier a
-// bitmap of the instances holding it, plus the shared tiers holding it, so a
-// query costs one lookup per request block and word-wide bit operations over
-// the instances still in the walk (docs/router.md, src/router/block_index.h).
-//
-// Sequence numbers, per instance (apply() says what happened):
-//   kApplied    seq was the next one expected: applied, and any batches held
-//               after it are applied too.
-//   kDuplicate  seq is below the next expected (a replay overlapping what
-//               arrived live): ignored.
-//   kGap        seq is above the next expected: batches were lost. The batch
-//               is held (up to max_held_batches), the instance is stale, and
-//               the caller asks the publisher to replay from `expected`.
-//               When the missing batches arrive, the held ones follow and
-//               the instance is fresh again. When they cannot be replayed
-//               (the publisher no longer keeps them), resync() drops the
-//               instance's entries and goes on from the batches held.
-//   kRestart    seq 0 after a later one: the publisher restarted. The
-//               instance's entries are dropped and the batch applied.
-// An instance that has sent nothing for options.silence_timeout (any batch,
-// an empty heartbeat too, counts) is stale until it sends again; one that
-// vanished for good is remove_instance()d.
-//
-// Stale entries stay in the index, and overlaps() reports them with
-// InstanceOverlap::stale set; KvRouter decides whether to route by them
-// (and counts it when it does). Every gap, restart, resync and stale
-// instance is counted in the metrics (pool="router"; one indexer per
-// registry: a second throws UsageError).
-//
+// Errors: a second indexer on one metrics registry throws UsageError.
 // Thread-safety: every member may be called from any thread; apply() takes
 // the index exclusively, overlaps() and the other readers share it.
 

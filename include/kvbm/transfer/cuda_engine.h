@@ -1,44 +1,29 @@
 // kvbm/transfer/cuda_engine.h: copies blocks between GPU memory and host memory.
 //
-// A CudaTransferEngine moves blocks device -> host (offload), host -> device
-// (onboard) or device -> device, for fully contiguous and layer-separated
-// layouts alike. Each batch is planned with plan_copies() (adjacent regions
-// merged) and executed one of three ways:
+// A CudaTransferEngine moves blocks device -> host, host -> device or device ->
+// device, for contiguous and layer-separated layouts alike. Each batch is
+// planned with plan_copies() and run as one batched copy kernel (kKernel), one
+// cudaMemcpyBatchAsync (kMemcpyBatch, CUDA 12.8+) or one cudaMemcpyAsync per
+// region (kMemcpyLoop); kAuto picks per batch (CudaEngineOptions). The kernel
+// needs the host layout in pinned memory the device reaches at the same address
+// (cudaHostAlloc, cudaMallocHost or cudaHostRegister). The engine owns its
+// non-blocking streams (never the default stream) and one completion thread
+// per stream, which signals each TransferCompletion in submission order:
+// callbacks run on an engine thread, never inside a CUDA callback, and may
+// call CUDA. docs/cuda.md has the modes, the thresholds and the kernel.
 //
-//   * kKernel: one launch of a batched copy kernel moves every region (16-byte
-//     vector accesses where aligned; large regions spread over several thread
-//     blocks). Best for many small regions, e.g. the 8-64 KiB per-layer pieces
-//     of a layer-separated layout. The kernel reads or writes the host side
-//     through the GPU, so the host layout must be pinned memory that the device
-//     can reach at the same address: allocated with cudaHostAlloc (or
-//     cudaMallocHost), or registered with cudaHostRegister.
-//   * kMemcpyBatch: one cudaMemcpyAsync-batch call (cudaMemcpyBatchAsync,
-//     CUDA 12.8 and later, runtime and driver) on the copy engines.
-//   * kMemcpyLoop: one cudaMemcpyAsync per region; best for few large regions.
-//
-// kAuto chooses per batch by the number and mean size of the planned regions
-// (see CudaEngineOptions). The engine owns its non-blocking streams (never the
-// default stream), one event per batch, and one completion thread per stream
-// that waits for the batch's event and signals its TransferCompletion, in
-// submission order per stream. Completion callbacks therefore run on an
-// engine thread, never inside a CUDA callback, and may call CUDA.
-//
-// Failure: a CUDA error while enqueueing or executing a batch marks every pair
+// Errors: a CUDA error while enqueueing or executing a batch marks every pair
 // of that batch failed (a TransferError of kind kDevice whose code is the
-// cudaError_t and whose message names the call); the source is never written. A sticky error (an
-// illegal address in a kernel) poisons the CUDA context of the whole process, as it does for any
-// CUDA code.
+// cudaError_t and whose message names the call); the source is never written.
+// A sticky error (an illegal address in a kernel) poisons the process's CUDA
+// context. Built without CUDA (KVBM_HAVE_CUDA == 0, kvbm/config.h) the header
+// compiles the same and the constructor throws UsageError;
+// cuda_device_available() (kvbm/storage/storage.h) says whether a device is
+// usable at run time.
 //
-// Without CUDA: the header compiles the same; when kvbm was built without CUDA
-// (KVBM_HAVE_CUDA == 0, see kvbm/config.h), constructing the engine throws
-// UsageError. cuda_device_available() (kvbm/storage/storage.h) says whether
-// a device is usable at run time.
-//
-// Lifetime: the layouts' memory must outlive the engine. Destroying the engine
-// waits for every batch it accepted.
-//
-// Thread-safety: submit() may be called from several threads concurrently;
-// name(), options() and stats() from any thread.
+// Lifetime: the layouts' memory must outlive the engine; its destructor waits
+// for every batch it accepted. Thread-safety: submit() may be called from
+// several threads concurrently; name(), options() and stats() from any thread.
 
 #pragma once
 
