@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvbm/error.h"
 #include "kvbm/clock.h"
+#include "kvbm/error.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/container.h"
 

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "kvbm/detail/mutex.h"
 #include "kvbm/clock.h"
+#include "kvbm/detail/mutex.h"
 
 namespace kvbm {
 

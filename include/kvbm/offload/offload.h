@@ -1,11 +1,11 @@
 // kvbm/offload/offload.h: the offload pipeline, in one include.
 #pragma once
 
+#include "kvbm/clock.h"
 #include "kvbm/offload/batcher.h"
 #include "kvbm/offload/cancel.h"
 #include "kvbm/offload/cancel_sweeper.h"
 #include "kvbm/offload/cancellable_queue.h"
-#include "kvbm/clock.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/container.h"
 #include "kvbm/offload/cuda_event.h"

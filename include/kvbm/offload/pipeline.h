@@ -40,12 +40,12 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/batcher.h"
 #include "kvbm/offload/cancel_sweeper.h"
 #include "kvbm/offload/cancellable_queue.h"
-#include "kvbm/clock.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/offload/container.h"
 #include "kvbm/offload/offload_metrics.h"
