@@ -51,7 +51,7 @@ void KvBlockManagerImpl::build() {
   build_boundaries();
   if (remote_) remote_->bind(*pool<1>());
   onboarding_ = std::make_unique<facade::Onboarding>(pools_, engines_, registry_,
-                                                     *c.metrics_registry, remote_.get());
+                                                     c.metrics_registry, remote_.get());
   logger()->info(
       "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "
       "G1->G2 {}, G2->G3 {}{}{}",

@@ -8,41 +8,34 @@
 #include <utility>
 
 #include <prometheus/counter.h>
-#include <prometheus/family.h>
 #include <prometheus/registry.h>
 
 namespace kvbm::facade {
 
 Onboarding::Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& engines,
-                       std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics,
-                       RemoteTier* remote)
-    : pools_(pools), engines_(engines), registry_(std::move(registry)), remote_(remote) {
-  auto& fam = prometheus::BuildCounter()
-                  .Name("kvbm_onboard_blocks_total")
-                  .Help(
-                      "Blocks handed back by onboarding, by the tier they came from "
-                      "(outcome=failed: copies that failed)")
-                  .Register(metrics);
-  blocks_family_ = &fam;
+                       std::shared_ptr<BlockRegistry> registry,
+                       std::shared_ptr<prometheus::Registry> metrics, RemoteTier* remote)
+    : pools_(pools),
+      engines_(engines),
+      registry_(std::move(registry)),
+      remote_(remote),
+      series_(std::move(metrics), {}, "KvBlockManager onboarding",
+              "give each manager its own registry, or destroy the other manager first") {
+  const std::string blocks = "kvbm_onboard_blocks_total";
+  const std::string help =
+      "Blocks handed back by onboarding, by the tier they came from "
+      "(outcome=failed: copies that failed)";
   for_each_index<kTierCount>([&](auto I) {
-    counters_.from_tier[I()] = &fam.Add({{"tier", std::string(tier_name<TierAt<I()>>())},
-                                         {"outcome", I() == 0 ? "hit" : "onboarded"}});
+    counters_.from_tier[I()] = series_.counter(blocks, help,
+                                               {{"tier", std::string(tier_name<TierAt<I()>>())},
+                                                {"outcome", I() == 0 ? "hit" : "onboarded"}});
   });
-  if (remote_ != nullptr) counters_.remote = &fam.Add({{"tier", "G4"}, {"outcome", "onboarded"}});
-  counters_.failed = &fam.Add({{"tier", "below_G1"}, {"outcome", "failed"}});
-  auto& req = prometheus::BuildCounter()
-                  .Name("kvbm_onboard_cancelled_total")
-                  .Help("Onboardings cancelled by their caller")
-                  .Register(metrics);
-  cancelled_family_ = &req;
-  counters_.cancelled = &req.Add({});
-}
-
-Onboarding::~Onboarding() {
-  for (auto* counter : counters_.from_tier) blocks_family_->Remove(counter);
-  if (counters_.remote != nullptr) blocks_family_->Remove(counters_.remote);
-  blocks_family_->Remove(counters_.failed);
-  cancelled_family_->Remove(counters_.cancelled);
+  if (remote_ != nullptr) {
+    counters_.remote = series_.counter(blocks, help, {{"tier", "G4"}, {"outcome", "onboarded"}});
+  }
+  counters_.failed = series_.counter(blocks, help, {{"tier", "below_G1"}, {"outcome", "failed"}});
+  counters_.cancelled =
+      series_.counter("kvbm_onboard_cancelled_total", "Onboardings cancelled by their caller");
 }
 
 OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes) {

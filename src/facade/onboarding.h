@@ -27,12 +27,11 @@
 #include "facade/tiers.h"
 #include "kvbm/block_registry.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/series_set.h"
 #include "kvbm/kv_block_manager.h"
 
 namespace prometheus {
 class Registry;
-template <class T>
-class Family;
 }  // namespace prometheus
 
 namespace kvbm::facade {
@@ -42,11 +41,11 @@ class Onboarding {
  public:
   /// `remote` (G4) may be null.
   Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& engines,
-             std::shared_ptr<BlockRegistry> registry, prometheus::Registry& metrics,
+             std::shared_ptr<BlockRegistry> registry, std::shared_ptr<prometheus::Registry> metrics,
              RemoteTier* remote);
   /// Takes the onboarding series out of the (possibly shared) registry; call
   /// wait_all() first (no onboarding touches a counter afterwards).
-  ~Onboarding();
+  ~Onboarding() = default;
   Onboarding(const Onboarding&) = delete;
   Onboarding& operator=(const Onboarding&) = delete;
 
@@ -81,9 +80,8 @@ class Onboarding {
   const std::array<TierEngines, kTierCount>& engines_;
   std::shared_ptr<BlockRegistry> registry_;
   RemoteTier* remote_;
-  State::Counters counters_;
-  prometheus::Family<prometheus::Counter>* blocks_family_ = nullptr;
-  prometheus::Family<prometheus::Counter>* cancelled_family_ = nullptr;
+  detail::SeriesSet series_;  // the onboarding series; removed with the Onboarding
+  State::Counters counters_;  // in series_
   detail::Mutex inflight_mu_;
   std::vector<std::weak_ptr<State>> inflight_ KVBM_GUARDED_BY(inflight_mu_);
 };

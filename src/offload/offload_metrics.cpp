@@ -6,10 +6,9 @@
 #include <utility>
 
 #include <prometheus/counter.h>
-#include <prometheus/family.h>
 #include <prometheus/registry.h>
 
-#include "kvbm/error.h"
+#include "kvbm/detail/series_set.h"
 
 namespace kvbm {
 namespace {
@@ -21,17 +20,13 @@ constexpr std::array kOutcomes = {BlockOutcome::kTransferred, BlockOutcome::kAlr
 }  // namespace
 
 struct OffloadMetrics::Series {
-  std::shared_ptr<prometheus::Registry> registry;
-  std::string pipeline;
+  Series(std::shared_ptr<prometheus::Registry> r, std::string p)
+      : pipeline(std::move(p)),
+        set(std::move(r), {{"pipeline", pipeline}}, "OffloadMetrics",
+            "give each pipeline that shares a registry its own name") {}
 
-  using Family = prometheus::Family<prometheus::Counter>;
-  Family* enqueued_family = nullptr;
-  Family* blocks_family = nullptr;
-  Family* cancelled_family = nullptr;
-  Family* batches_family = nullptr;
-  Family* passed_family = nullptr;
-  Family* filtered_family = nullptr;
-  Family* timeouts_family = nullptr;
+  std::string pipeline;
+  detail::SeriesSet set;  // guarded by mu once constructed (register_policy adds to it)
 
   prometheus::Counter* enqueued = nullptr;
   std::array<prometheus::Counter*, kOutcomes.size()> blocks{};
@@ -44,64 +39,25 @@ struct OffloadMetrics::Series {
     prometheus::Counter* filtered;
     prometheus::Counter* timeouts;
   };
-  std::mutex mu;                // guards policies' growth
+  std::mutex mu;                // guards policies' growth and set
   std::deque<Policy> policies;  // stable addresses; guarded by mu for insertion
-
-  Family& family(const std::string& name, const std::string& help) {
-    return prometheus::BuildCounter().Name(name).Help(help).Register(*registry);
-  }
-
-  void remove_all() noexcept {
-    if (enqueued != nullptr) enqueued_family->Remove(enqueued);
-    for (auto* c : blocks) {
-      if (c != nullptr) blocks_family->Remove(c);
-    }
-    if (cancelled != nullptr) cancelled_family->Remove(cancelled);
-    if (batches != nullptr) batches_family->Remove(batches);
-    for (auto& p : policies) {
-      passed_family->Remove(p.passed);
-      filtered_family->Remove(p.filtered);
-      timeouts_family->Remove(p.timeouts);
-    }
-  }
 };
 
 OffloadMetrics::OffloadMetrics(std::shared_ptr<prometheus::Registry> registry,
                                std::string_view pipeline)
-    : s_(std::make_unique<Series>()) {
-  KVBM_CHECK(registry != nullptr, "OffloadMetrics needs a prometheus registry");
+    : s_(std::make_unique<Series>(std::move(registry), std::string(pipeline))) {
   auto& s = *s_;
-  s.registry = std::move(registry);
-  s.pipeline = std::string(pipeline);
-  s.enqueued_family =
-      &s.family("kvbm_offload_enqueued_blocks_total", "Blocks handed to the offload pipeline");
-  KVBM_CHECK(!s.enqueued_family->Has({{"pipeline", s.pipeline}}),
-             "metrics registry already holds an offload pipeline named \"", s.pipeline,
-             "\": give each pipeline that shares a registry its own name");
-  s.blocks_family =
-      &s.family("kvbm_offload_blocks_total", "Blocks that left the offload pipeline, by outcome");
-  s.cancelled_family = &s.family("kvbm_offload_cancelled_containers_total",
-                                 "Offload containers cancelled before the commitment point");
-  s.batches_family =
-      &s.family("kvbm_offload_batches_total", "Offload batches handed to the transfer engine");
-  s.passed_family =
-      &s.family("kvbm_offload_policy_passed_blocks_total", "Blocks an offload policy let through");
-  s.filtered_family = &s.family("kvbm_offload_policy_filtered_blocks_total",
-                                "Blocks an offload policy filtered (timeouts included)");
-  s.timeouts_family = &s.family("kvbm_offload_policy_timeouts_total",
-                                "Offload policy calls that exceeded policy_timeout");
-  try {
-    s.enqueued = &s.enqueued_family->Add({{"pipeline", s.pipeline}});
-    for (std::size_t i = 0; i < kOutcomes.size(); ++i) {
-      s.blocks[i] = &s.blocks_family->Add(
-          {{"pipeline", s.pipeline}, {"outcome", std::string(to_string(kOutcomes[i]))}});
-    }
-    s.cancelled = &s.cancelled_family->Add({{"pipeline", s.pipeline}});
-    s.batches = &s.batches_family->Add({{"pipeline", s.pipeline}});
-  } catch (...) {  // undo, then rethrow: nothing is swallowed
-    s.remove_all();
-    throw;
+  s.enqueued =
+      s.set.counter("kvbm_offload_enqueued_blocks_total", "Blocks handed to the offload pipeline");
+  for (std::size_t i = 0; i < kOutcomes.size(); ++i) {
+    s.blocks[i] = s.set.counter("kvbm_offload_blocks_total",
+                                "Blocks that left the offload pipeline, by outcome",
+                                {{"outcome", std::string(to_string(kOutcomes[i]))}});
   }
+  s.cancelled = s.set.counter("kvbm_offload_cancelled_containers_total",
+                              "Offload containers cancelled before the commitment point");
+  s.batches =
+      s.set.counter("kvbm_offload_batches_total", "Offload batches handed to the transfer engine");
 }
 
 OffloadCounts OffloadMetrics::counts() const noexcept {
@@ -126,7 +82,7 @@ OffloadCounts OffloadMetrics::counts() const noexcept {
   return c;
 }
 
-OffloadMetrics::~OffloadMetrics() { s_->remove_all(); }
+OffloadMetrics::~OffloadMetrics() = default;
 
 std::size_t OffloadMetrics::register_policy(std::string_view policy) {
   auto& s = *s_;
@@ -134,10 +90,15 @@ std::size_t OffloadMetrics::register_policy(std::string_view policy) {
   for (std::size_t i = 0; i < s.policies.size(); ++i) {
     if (s.policies[i].name == policy) return i;
   }
-  const prometheus::Labels labels{{"pipeline", s.pipeline}, {"policy", std::string(policy)}};
-  s.policies.push_back(Series::Policy{std::string(policy), &s.passed_family->Add(labels),
-                                      &s.filtered_family->Add(labels),
-                                      &s.timeouts_family->Add(labels)});
+  const detail::SeriesSet::Labels labels{{"policy", std::string(policy)}};
+  s.policies.push_back(
+      Series::Policy{std::string(policy),
+                     s.set.counter("kvbm_offload_policy_passed_blocks_total",
+                                   "Blocks an offload policy let through", labels),
+                     s.set.counter("kvbm_offload_policy_filtered_blocks_total",
+                                   "Blocks an offload policy filtered (timeouts included)", labels),
+                     s.set.counter("kvbm_offload_policy_timeouts_total",
+                                   "Offload policy calls that exceeded policy_timeout", labels)});
   return s.policies.size() - 1;
 }
 
@@ -166,7 +127,7 @@ void OffloadMetrics::add_cancelled() noexcept { s_->cancelled->Increment(); }
 void OffloadMetrics::add_batch() noexcept { s_->batches->Increment(); }
 
 const std::shared_ptr<prometheus::Registry>& OffloadMetrics::registry() const noexcept {
-  return s_->registry;
+  return s_->set.registry();
 }
 const std::string& OffloadMetrics::pipeline() const noexcept { return s_->pipeline; }
 
