@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/clock.h"
 #include "kvbm/disk/disk_recovery.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/eviction/backend.h"
@@ -165,6 +166,10 @@ struct KvBlockManagerConfig {
   int cuda_device = 0;
   /// Where every series goes (default: a new registry).
   std::shared_ptr<prometheus::Registry> metrics_registry;
+  /// The clock the offload pipelines' intervals and timeouts (flush_interval,
+  /// sweep_interval, policy_timeout) are measured on (kvbm/clock.h); null: the
+  /// steady clock. Tests drive time with a ManualClock.
+  std::shared_ptr<Clock> clock;
   /// Extra listeners per pool (e.g. a KV event publisher).
   std::vector<std::shared_ptr<PoolListener>> device_listeners;
   std::vector<std::shared_ptr<PoolListener>> host_listeners;

@@ -49,6 +49,7 @@ struct BoundaryContext {
   std::shared_ptr<BlockRegistry> registry;
   std::shared_ptr<FrequencyTracker> tracker;
   std::shared_ptr<prometheus::Registry> metrics;
+  std::shared_ptr<Clock> clock;  ///< every pipeline's intervals and timeouts
 };
 
 /// One tier boundary; see the file comment.
@@ -179,7 +180,8 @@ class TierBoundary {
         .destination(*lower_)
         .engine(engine_)
         .config(pipeline_config_)
-        .metrics_registry(ctx_.metrics);
+        .metrics_registry(ctx_.metrics)
+        .clock(ctx_.clock);
     if (policy_.skip_present) b.policy(std::make_shared<PresencePolicy<Lower>>(ctx_.registry));
     return b;
   }

@@ -95,7 +95,8 @@ void KvBlockManagerImpl::build_pools() {
     if (specs_[I() + 1].blocks == 0) return;
     using B = typename std::tuple_element_t<I(), facade::Boundaries>::element_type;
     std::get<I()>(boundaries_) = std::make_unique<B>(
-        specs_[I() + 1], facade::BoundaryContext{registry_, tracker_, config_.metrics_registry});
+        specs_[I() + 1], facade::BoundaryContext{registry_, tracker_, config_.metrics_registry,
+                                                 config_.clock ? config_.clock : Clock::steady()});
   });
   for_each_index<kTierCount>([&](auto I) {
     if (specs_[I()].blocks > 0) build_pool<I()>();

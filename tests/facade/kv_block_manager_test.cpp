@@ -422,7 +422,7 @@ TEST(KvBlockManagerTest, WriteThroughHoldingQueuedBlocksLosesNone) {
 }
 
 // The G2 -> G3 pipeline takes its own config when given one: here it holds
-// small batches for an hour, which only a waiter (drain) cuts short.
+// small batches for an hour of the manager's clock (KvBlockManagerConfig::clock).
 TEST(KvBlockManagerTest, HostToDiskPipelineTakesItsOwnConfig) {
   TempDir dir;
   auto c = config(8, 16, 16, dir.path());
@@ -431,16 +431,22 @@ TEST(KvBlockManagerTest, HostToDiskPipelineTakesItsOwnConfig) {
   disk.batch_config.min_batch_size = 64;
   disk.batch_config.flush_interval = std::chrono::hours(1);
   c.host_to_disk_pipeline = disk;
+  auto clock = std::make_shared<ManualClock>();
+  c.clock = clock;  // time moves only when the test says so
   auto kv = KvBlockManager::build(c);
   const auto a = chain(4, 51);
   compute(*kv, a);
-  ASSERT_TRUE(test::eventually(
-      [&] { return test::present(*kv->host(), a) == std::vector<bool>(4, true); }));
-  // The shared config would flush these 4 blocks after 1 ms; this one waits.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // G1 -> G2 uses the shared config: its 1 ms flush interval passes when the
+  // clock is told to move.
+  ASSERT_TRUE(test::eventually([&] {
+    clock->advance(std::chrono::milliseconds(2));
+    return test::present(*kv->host(), a) == std::vector<bool>(4, true);
+  }));
+  // 2 ms of the clock later (and any wall time), G2 -> G3's hour has not passed.
   EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, false));
-  kv->drain();  // waits on the handles, which flushes the batch
-  EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, true));
+  clock->advance(std::chrono::hours(1));  // now it has: the batch is flushed
+  ASSERT_TRUE(test::eventually(
+      [&] { return test::present(*kv->disk(), a) == std::vector<bool>(4, true); }));
   kv->shutdown();
   expect_clean(*kv);
 }
