@@ -430,6 +430,11 @@ TEST(KvBlockManagerTest, HostToDiskPipelineTakesItsOwnConfig) {
   PipelineConfig disk;
   disk.batch_config.min_batch_size = 64;
   disk.batch_config.flush_interval = std::chrono::hours(1);
+  // The test moves the clock in steps while the pipelines work: no policy call
+  // may time out on that clock (a timed-out block is filtered, never copied).
+  constexpr auto kNever = std::chrono::hours(1'000'000);
+  disk.policy_timeout = kNever;
+  c.pipeline.policy_timeout = kNever;
   c.host_to_disk_pipeline = disk;
   auto clock = std::make_shared<ManualClock>();
   c.clock = clock;  // time moves only when the test says so
