@@ -35,35 +35,13 @@ namespace kvbm {
 namespace {
 
 namespace fs = std::filesystem;
+using test::payload_of;
+using test::SlotBuffer;
 using test::TempDir;
 
 // 2 x 2 x 4 x 128 x 2 = 4 KiB blocks.
 const LayoutConfig kLayout{
     .num_layers = 2, .outer_dim = 2, .page_size = 4, .inner_dim = 128, .dtype_bytes = 2};
-
-/// The bytes of the block of `hash`: derived from the hash, so any process can check them.
-std::vector<std::byte> payload_of(std::uint64_t hash, std::size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  std::uint64_t x = hash * 0x9E3779B97F4A7C15ULL + 1;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    out[i] = static_cast<std::byte>(x);
-  }
-  return out;
-}
-
-struct SlotBuffer {
-  explicit SlotBuffer(std::size_t n)
-      : p(static_cast<std::byte*>(std::aligned_alloc(4096, n))), size(n) {}
-  ~SlotBuffer() { std::free(p); }
-  SlotBuffer(const SlotBuffer&) = delete;
-  SlotBuffer& operator=(const SlotBuffer&) = delete;
-  std::span<std::byte> span() { return {p, size}; }
-  std::byte* p;
-  std::size_t size;
-};
 
 /// Writes the block of `hash` into `slot` of the owner's pool.
 void write(const DiskStorage& disk, BlockId slot, std::uint64_t hash) {

@@ -43,6 +43,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::HostPool;
+using test::payload_of;
+using test::SlotBuffer;
+using test::splitmix;
 using test::TempDir;
 
 // 2 x 2 x 4 x 128 x 2 = 4 KiB blocks: one data sector, one header sector.
@@ -55,24 +58,6 @@ const LayoutConfig kSameBytes{
 const LayoutConfig kOdd{
     .num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-/// The bytes a block of sequence hash `hash` holds in these tests: derived
-/// from the hash alone, so any process can check them.
-std::vector<std::byte> payload_of(std::uint64_t hash, std::size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  for (std::size_t i = 0; i < bytes; i += 8) {
-    const std::uint64_t v = splitmix(hash ^ (i * 0x100000001B3ULL));
-    std::memcpy(out.data() + i, &v, std::min<std::size_t>(8, bytes - i));
-  }
-  return out;
-}
-
 /// Writes the payload of `hash` into host block `b`.
 void fill_block(const HostPool& host, BlockId b, std::uint64_t hash) {
   const auto bytes = payload_of(hash, host.layout().config().block_bytes());
@@ -82,18 +67,6 @@ void fill_block(const HostPool& host, BlockId b, std::uint64_t hash) {
     at += r.size;
   }
 }
-
-/// An aligned slot buffer.
-struct SlotBuffer {
-  explicit SlotBuffer(std::size_t n)
-      : p(static_cast<std::byte*>(std::aligned_alloc(4096, n))), size(n) {}
-  ~SlotBuffer() { std::free(p); }
-  SlotBuffer(const SlotBuffer&) = delete;
-  SlotBuffer& operator=(const SlotBuffer&) = delete;
-  std::span<std::byte> span() { return {p, size}; }
-  std::byte* p;
-  std::size_t size;
-};
 
 class DiskRecoveryTest : public ::testing::Test {
  protected:

@@ -27,23 +27,12 @@ namespace kvbm {
 namespace {
 
 namespace fs = std::filesystem;
+using test::SlotBuffer;
 using test::TempDir;
 
 LayoutConfig small_config() {
   return {.num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
 }
-
-/// An aligned slot buffer.
-struct SlotBuffer {
-  explicit SlotBuffer(std::size_t n)
-      : p(static_cast<std::byte*>(std::aligned_alloc(DiskStorage::kAlignment, n))), size(n) {}
-  ~SlotBuffer() { std::free(p); }
-  SlotBuffer(const SlotBuffer&) = delete;
-  SlotBuffer& operator=(const SlotBuffer&) = delete;
-  std::span<std::byte> span() { return {p, size}; }
-  std::byte* p;
-  std::size_t size;
-};
 
 class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
  protected:

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -47,6 +48,37 @@
 #include "kvbm/storage/layout.h"
 
 namespace kvbm::test {
+
+/// A 64-bit mix (splitmix64's finalizer): test data from a seed.
+inline std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/// The bytes a block of sequence hash `hash` holds in these tests: derived
+/// from the hash alone, so any process can check them.
+inline std::vector<std::byte> payload_of(std::uint64_t hash, std::size_t bytes) {
+  std::vector<std::byte> out(bytes);
+  for (std::size_t i = 0; i < bytes; i += 8) {
+    const std::uint64_t v = splitmix(hash ^ (i * 0x100000001B3ULL));
+    std::memcpy(out.data() + i, &v, std::min<std::size_t>(8, bytes - i));
+  }
+  return out;
+}
+
+/// A slot buffer aligned to DiskStorage::kAlignment (what O_DIRECT asks).
+struct SlotBuffer {
+  explicit SlotBuffer(std::size_t n)
+      : p(static_cast<std::byte*>(std::aligned_alloc(DiskStorage::kAlignment, n))), size(n) {}
+  ~SlotBuffer() { std::free(p); }
+  SlotBuffer(const SlotBuffer&) = delete;
+  SlotBuffer& operator=(const SlotBuffer&) = delete;
+  std::span<std::byte> span() { return {p, size}; }
+  std::byte* p;
+  std::size_t size;
+};
 
 /// A fresh directory from mkdtemp under `base`, removed (recursively) on destruction.
 class TempDir {
