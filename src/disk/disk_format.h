@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <span>
 
 #include "kvbm/disk/disk_storage.h"
@@ -60,5 +62,22 @@ inline SlotHeader load_header(std::span<const std::byte> sector) noexcept {
 }
 
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+/// `bytes` of memory aligned to DiskStorage::kAlignment (what O_DIRECT asks of
+/// a buffer), zeroed unless `zero` is false, freed on destruction. Throws
+/// std::bad_alloc.
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t bytes, bool zero = true)
+      : p(static_cast<std::byte*>(std::aligned_alloc(DiskStorage::kAlignment, bytes))), n(bytes) {
+    if (p == nullptr) throw std::bad_alloc();
+    if (zero) std::memset(p, 0, n);
+  }
+  ~AlignedBuffer() { std::free(p); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  [[nodiscard]] std::span<std::byte> span() noexcept { return {p, n}; }
+  std::byte* p;
+  std::size_t n;
+};
 
 }  // namespace kvbm::detail

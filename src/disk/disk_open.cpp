@@ -39,20 +39,6 @@ io::IoError prefixed(io::IoError error, const std::string& prefix) {
   return error;
 }
 
-/// A 4 KiB aligned, zeroed buffer.
-struct Sector {
-  Sector()
-      : p(static_cast<std::byte*>(
-            std::aligned_alloc(DiskStorage::kAlignment, DiskStorage::kAlignment))) {
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, DiskStorage::kAlignment);
-  }
-  ~Sector() { std::free(p); }
-  Sector(const Sector&) = delete;
-  Sector& operator=(const Sector&) = delete;
-  std::byte* p;
-};
-
 /// Refuses (UsageError) a persistent directory, lock file or slot file that
 /// another user owns or anybody may write.
 void check_owner(int fd, const std::string& what, const std::string& path, bool regular) {
@@ -391,7 +377,7 @@ io::IoStatus DiskStorage::allocate(std::uint64_t bytes) const {
 }
 
 io::IoStatus DiskStorage::write_superblock() const {
-  Sector sector;
+  detail::AlignedBuffer sector(kAlignment);
   detail::Superblock sb{};
   sb.magic = detail::kFileMagic;
   sb.version = kFormatVersion;
@@ -422,7 +408,7 @@ io::IoStatus DiskStorage::read_superblock(SlotDiscard& reason, std::string& why,
     why = "no kvbm superblock (a size of " + std::to_string(size) + " bytes)";
     return {};
   }
-  Sector sector;
+  detail::AlignedBuffer sector(kAlignment);
   if (auto r = io::pread_full(file_.get(), sector.p, kSuperblockBytes,
                               static_cast<std::int64_t>(size - kAlignment));
       !r) {

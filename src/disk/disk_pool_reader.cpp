@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "disk/disk_format.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
@@ -25,19 +26,6 @@ DiskStorageOptions storage_options(const DiskPoolReaderOptions& o) {
   s.persistent = true;
   return s;
 }
-
-/// An aligned slot buffer for DiskStorage::read_slot().
-struct SlotBuffer {
-  explicit SlotBuffer(std::size_t bytes)
-      : p(static_cast<std::byte*>(std::aligned_alloc(DiskStorage::kAlignment, bytes))), n(bytes) {
-    if (p == nullptr) throw std::bad_alloc();
-  }
-  ~SlotBuffer() { std::free(p); }
-  SlotBuffer(const SlotBuffer&) = delete;
-  SlotBuffer& operator=(const SlotBuffer&) = delete;
-  std::byte* p;
-  std::size_t n;
-};
 
 }  // namespace
 
@@ -112,8 +100,8 @@ bool DiskPoolReader::read(std::uint64_t hash, std::span<const std::span<std::byt
     storage = storage_;
     slot = it->second;
   }
-  SlotBuffer buffer(storage->slot_bytes());
-  if (storage->read_slot(slot, {buffer.p, buffer.n}, hash)) {
+  detail::AlignedBuffer buffer(storage->slot_bytes(), /*zero=*/false);  // read_slot fills it
+  if (storage->read_slot(slot, buffer.span(), hash)) {
     const std::byte* from = buffer.p;
     for (const auto& s : segments) {
       std::memcpy(s.data(), from, s.size());
