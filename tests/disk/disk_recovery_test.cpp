@@ -777,5 +777,21 @@ TEST_F(DiskRecoveryTest, RandomAndMutatedFilesOnlyLoseSlots) {
   }
 }
 
+// A discarded slot read back is a failure of a kind (kCorrupt, kIo); an
+// absent slot or a duplicate holds nothing wrong.
+TEST(SlotDiscard, MapsOntoErrorKinds) {
+  for (std::size_t r = 0; r < kSlotDiscardReasons; ++r) {
+    const auto reason = static_cast<SlotDiscard>(r);
+    const auto kind = error_kind_of(reason);
+    if (reason == SlotDiscard::kAbsent || reason == SlotDiscard::kDuplicate) {
+      EXPECT_EQ(kind, std::nullopt) << to_string(reason);
+    } else if (reason == SlotDiscard::kIoError) {
+      EXPECT_EQ(kind, ErrorKind::kIo);
+    } else {
+      EXPECT_EQ(kind, ErrorKind::kCorrupt) << to_string(reason);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvbm

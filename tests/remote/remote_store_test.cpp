@@ -126,6 +126,18 @@ std::size_t count(const std::vector<RemoteStatus>& v, RemoteStatus s) {
   return static_cast<std::size_t>(std::count(v.begin(), v.end(), s));
 }
 
+// A failed remote call reports its status as an ErrorKind; a hit or a miss is no failure.
+TEST(RemoteStatus, MapsOntoErrorKinds) {
+  EXPECT_EQ(error_kind_of(RemoteStatus::kOk), std::nullopt);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kNotFound), std::nullopt);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kCorrupt), ErrorKind::kCorrupt);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kUnavailable), ErrorKind::kUnavailable);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kConnectionLost), ErrorKind::kUnavailable);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kTimeout), ErrorKind::kTimeout);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kOutOfMemory), ErrorKind::kNoSpace);
+  EXPECT_EQ(error_kind_of(RemoteStatus::kServerError), ErrorKind::kIo);
+}
+
 TEST(RemoteStoreTest, BadUrlsAndOptionsThrowUsageError) {
   EXPECT_THROW((void)RemoteStore::create(options_for({})), UsageError);
   EXPECT_THROW((void)RemoteStore::create(options_for({"http://x"})), UsageError);
