@@ -1,4 +1,4 @@
-// One thread that runs posted jobs in order (kvbm/detail/worker.h).
+// The background loops of kvbm (kvbm/detail/worker.h).
 
 #include "kvbm/detail/worker.h"
 
@@ -7,11 +7,42 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvbm/error.h"
 #include "kvbm/logging.h"
 
 namespace kvbm::detail {
+namespace {
 
-Worker::Worker(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
+// Runs `f`; what it throws is logged under `name` and dropped.
+void run_logged(const std::string& name, const char* what,
+                const std::function<void()>& f) noexcept {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    try {
+      logger()->error("{}: a {} threw and was dropped: {}", name, what, e.what());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): logging never ends the worker
+    }
+  } catch (...) {
+    try {
+      logger()->error("{}: a {} threw and was dropped", name, what);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): logging never ends the worker
+    }
+  }
+}
+
+}  // namespace
+
+Worker::Worker(std::string name, std::size_t threads) : name_(std::move(name)) {
+  KVBM_CHECK(threads >= 1, "Worker '", name_, "': needs at least one thread");
+  threads_.reserve(threads);
+  try {
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  } catch (...) {  // system_error or bad_alloc: stop the threads started, rethrow
+    stop();
+    throw;
+  }
+}
 
 Worker::~Worker() { stop(); }
 
@@ -27,7 +58,7 @@ bool Worker::post(std::function<void()> job) {
 
 void Worker::wait_idle() {
   UniqueLock lock(mu_);
-  idle_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return jobs_.empty() && !running_; });
+  idle_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return jobs_.empty() && running_ == 0; });
 }
 
 void Worker::stop() {
@@ -36,35 +67,83 @@ void Worker::stop() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  LockGuard joining(join_mu_);
+  for (auto& t : threads_) {
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  }
 }
 
 void Worker::run() noexcept {
+  bool ran = false;  // this thread has ended a job since it last looked
   for (;;) {
     std::function<void()> job;
     {
       UniqueLock lock(mu_);
-      running_ = false;
-      if (jobs_.empty()) idle_cv_.notify_all();
+      if (ran) --running_;
+      if (jobs_.empty() && running_ == 0) idle_cv_.notify_all();
       cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stop_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopped, every job run
       job = std::move(jobs_.front());
       jobs_.pop_front();
-      running_ = true;
+      ++running_;
     }
-    try {
-      job();
-    } catch (const std::exception& e) {
-      try {
-        logger()->error("{}: a job threw and was dropped: {}", name_, e.what());
-      } catch (...) {  // NOLINT(bugprone-empty-catch): logging never ends the worker
-      }
-    } catch (...) {
-      try {
-        logger()->error("{}: a job threw and was dropped", name_);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): logging never ends the worker
-      }
+    run_logged(name_, "job", job);
+    ran = true;
+  }
+}
+
+PeriodicWorker::PeriodicWorker(std::string name, std::shared_ptr<Clock> clock,
+                               Clock::duration period, std::function<void()> tick)
+    : name_(std::move(name)), clock_(std::move(clock)), period_(period), tick_(std::move(tick)) {
+  KVBM_CHECK(clock_ != nullptr, name_, ": the clock is null");
+  KVBM_CHECK(period_.count() > 0, name_, ": the period must be positive (got ", period_.count(),
+             " ns)");
+  KVBM_CHECK(tick_ != nullptr, name_, ": the tick is empty");
+  subscription_ = clock_->subscribe(mu_.native(), cv_);
+  const Clock::time_point first = clock_->now() + period_;  // not when the thread gets going
+  thread_ = std::thread([this, first] { run(first); });
+}
+
+PeriodicWorker::~PeriodicWorker() { stop(); }
+
+void PeriodicWorker::wake() {
+  {
+    LockGuard lock(mu_);
+    if (woken_) return;
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
+void PeriodicWorker::stop() {
+  {
+    LockGuard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  LockGuard joining(join_mu_);
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  subscription_.reset();
+}
+
+std::uint64_t PeriodicWorker::ticks() const {
+  LockGuard lock(mu_);
+  return ticks_;
+}
+
+void PeriodicWorker::run(Clock::time_point next) noexcept {
+  UniqueLock lock(mu_);
+  while (!stop_) {
+    if (!woken_ && clock_->now() < next) {
+      clock_->wait_until(lock.native(), cv_, next);
+      continue;
     }
+    woken_ = false;
+    lock.unlock();
+    run_logged(name_, "tick", tick_);
+    lock.lock();
+    ++ticks_;
+    next = clock_->now() + period_;
   }
 }
 

@@ -1,10 +1,14 @@
-// Tests of kvbm/detail/worker.h: jobs run in order on one thread, wait_idle()
-// returns once every earlier job ran, stop() runs what is queued and refuses
-// the rest, and a job that throws is dropped without ending the worker.
+// Tests of kvbm/detail/worker.h. Worker: jobs run in order on one thread (or
+// together on several), wait_idle() returns once every earlier job ran, stop()
+// runs what is queued and refuses the rest, and a job that throws is dropped
+// without ending the worker. PeriodicWorker: a tick every period of a
+// ManualClock, or at once on wake(), none after stop().
 
 #include "kvbm/detail/worker.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -12,6 +16,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "kvbm/clock.h"
+#include "kvbm/error.h"
+#include "test_util.h"
 
 namespace kvbm::detail {
 namespace {
@@ -58,6 +66,73 @@ TEST(Worker, AJobThatThrowsIsDroppedAndTheWorkerGoesOn) {
   ASSERT_TRUE(w.post([&] { ++ran; }));
   w.wait_idle();
   EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(Worker, ThreadsRunJobsTogether) {
+  constexpr std::size_t kThreads = 4;
+  Worker w("test pool", kThreads);
+  EXPECT_EQ(w.threads(), kThreads);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t arrived = 0;
+  std::atomic<std::size_t> met{0};
+  // Each job waits for all of them: they meet only if every thread runs one.
+  for (std::size_t i = 0; i < kThreads; ++i) {
+    ASSERT_TRUE(w.post([&] {
+      std::unique_lock lock(mu);
+      ++arrived;
+      cv.notify_all();
+      if (cv.wait_for(lock, std::chrono::seconds(10), [&] { return arrived == kThreads; })) ++met;
+    }));
+  }
+  w.wait_idle();
+  EXPECT_EQ(met.load(), kThreads);
+  EXPECT_THROW(Worker("no threads", 0), UsageError);
+}
+
+TEST(PeriodicWorker, TicksEveryPeriodOfItsClock) {
+  using namespace std::chrono_literals;
+  auto clock = std::make_shared<ManualClock>();
+  const Clock::time_point t0 = clock->now();
+  std::mutex mu;
+  std::vector<Clock::time_point> at;  // when each tick ran
+  PeriodicWorker p("test ticker", clock, 10ms, [&] {
+    std::lock_guard lock(mu);
+    at.push_back(clock->now());
+  });
+  ASSERT_TRUE(test::eventually([&] { return clock->waiters() == 1; }));
+  clock->advance(9ms);  // not yet due
+  clock->advance(1ms);
+  ASSERT_TRUE(test::eventually([&] { return p.ticks() == 1; }));
+  ASSERT_TRUE(test::eventually([&] { return clock->waiters() == 1; }));  // the next is 10ms on
+  EXPECT_EQ(p.ticks(), 1u);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(at.at(0), t0 + 10ms) << "ticked before its period was up";
+  }
+  clock->advance(10ms);
+  ASSERT_TRUE(test::eventually([&] { return p.ticks() == 2; }));
+  p.stop();
+  clock->advance(1h);
+  p.wake();
+  EXPECT_EQ(p.ticks(), 2u) << "a tick after stop()";
+}
+
+TEST(PeriodicWorker, WakeTicksAtOnceAndATickThatThrowsIsDropped) {
+  using namespace std::chrono_literals;
+  auto clock = std::make_shared<ManualClock>();
+  std::atomic<int> calls{0};
+  PeriodicWorker p("test ticker", clock, 1h, [&] {
+    if (calls.fetch_add(1) == 0) throw std::runtime_error("boom");
+  });
+  p.wake();
+  ASSERT_TRUE(test::eventually([&] { return p.ticks() == 1; }));
+  p.wake();  // the thread goes on after the throw
+  ASSERT_TRUE(test::eventually([&] { return p.ticks() == 2; }));
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_THROW(PeriodicWorker("bad", clock, 0ns, [] {}), UsageError);
+  EXPECT_THROW(PeriodicWorker("bad", nullptr, 1ms, [] {}), UsageError);
+  EXPECT_THROW(PeriodicWorker("bad", clock, 1ms, {}), UsageError);
 }
 
 }  // namespace

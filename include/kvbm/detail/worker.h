@@ -1,31 +1,46 @@
-// kvbm/detail/worker.h: one thread that runs posted jobs in order.
+// kvbm/detail/worker.h: the background loops of kvbm, written once.
 //
-// The job-queue loop several parts of kvbm need (the G4 fetch worker, the
-// bounce engine's driver): post() queues a job and wakes the thread,
-// wait_idle() returns once every job posted before it has run, stop() refuses
-// new jobs, lets the queued ones run, and joins. A job that throws is logged
-// and dropped; the worker goes on. The destructor stops.
+// Worker: threads that run posted jobs (the G4 fetch worker, the bounce
+// engine's driver, the G4 writer, the host engine's copy threads). post()
+// queues a job and wakes a thread, wait_idle() returns once every job posted
+// before it has run, stop() refuses new jobs, lets the queued ones run, and
+// joins. With one thread (the default) jobs run in posting order.
 //
-// Thread-safety: post(), wait_idle() and stop() may be called from any thread
-// but the worker's own (a job that waits for its own worker deadlocks).
+// PeriodicWorker: one thread that calls a tick every `period` on a kvbm::Clock
+// and at once when wake()d (the cancel sweeper, the KV event flusher). The
+// next tick is due one period after the last one ended; wakes that come
+// before a tick starts are one tick. A ManualClock drives it by advance().
+//
+// For both, a job or tick that throws is logged and dropped, and the thread
+// goes on; the destructor stops.
+// Thread-safety: every member may be called from any thread but the worker's
+// own (a job that waits for its own worker deadlocks); wake() takes only the
+// worker's own mutex, so it may be called under a caller's lock.
 
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
 
 namespace kvbm::detail {
 
-/// One thread running posted jobs in order; see the file comment.
+/// Threads running posted jobs; see the file comment.
 class Worker {
  public:
-  /// Starts the thread. `name` appears in the log line of a job that throws.
-  explicit Worker(std::string name);
+  /// Starts `threads` (>= 1) threads. `name` appears in the log line of a
+  /// job that throws. Throws UsageError for 0 threads, and what starting a
+  /// thread throws (the ones started are stopped first).
+  explicit Worker(std::string name, std::size_t threads = 1);
   /// stop().
   ~Worker();
   Worker(const Worker&) = delete;
@@ -37,6 +52,8 @@ class Worker {
   void wait_idle();
   /// Refuses new jobs, waits for the queued ones to run, joins. Idempotent.
   void stop();
+  /// Returns the number of threads.
+  [[nodiscard]] std::size_t threads() const noexcept { return threads_.size(); }
 
  private:
   void run() noexcept;
@@ -44,10 +61,48 @@ class Worker {
   std::string name_;
   Mutex mu_;
   std::condition_variable cv_;       // a job, or stop
-  std::condition_variable idle_cv_;  // the queue ran empty
+  std::condition_variable idle_cv_;  // the queue ran empty and no job runs
   std::deque<std::function<void()>> jobs_ KVBM_GUARDED_BY(mu_);
+  std::size_t running_ KVBM_GUARDED_BY(mu_) = 0;  // jobs taken and not yet ended
   bool stop_ KVBM_GUARDED_BY(mu_) = false;
-  bool running_ KVBM_GUARDED_BY(mu_) = false;
+  Mutex join_mu_;                     // one stop() joins, a concurrent one waits for it
+  std::vector<std::thread> threads_;  // last: started once everything above exists
+};
+
+/// One thread ticking every period of a Clock, or when woken; see the file comment.
+class PeriodicWorker {
+ public:
+  /// Starts the thread; the first tick is due one period from now (or at the
+  /// first wake()). Throws UsageError when the clock is null, the period is
+  /// not positive or the tick is empty.
+  PeriodicWorker(std::string name, std::shared_ptr<Clock> clock, Clock::duration period,
+                 std::function<void()> tick);
+  /// stop().
+  ~PeriodicWorker();
+  PeriodicWorker(const PeriodicWorker&) = delete;
+  PeriodicWorker& operator=(const PeriodicWorker&) = delete;
+
+  /// Asks for a tick as soon as the thread can run one.
+  void wake();
+  /// Joins: a tick under way ends, no other starts. Idempotent.
+  void stop();
+  /// Returns the number of ticks that have ended.
+  [[nodiscard]] std::uint64_t ticks() const;
+
+ private:
+  void run(Clock::time_point next) noexcept;
+
+  std::string name_;
+  const std::shared_ptr<Clock> clock_;
+  const Clock::duration period_;
+  const std::function<void()> tick_;
+  mutable Mutex mu_;
+  std::condition_variable cv_;  // a wake, stop, or (ManualClock) an advance
+  bool woken_ KVBM_GUARDED_BY(mu_) = false;
+  bool stop_ KVBM_GUARDED_BY(mu_) = false;
+  std::uint64_t ticks_ KVBM_GUARDED_BY(mu_) = 0;
+  Mutex join_mu_;  // one stop() joins, a concurrent one waits for it
+  Clock::Subscription subscription_;
   std::thread thread_;  // last: started once everything above exists
 };
 
