@@ -12,10 +12,8 @@ CancelSweeper::CancelSweeper(std::shared_ptr<Clock> clock, std::chrono::nanoseco
              interval_.count(), " ns)");
 }
 
-CancelSweeper::~CancelSweeper() { stop(); }
-
 void CancelSweeper::add_target(std::function<std::size_t()> sweep) {
-  KVBM_CHECK(!thread_.joinable(), "CancelSweeper::add_target after start()");
+  KVBM_CHECK(loop_ == nullptr, "CancelSweeper::add_target after start()");
   KVBM_CHECK(sweep != nullptr, "CancelSweeper::add_target: empty target");
   targets_.push_back(std::move(sweep));
 }
@@ -36,34 +34,13 @@ std::size_t CancelSweeper::sweep_once() {
 }
 
 void CancelSweeper::start() {
-  KVBM_CHECK(!thread_.joinable(), "CancelSweeper::start called twice");
-  subscription_ = clock_->subscribe(mu_.native(), cv_);
-  const Clock::time_point first = clock_->now() + interval_;  // not when the thread gets going
-  thread_ = std::thread([this, first] { run(first); });
+  KVBM_CHECK(loop_ == nullptr, "CancelSweeper::start called twice");
+  loop_ = std::make_unique<detail::PeriodicWorker>("cancel sweeper", clock_, interval_,
+                                                   [this] { sweep_once(); });
 }
 
 void CancelSweeper::stop() {
-  {
-    detail::LockGuard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  subscription_.reset();
-}
-
-void CancelSweeper::run(Clock::time_point next) {
-  detail::UniqueLock lock(mu_);
-  while (!stop_) {
-    if (clock_->now() >= next) {
-      lock.unlock();
-      sweep_once();
-      lock.lock();
-      next = clock_->now() + interval_;
-      continue;
-    }
-    clock_->wait_until(lock.native(), cv_, next);
-  }
+  if (loop_) loop_->stop();
 }
 
 std::uint64_t CancelSweeper::passes() const {

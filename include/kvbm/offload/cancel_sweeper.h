@@ -3,7 +3,8 @@
 // A cancelled container ends its handle at once (it holds no block), but it
 // may still sit in a queue or in the batcher. The CancelSweeper calls each
 // of its targets (a function that sweeps one queue and returns how many
-// items it removed) every `interval` on the clock, on its own thread, so
+// items it removed) every `interval` on the clock, on its own thread (a
+// detail::PeriodicWorker), so
 // cancelled containers leave the pipeline promptly and never take a place
 // in a batch. sweep_once() runs one pass on the calling thread.
 //
@@ -18,12 +19,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 
 namespace kvbm {
 
@@ -33,7 +33,7 @@ class CancelSweeper {
   /// Throws UsageError when the clock is null or the interval not positive.
   CancelSweeper(std::shared_ptr<Clock> clock, std::chrono::nanoseconds interval);
   /// Stops the thread.
-  ~CancelSweeper();
+  ~CancelSweeper() = default;
   CancelSweeper(const CancelSweeper&) = delete;
   CancelSweeper& operator=(const CancelSweeper&) = delete;
 
@@ -43,7 +43,7 @@ class CancelSweeper {
   std::size_t sweep_once();
   /// Starts the periodic thread (the first pass comes one interval later).
   void start();
-  /// Stops and joins the thread. Idempotent.
+  /// Stops and joins the thread (a pass under way ends first). Idempotent.
   void stop();
 
   /// Returns the number of passes run (by the thread or sweep_once()).
@@ -56,20 +56,15 @@ class CancelSweeper {
   [[nodiscard]] std::chrono::nanoseconds interval() const noexcept { return interval_; }
 
  private:
-  void run(Clock::time_point first);
-
   std::shared_ptr<Clock> clock_;
   const std::chrono::nanoseconds interval_;
   std::vector<std::function<std::size_t()>> targets_;
   mutable detail::Mutex mu_;
-  mutable std::condition_variable cv_;         // wakes the thread
   mutable std::condition_variable passes_cv_;  // wakes wait_passes()
-  bool stop_ KVBM_GUARDED_BY(mu_) = false;
   std::uint64_t passes_ KVBM_GUARDED_BY(mu_) = 0;
   std::uint64_t swept_ KVBM_GUARDED_BY(mu_) = 0;
-  detail::Mutex sweep_mu_;  // one pass at a time
-  Clock::Subscription subscription_;
-  std::thread thread_;
+  detail::Mutex sweep_mu_;                        // one pass at a time
+  std::unique_ptr<detail::PeriodicWorker> loop_;  // from start(); last: stops first
 };
 
 }  // namespace kvbm
