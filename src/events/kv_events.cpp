@@ -7,16 +7,15 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 
@@ -59,13 +58,12 @@ struct KvEventPublisher::State {
   const KvEventPublisherOptions options;
   const std::shared_ptr<Clock> clock;
 
-  // Collecting: a leaf lock, taken under pools' locks; held only to append.
+  // Collecting: taken under pools' locks (and takes only the flusher's
+  // leaf lock, in wake()); held only to append.
   mutable detail::Mutex mu;
-  std::condition_variable cv;
   std::vector<KvEvent> pending KVBM_GUARDED_BY(mu);
   std::size_t pending_blocks KVBM_GUARDED_BY(mu) = 0;
   bool wake KVBM_GUARDED_BY(mu) = false;  // max_batch_size blocks wait
-  bool stop KVBM_GUARDED_BY(mu) = false;
 
   // Publishing: one flush at a time, so sequence numbers reach the sink in order.
   detail::Mutex publish_mu;
@@ -79,7 +77,9 @@ struct KvEventPublisher::State {
   std::atomic<std::uint64_t> failed_batches{0};
   std::atomic<std::uint64_t> dropped_blocks{0};
 
-  std::thread flusher;
+  // The background flush (options.background_flush), from the constructor
+  // on; last: stopped before the members its ticks use go.
+  std::unique_ptr<detail::PeriodicWorker> flusher;
 
   /// Reserves room for `blocks` more pending blocks; false (and counted as
   /// dropped) when the buffer is full. Caller holds mu.
@@ -91,7 +91,7 @@ struct KvEventPublisher::State {
     pending_blocks += blocks;
     if (!wake && pending_blocks >= options.max_batch_size) {
       wake = true;
-      if (options.background_flush) cv.notify_one();
+      if (flusher) flusher->wake();
     }
     return true;
   }
@@ -202,22 +202,14 @@ struct KvEventPublisher::State {
     return batches;
   }
 
-  void run() noexcept {
+  // The flusher's tick: every flush_interval (the heartbeat_interval when
+  // shorter), or once max_batch_size blocks wait.
+  void start_flusher() {
     const auto period = options.heartbeat_interval.count() > 0
                             ? std::min(options.flush_interval, options.heartbeat_interval)
                             : options.flush_interval;
-    detail::UniqueLock lock(mu);
-    while (!stop) {
-      cv.wait_for(lock.native(), period, [this]() KVBM_REQUIRES(mu) { return stop || wake; });
-      if (stop) break;
-      lock.unlock();
-      try {
-        flush();
-      } catch (const std::exception& e) {  // bad_alloc; publish_one catches the sink's own
-        logger()->warn("KV events: flush failed: {}", e.what());
-      }
-      lock.lock();
-    }
+    flusher = std::make_unique<detail::PeriodicWorker>("KV event flusher", clock, period,
+                                                       [this] { flush(); });
   }
 };
 
@@ -299,21 +291,11 @@ KvEventPublisher::KvEventPublisher(std::shared_ptr<EventSink> sink,
   KVBM_CHECK(options.heartbeat_interval.count() >= 0,
              "KvEventPublisher: heartbeat_interval must not be negative (zero turns it off)");
   state_ = std::make_shared<State>(std::move(sink), std::move(options));
-  if (state_->options.background_flush) {
-    State* s = state_.get();
-    state_->flusher = std::thread([s] { s->run(); });
-  }
+  if (state_->options.background_flush) state_->start_flusher();
 }
 
 KvEventPublisher::~KvEventPublisher() {
-  if (state_->flusher.joinable()) {
-    {
-      detail::LockGuard lock(state_->mu);
-      state_->stop = true;
-    }
-    state_->cv.notify_all();
-    state_->flusher.join();
-  }
+  if (state_->flusher) state_->flusher->stop();
   try {
     state_->flush();
   } catch (const std::exception& e) {

@@ -585,6 +585,24 @@ TEST(KvEventPublisher, BackgroundFlusherSendsHeartbeats) {
   EXPECT_EQ(seen[1].sequence, seen[0].sequence + 1);
 }
 
+TEST(KvEventPublisher, BackgroundFlusherFlushesEveryIntervalOfItsClock) {
+  Recorder rec;
+  auto clock = std::make_shared<ManualClock>();
+  KvEventPublisherOptions o = manual();
+  o.background_flush = true;
+  o.flush_interval = std::chrono::seconds(10);
+  o.monotonic_clock = clock;  // the flush interval runs on it too
+  KvEventPublisher pub(rec.sink(), o);
+  pub.clear_all("GPU");
+  ASSERT_TRUE(test::eventually([&] { return clock->waiters() == 1; }));
+  clock->advance(std::chrono::seconds(9));
+  ASSERT_TRUE(test::eventually([&] { return clock->waiters() == 1; }));
+  EXPECT_EQ(pub.pending_events(), 1U) << "flushed before flush_interval passed on the clock";
+  clock->advance(std::chrono::seconds(1));
+  ASSERT_TRUE(rec.wait_for(1));
+  EXPECT_EQ(rec.seen()[0].batch.events.size(), 1U);
+}
+
 // ---------------------------------------------------------------------------
 // Attached to a real pool
 

@@ -57,7 +57,8 @@ struct KvEventPublisherOptions {
   /// Publish an empty batch when nothing was published for this long; zero
   /// (the default) turns heartbeats off. See the file comment.
   std::chrono::milliseconds heartbeat_interval{0};
-  /// Monotonic time for the heartbeat (kvbm/clock.h); the steady clock when null.
+  /// Monotonic time for the flush interval and the heartbeat (kvbm/clock.h);
+  /// the steady clock when null.
   std::shared_ptr<Clock> monotonic_clock;
 };
 
