@@ -41,7 +41,6 @@ RemoteWriter::RemoteWriter(std::shared_ptr<RemoteStore> store, const Layout& sou
     free_slots_.reserve(options_.staging_blocks);
     for (std::size_t i = options_.staging_blocks; i-- > 0;) free_slots_.push_back(i);
   }
-  worker_ = std::thread([this] { run(); });
 }
 
 RemoteWriter::~RemoteWriter() { shutdown(); }
@@ -76,44 +75,52 @@ std::size_t RemoteWriter::stage(std::span<const Source> blocks) noexcept {
       queue_.push_back({slot, b.hash});
       ++staged;
     }
+    // Posted under the lock, so that drain() (which waits for the jobs posted
+    // before it) sees every block staged before it. Refused after shutdown,
+    // whose own job writes what is left.
+    if (staged > 0 && !posted_) {
+      try {
+        posted_ = worker_.post([this] { write_staged(); });
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): bad_alloc; the
+      }                                  // next stage() or shutdown() posts
+    }
   }
-  if (staged > 0) work_cv_.notify_one();
   metrics_->add_blocks(BlockOutcome::kAlreadyPresent, duplicate);
   metrics_->add_blocks(BlockOutcome::kNoSpace, no_room);
   return staged;
 }
 
-void RemoteWriter::drain() {
-  detail::UniqueLock lock(mu_);
-  idle_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return queue_.empty() && !busy_; });
-}
+void RemoteWriter::drain() { worker_.wait_idle(); }
 
 void RemoteWriter::shutdown() {
-  std::call_once(stopped_, [&] {
-    {
-      detail::LockGuard lock(mu_);
-      stop_ = true;
-    }
-    work_cv_.notify_all();
-    worker_.join();
-  });
+  {
+    detail::LockGuard lock(mu_);
+    stop_ = true;
+  }
+  worker_.post([this] { write_staged(); });  // what is staged without a job; refused when stopped
+  worker_.stop();
 }
 
-void RemoteWriter::run() {
+// The worker's job: writes batches until nothing is staged.
+void RemoteWriter::write_staged() {
   std::vector<Item> batch;
   for (;;) {
     {
-      detail::UniqueLock lock(mu_);
-      busy_ = false;
-      if (queue_.empty()) idle_cv_.notify_all();
-      work_cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopped, and everything staged is written
+      detail::LockGuard lock(mu_);
+      if (queue_.empty()) {
+        posted_ = false;
+        return;
+      }
       const std::size_t n = std::min(queue_.size(), options_.max_batch_blocks);
       batch.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-      busy_ = true;
     }
-    write(batch);
+    try {
+      write(batch);
+    } catch (const std::exception& e) {  // bad_alloc: the batch is lost, its slots are not
+      logger()->warn("offload {}: a batch of {} blocks was dropped: {}", options_.name,
+                     batch.size(), e.what());
+    }
     detail::LockGuard lock(mu_);
     for (const auto& item : batch) {
       waiting_.erase(item.hash.value());

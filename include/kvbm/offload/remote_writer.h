@@ -5,7 +5,7 @@
 // own staging memory at once, so the caller (an allocation evicting the
 // block, or the hand-off of a block just registered in G2) never waits for
 // the network and the tier's block is free again when stage() returns. One
-// worker thread then writes what is staged, in batches of up to
+// worker thread (a detail::Worker) then writes what is staged, in batches of up to
 // max_batch_blocks, in staging order:
 //
 //   1. the policies drop what they filter (a RemotePresencePolicy asks the
@@ -36,19 +36,17 @@
 
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/policy.h"
 #include "kvbm/pool_listener.h"
@@ -104,7 +102,7 @@ class RemoteWriter {
     std::size_t slot = 0;
     SequenceHash hash;
   };
-  void run();
+  void write_staged();
   void write(std::vector<Item>& batch);
   std::span<std::byte> slot_bytes(std::size_t slot) noexcept {
     return {staging_.get() + slot * block_bytes_, block_bytes_};
@@ -121,15 +119,12 @@ class RemoteWriter {
   std::unique_ptr<std::byte[]> staging_;
 
   detail::Mutex mu_;
-  std::condition_variable work_cv_;  // an item queued, or stop
-  std::condition_variable idle_cv_;  // the queue emptied and the worker is idle
   std::vector<std::size_t> free_slots_ KVBM_GUARDED_BY(mu_);
   std::deque<Item> queue_ KVBM_GUARDED_BY(mu_);
   std::unordered_set<std::uint64_t> waiting_ KVBM_GUARDED_BY(mu_);  // hashes staged, not written
-  bool busy_ KVBM_GUARDED_BY(mu_) = false;                          // the worker holds a batch
+  bool posted_ KVBM_GUARDED_BY(mu_) = false;  // a write_staged() job is queued or running
   bool stop_ KVBM_GUARDED_BY(mu_) = false;
-  std::once_flag stopped_;
-  std::thread worker_;  // last: started once everything above exists
+  detail::Worker worker_{"G4 writer"};  // last: stops first
 };
 
 }  // namespace kvbm
