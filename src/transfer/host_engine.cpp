@@ -2,17 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/error.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
@@ -53,30 +50,17 @@ struct HostTransferEngine::Impl {
   const HostEngineOptions options;
   std::unique_ptr<TransferMetrics> metrics;
 
-  detail::Mutex mu;
-  std::condition_variable cv;
-  std::deque<Piece> queue KVBM_GUARDED_BY(mu);
-  bool stopping KVBM_GUARDED_BY(mu) = false;
-  std::vector<std::thread> workers;
+  // The copy threads; the destructor's stop() lets every accepted piece run.
+  std::unique_ptr<detail::Worker> workers;
 
-  void run() noexcept;
+  void run(const Piece& piece) const noexcept;
   void execute(const Piece& piece) const noexcept;
   void finish(Batch& batch) const noexcept;
 };
 
-void HostTransferEngine::Impl::run() noexcept {
-  for (;;) {
-    Piece piece;
-    {
-      detail::UniqueLock lock(mu);
-      cv.wait(lock.native(), [&]() KVBM_REQUIRES(mu) { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping, and every accepted piece is done
-      piece = std::move(queue.front());
-      queue.pop_front();
-    }
-    execute(piece);
-    if (piece.batch->pieces_left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*piece.batch);
-  }
+void HostTransferEngine::Impl::run(const Piece& piece) const noexcept {
+  execute(piece);
+  if (piece.batch->pieces_left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*piece.batch);
 }
 
 void HostTransferEngine::Impl::execute(const Piece& piece) const noexcept {
@@ -124,37 +108,18 @@ HostTransferEngine::HostTransferEngine(Layout src, Layout dst, HostEngineOptions
   if (impl.options.registry) {
     impl.metrics = std::make_unique<TransferMetrics>(impl.options.registry, impl.options.name);
   }
-  impl.workers.reserve(impl.options.threads);
-  try {
-    for (std::size_t i = 0; i < impl.options.threads; ++i) {
-      impl.workers.emplace_back([&impl] { impl.run(); });
-    }
-  } catch (const std::exception&) {  // system_error or bad_alloc: stop the ones started, rethrow
-    {
-      detail::LockGuard lock(impl.mu);
-      impl.stopping = true;
-    }
-    impl.cv.notify_all();
-    for (auto& t : impl.workers) t.join();
-    throw;
-  }
+  impl.workers = std::make_unique<detail::Worker>("host engine '" + impl.options.name + "'",
+                                                  impl.options.threads);
 }
 
-HostTransferEngine::~HostTransferEngine() {
-  {
-    detail::LockGuard lock(impl_->mu);
-    impl_->stopping = true;
-  }
-  impl_->cv.notify_all();
-  for (auto& t : impl_->workers) t.join();
-}
+HostTransferEngine::~HostTransferEngine() { impl_->workers->stop(); }
 
 std::string_view HostTransferEngine::name() const noexcept { return impl_->options.name; }
 std::optional<TransferCounts> HostTransferEngine::counts() const noexcept {
   if (!impl_->metrics) return std::nullopt;
   return impl_->metrics->counts();
 }
-std::size_t HostTransferEngine::threads() const noexcept { return impl_->workers.size(); }
+std::size_t HostTransferEngine::threads() const noexcept { return impl_->workers->threads(); }
 const Layout& HostTransferEngine::src() const noexcept { return impl_->src; }
 const Layout& HostTransferEngine::dst() const noexcept { return impl_->dst; }
 
@@ -180,8 +145,8 @@ std::shared_ptr<TransferCompletion> HostTransferEngine::submit(
   // Split by bytes: as many pieces as workers, so far as each gets at least
   // min_bytes_per_thread; piece boundaries at multiples of kSplitGranule.
   const std::size_t total = batch->bytes;
-  const std::size_t wanted =
-      std::clamp<std::size_t>(total / impl.options.min_bytes_per_thread, 1, impl.workers.size());
+  const std::size_t wanted = std::clamp<std::size_t>(total / impl.options.min_bytes_per_thread, 1,
+                                                     impl.workers->threads());
   std::size_t chunk = (total + wanted - 1) / wanted;
   chunk = (chunk + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
 
@@ -208,14 +173,8 @@ std::shared_ptr<TransferCompletion> HostTransferEngine::submit(
     if (cur.begin_op < cur.end_op || cur.begin_off < cur.end_off) pieces.push_back(cur);
   }
   batch->pieces_left.store(pieces.size(), std::memory_order_relaxed);
-  {
-    detail::LockGuard lock(impl.mu);
-    for (auto& p : pieces) impl.queue.push_back(std::move(p));
-  }
-  if (pieces.size() == 1) {
-    impl.cv.notify_one();
-  } else {
-    impl.cv.notify_all();
+  for (auto& p : pieces) {
+    impl.workers->post([&impl, piece = std::move(p)] { impl.run(piece); });
   }
   return completion;
 }
