@@ -21,11 +21,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
-#include <thread>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -33,6 +31,7 @@
 
 #include "copy_kernels.cuh"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/logging.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
@@ -98,13 +97,10 @@ struct PendingBatch {
 /// One stream with the thread that completes its batches in order.
 struct Lane {
   cudaStream_t stream = nullptr;
-  detail::Mutex submit_mu;  // held from enqueueing to queueing: enqueue order == queue order
+  detail::Mutex submit_mu;  // held from enqueueing to posting: enqueue order == completion order
   detail::Mutex mu;
-  std::condition_variable cv;
-  std::deque<PendingBatch> queue KVBM_GUARDED_BY(mu);
   std::vector<cudaEvent_t> free_events KVBM_GUARDED_BY(mu);
-  bool stop KVBM_GUARDED_BY(mu) = false;
-  std::thread thread;
+  std::unique_ptr<detail::Worker> completer;  // one thread: finishes the batches in order
 };
 
 cudaMemcpyKind memcpy_kind(CudaDirection direction) noexcept {
@@ -372,23 +368,6 @@ struct CudaTransferEngine::Impl {
     return {};
   }
 
-  // The completion thread of one lane: waits for each batch's event in order.
-  void complete_loop(Lane& lane) noexcept {
-    static_cast<void>(cudaSetDevice(options.device));
-    for (;;) {
-      PendingBatch batch;
-      {
-        detail::UniqueLock lock(lane.mu);
-        lane.cv.wait(lock.native(),
-                     [&]() KVBM_REQUIRES(lane.mu) { return lane.stop || !lane.queue.empty(); });
-        if (lane.queue.empty()) return;
-        batch = std::move(lane.queue.front());
-        lane.queue.pop_front();
-      }
-      finish(lane, std::move(batch));
-    }
-  }
-
   // Waits for a batch's work and signals its completion. Never throws.
   void finish(Lane& lane, PendingBatch batch) noexcept {
     // The real wait always happens (the work must be over before the
@@ -439,14 +418,7 @@ struct CudaTransferEngine::Impl {
   // the streams, events and descriptor slots.
   void shutdown() noexcept {
     for (auto& lane : lanes) {
-      {
-        detail::LockGuard lock(lane->mu);
-        lane->stop = true;
-      }
-      lane->cv.notify_all();
-    }
-    for (auto& lane : lanes) {
-      if (lane->thread.joinable()) lane->thread.join();
+      if (lane->completer) lane->completer->stop();  // after the batches queued
     }
     DeviceGuard guard(options.device);
     for (auto& lane : lanes) {
@@ -525,8 +497,9 @@ struct CudaTransferEngine::Impl {
   void start_threads() {
     try {
       for (auto& lane : lanes) {
-        Lane* l = lane.get();
-        l->thread = std::thread([this, l] { complete_loop(*l); });
+        lane->completer = std::make_unique<detail::Worker>("CUDA engine '" + options.name + "'");
+        // The completer's first job: its thread waits on this device's events.
+        lane->completer->post([this] { static_cast<void>(cudaSetDevice(options.device)); });
       }
     } catch (const std::exception&) {  // system_error or bad_alloc
       shutdown();                      // joins the threads started, releases the streams
@@ -648,11 +621,9 @@ std::shared_ptr<TransferCompletion> CudaTransferEngine::submit(
       im.memcpy_loop_batches.fetch_add(1, std::memory_order_relaxed);
       break;
   }
-  {
-    detail::LockGuard lock(lane.mu);
-    lane.queue.push_back(std::move(batch));
-  }
-  lane.cv.notify_one();
+  // std::function is copyable, the batch is not: the job holds it by pointer.
+  auto pending = std::make_shared<PendingBatch>(std::move(batch));
+  lane.completer->post([&im, &lane, pending] { im.finish(lane, std::move(*pending)); });
   return completion;
 }
 
