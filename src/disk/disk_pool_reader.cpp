@@ -56,7 +56,7 @@ std::size_t DiskPoolReader::refresh() {
   RecoveryOptions ro;
   ro.log_summary = false;
   const Recovery found = storage->recover(ro);
-  std::unordered_map<std::uint64_t, std::uint64_t> slots;
+  std::unordered_map<std::uint64_t, BlockId> slots;
   slots.reserve(found.slots.size());
   for (const RecoveredSlot& r : found.slots) slots.emplace(r.hash, r.slot);
   detail::LockGuard lock(mu_);
@@ -92,7 +92,7 @@ bool DiskPoolReader::read(std::uint64_t hash, std::span<const std::span<std::byt
   KVBM_CHECK(total == block_bytes_, "DiskPoolReader::read: the destination holds ", total,
              " bytes; a block is ", block_bytes_);
   std::shared_ptr<const DiskStorage> storage;
-  std::uint64_t slot = 0;
+  BlockId slot = 0;
   {
     detail::LockGuard lock(mu_);
     const auto it = slots_.find(hash);

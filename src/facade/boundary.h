@@ -1,25 +1,24 @@
-// src/facade/boundary.h (internal): how blocks move down from one tier to the next.
+// src/facade/boundary.h (internal): how blocks move down from one tier to another.
 //
-// A TierBoundary<Upper, Lower> is the one interface of a boundary, whatever
-// its mode (TierSpec::mode of the lower tier):
+// A Boundary<Upper> is what a tier's row (facade/pool_tier.h) holds for each
+// tier below it, whatever that tier is and whatever the boundary's mode
+// (TierSpec::mode of the lower tier):
 //
-//   kWriteThrough  take(blocks) enqueues the blocks registered in Upper in an
-//                  OffloadPipeline (refreshing the copies Lower already holds);
-//   kOnEviction    an EvictionCopier, a listener on the upper pool, copies
-//                  what Upper evicts; take() does nothing;
+//   kWriteThrough  take(blocks) enqueues the blocks registered in Upper;
+//   kOnEviction    a listener on the upper pool, built before that pool,
+//                  copies what Upper evicts; take() does nothing;
 //   kNone          nothing moves down on its own.
 //
-// Whatever the mode, offload(blocks) enqueues blocks explicitly (building a
-// pipeline on first use outside write-through), and the copies registered in
-// Lower go on to the boundary below through `next` (its intake(), set when
-// that boundary is write-through). The facade builds one boundary per pair
-// of present local tiers (G1-G3), bottom-up; G4's writes go through
-// RemoteTier (remote_tier.h), not a boundary.
+// TierBoundary<Upper, Lower> is the boundary into a pooled tier: an
+// OffloadPipeline (write-through, and one built on first explicit offload())
+// or an EvictionCopier, refreshing the copies Lower already holds; the copies
+// it registers in Lower go on through `next` (the lower row's intake). The
+// boundary into a remote tier is in facade/remote_tier.h.
 //
-// Lifetime: construct before the upper pool (eviction_listener() goes into
-// its builder), bind() once both pools and the engine exist. Shutdown in two
-// steps, top-down: stop_pipelines() on every boundary, then (after
-// onboarding has ended) stop_copier().
+// Lifetime: the on-eviction listener is made first (make_copier), then the
+// upper pool with it, then the boundary; nothing is bound afterwards.
+// Shutdown in two steps, top-down: stop_pipelines() on every boundary, then
+// (after onboarding has ended) stop_copier().
 // Thread-safety: take(), offload(), drain() from any thread.
 
 #pragma once
@@ -36,6 +35,7 @@
 #include "kvbm/block_registry.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
+#include "kvbm/kv_block_manager_stats.h"
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/pipeline.h"
 #include "kvbm/offload/policy.h"
@@ -44,7 +44,7 @@
 
 namespace kvbm::facade {
 
-/// What a boundary needs besides its pools: shared by every boundary.
+/// What a boundary needs besides its tiers: shared by every boundary.
 struct BoundaryContext {
   std::shared_ptr<BlockRegistry> registry;
   std::shared_ptr<FrequencyTracker> tracker;
@@ -52,68 +52,110 @@ struct BoundaryContext {
   std::shared_ptr<Clock> clock;  ///< every pipeline's intervals and timeouts
 };
 
-/// One tier boundary; see the file comment.
-template <TierMarker Upper, TierMarker Lower>
-class TierBoundary {
+/// The policies of a boundary's config (e.g. a minimum frequency).
+[[nodiscard]] inline std::vector<std::shared_ptr<OffloadPolicy>> boundary_policies(
+    const OffloadPolicyConfig& policy, const BoundaryContext& ctx) {
+  std::vector<std::shared_ptr<OffloadPolicy>> out;
+  if (policy.min_frequency > 0) {
+    out.push_back(std::make_shared<FrequencyPolicy>(ctx.tracker, policy.min_frequency));
+  }
+  return out;
+}
+
+/// A boundary from tier Upper to one tier below; see the file comment.
+template <TierMarker Upper>
+class Boundary {
  public:
-  /// Takes copies a boundary registered in Upper (this boundary's intake).
-  using Intake = std::function<void(std::vector<ImmutableBlock<Upper>>&&)>;
-  /// Takes the copies this boundary registered in Lower (the next one's intake).
-  using Next = std::function<void(std::vector<ImmutableBlock<Lower>>&&)>;
+  Boundary(TierId lower, OffloadMode mode) : lower_(lower), mode_(mode) {}
+  virtual ~Boundary() = default;
+  Boundary(const Boundary&) = delete;
+  Boundary& operator=(const Boundary&) = delete;
 
-  /// `lower` describes the tier below (its mode, policy and pipeline config).
-  TierBoundary(const TierSpec& lower, BoundaryContext ctx)
-      : mode_(lower.mode),
-        policy_(*lower.policy),
-        pipeline_config_(lower.pipeline),
-        ctx_(std::move(ctx)) {
-    if (mode_ == OffloadMode::kOnEviction)
-      copier_ = std::make_shared<EvictionCopier<Upper, Lower>>();
-  }
-  TierBoundary(const TierBoundary&) = delete;
-  TierBoundary& operator=(const TierBoundary&) = delete;
-
-  /// The listener the upper pool is built with (on-eviction), else null.
-  [[nodiscard]] std::shared_ptr<PoolListener> eviction_listener() const { return copier_; }
+  [[nodiscard]] TierId lower() const noexcept { return lower_; }
   [[nodiscard]] OffloadMode mode() const noexcept { return mode_; }
-
-  /// Wires the boundary; `next` takes what it registers in Lower (may be empty).
-  void bind(BlockManager<Upper>& upper, BlockManager<Lower>& lower,
-            std::shared_ptr<TransferEngine> engine, Next next) {
-    upper_ = &upper;
-    lower_ = &lower;
-    engine_ = std::move(engine);
-    next_ = std::move(next);
-    if (mode_ == OffloadMode::kWriteThrough) {
-      auto b = builder();
-      for (auto& p : policies()) b.policy(std::move(p));
-      if (next_) b.on_registered(next_);
-      pipeline_ = b.build();
-    } else if (mode_ == OffloadMode::kOnEviction) {
-      copier_->bind(lower_, engine_,
-                    std::make_shared<OffloadMetrics>(ctx_.metrics, path() + "_on_eviction"),
-                    policies(), next_);
-    }
-  }
-
-  /// What the boundary above hands its copies in Upper to: write-through
-  /// takes them, the other modes need nothing (empty).
-  [[nodiscard]] Intake intake() {
-    if (!pipeline_) return {};
-    return [this](std::vector<ImmutableBlock<Upper>>&& blocks) { take(blocks, nullptr); };
-  }
 
   /// Blocks just registered in Upper: write-through enqueues them once
   /// `pre` (if any) is met; the other modes do nothing.
-  void take(const std::vector<ImmutableBlock<Upper>>& blocks, std::shared_ptr<Precondition> pre) {
+  virtual void take(const std::vector<ImmutableBlock<Upper>>& blocks,
+                    std::shared_ptr<Precondition> pre) = 0;
+  /// Enqueues registered blocks whatever the mode; see KvBlockManager::offload.
+  virtual TransferHandle offload(const std::vector<ImmutableBlock<Upper>>& blocks,
+                                 std::shared_ptr<Precondition> pre) = 0;
+  /// Waits for every block enqueued so far (and what it led to here).
+  virtual void drain() = 0;
+  /// Shutdown, first step.
+  virtual void stop_pipelines() = 0;
+  /// Shutdown, last step.
+  virtual void stop_copier() noexcept {}
+  /// What the boundary's offloads did, every mechanism summed.
+  [[nodiscard]] virtual OffloadCounts counts() = 0;
+
+ private:
+  const TierId lower_;
+  const OffloadMode mode_;
+};
+
+/// What a row below hands the row above it before that row's pool exists:
+/// the listener that pool is built with (on-eviction; else null), and how
+/// to make the boundary once it exists.
+template <TierMarker Upper>
+struct Link {
+  OffloadMode mode = OffloadMode::kNone;
+  std::shared_ptr<PoolListener> listener;
+  std::function<std::unique_ptr<Boundary<Upper>>(BlockManager<Upper>&)> make;
+};
+
+/// A boundary into a pooled tier; see the file comment.
+template <TierMarker Upper, TierMarker Lower>
+class TierBoundary final : public Boundary<Upper> {
+ public:
+  /// Takes the copies this boundary registered in Lower (the lower row's intake).
+  using Next = std::function<void(std::vector<ImmutableBlock<Lower>>&&)>;
+  using Copier = EvictionCopier<Upper, Lower>;
+
+  /// The listener the upper pool is built with when `lower` is on-eviction (else null).
+  [[nodiscard]] static std::shared_ptr<Copier> make_copier(const TierSpec& lower,
+                                                           BlockManager<Lower>& pool,
+                                                           std::shared_ptr<TransferEngine> engine,
+                                                           const BoundaryContext& ctx, Next next) {
+    if (lower.mode != OffloadMode::kOnEviction) return nullptr;
+    return std::make_shared<Copier>(
+        pool, std::move(engine),
+        std::make_shared<OffloadMetrics>(ctx.metrics, path() + "_on_eviction"),
+        boundary_policies(*lower.policy, ctx), std::move(next));
+  }
+
+  /// `lower` describes the tier below (its mode, policy and pipeline config);
+  /// `copier` is make_copier()'s, which the upper pool listens with.
+  TierBoundary(const TierSpec& lower, BlockManager<Upper>& upper, BlockManager<Lower>& lower_pool,
+               std::shared_ptr<TransferEngine> engine, BoundaryContext ctx,
+               std::shared_ptr<Copier> copier, Next next)
+      : Boundary<Upper>(lower.id, lower.mode),
+        policy_(*lower.policy),
+        pipeline_config_(lower.pipeline),
+        ctx_(std::move(ctx)),
+        upper_(upper),
+        lower_(lower_pool),
+        engine_(std::move(engine)),
+        next_(std::move(next)),
+        copier_(std::move(copier)) {
+    if (this->mode() == OffloadMode::kWriteThrough) {
+      auto b = builder();
+      for (auto& p : boundary_policies(policy_, ctx_)) b.policy(std::move(p));
+      if (next_) b.on_registered(next_);
+      pipeline_ = b.build();
+    }
+  }
+
+  void take(const std::vector<ImmutableBlock<Upper>>& blocks,
+            std::shared_ptr<Precondition> pre) override {
     if (!pipeline_ || blocks.empty()) return;
     if (policy_.skip_present) refresh_present(blocks);
     track(pipeline_->enqueue(blocks, std::move(pre)));
   }
 
-  /// Enqueues registered blocks whatever the mode; see KvBlockManager::offload.
   TransferHandle offload(const std::vector<ImmutableBlock<Upper>>& blocks,
-                         std::shared_ptr<Precondition> pre) {
+                         std::shared_ptr<Precondition> pre) override {
     OffloadPipeline<Upper, Lower>* pipeline = pipeline_.get();
     if (pipeline == nullptr) {
       detail::LockGuard lock(explicit_mu_);
@@ -130,8 +172,7 @@ class TierBoundary {
     return h;
   }
 
-  /// Waits for every handle enqueued so far (and those they lead to here).
-  void drain() {
+  void drain() override {
     for (;;) {
       std::vector<TransferHandle> hs;
       {
@@ -143,22 +184,19 @@ class TierBoundary {
     }
   }
 
-  /// Shutdown, first step: the pipelines stop (see OffloadPipeline::shutdown).
-  void stop_pipelines() {
+  void stop_pipelines() override {
     {
       detail::LockGuard lock(explicit_mu_);  // offload() may be building it
       if (explicit_) explicit_->shutdown();
     }
     if (pipeline_) pipeline_->shutdown();
   }
-  /// Shutdown, last step: the on-eviction copier stops for good.
-  void stop_copier() noexcept {
+  void stop_copier() noexcept override {
     if (copier_) copier_->disable();
   }
 
-  /// What the boundary's offloads did, every mechanism summed (write-through,
-  /// explicit, on-eviction): their OffloadMetrics counters, read.
-  [[nodiscard]] OffloadCounts counts() {
+  /// Their OffloadMetrics counters, read (write-through, explicit, on-eviction).
+  [[nodiscard]] OffloadCounts counts() override {
     OffloadCounts c;
     if (pipeline_) c += pipeline_->metrics().counts();
     if (copier_) c += copier_->counts();
@@ -176,22 +214,14 @@ class TierBoundary {
   // presence policy when asked for.
   typename OffloadPipeline<Upper, Lower>::Builder builder() {
     auto b = OffloadPipeline<Upper, Lower>::builder();
-    b.source(*upper_)
-        .destination(*lower_)
+    b.source(upper_)
+        .destination(lower_)
         .engine(engine_)
         .config(pipeline_config_)
         .metrics_registry(ctx_.metrics)
         .clock(ctx_.clock);
     if (policy_.skip_present) b.policy(std::make_shared<PresencePolicy<Lower>>(ctx_.registry));
     return b;
-  }
-
-  std::vector<std::shared_ptr<OffloadPolicy>> policies() const {
-    std::vector<std::shared_ptr<OffloadPolicy>> out;
-    if (policy_.min_frequency > 0) {
-      out.push_back(std::make_shared<FrequencyPolicy>(ctx_.tracker, policy_.min_frequency));
-    }
-    return out;
   }
 
   // A block written through to a tier that already holds it is not copied
@@ -202,7 +232,7 @@ class TierBoundary {
     std::vector<SequenceHash> hashes;
     hashes.reserve(blocks.size());
     for (const auto& b : blocks) hashes.push_back(b.sequence_hash());
-    (void)lower_->refresh(hashes);
+    (void)lower_.refresh(hashes);
   }
 
   void track(const TransferHandle& h) {
@@ -214,15 +244,14 @@ class TierBoundary {
     handles_.push_back(h);
   }
 
-  const OffloadMode mode_;
   const OffloadPolicyConfig policy_;
   const PipelineConfig pipeline_config_;
   const BoundaryContext ctx_;
-  BlockManager<Upper>* upper_ = nullptr;
-  BlockManager<Lower>* lower_ = nullptr;
+  BlockManager<Upper>& upper_;
+  BlockManager<Lower>& lower_;
   std::shared_ptr<TransferEngine> engine_;
   Next next_;
-  std::shared_ptr<EvictionCopier<Upper, Lower>> copier_;
+  std::shared_ptr<Copier> copier_;
   detail::Mutex handles_mu_;
   std::vector<TransferHandle> handles_ KVBM_GUARDED_BY(handles_mu_);
   detail::Mutex explicit_mu_;
@@ -230,15 +259,5 @@ class TierBoundary {
   std::unique_ptr<OffloadPipeline<Upper, Lower>> pipeline_;
   std::unique_ptr<OffloadPipeline<Upper, Lower>> explicit_ KVBM_GUARDED_BY(explicit_mu_);
 };
-
-/// One boundary per pair of adjacent tiers (null when the lower tier is absent).
-template <class Tuple, class Seq>
-struct BoundariesOf;
-template <class Tuple, std::size_t... I>
-struct BoundariesOf<Tuple, std::index_sequence<I...>> {
-  using type = std::tuple<std::unique_ptr<
-      TierBoundary<std::tuple_element_t<I, Tuple>, std::tuple_element_t<I + 1, Tuple>>>...>;
-};
-using Boundaries = BoundariesOf<TierTypes, std::make_index_sequence<kTierCount - 1>>::type;
 
 }  // namespace kvbm::facade

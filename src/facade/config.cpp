@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include "facade/tiers.h"
 #include "kvbm/disk/disk_engine.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/error.h"
@@ -30,21 +33,22 @@ constexpr std::uint64_t kMaxBlockBytes =
     kMaxSpanBytes - DiskStorage::kFooterBytes - (DiskStorage::kAlignment - 1);
 
 /// The `pool`, `pipeline` and `path` label values of the series a manager
-/// adds (its pools, pipelines and engines); kept in step with
-/// kv_block_manager.cpp by the misuse tests.
-constexpr std::array<std::string_view, 13> kSeriesNames = {"G1",
-                                                           "G2",
-                                                           "G3",
-                                                           "G4",
-                                                           "G1_to_G2",
-                                                           "G2_to_G1",
-                                                           "G2_to_G3",
-                                                           "G3_to_G1",
-                                                           "G2_to_G4",
-                                                           "G1_to_G2_explicit",
-                                                           "G1_to_G2_on_eviction",
-                                                           "G2_to_G3_on_eviction",
-                                                           "G2_to_G4_on_eviction"};
+/// may add, read from the tier table: each tier's pool, the copies down into
+/// it from the tier above (write-through, explicit, on eviction) and up from
+/// it into G1.
+std::vector<std::string> series_names(const KvBlockManagerConfig& c) {
+  const facade::TierSpecs specs = facade::describe_tiers(c, {1, 1, 1});
+  std::vector<std::string> out;
+  for (const TierId t : facade::kTierIds) {
+    const std::string name(to_string(t));
+    out.push_back(name);
+    if (t == TierId::kG1) continue;
+    const std::string down = std::string(to_string(specs[t].above)) + "_to_" + name;
+    out.insert(out.end(), {down, down + "_explicit", down + "_on_eviction"});
+    if (specs[t].storage != facade::StorageKind::kRemote) out.push_back(name + "_to_G1");
+  }
+  return out;
+}
 /// The families only a KvBlockManager adds (unlabelled by pool: one manager per registry).
 constexpr std::array<std::string_view, 2> kManagerFamilies = {"kvbm_onboard_blocks_total",
                                                               "kvbm_onboard_cancelled_total"};
@@ -125,7 +129,8 @@ void check_pipeline(const PipelineConfig& p, std::string_view option) {
 // A registry may hold one manager's series: refuse one that already holds
 // a series this manager would add (another manager's, or a pool, pipeline
 // or engine of the same name).
-void check_registry(const prometheus::Registry& registry) {
+void check_registry(const KvBlockManagerConfig& c, const prometheus::Registry& registry) {
+  const std::vector<std::string> names = series_names(c);
   for (const auto& family : registry.Collect()) {
     if (family.metric.empty()) continue;
     if (std::find(kManagerFamilies.begin(), kManagerFamilies.end(), family.name) !=
@@ -139,8 +144,7 @@ void check_registry(const prometheus::Registry& registry) {
     for (const auto& metric : family.metric) {
       for (const auto& label : metric.label) {
         if (label.name != "pool" && label.name != "pipeline" && label.name != "path") continue;
-        if (std::find(kSeriesNames.begin(), kSeriesNames.end(), label.value) ==
-            kSeriesNames.end()) {
+        if (std::find(names.begin(), names.end(), label.value) == names.end()) {
           continue;
         }
         config_error("metrics_registry",
@@ -357,7 +361,7 @@ void check_engines(const KvBlockManagerConfig& c, std::size_t bb) {
 // The metrics registry (a new one when unset) and the listeners.
 void check_listeners(KvBlockManagerConfig& c) {
   if (c.metrics_registry) {
-    check_registry(*c.metrics_registry);
+    check_registry(c, *c.metrics_registry);
   } else {
     c.metrics_registry = std::make_shared<prometheus::Registry>();
   }

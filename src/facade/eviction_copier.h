@@ -16,8 +16,9 @@
 //      order, more recent than the refreshed ones, and handed to the next
 //      boundary (when it is write-through).
 //
-// Lifetime: bind() before the upper pool's first allocation; disable() (at
-// shutdown) waits for a copy in progress and turns the copier off for good.
+// Lifetime: built complete, before the upper pool (which it listens to);
+// disable() (at shutdown) waits for a copy in progress and turns the copier
+// off for good.
 // Thread-safety: one copy at a time per boundary (mu_, which guards the
 // copier's state); on_evicting from any allocating thread.
 
@@ -52,17 +53,16 @@ class EvictionCopier final : public PoolListener {
   /// Receives the copies registered below (the next boundary's intake).
   using Registered = std::function<void(std::vector<ImmutableBlock<Dst>>&&)>;
 
-  void bind(BlockManager<Dst>* dst, std::shared_ptr<TransferEngine> engine,
-            std::shared_ptr<OffloadMetrics> metrics,
-            std::vector<std::shared_ptr<OffloadPolicy>> policies, Registered on_registered = {}) {
-    detail::LockGuard lock(mu_);
-    dst_ = dst;
-    engine_ = std::move(engine);
-    metrics_ = std::move(metrics);
-    policies_ = std::move(policies);
-    on_registered_ = std::move(on_registered);
-    enabled_.store(true, std::memory_order_release);
-  }
+  /// Copies into `dst` with `engine`; `on_registered` (may be empty) takes
+  /// the copies registered there.
+  EvictionCopier(BlockManager<Dst>& dst, std::shared_ptr<TransferEngine> engine,
+                 std::shared_ptr<OffloadMetrics> metrics,
+                 std::vector<std::shared_ptr<OffloadPolicy>> policies, Registered on_registered)
+      : dst_(&dst),
+        engine_(std::move(engine)),
+        metrics_(std::move(metrics)),
+        policies_(std::move(policies)),
+        on_registered_(std::move(on_registered)) {}
 
   void disable() noexcept {
     detail::LockGuard lock(mu_);  // waits for a copy in progress
@@ -166,7 +166,7 @@ class EvictionCopier final : public PoolListener {
   }
 
   mutable detail::Mutex mu_;  // one on-eviction copy at a time per boundary
-  std::atomic<bool> enabled_{false};
+  std::atomic<bool> enabled_{true};
   BlockManager<Dst>* dst_ KVBM_GUARDED_BY(mu_) = nullptr;
   std::shared_ptr<TransferEngine> engine_ KVBM_GUARDED_BY(mu_);
   std::shared_ptr<OffloadMetrics> metrics_ KVBM_GUARDED_BY(mu_);

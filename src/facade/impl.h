@@ -1,20 +1,22 @@
 // src/facade/impl.h (internal): what a KvBlockManager holds, and where each part lives.
 //
 //   config.cpp          the config's checks (and the offload modes' names)
-//   tiers.h / .cpp      the tiers as data: TierTypes and describe_tiers()
+//   tiers.h / .cpp      the tiers as data: TierId, TierArray, describe_tiers()
 //   tier_memory.cpp     each tier's memory and layout
 //   tier_engines.cpp    each tier's engines (down from the tier above, up into G1)
-//   build.cpp           building it all, tier by tier: memory, pools, engines, boundaries
-//   boundary.h          one tier boundary (write-through pipeline or on-eviction copier)
+//   tier.h              one row of the runtime list of tiers: the interface
+//   pool_tier.h         a pooled tier (G1..G3) and its boundaries down
+//   remote_tier.cpp     the remote tier G4 and the boundary into it
+//   boundary.h          one boundary into a pooled tier (pipeline or on-eviction copier)
 //   eviction_copier.h   the on-eviction copier
-//   remote_tier.cpp     the remote tier G4: its writer (G2 -> G4) and fetches (G4 -> G2 -> G1)
+//   build.cpp           building it all: memory, engines, then the rows bottom-up
 //   onboarding.cpp      onboarding and probing; onboard_state.cpp: one onboarding
 //   lifecycle.cpp       registration, explicit offload, drain, shutdown and audit
 //   kv_block_manager.cpp the public class, forwarding here
 //
-// Members are destroyed in reverse order: the boundaries (their pipelines)
-// first, then onboarding, the engines, the pools and last the memory
-// everything refers to.
+// The destructor stops everything, then drops the boundaries top-down, then
+// onboarding and the rows (fastest first); the engines and last the memory
+// everything refers to go with the members.
 
 #pragma once
 
@@ -26,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "facade/boundary.h"
 #include "facade/onboarding.h"
-#include "facade/remote_tier.h"
+#include "facade/pool_tier.h"
+#include "facade/tier.h"
 #include "facade/tier_engines.h"
 #include "facade/tier_memory.h"
 #include "facade/tiers.h"
@@ -61,29 +63,28 @@ class KvBlockManagerImpl {
   std::string audit() const;
   std::optional<RecoverySummary> disk_recovery() const { return disk_recovery_; }
 
-  template <std::size_t I>
-  auto* pool() noexcept {
-    auto& p = std::get<I>(pools_);
-    return p ? &*p : nullptr;
+  /// The pool of tier T, or null when it is absent.
+  template <TierMarker T>
+  [[nodiscard]] BlockManager<T>* pool() const noexcept {
+    auto* row = static_cast<facade::PoolTier<T>*>(rows_[facade::tier_id_of<T>()].get());
+    return row != nullptr ? &row->pool() : nullptr;
+  }
+  [[nodiscard]] facade::PoolTier<G1>& g1() const noexcept {
+    return static_cast<facade::PoolTier<G1>&>(*rows_[TierId::kG1]);
   }
 
   KvBlockManagerConfig config_;
   facade::TierSpecs specs_{};
   std::shared_ptr<FrequencyTracker> tracker_;
   std::shared_ptr<BlockRegistry> registry_;
-  std::array<facade::TierMemory, facade::kTierCount> memory_;  // first: destroyed last
-  facade::Pools pools_;
-  std::array<facade::TierEngines, facade::kTierCount> engines_;
+  facade::TierArray<facade::TierMemory> memory_;  // first: destroyed last
+  facade::TierArray<facade::TierEngines> engines_;
+  facade::Rows rows_;
   std::unique_ptr<facade::Onboarding> onboarding_;
   std::optional<RecoverySummary> disk_recovery_;  // what a persistent G3 recovered at build
-  std::unique_ptr<facade::RemoteTier> remote_;    // G4, or null
-  facade::Boundaries boundaries_;                 // last: destroyed first
 
  private:
-  void build_pools();
-  template <std::size_t I>
-  void build_pool();
-  void build_boundaries();
+  void build_rows();
   void recover_disk();
   template <class Block>
   void check_own(const std::vector<Block>& blocks, const char* call) const;

@@ -20,9 +20,9 @@ KvBlockManager::~KvBlockManager() {
   if (impl_) impl_->shutdown();
 }
 
-BlockManager<G1>& KvBlockManager::device() noexcept { return *impl_->pool<0>(); }
-BlockManager<G2>* KvBlockManager::host() noexcept { return impl_->pool<1>(); }
-BlockManager<G3>* KvBlockManager::disk() noexcept { return impl_->pool<2>(); }
+BlockManager<G1>& KvBlockManager::device() noexcept { return *impl_->pool<G1>(); }
+BlockManager<G2>* KvBlockManager::host() noexcept { return impl_->pool<G2>(); }
+BlockManager<G3>* KvBlockManager::disk() noexcept { return impl_->pool<G3>(); }
 const KvBlockManagerConfig& KvBlockManager::config() const noexcept { return impl_->config_; }
 std::uint32_t KvBlockManager::block_size() const noexcept {
   return impl_->config_.layout.page_size;
@@ -30,11 +30,15 @@ std::uint32_t KvBlockManager::block_size() const noexcept {
 std::size_t KvBlockManager::block_bytes() const noexcept {
   return impl_->config_.layout.block_bytes();
 }
-bool KvBlockManager::device_emulated() const noexcept { return impl_->memory_[0].emulated; }
-const Layout& KvBlockManager::device_layout() const noexcept { return *impl_->memory_[0].layout; }
+bool KvBlockManager::device_emulated() const noexcept {
+  return impl_->memory_[TierId::kG1].emulated;
+}
+const Layout& KvBlockManager::device_layout() const noexcept {
+  return *impl_->memory_[TierId::kG1].layout;
+}
 const Layout& KvBlockManager::host_layout() const {
-  KVBM_CHECK(impl_->pool<1>() != nullptr, "host_layout: this KvBlockManager has no host tier");
-  return *impl_->memory_[1].layout;
+  KVBM_CHECK(impl_->pool<G2>() != nullptr, "host_layout: this KvBlockManager has no host tier");
+  return *impl_->memory_[TierId::kG2].layout;
 }
 const std::shared_ptr<prometheus::Registry>& KvBlockManager::metrics_registry() const noexcept {
   return impl_->config_.metrics_registry;

@@ -9,14 +9,15 @@
 
 namespace kvbm {
 
-using facade::for_each_index;
-using facade::kTierCount;
+using facade::kTierIds;
 
 KvBlockManagerImpl::~KvBlockManagerImpl() {
   shutdown();
   if (onboarding_) onboarding_->wait_all();  // also those started after an explicit shutdown()
   // The boundaries go first, top-down, while everything they use exists.
-  for_each_index<kTierCount - 1>([&](auto I) { std::get<I()>(boundaries_).reset(); });
+  for (const TierId t : kTierIds) {
+    if (auto& row = rows_[t]) row->drop_boundaries();
+  }
   onboarding_.reset();  // takes its series out of the registry
 }
 
@@ -24,7 +25,7 @@ KvBlockManagerImpl::~KvBlockManagerImpl() {
 // checked before anything is registered or enqueued.
 template <class Block>
 void KvBlockManagerImpl::check_own(const std::vector<Block>& blocks, const char* call) const {
-  const auto& g1 = *std::get<0>(pools_);
+  const auto& g1 = *pool<G1>();
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     KVBM_CHECK(blocks[i].valid(), "KvBlockManager::", call, ": block ", i,
                " is a moved-from handle; pass the G1 blocks themselves");
@@ -41,58 +42,54 @@ std::vector<ImmutableBlock<G1>> KvBlockManagerImpl::register_blocks(
     std::vector<CompleteBlock<G1>>&& blocks, std::shared_ptr<Precondition> pre,
     std::optional<std::span<const std::span<const Token>>> tokens) {
   check_own(blocks, "register_blocks");
-  auto out = tokens ? std::get<0>(pools_)->register_copies(std::move(blocks), *tokens)
-                    : std::get<0>(pools_)->register_copies(std::move(blocks));
-  if (auto* boundary = std::get<0>(boundaries_).get()) boundary->take(out, std::move(pre));
+  auto& row = g1();
+  auto out = tokens ? row.pool().register_copies(std::move(blocks), *tokens)
+                    : row.pool().register_copies(std::move(blocks));
+  row.pass_down(out, std::move(pre));
   return out;
 }
 
 TransferHandle KvBlockManagerImpl::offload(const std::vector<ImmutableBlock<G1>>& blocks,
                                            std::shared_ptr<Precondition> pre) {
   check_own(blocks, "offload");
-  auto* boundary = std::get<0>(boundaries_).get();
-  if (boundary == nullptr) return {};
-  return boundary->offload(blocks, std::move(pre));
+  return g1().offload(blocks, std::move(pre));
 }
 
+// Top-down: the copies of one boundary may be handed on to the next.
 void KvBlockManagerImpl::drain() {
-  for_each_index<kTierCount - 1>([&](auto I) {
-    if (auto& b = std::get<I()>(boundaries_)) b->drain();
-  });
-  if (remote_) remote_->drain();  // after G1 -> G2: its copies are handed on to G4
+  for (const TierId t : kTierIds) {
+    if (auto& row = rows_[t]) row->drain();
+  }
   if (onboarding_) onboarding_->wait_all();
-  if (remote_) remote_->wait_fetches();  // also a cancelled onboarding's stage
 }
 
 // Pipelines top-down (the last copies of one may still enqueue into the
-// next), then G4's writes (what is staged is written), then onboarding and
-// G4's fetches, then the on-eviction copiers.
+// next; a remote tier's writer writes what is staged), then onboarding and
+// its remote stage, then the on-eviction copiers.
 void KvBlockManagerImpl::shutdown() {
   {
     detail::LockGuard lock(shutdown_mu_);
     if (stopped_) return;
     stopped_ = true;
   }
-  for_each_index<kTierCount - 1>([&](auto I) {
-    if (auto& b = std::get<I()>(boundaries_)) b->stop_pipelines();
-  });
-  if (remote_) remote_->stop_writes();
-  if (onboarding_) onboarding_->wait_all();
-  if (remote_) remote_->stop_fetches();
-  for_each_index<kTierCount - 1>([&](auto I) {
-    if (auto& b = std::get<I()>(boundaries_)) b->stop_copier();
-  });
+  for (const TierId t : kTierIds) {
+    if (auto& row = rows_[t]) row->stop_pipelines();
+  }
+  if (onboarding_) {
+    onboarding_->wait_all();
+    onboarding_->stop();
+  }
+  for (const TierId t : kTierIds) {
+    if (auto& row = rows_[t]) row->stop_copiers();
+  }
   logger()->debug("kvbm: shut down");
 }
 
 std::string KvBlockManagerImpl::audit() const {
   std::string out;
-  for_each_index<kTierCount>([&](auto I) {
-    const auto& pool = std::get<I()>(pools_);
-    if (!pool) return;
-    std::string a = pool->audit();
-    if (!a.empty()) out += std::string(tier_name<facade::TierAt<I()>>()) + ": " + a + "\n";
-  });
+  for (const TierId t : kTierIds) {
+    if (const auto& row = rows_[t]) out += row->audit();
+  }
   return out;
 }
 

@@ -14,13 +14,14 @@
 namespace kvbm::facade {
 
 // OnboardCounts names a field per tier (public API): one more tier, one more field.
-static_assert(kTierCount == 3, "to_counts: give the new tier its OnboardCounts field");
+static_assert(kTierCount == 4, "to_counts: give the new tier its OnboardCounts field");
 
-OnboardCounts to_counts(const std::array<std::size_t, kTierCount>& per_tier) {
+OnboardCounts to_counts(const TierArray<std::size_t>& per_tier) {
   OnboardCounts c;
-  c.device = per_tier[0];
-  c.host = per_tier[1];
-  c.disk = per_tier[2];
+  c.device = per_tier[TierId::kG1];
+  c.host = per_tier[TierId::kG2];
+  c.disk = per_tier[TierId::kG3];
+  c.remote = per_tier[TierId::kG4];
   return c;
 }
 
@@ -33,7 +34,7 @@ void OnboardState::on_batch(const TransferOutcome& o,
   bool last = false;
   {
     LockGuard lock(mu_);
-    if (failed_.size() < below_hashes.size()) failed_.resize(below_hashes.size(), false);
+    if (failed_.size() < below.size()) failed_.resize(below.size(), false);
     for (const auto k : o.failed) {
       if (k < positions.size()) failed_[positions[k]] = true;
     }
@@ -65,7 +66,7 @@ bool OnboardState::cancelling() const {
 
 void OnboardState::finish() noexcept {
   UniqueLock lock(mu_);
-  failed_.resize(below_hashes.size(), false);
+  failed_.resize(below.size(), false);
   if (cancel_requested_) {
     lock.unlock();
     release_all();
@@ -76,19 +77,18 @@ void OnboardState::finish() noexcept {
   const bool any_failed =
       std::find(failed_.begin(), failed_.end(), true) != failed_.end() || remote_.failed > 0;
   lock.unlock();
-  std::array<std::size_t, facade::kTierCount> per_tier{};
-  std::size_t failed = 0, remote = 0;
+  facade::TierArray<std::size_t> per_tier{};
+  std::size_t failed = 0;
   std::vector<TierId> origins;
-  std::vector<ImmutableBlock<G1>> out = assemble(per_tier, remote, failed, origins);
+  std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
   OnboardCounts c = facade::to_counts(per_tier);
-  c.remote = remote;
   c.failed = failed;
   c.no_space = no_space_ + remote_.no_space;
   if (counters.failed != nullptr) {
-    for (std::size_t t = 0; t < facade::kTierCount; ++t) {
-      counters.from_tier[t]->Increment(static_cast<double>(per_tier[t]));
+    for (const TierId t : facade::kTierIds) {
+      if (auto* counter = counters.from_tier[t])
+        counter->Increment(static_cast<double>(per_tier[t]));
     }
-    if (counters.remote != nullptr) counters.remote->Increment(static_cast<double>(remote));
     counters.failed->Increment(static_cast<double>(c.failed));
   }
   lock.lock();
@@ -116,12 +116,12 @@ void OnboardState::finish() noexcept {
 // Every copy that arrived is registered (it is a valid G1 block); the prefix
 // handed back ends before the first copy that did not. The remote tier's
 // copies come after the walk's positions, when every one of those arrived.
-std::vector<ImmutableBlock<G1>> OnboardState::assemble(
-    std::array<std::size_t, facade::kTierCount>& per_tier, std::size_t& remote, std::size_t& failed,
-    std::vector<TierId>& origins) noexcept {
+std::vector<ImmutableBlock<G1>> OnboardState::assemble(facade::TierArray<std::size_t>& per_tier,
+                                                       std::size_t& failed,
+                                                       std::vector<TierId>& origins) noexcept {
   std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
   stage_and_register_copies(
-      *g1, targets, failed_, [&](std::size_t i) { return below_hashes[i]; },
+      *g1, targets, failed_, [&](std::size_t i) { return below[i].hash; },
       [&](std::size_t i, std::optional<ImmutableBlock<G1>>&& r) {
         if (!r) ++failed;  // the target goes back to the reset pool
         arrived[i] = std::move(r);
@@ -132,11 +132,11 @@ std::vector<ImmutableBlock<G1>> OnboardState::assemble(
   origins.reserve(walk.size() + remote_.blocks.size());
   std::size_t next_hit = 0, next_below = 0;
   bool whole = true;
-  for (const std::uint8_t tier : walk) {
-    if (tier == 0) {
+  for (const TierId tier : walk) {
+    if (tier == TierId::kG1) {
       out.push_back(std::move(hits[next_hit++]));
       origins.push_back(TierId::kG1);
-      ++per_tier[0];
+      ++per_tier[TierId::kG1];
       continue;
     }
     auto& copy = arrived[next_below++];
@@ -145,18 +145,14 @@ std::vector<ImmutableBlock<G1>> OnboardState::assemble(
       break;
     }
     out.push_back(std::move(*copy));
-    origins.push_back(static_cast<TierId>(tier + 1));
+    origins.push_back(tier);
     ++per_tier[tier];
   }
   for (std::size_t i = 0; whole && i < remote_.blocks.size(); ++i) {
     const TierId from = remote_.origins[i];
     out.push_back(std::move(remote_.blocks[i]));
     origins.push_back(from);
-    if (from == TierId::kG4) {
-      ++remote;
-    } else {
-      ++per_tier[static_cast<std::size_t>(from) - 1];
-    }
+    ++per_tier[from];
   }
   hits.clear();
   arrived.clear();
@@ -244,9 +240,7 @@ std::optional<Error> OnboardState::error() const {
   return error_;
 }
 
-void OnboardState::release_sources() noexcept {
-  std::apply([](auto&... v) { (v.clear(), ...); }, sources);
-}
+void OnboardState::release_sources() noexcept { holds.clear(); }
 
 void OnboardState::release_all() noexcept {
   hits.clear();

@@ -1,12 +1,12 @@
 // src/facade/onboard_state.h (internal): one onboarding, shared by its handle and its copies.
 //
 // The facade's onboarding (facade/onboarding.h) fills an OnboardState: the
-// prefix's walk (per position, the tier it comes from), the G1 hits, the
-// source blocks below G1 (held until their copies end) and the G1 targets
-// they are copied into. Each engine batch reports through on_batch(); the
-// last one runs finish(), which registers every copy that arrived (in G1,
-// without the on_register hook: onboarded blocks are not written back down)
-// and hands back the prefix up to the first copy that did not.
+// prefix's walk (per position, the tier it comes from), the G1 hits, one
+// record per position below G1 (its hash, tier and source block, held until
+// the copies end) and the G1 targets they are copied into. Each engine batch reports through
+// on_batch(); the last one runs finish(), which registers every copy that arrived (in G1, without
+// the on_register hook: onboarded blocks are not written back down) and hands back the prefix up to
+// the first copy that did not.
 //
 // With a remote tier (G4), the positions after the walk are looked up by the
 // remote tier's worker, which reports once through on_remote() (counted as
@@ -26,9 +26,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "facade/tier.h"
 #include "facade/tiers.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/detail/mutex.h"
@@ -41,17 +41,16 @@ class Counter;
 
 namespace kvbm::facade {
 
-/// The source blocks of each tier below G1, in the order of their positions.
-template <class Tuple>
-struct SourcesOf;
-template <TierMarker First, TierMarker... Below>
-struct SourcesOf<std::tuple<First, Below...>> {
-  using type = std::tuple<std::vector<ImmutableBlock<Below>>...>;
+/// One position of a prefix below G1.
+struct OnboardRecord {
+  SequenceHash hash;
+  TierId from = TierId::kG2;  ///< the tier its source block is in
+  BlockId source = 0;         ///< that block
+  std::size_t hold = 0;       ///< the index of the Hold keeping it (OnboardState::holds)
 };
-using Sources = SourcesOf<TierTypes>::type;
 
-/// Returns the counts of where a prefix came from (per tier, fastest first).
-[[nodiscard]] OnboardCounts to_counts(const std::array<std::size_t, kTierCount>& per_tier);
+/// Returns the counts of where a prefix came from, per tier.
+[[nodiscard]] OnboardCounts to_counts(const TierArray<std::size_t>& per_tier);
 
 /// The rest of a prefix, after the walk's positions, brought by the remote
 /// stage (facade/onboarding.cpp): G4's blocks fetched into G2, then the rest
@@ -72,18 +71,16 @@ namespace kvbm::detail {
 class OnboardState {
  public:
   struct Counters {
-    std::array<prometheus::Counter*, facade::kTierCount> from_tier{};  ///< G1: hits
-    prometheus::Counter* remote = nullptr;                             ///< G4 (null without one)
+    facade::TierArray<prometheus::Counter*> from_tier{};  ///< G1: hits; null: tier absent
     prometheus::Counter* failed = nullptr;
     prometheus::Counter* cancelled = nullptr;
   };
 
-  std::vector<std::uint8_t> walk;          // per prefix position: the index of its tier
-  std::vector<ImmutableBlock<G1>> hits;    // the G1 positions' blocks, in order
-  std::vector<SequenceHash> below_hashes;  // the positions below G1: their hashes, in order
-  std::vector<std::uint8_t> below_tier;    // ... and their tiers (index 1 ..)
-  facade::Sources sources;                 // per tier below G1, in order of their positions
-  std::vector<MutableBlock<G1>> targets;   // per below position
+  std::vector<TierId> walk;                          // per prefix position: its tier
+  std::vector<ImmutableBlock<G1>> hits;              // the G1 positions' blocks, in order
+  std::vector<facade::OnboardRecord> below;          // the positions below G1, in order
+  std::vector<std::unique_ptr<facade::Hold>> holds;  // their source blocks
+  std::vector<MutableBlock<G1>> targets;             // per below position
   BlockManager<G1>* g1 = nullptr;
   Counters counters;
 
@@ -121,8 +118,8 @@ class OnboardState {
   void end_cancelled() noexcept KVBM_REQUIRES(mu_);
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
-  std::vector<ImmutableBlock<G1>> assemble(std::array<std::size_t, facade::kTierCount>& per_tier,
-                                           std::size_t& remote, std::size_t& failed,
+  std::vector<ImmutableBlock<G1>> assemble(facade::TierArray<std::size_t>& per_tier,
+                                           std::size_t& failed,
                                            std::vector<TierId>& origins) noexcept;
 
   mutable Mutex mu_;

@@ -2,7 +2,6 @@
 
 #include "facade/onboarding.h"
 
-#include <cassert>
 #include <exception>
 #include <string>
 #include <utility>
@@ -12,50 +11,47 @@
 
 namespace kvbm::facade {
 
-Onboarding::Onboarding(Pools& pools, const std::array<TierEngines, kTierCount>& engines,
-                       std::shared_ptr<BlockRegistry> registry,
-                       std::shared_ptr<prometheus::Registry> metrics, RemoteTier* remote)
-    : pools_(pools),
-      engines_(engines),
-      registry_(std::move(registry)),
-      remote_(remote),
+Onboarding::Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> metrics)
+    : rows_(rows),
+      g1_(static_cast<PoolTier<G1>&>(*rows[TierId::kG1])),
       series_(std::move(metrics), {}, "KvBlockManager onboarding",
               "give each manager its own registry, or destroy the other manager first") {
   const std::string blocks = "kvbm_onboard_blocks_total";
   const std::string help =
       "Blocks handed back by onboarding, by the tier they came from "
       "(outcome=failed: copies that failed)";
-  for_each_index<kTierCount>([&](auto I) {
-    counters_.from_tier[I()] = series_.counter(blocks, help,
-                                               {{"tier", std::string(tier_name<TierAt<I()>>())},
-                                                {"outcome", I() == 0 ? "hit" : "onboarded"}});
-  });
-  if (remote_ != nullptr) {
-    counters_.remote = series_.counter(blocks, help, {{"tier", "G4"}, {"outcome", "onboarded"}});
+  for (const TierId t : kTierIds) {
+    Tier* row = rows_[t].get();
+    if (row == nullptr) continue;
+    (row->remote() ? remote_ : local_).push_back(row);
+    counters_.from_tier[t] = series_.counter(
+        blocks, help,
+        {{"tier", std::string(to_string(t))}, {"outcome", t == TierId::kG1 ? "hit" : "onboarded"}});
   }
   counters_.failed = series_.counter(blocks, help, {{"tier", "below_G1"}, {"outcome", "failed"}});
   counters_.cancelled =
       series_.counter("kvbm_onboard_cancelled_total", "Onboardings cancelled by their caller");
+  if (!remote_.empty()) worker_ = std::make_unique<detail::Worker>("remote onboarding stage");
 }
 
 OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes) {
   auto s = std::make_shared<State>();
   s->counters = counters_;
-  return start(std::move(s), hashes, remote_ != nullptr);
+  return start(std::move(s), hashes, !remote_.empty());
 }
 
 // Walks the local tiers, allocates G1 targets and submits the copies; with
 // `ask_remote`, the rest of the prefix (after the last block a local tier
-// holds) goes to the remote stage on G4's worker.
+// holds) goes to the remote stage on the worker.
 OnboardHandle Onboarding::start(std::shared_ptr<State> s, std::span<const SequenceHash> hashes,
                                 bool ask_remote) {
-  s->g1 = &*std::get<0>(pools_);
+  s->g1 = &g1_.pool();
   walk_prefix(hashes, *s);
   std::vector<SequenceHash> rest;
   if (ask_remote && s->walk.size() < hashes.size()) {
     rest.assign(hashes.begin() + static_cast<std::ptrdiff_t>(s->walk.size()), hashes.end());
   }
-  const std::size_t below = s->below_hashes.size();
+  const std::size_t below = s->below.size();
   if (below > 0) {
     // G1 targets: all, else as many as fit (the prefix is cut there).
     s->targets = s->g1->allocate_at_most(below);
@@ -72,23 +68,24 @@ OnboardHandle Onboarding::start(std::shared_ptr<State> s, std::span<const Sequen
   }
   submit(s, !rest.empty());
   if (!rest.empty()) {
-    const bool posted = remote_->post([this, s, rest = std::move(rest)] {
+    const bool posted = worker_->post([this, s, rest = std::move(rest)] {
       s->on_remote(s->cancelling() ? RemoteFetch{} : onboard_rest(*s, rest));
     });
-    if (!posted) s->on_remote({});  // shut down: nothing more comes from G4
+    if (!posted) s->on_remote({});  // shut down: nothing more comes from below
   }
   remember(s);
   return OnboardHandle(std::move(s));
 }
 
-// The remote stage, on G4's worker: walks the rest across the local tiers and
-// G4, fetching G4's runs into G2 (verified, registered, held here), then
-// onboards the rest from the local tiers like any prefix and hands it back.
+// The remote stage, on the worker: walks the rest across the local and
+// remote tiers, taking the remote runs into their landing tiers (verified,
+// registered, held here), then onboards the rest from the local tiers like
+// any prefix and hands it back.
 RemoteFetch Onboarding::onboard_rest(const State& parent, std::span<const SequenceHash> rest) {
   RemoteFetch out;
   try {
-    std::vector<ImmutableBlock<G2>> fetched;
-    std::vector<std::uint8_t> from;
+    std::vector<Taken> fetched;
+    std::vector<TierId> from;
     std::optional<Error> fetch_error;
     const std::size_t end = walk_rest(rest, &fetched, from, &fetch_error);
     out.error = std::move(fetch_error);
@@ -103,53 +100,63 @@ RemoteFetch Onboarding::onboard_rest(const State& parent, std::span<const Sequen
     out.no_space = c.no_space;
     if (auto e = h.error()) out.error = std::move(e);
     for (std::size_t i = 0; i < out.origins.size(); ++i) {
-      if (from[i] == kTierCount) out.origins[i] = TierId::kG4;
+      if (rows_[from[i]]->remote()) out.origins[i] = from[i];
     }
   } catch (const std::exception& e) {
     out = RemoteFetch{};
-    out.error =
-        Error{ErrorKind::kInternal, 0, std::string("onboarding from G4 failed: ") + e.what()};
+    out.error = Error{ErrorKind::kInternal, 0,
+                      std::string("onboarding from a remote tier failed: ") + e.what()};
   }
   return out;
 }
 
 // Per position of `rest`, from the first: the fastest local tier holding it,
-// else kTierCount when G4 does; returns how many positions are held so. With
-// `fetched`, G4's runs are fetched into G2 (and a run ends at the first block
-// that does not arrive intact); without, only asked about.
-std::size_t Onboarding::walk_rest(std::span<const SequenceHash> rest,
-                                  std::vector<ImmutableBlock<G2>>* fetched,
-                                  std::vector<std::uint8_t>& from,
-                                  std::optional<Error>* error) const {
-  const std::vector<std::uint8_t> local = fastest_tiers(rest, false);
+// else the first remote tier that does; returns how many positions are held
+// so. With `fetched`, the remote runs are taken into their landing tiers (a
+// run ends at the first block that does not arrive intact); without, only
+// asked about.
+std::size_t Onboarding::walk_rest(std::span<const SequenceHash> rest, std::vector<Taken>* fetched,
+                                  std::vector<TierId>& from, std::optional<Error>* error) const {
+  const Fastest local = fastest_tiers(rest, false);
   from.clear();
   std::size_t pos = 0;
   while (pos < rest.size()) {
-    while (pos < rest.size() && local[pos] < kTierCount) from.push_back(local[pos++]);
+    while (pos < rest.size() && local[pos]) from.push_back(*local[pos++]);
     if (pos == rest.size()) break;
-    // G4 is asked only for the run no local tier holds.
+    // The remote tiers are asked only for the run no local tier holds.
     std::size_t run = pos;
-    while (run < rest.size() && local[run] == kTierCount) ++run;
-    const std::size_t held = remote_->present_prefix(rest.subspan(pos, run - pos));
+    while (run < rest.size() && !local[run]) ++run;
+    const auto missing = rest.subspan(pos, run - pos);
+    std::size_t held = 0;
+    Tier* source = nullptr;
+    for (Tier* r : remote_) {
+      const std::vector<bool> present = r->presence(missing);
+      while (held < present.size() && present[held]) ++held;
+      if (held > 0) {
+        source = r;
+        break;
+      }
+    }
     if (held == 0) break;
     std::size_t got = held;
     if (fetched != nullptr) {
-      auto blocks = remote_->fetch_into_g2(rest.subspan(pos, held), error);
-      got = blocks.size();
-      for (auto& b : blocks) fetched->push_back(std::move(b));
+      Taken t = source->take(missing.first(held), rows_[source->spec().above].get(), error);
+      got = t.ids.size();
+      fetched->push_back(std::move(t));
     }
-    from.insert(from.end(), got, static_cast<std::uint8_t>(kTierCount));
+    from.insert(from.end(), got, source->id());
     pos += got;
     if (got < held) break;
   }
   return pos;
 }
 
-// Cuts the prefix before its `got`-th position below G1 (no G1 room for it).
+// Cuts the prefix before its `got`-th position below G1 (no G1 room for it);
+// the source blocks after the cut are let go.
 void Onboarding::cut(State& s, std::size_t got) {
   std::size_t seen_below = 0, seen_hits = 0, pos = 0;
   for (; pos < s.walk.size(); ++pos) {
-    if (s.walk[pos] == 0) {
+    if (s.walk[pos] == TierId::kG1) {
       ++seen_hits;
     } else if (seen_below++ == got) {
       break;
@@ -157,41 +164,31 @@ void Onboarding::cut(State& s, std::size_t got) {
   }
   s.walk.resize(pos);
   s.hits.erase(s.hits.begin() + static_cast<std::ptrdiff_t>(seen_hits), s.hits.end());
-  std::array<std::size_t, kTierCount> keep{};
-  for (std::size_t k = 0; k < got; ++k) ++keep[s.below_tier[k]];
-  for_each_index<kTierCount - 1>([&](auto I) {
-    auto& v = std::get<I()>(s.sources);
-    v.erase(v.begin() + static_cast<std::ptrdiff_t>(keep[I() + 1]), v.end());
-  });
-  s.below_hashes.resize(got);
-  s.below_tier.resize(got);
+  std::vector<std::size_t> keep(s.holds.size(), 0);
+  for (std::size_t k = 0; k < got; ++k) ++keep[s.below[k].hold];
+  for (std::size_t h = 0; h < s.holds.size(); ++h) s.holds[h]->keep_first(keep[h]);
+  s.below.resize(got);
 }
 
-// One batch per source tier, in tier order; with `remote_stage`, the remote
+// One batch per source tier, fastest first; with `remote_stage`, the remote
 // stage is pending too (it reports through OnboardState::on_remote).
 void Onboarding::submit(const std::shared_ptr<State>& s, bool remote_stage) {
-  std::array<std::vector<TransferPair>, kTierCount> pairs;
-  std::array<std::shared_ptr<std::vector<std::size_t>>, kTierCount> pos;
-  std::array<std::size_t, kTierCount> next{};
+  TierArray<std::vector<TransferPair>> pairs;
+  TierArray<std::shared_ptr<std::vector<std::size_t>>> pos;
   for (std::size_t k = 0; k < s->targets.size(); ++k) {
     // Each copy carries the hash asked for: the source was matched by it, and
     // a disk slot is read only if its footer records that hash.
-    const std::size_t t = s->below_tier[k];
-    visit_index<kTierCount - 1>(t - 1, [&](auto I) {
-      const auto& src = std::get<I()>(s->sources)[next[t]++];
-      assert(src.sequence_hash().value() ==
-             s->below_hashes[k].value());  // a recovered block has no parent
-      pairs[t].push_back({src.block_id(), s->targets[k].block_id(), s->below_hashes[k].value()});
-    });
-    if (!pos[t]) pos[t] = std::make_shared<std::vector<std::size_t>>();
-    pos[t]->push_back(k);
+    const OnboardRecord& r = s->below[k];
+    pairs[r.from].push_back({r.source, s->targets[k].block_id(), r.hash.value()});
+    if (!pos[r.from]) pos[r.from] = std::make_shared<std::vector<std::size_t>>();
+    pos[r.from]->push_back(k);
   }
   std::size_t batches = 0;
-  for (const auto& p : pairs) batches += p.empty() ? 0 : 1;
+  for (const auto& p : pairs.items) batches += p.empty() ? 0 : 1;
   s->start_pending(batches, remote_stage);  // every batch counted before any may complete
-  for (std::size_t t = 1; t < kTierCount; ++t) {
+  for (const TierId t : kTierIds) {
     if (pairs[t].empty()) continue;
-    submit_or_refuse(*engines_[t].up, pairs[t])
+    submit_or_refuse(*rows_[t]->up(), pairs[t])
         ->on_complete([s, p = pos[t]](const TransferOutcome& o) { s->on_batch(o, *p); });
   }
 }
@@ -205,79 +202,69 @@ void Onboarding::remember(const std::shared_ptr<State>& s) {
   });
 }
 
-// The tier each block of the prefix comes from: the fastest that holds it, up
-// to the first block no tier holds (`stop_at_miss`), else kTierCount there and
-// on to the end.
-std::vector<std::uint8_t> Onboarding::fastest_tiers(std::span<const SequenceHash> hashes,
-                                                    bool stop_at_miss) const {
-  std::array<std::vector<bool>, kTierCount> in;
-  for_each_index<kTierCount>([&](auto I) {
-    using T = TierAt<I()>;
-    in[I()] = std::get<I()>(pools_) ? registry_->presence<T>(hashes)
-                                    : std::vector<bool>(hashes.size(), false);
-  });
-  std::vector<std::uint8_t> tiers;
+// The tier each block of the prefix comes from: the fastest local one that
+// holds it, up to the first block none holds (`stop_at_miss`), else nullopt
+// there and on to the end.
+Onboarding::Fastest Onboarding::fastest_tiers(std::span<const SequenceHash> hashes,
+                                              bool stop_at_miss) const {
+  std::vector<std::vector<bool>> in;
+  in.reserve(local_.size());
+  for (const Tier* t : local_) in.push_back(t->presence(hashes));
+  Fastest tiers;
   tiers.reserve(hashes.size());
   for (std::size_t i = 0; i < hashes.size(); ++i) {
     std::size_t t = 0;
-    while (t < kTierCount && !in[t][i]) ++t;
-    if (t == kTierCount && stop_at_miss) break;
-    tiers.push_back(static_cast<std::uint8_t>(t));
+    while (t < local_.size() && !in[t][i]) ++t;
+    if (t == local_.size()) {
+      if (stop_at_miss) break;
+      tiers.emplace_back(std::nullopt);
+    } else {
+      tiers.emplace_back(local_[t]->id());
+    }
   }
   return tiers;
 }
 
-// Takes the prefix's blocks, each from the fastest tier holding it, one match
-// per run of positions from the same tier. A block evicted since the presence
-// check ends the prefix there.
+// Takes the prefix's blocks, each from the fastest tier holding it, one take
+// per run of positions from the same tier. A block evicted since the
+// presence check ends the prefix there.
 void Onboarding::walk_prefix(std::span<const SequenceHash> hashes, State& s) {
-  const std::vector<std::uint8_t> tiers = fastest_tiers(hashes, true);
+  const Fastest tiers = fastest_tiers(hashes, true);
   std::size_t i = 0;
   while (i < tiers.size()) {
+    const TierId tier = *tiers[i];
     std::size_t end = i;
-    while (end < tiers.size() && tiers[end] == tiers[i]) ++end;
+    while (end < tiers.size() && tiers[end] == tier) ++end;
     const auto run = hashes.subspan(i, end - i);
     std::size_t got = 0;
-    visit_index<kTierCount>(tiers[i], [&](auto I) {
-      auto m = std::get<I()>(pools_)->match_blocks(run);
+    if (tier == TierId::kG1) {
+      auto m = g1_.pool().match_blocks(run);
       got = m.size();
-      if constexpr (I() == 0) {
-        for (auto& b : m) s.hits.push_back(std::move(b));
-      } else {
-        for (auto& b : m) std::get<I() - 1>(s.sources).push_back(std::move(b));
+      for (auto& b : m) s.hits.push_back(std::move(b));
+    } else {
+      Taken t = rows_[tier]->take(run, nullptr, nullptr);
+      got = t.ids.size();
+      for (std::size_t k = 0; k < got; ++k) {
+        s.below.push_back({hashes[i + k], tier, t.ids[k], s.holds.size()});
       }
-    });
-    for (std::size_t k = 0; k < got; ++k) {
-      s.walk.push_back(tiers[i]);
-      if (tiers[i] != 0) {
-        s.below_hashes.push_back(hashes[i + k]);
-        s.below_tier.push_back(tiers[i]);
-      }
+      s.holds.push_back(std::move(t.hold));
     }
+    s.walk.insert(s.walk.end(), got, tier);
     if (got < run.size()) break;
     i = end;
   }
 }
 
 OnboardCounts Onboarding::probe(std::span<const SequenceHash> hashes) const {
-  std::array<std::size_t, kTierCount> per_tier{};
-  const std::vector<std::uint8_t> tiers = fastest_tiers(hashes, true);
-  for (const std::uint8_t tier : tiers) ++per_tier[tier];
-  std::size_t remote = 0;
-  if (remote_ != nullptr && tiers.size() < hashes.size()) {
-    std::vector<std::uint8_t> from;
+  TierArray<std::size_t> per_tier{};
+  const Fastest tiers = fastest_tiers(hashes, true);
+  for (const auto& t : tiers) ++per_tier[*t];
+  if (!remote_.empty() && tiers.size() < hashes.size()) {
+    std::vector<TierId> from;
     (void)walk_rest(hashes.subspan(tiers.size()), nullptr, from);
-    for (const std::uint8_t tier : from) {
-      if (tier == kTierCount) {
-        ++remote;
-      } else {
-        ++per_tier[tier];
-      }
-    }
+    for (const TierId t : from) ++per_tier[t];
   }
-  OnboardCounts c = to_counts(per_tier);
-  c.remote = remote;
-  return c;
+  return to_counts(per_tier);
 }
 
 void Onboarding::wait_all() {
@@ -289,6 +276,11 @@ void Onboarding::wait_all() {
   for (auto& w : states) {
     if (auto p = w.lock()) p->wait();
   }
+  if (worker_) worker_->wait_idle();  // also a cancelled onboarding's stage
+}
+
+void Onboarding::stop() {
+  if (worker_) worker_->stop();
 }
 
 }  // namespace kvbm::facade

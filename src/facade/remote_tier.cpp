@@ -5,17 +5,14 @@
 #include <string>
 #include <utility>
 
-#include <spdlog/spdlog.h>
-
-#include "kvbm/logging.h"
 #include "kvbm/offload/remote_presence_policy.h"
-#include "kvbm/transfer/stage_and_register.h"
 
 namespace kvbm::facade {
 namespace {
 
-// On-eviction: what G2 evicts is staged for G4 before the allocation that
-// evicted it takes the blocks (a memcpy; the write happens on the writer).
+// On-eviction: what the tier above evicts is staged for G4 before the
+// allocation that evicted it takes the blocks (a memcpy; the write happens
+// on the writer).
 class RemoteEvictionListener final : public PoolListener {
  public:
   explicit RemoteEvictionListener(std::shared_ptr<RemoteWriter> writer)
@@ -48,98 +45,51 @@ RemoteStoreOptions store_options(const KvBlockManagerConfig& c) {
 
 }  // namespace
 
-RemoteTier::RemoteTier(const KvBlockManagerConfig& c, Layout host,
+RemoteTier::RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, const Layout& above,
                        std::shared_ptr<FrequencyTracker> tracker)
-    : mode_(c.host_to_remote),
-      host_(std::move(host)),
-      store_(RemoteStore::create(store_options(c))) {
+    : Tier(spec), store_(RemoteStore::create(store_options(c))) {
   std::vector<std::shared_ptr<OffloadPolicy>> policies;
-  if (c.host_to_remote_policy.min_frequency > 0) {
-    policies.push_back(std::make_shared<FrequencyPolicy>(std::move(tracker),
-                                                         c.host_to_remote_policy.min_frequency));
+  if (spec.policy->min_frequency > 0) {
+    policies.push_back(
+        std::make_shared<FrequencyPolicy>(std::move(tracker), spec.policy->min_frequency));
   }
-  if (c.host_to_remote_policy.skip_present) {
+  if (spec.policy->skip_present) {
     policies.push_back(std::make_shared<RemotePresencePolicy>(store_));
   }
+  const bool on_eviction = spec.mode == OffloadMode::kOnEviction;
   writer_ = std::make_shared<RemoteWriter>(
-      store_, host_,
+      store_, above,
       RemoteWriter::Options{c.remote.staging_blocks, c.remote.max_batch_blocks,
-                            mode_ == OffloadMode::kOnEviction ? "G2_to_G4_on_eviction" : "G2_to_G4",
-                            c.remote_listeners},
+                            on_eviction ? "G2_to_G4_on_eviction" : "G2_to_G4", *spec.listeners},
       std::move(policies), c.metrics_registry);
-  if (mode_ == OffloadMode::kOnEviction) {
-    listener_ = std::make_shared<RemoteEvictionListener>(writer_);
-  }
+  if (on_eviction) listener_ = std::make_shared<RemoteEvictionListener>(writer_);
 }
 
-RemoteTier::~RemoteTier() {
-  stop_writes();
-  stop_fetches();
-}
+RemoteTier::~RemoteTier() { writer_->shutdown(); }
 
-void RemoteTier::bind(BlockManager<G2>& g2) {
-  g2_ = &g2;
-  worker_ = std::make_unique<detail::Worker>("G4 fetch worker");
-}
-
-void RemoteTier::take(const std::vector<ImmutableBlock<G2>>& blocks) noexcept {
-  if (mode_ != OffloadMode::kWriteThrough || blocks.empty()) return;
-  std::vector<RemoteWriter::Source> sources;
-  sources.reserve(blocks.size());
-  for (const auto& b : blocks) sources.push_back({b.block_id(), b.sequence_hash()});
-  (void)writer_->stage(sources);
-}
-
-void RemoteTier::drain() { writer_->drain(); }
-
-void RemoteTier::stop_writes() { writer_->shutdown(); }
-
-std::size_t RemoteTier::present_prefix(std::span<const SequenceHash> hashes) const {
+std::vector<bool> RemoteTier::presence(std::span<const SequenceHash> hashes) const {
   std::vector<std::uint64_t> keys;
   keys.reserve(hashes.size());
   for (const auto& h : hashes) keys.push_back(h.value());
-  const std::vector<bool> present = store_->exists(keys);
-  std::size_t n = 0;
-  while (n < present.size() && present[n]) ++n;
-  return n;
-}
-
-bool RemoteTier::post(std::function<void()> job) {
-  return worker_ != nullptr && worker_->post(std::move(job));
-}
-
-void RemoteTier::stop_fetches() {
-  if (worker_ != nullptr) worker_->stop();
-}
-
-void RemoteTier::wait_fetches() {
-  if (worker_ != nullptr) worker_->wait_idle();
+  return store_->exists(keys);
 }
 
 // The steps of the file comment's "up".
-std::vector<ImmutableBlock<G2>> RemoteTier::fetch_into_g2(std::span<const SequenceHash> hashes,
-                                                          std::optional<Error>* error) {
-  std::vector<ImmutableBlock<G2>> out;
-  std::vector<MutableBlock<G2>> staging = g2_->allocate_at_most(hashes.size());
-  const std::size_t n = staging.size();
-  if (n < hashes.size() && error != nullptr && !*error) {
-    *error = Error{ErrorKind::kNoSpace, 0,
-                   "G4: " + std::to_string(hashes.size() - n) +
-                       " block(s) found in G4 had no free G2 block to land in; they stay in G4"};
+Taken RemoteTier::take(std::span<const SequenceHash> run, Tier* landing,
+                       std::optional<Error>* error) {
+  Room room = landing->reserve(run.size());
+  const std::size_t n = room.ids.size();
+  if (n < run.size() && error != nullptr && !*error) {
+    *error =
+        Error{ErrorKind::kNoSpace, 0,
+              "G4: " + std::to_string(run.size() - n) + " block(s) found in G4 had no free " +
+                  std::string(to_string(landing->id())) + " block to land in; they stay in G4"};
   }
-  if (n == 0) return out;  // G2 has no room: a miss (the blocks stay in G4)
+  if (n == 0) return {};  // no room: a miss (the blocks stay in G4)
 
-  // One GET per block, pipelined; each lands in its G2 block only if verified.
-  std::vector<std::vector<Region>> regions(n);
-  std::vector<std::vector<std::span<std::byte>>> spans(n);
+  // One GET per block, pipelined; each lands in its block only if verified.
   std::vector<RemoteGet> gets(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    host_.append_regions(staging[i].block_id(), regions[i]);
-    for (const auto& r : regions[i]) {
-      spans[i].emplace_back(reinterpret_cast<std::byte*>(r.addr), r.size);
-    }
-    gets[i] = {hashes[i].value(), 0, spans[i]};
-  }
+  for (std::size_t i = 0; i < n; ++i) gets[i] = {run[i].value(), 0, room.bytes[i]};
   const std::vector<RemoteStatus> status = store_->get(gets);
   std::size_t verified = 0;
   while (verified < n && status[verified] == RemoteStatus::kOk) ++verified;
@@ -151,19 +101,9 @@ std::vector<ImmutableBlock<G2>> RemoteTier::fetch_into_g2(std::span<const Sequen
                     ": " + std::string(to_string(status[verified])) + " (a miss from there on)"};
     }
   }
-  // The rest go back to G2's reset pool.
-  staging.erase(staging.begin() + static_cast<std::ptrdiff_t>(verified), staging.end());
-
-  // A block that cannot be registered in G2 ends the prefix there.
-  bool whole = true;
-  out.reserve(verified);
-  stage_and_register_copies(
-      *g2_, staging, {}, [&](std::size_t i) { return hashes[i]; },
-      [&](std::size_t, std::optional<ImmutableBlock<G2>>&& r) {
-        if (!r) whole = false;
-        if (r && whole) out.push_back(std::move(*r));
-      });
-  return out;
+  return landing->land(std::move(room), run.first(n), verified);
 }
+
+void RemoteTier::collect(KvBlockManagerStats& out) const { out.remote = store_->stats(); }
 
 }  // namespace kvbm::facade

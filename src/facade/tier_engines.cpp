@@ -39,13 +39,8 @@ class NullEngine final : public TransferEngine {
 };
 
 // "G1_to_G2": the engine name of a copy from tier `from` to tier `to`.
-std::string path_name(std::size_t from, std::size_t to) {
-  std::string out;
-  for_each_index<kTierCount>([&](auto I) {
-    if (I() == from) out = std::string(tier_name<TierAt<I()>>()) + out;
-    if (I() == to) out += "_to_" + std::string(tier_name<TierAt<I()>>());
-  });
-  return out;
+std::string path_name(TierId from, TierId to) {
+  return std::string(to_string(from)) + "_to_" + std::string(to_string(to));
 }
 
 // A copy between G1 and pinned host memory: CUDA, or host copies when G1 is
@@ -53,7 +48,7 @@ std::string path_name(std::size_t from, std::size_t to) {
 std::shared_ptr<TransferEngine> device_host_engine(const EngineContext& ctx, const Layout& src,
                                                    const Layout& dst, CudaDirection dir,
                                                    const std::string& name) {
-  if (!ctx.memory[0]->emulated) {
+  if (!ctx.memory[TierId::kG1].emulated) {
     CudaEngineOptions o;
     o.device = ctx.config.cuda_device;
     o.name = name;
@@ -68,18 +63,19 @@ std::shared_ptr<TransferEngine> device_host_engine(const EngineContext& ctx, con
 }
 
 // Disk writes from the tier above; reads into G1 through the bounce buffer.
-void build_disk_engines(const EngineContext& ctx, std::size_t index, TierEngines& out) {
+void build_disk_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
   const KvBlockManagerConfig& c = ctx.config;
-  const TierMemory& self = *ctx.memory[index];
-  const TierMemory& device = *ctx.memory[0];
+  const TierId above = ctx.specs[t].above;
+  const TierMemory& self = ctx.memory[t];
+  const TierMemory& device = ctx.memory[TierId::kG1];
   DiskEngineOptions w;
   if (c.disk_queue_depth) w.queue_depth = c.disk_queue_depth;
   w.workers = c.disk_workers;
-  w.name = path_name(index - 1, index);
+  w.name = path_name(above, t);
   w.registry = c.metrics_registry;
-  out.down = std::make_shared<DiskWriteEngine>(*ctx.memory[index - 1]->layout, *self.file, w);
+  out.down = std::make_shared<DiskWriteEngine>(*ctx.memory[above].layout, *self.file, w);
   DiskEngineOptions r = w;
-  r.name = path_name(index, 0);
+  r.name = path_name(t, TierId::kG1);
   auto& read =
       *out.parts.emplace_back(std::make_unique<DiskReadEngine>(*self.file, *self.bounce_layout, r));
   std::unique_ptr<TransferEngine> to_device;
@@ -98,39 +94,42 @@ void build_disk_engines(const EngineContext& ctx, std::size_t index, TierEngines
   auto& copy = *out.parts.emplace_back(std::move(to_device));
   BounceEngineOptions bo;
   bo.bounce_blocks = c.bounce_blocks;
-  bo.src_blocks = ctx.specs[index].blocks;
-  bo.dst_blocks = ctx.specs[0].blocks;
-  bo.name = path_name(index, 0);
+  bo.src_blocks = ctx.specs[t].blocks;
+  bo.dst_blocks = ctx.specs[TierId::kG1].blocks;
+  bo.name = path_name(t, TierId::kG1);
   out.up = std::make_shared<BounceTransferEngine>(read, copy, bo);
 }
 
 }  // namespace
 
-void build_engines(const EngineContext& ctx, std::size_t index, TierEngines& out) {
-  const std::size_t above = ctx.specs[index - 1].blocks;
-  const std::size_t self = ctx.specs[index].blocks;
-  const std::size_t device = ctx.specs[0].blocks;
+void build_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
+  const TierId above = ctx.specs[t].above;
+  const std::size_t from = ctx.specs[above].blocks;
+  const std::size_t self = ctx.specs[t].blocks;
+  const std::size_t device = ctx.specs[TierId::kG1].blocks;
   if (!ctx.config.move_bytes) {
-    out.down = std::make_shared<NullEngine>(path_name(index - 1, index), above, self);
-    out.up = std::make_shared<NullEngine>(path_name(index, 0), self, device);
+    out.down = std::make_shared<NullEngine>(path_name(above, t), from, self);
+    out.up = std::make_shared<NullEngine>(path_name(t, TierId::kG1), self, device);
     return;
   }
-  switch (ctx.specs[index].storage) {
+  switch (ctx.specs[t].storage) {
     case StorageKind::kPinnedHost: {
-      const Layout& g1 = *ctx.memory[0]->layout;
-      const Layout& host = *ctx.memory[index]->layout;
-      out.down = device_host_engine(ctx, *ctx.memory[index - 1]->layout, host,
-                                    CudaDirection::kDeviceToHost, path_name(index - 1, index));
-      out.up = device_host_engine(ctx, host, g1, CudaDirection::kHostToDevice, path_name(index, 0));
+      const Layout& g1 = *ctx.memory[TierId::kG1].layout;
+      const Layout& host = *ctx.memory[t].layout;
+      out.down = device_host_engine(ctx, *ctx.memory[above].layout, host,
+                                    CudaDirection::kDeviceToHost, path_name(above, t));
+      out.up = device_host_engine(ctx, host, g1, CudaDirection::kHostToDevice,
+                                  path_name(t, TierId::kG1));
       return;
     }
     case StorageKind::kDisk:
-      build_disk_engines(ctx, index, out);
+      build_disk_engines(ctx, t, out);
       return;
     case StorageKind::kDevice:
+    case StorageKind::kRemote:
       break;
   }
-  KVBM_CHECK(false, "KvBlockManager: tier ", index, " cannot be below G1 (device storage)");
+  KVBM_CHECK(false, "KvBlockManager: tier ", to_string(t), " has no engines of its own");
 }
 
 }  // namespace kvbm::facade

@@ -27,14 +27,14 @@ struct TierEngines {
   std::shared_ptr<TransferEngine> up;                  ///< this tier -> G1
 };
 
-/// What build_engines() needs to know of the tiers around tier `index` (> 0).
+/// What build_engines() needs to know of the tiers around a tier.
 struct EngineContext {
   const KvBlockManagerConfig& config;
   const TierSpecs& specs;
-  std::vector<const TierMemory*> memory;  ///< per tier
+  const TierArray<TierMemory>& memory;
 };
 
-/// Builds the engines of tier `index` (> 0, present) into `out`.
-void build_engines(const EngineContext& ctx, std::size_t index, TierEngines& out);
+/// Builds the engines of pooled tier `t` (below G1, present) into `out`.
+void build_engines(const EngineContext& ctx, TierId t, TierEngines& out);
 
 }  // namespace kvbm::facade

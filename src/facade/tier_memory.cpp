@@ -122,6 +122,7 @@ void build_disk(const KvBlockManagerConfig& c, const TierSpec& spec, TierMemory&
 }  // namespace
 
 void build_memory(const KvBlockManagerConfig& c, const TierSpec& spec, TierMemory& out) {
+  if (spec.storage == StorageKind::kRemote) return;  // the store is the remote tier's own
   const LayoutKind kind = layout_kind(c, spec);
   if (!c.move_bytes) {
     if (spec.storage == StorageKind::kDevice) out.emulated = !cuda_device_available();
@@ -148,6 +149,8 @@ void build_memory(const KvBlockManagerConfig& c, const TierSpec& spec, TierMemor
       break;
     case StorageKind::kDisk:
       build_disk(c, spec, out);
+      return;
+    case StorageKind::kRemote:
       return;
   }
   out.layout.emplace(make_layout(c.layout, kind, spec.blocks, out.memory->base()));

@@ -1,16 +1,10 @@
 // src/facade/tiers.h (internal): the facade's tiers, as data.
 //
-// Every part of the facade (building, the tier boundaries, onboarding,
-// shutdown and audit) iterates this table instead of naming G1, G2 and G3:
-//
-//   TierTypes       the tier markers, fastest first; index 0 is G1, the tier
-//                   onboarding copies into and the scheduler computes into
-//   describe_tiers  one TierSpec per tier, read from the config: its size,
-//                   listeners, storage kind and the mode of the boundary from
-//                   the tier above into it
-//
-// G1-G3 only: G4 is a sidecar of G2 (remote_tier.h), named where it matters
-// (docs/architecture.md, "The facade: tiers as data").
+// A tier is named by its TierId (kvbm/tier.h) everywhere in the facade; its
+// per-tier data is a TierArray indexed by it. describe_tiers() reads one
+// TierSpec per tier from the config: its size, storage, listeners, the tier
+// above it (where its blocks come down from) and the mode of that boundary.
+// The rows that act on the tiers are in facade/tier.h.
 
 #pragma once
 
@@ -18,13 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string_view>
-#include <tuple>
-#include <utility>
 #include <vector>
 
-#include "kvbm/block_manager.h"
+#include "kvbm/error.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/pool_listener.h"
@@ -32,27 +23,50 @@
 
 namespace kvbm::facade {
 
-/// The tiers, fastest first (G1 first).
-using TierTypes = std::tuple<G1, G2, G3>;
-inline constexpr std::size_t kTierCount = std::tuple_size_v<TierTypes>;
-template <std::size_t I>
-using TierAt = std::tuple_element_t<I, TierTypes>;
-template <std::size_t I>
-using Index = std::integral_constant<std::size_t, I>;
+/// Every tier, fastest first.
+inline constexpr std::array<TierId, 4> kTierIds = {TierId::kG1, TierId::kG2, TierId::kG3,
+                                                   TierId::kG4};
+inline constexpr std::size_t kTierCount = kTierIds.size();
 
-/// Calls f(Index<I>{}) for I = 0 .. N-1, in order.
-template <std::size_t N, class F>
-void for_each_index(F&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(Index<I>{}), ...); }
-  (std::make_index_sequence<N>{});
+/// Per-tier data, indexed by TierId.
+template <class T>
+struct TierArray {
+  std::array<T, kTierCount> items{};
+
+  [[nodiscard]] T& operator[](TierId t) noexcept { return items[index(t)]; }
+  [[nodiscard]] const T& operator[](TierId t) const noexcept { return items[index(t)]; }
+  [[nodiscard]] static constexpr std::size_t index(TierId t) noexcept {
+    return static_cast<std::size_t>(t) - 1;
+  }
+};
+
+/// Calls f(marker) with the marker of a pooled tier (G1, G2 or G3).
+template <class F>
+decltype(auto) with_marker(TierId t, F&& f) {
+  switch (t) {
+    case TierId::kG1:
+      return f(G1{});
+    case TierId::kG2:
+      return f(G2{});
+    case TierId::kG3:
+      return f(G3{});
+    case TierId::kG4:
+      break;
+  }
+  KVBM_CHECK(false, "KvBlockManager: tier ", to_string(t), " has no pool");
 }
 
-/// Calls f(Index<I>{}) for the I equal to `i` (< N).
-template <std::size_t N, class F>
-void visit_index(std::size_t i, F&& f) {
-  for_each_index<N>([&](auto I) {
-    if (I() == i) f(I);
-  });
+/// The TierId of a pooled tier's marker.
+template <TierMarker T>
+constexpr TierId tier_id_of() noexcept {
+  if constexpr (std::is_same_v<T, G1>) {
+    return TierId::kG1;
+  } else if constexpr (std::is_same_v<T, G2>) {
+    return TierId::kG2;
+  } else {
+    static_assert(std::is_same_v<T, G3>, "the facade pools G1, G2 and G3");
+    return TierId::kG3;
+  }
 }
 
 /// Where a tier's blocks live.
@@ -60,35 +74,33 @@ enum class StorageKind : std::uint8_t {
   kDevice,      ///< device memory (host memory standing in when no GPU is usable)
   kPinnedHost,  ///< pinned host memory
   kDisk,        ///< one preallocated file, read into G1 through a pinned bounce buffer
+  kRemote,      ///< a store shared by instances; no pool (its blocks land in `above`)
 };
 
 /// One tier, read from the config.
 struct TierSpec {
-  std::string_view option;  ///< its config member and option prefix: "device", "host", "disk"
+  TierId id = TierId::kG1;
+  std::string_view option;  ///< its config member and option prefix: "device", "host", ...
   StorageKind storage = StorageKind::kDevice;
-  std::size_t blocks = 0;  ///< 0: the tier is absent
+  bool present = false;
+  std::size_t blocks = 0;  ///< a pooled tier's blocks
   const TierConfig* size = nullptr;
   const std::vector<std::shared_ptr<PoolListener>>* listeners = nullptr;
-  /// The boundary from the tier above into this one (unused for G1).
+  /// The tier its blocks come down from (and a remote tier's land in).
+  TierId above = TierId::kG1;
+  /// The mode of the boundary from `above` (unused for G1).
   OffloadMode mode = OffloadMode::kNone;
   const OffloadPolicyConfig* policy = nullptr;
   PipelineConfig pipeline;  ///< the write-through pipeline's config
 };
-using TierSpecs = std::array<TierSpec, kTierCount>;
+using TierSpecs = TierArray<TierSpec>;
 
-/// The blocks of each tier (0: absent), as check_config() returned them.
-using TierSizes = std::array<std::size_t, kTierCount>;
+/// The blocks of G1, G2 and G3 (0: absent), as check_config() returned them.
+struct TierSizes {
+  std::size_t device = 0, host = 0, disk = 0;
+};
 
 /// Returns the table of `c`'s tiers; `blocks` from check_config().
 [[nodiscard]] TierSpecs describe_tiers(const KvBlockManagerConfig& c, const TierSizes& blocks);
-
-/// One pool per tier (empty when the tier is absent).
-template <class Tuple>
-struct PoolsOf;
-template <TierMarker... T>
-struct PoolsOf<std::tuple<T...>> {
-  using type = std::tuple<std::optional<BlockManager<T>>...>;
-};
-using Pools = PoolsOf<TierTypes>::type;
 
 }  // namespace kvbm::facade

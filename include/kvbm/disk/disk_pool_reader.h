@@ -30,6 +30,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kvbm/blocks/block_id.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/storage/layout.h"
 
@@ -83,7 +84,7 @@ class DiskPoolReader {
   mutable detail::Mutex mu_;
   /// Null before a refresh() that found the file.
   std::shared_ptr<const DiskStorage> storage_ KVBM_GUARDED_BY(mu_);
-  std::unordered_map<std::uint64_t, std::uint64_t> slots_ KVBM_GUARDED_BY(mu_);  // hash -> slot
+  std::unordered_map<std::uint64_t, BlockId> slots_ KVBM_GUARDED_BY(mu_);  // hash -> slot
   std::string last_error_ KVBM_GUARDED_BY(mu_);
 };
 
