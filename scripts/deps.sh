@@ -9,7 +9,8 @@
 # Makefile generator is used; without clang and libclang-rt-14-dev (clang's libFuzzer runtime)
 # the fuzz stage of scripts/test.sh is skipped, without clang the threadsafety stage, without
 # clang-format and clang-tidy the lint stage; without libhiredis-dev kvbm builds without the
-# remote tier (G4) and without redis-server its tests (tests/remote/) skip with a message; without
+# remote tier (G4) and without redis-server (and redis-tools: redis-cli, for the cluster tests)
+# its tests (tests/remote/) skip with a message; without
 # python3-venv and python3-dev the python stage cannot build the extension (it fails, saying so).
 # Set KVBM_SKIP_DEPS=1 to skip this script entirely (e.g. on a machine provisioned some other way).
 set -euo pipefail
@@ -23,7 +24,7 @@ readonly REQUIRED=(
   python3
 )
 readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev clang-format clang-tidy libhiredis-dev
-  redis-server python3-venv python3-dev)
+  redis-server redis-tools python3-venv python3-dev)
 
 log() { printf '[deps] %s\n' "$*"; }
 

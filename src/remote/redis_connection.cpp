@@ -23,6 +23,15 @@ namespace {
 
 constexpr std::size_t kReadChunk = std::size_t{256} * 1024;  // least room offered to one read()
 
+// An error reply's status: a full server, an access refused, or any other error.
+RemoteStatus classify_error(std::string_view e) {
+  if (e.starts_with("OOM")) return RemoteStatus::kOutOfMemory;
+  if (e.starts_with("NOAUTH") || e.starts_with("NOPERM") || e.starts_with("WRONGPASS")) {
+    return RemoteStatus::kAccessDenied;
+  }
+  return RemoteStatus::kServerError;
+}
+
 int remaining_ms(Clock::time_point deadline) {
   const auto left =
       std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
@@ -107,9 +116,9 @@ struct ReplyFunctions {
     switch (t->type) {
       case REDIS_REPLY_ERROR:
         r.kind = RedisReply::Kind::kError;
-        r.status = std::string_view(str, len).starts_with("OOM") ? RemoteStatus::kOutOfMemory
-                                                                 : RemoteStatus::kServerError;
-        c->last_error_.assign(str, std::min<std::size_t>(len, 200));
+        r.error.assign(str, std::min<std::size_t>(len, 200));
+        r.status = classify_error(r.error);
+        c->last_error_ = r.error;
         break;
       case REDIS_REPLY_STATUS:
         r.kind = RedisReply::Kind::kStatus;
@@ -216,24 +225,37 @@ RemoteStatus RedisConnection::connect(Clock::time_point deadline,
 
   // AUTH and SELECT, pipelined, within the same deadline.
   RedisRequest setup;
-  if (!endpoint_.password.empty()) setup.add_command({"AUTH", endpoint_.password});
+  if (!endpoint_.user.empty()) {
+    setup.add_command({"AUTH", endpoint_.user, endpoint_.password});
+  } else if (!endpoint_.password.empty()) {
+    setup.add_command({"AUTH", endpoint_.password});
+  }
+  const bool auth = setup.replies() != 0;
   const std::string db = std::to_string(endpoint_.db);
   if (endpoint_.db != 0) setup.add_command({"SELECT", db});
   if (setup.replies() == 0) return RemoteStatus::kOk;
   struct SetupSink final : ReplySink {
+    bool auth = false;
     RemoteStatus result = RemoteStatus::kOk;
     RemoteStatus on_bulk(std::size_t, std::span<const std::byte>) override {
       return RemoteStatus::kServerError;
     }
-    void on_reply(std::size_t, const RedisReply& r) override {
-      if (r.kind != RedisReply::Kind::kStatus) result = RemoteStatus::kServerError;
+    void on_reply(std::size_t index, const RedisReply& r) override {
+      if (r.kind == RedisReply::Kind::kStatus || result != RemoteStatus::kOk) return;
+      // AUTH refused (WRONGPASS, or a password to a server that has none) is an access
+      // denied; the server's text never repeats the password.
+      result = auth && index == 0 ? RemoteStatus::kAccessDenied : RemoteStatus::kUnavailable;
     }
   } sink;
+  sink.auth = auth;
   if (auto st = exchange(setup, sink, dl); st != RemoteStatus::kOk) {
     return fail(RemoteStatus::kUnavailable, "AUTH/SELECT: " + last_error_);
   }
   if (sink.result != RemoteStatus::kOk) {
-    return fail(RemoteStatus::kUnavailable, "AUTH/SELECT refused: " + last_error_);
+    return fail(sink.result,
+                std::string(sink.result == RemoteStatus::kAccessDenied ? "AUTH refused: "
+                                                                       : "SELECT refused: ") +
+                    last_error_);
   }
   return RemoteStatus::kOk;
 }

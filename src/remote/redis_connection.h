@@ -47,8 +47,9 @@ struct RedisReply {
     kArray
   } kind = Kind::kNil;
   long long integer = 0;
-  RemoteStatus status =
-      RemoteStatus::kOk;  ///< kBulk: the sink's verdict; kError: kOutOfMemory or kServerError
+  /// kBulk: the sink's verdict; kError: kOutOfMemory, kAccessDenied or kServerError
+  RemoteStatus status = RemoteStatus::kOk;
+  std::string error{};  ///< kError: the server's text (at most 200 bytes)
 };
 
 /// Receives the replies of one exchange, in order.
@@ -96,7 +97,8 @@ class RedisConnection {
 
   [[nodiscard]] bool connected() const noexcept { return ctx_ != nullptr; }
   /// Connects (AUTH and SELECT included) within min(deadline, now +
-  /// connect_timeout). kOk, or kUnavailable / kTimeout with last_error().
+  /// connect_timeout). kOk, or kUnavailable / kAccessDenied (AUTH refused)
+  /// with last_error(), which never holds the password.
   RemoteStatus connect(Clock::time_point deadline, std::chrono::milliseconds connect_timeout);
   /// Sends the request and reads its replies, all before `deadline`. Returns
   /// kOk when every reply was read; otherwise the failure (kTimeout,

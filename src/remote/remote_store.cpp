@@ -4,23 +4,18 @@
 #define XXH_INLINE_ALL
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <latch>
-#include <mutex>
-#include <thread>
+#include <numeric>
 
 #include <xxhash.h>
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
-#include "redis_connection.h"
-#include "remote_metrics.h"
+#include "redis_cluster.h"
+#include "remote_store_impl.h"
 
 namespace kvbm {
 
-using remote::Clock;
 using remote::RedisConnection;
 using remote::RedisReply;
 using remote::RedisRequest;
@@ -28,25 +23,9 @@ using remote::RemoteOp;
 
 namespace {
 
-/// One batch handed to the workers; the caller waits on `done`.
-struct Batch {
-  RemoteOp op;
-  std::span<const std::uint64_t> hashes;
-  std::span<const RemotePut> puts;
-  std::span<const RemoteGet> gets;
-  std::vector<RemoteStatus> status;
-  std::vector<std::uint8_t> present;
-  Clock::time_point deadline;
-  std::latch done;
-  Batch(RemoteOp o, std::size_t n, std::ptrdiff_t tasks, Clock::time_point dl)
-      : op(o), status(n, RemoteStatus::kOk), present(n, 0), deadline(dl), done(tasks) {}
-};
-
-/// A slice of a batch for one server.
-struct Task {
-  Batch* batch = nullptr;
-  std::vector<std::size_t> items;  // indices into the batch
-};
+constexpr std::size_t kNoItem = static_cast<std::size_t>(-1);  // a reply of no item (ASKING)
+constexpr std::size_t kNoIndex = static_cast<std::size_t>(-1);
+constexpr int kMaxRounds = 5;  // a cluster call: the first send and up to 4 redirects
 
 std::string hex16(std::uint64_t v) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -63,374 +42,482 @@ std::size_t total_bytes(auto regions) {
 
 }  // namespace
 
-struct RemoteStore::Impl {
-  struct Server {
-    remote::RedisEndpoint endpoint;
-    std::mutex mu;  // queue and stop
-    std::condition_variable cv;
-    std::deque<Task*> queue;
-    bool stop = false;
-    std::mutex state_mu;  // the fields below
-    bool available = true;
-    bool full = false;
-    std::chrono::milliseconds backoff{0};
-    Clock::time_point retry_at{};
-    std::atomic<bool> available_flag{true};
-    std::vector<std::thread> workers;
-  };
-
-  RemoteStoreOptions options;
-  std::uint64_t fingerprint = 0;
-  std::size_t block_bytes = 0;
-  std::string key_head;  // "<prefix>:<fingerprint hex>:"
-  std::vector<std::unique_ptr<Server>> servers;
-  remote::RemoteMetrics metrics;
-  std::atomic<std::size_t> servers_available{0};
-  std::atomic<bool> corrupt_logged{false};
-  struct Counters {
-    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, failed_puts{0}, read_bytes{0},
-        written_bytes{0};
-    std::array<std::atomic<std::uint64_t>, kRemoteStatusCount> by_status{};
-  } counters;
-
-  explicit Impl(RemoteStoreOptions o)
-      : options(std::move(o)), metrics(options.metrics_registry, options.pool_name) {}
-
-  ~Impl() {
-    for (auto& s : servers) {
-      {
-        std::lock_guard lock(s->mu);
-        s->stop = true;
-      }
-      s->cv.notify_all();
-    }
-    for (auto& s : servers) {
-      for (auto& t : s->workers) t.join();
-    }
+RemoteStore::Impl::~Impl() {
+  if (refresher) refresher->stop();  // no server is added after this
+  std::vector<Server*> all;
+  {
+    detail::ReaderLock lock(topo_mu);
+    for (auto& s : servers) all.push_back(s.get());
   }
-
-  [[nodiscard]] std::string key_of(std::uint64_t hash) const { return key_head + hex16(hash); }
-
-  [[nodiscard]] std::size_t server_of(std::uint64_t hash) const noexcept {
-    if (servers.size() == 1) return 0;
-    const std::uint64_t in[2] = {fingerprint, hash};
-    return jump_consistent_hash(XXH3_64bits(in, sizeof(in)), servers.size());
-  }
-
-  // --- server state: one log line per change ---
-
-  void server_failed(Server& s, RemoteStatus kind, const std::string& why) {
-    bool changed = false;
-    std::chrono::milliseconds wait{};
+  for (Server* s : all) {
     {
-      std::lock_guard lock(s.state_mu);
-      changed = s.available;
-      s.available = false;
-      s.backoff = changed ? options.backoff_initial : std::min(s.backoff * 2, options.backoff_max);
-      wait = s.backoff;
-      s.retry_at = Clock::now() + s.backoff;
+      std::lock_guard lock(s->mu);
+      s->stop = true;
     }
-    if (changed) {
+    s->cv.notify_all();
+  }
+  for (Server* s : all) {
+    for (auto& t : s->workers) t.join();
+  }
+}
+
+std::string RemoteStore::Impl::key_of(std::uint64_t hash) const { return key_head + hex16(hash); }
+
+std::size_t RemoteStore::Impl::server_of(std::uint64_t hash) const {
+  if (is_cluster) {
+    if (slot_owner.empty()) return servers.size();
+    const std::uint16_t owner = slot_owner[redis_key_slot(key_of(hash))];
+    return owner == kNoServer ? servers.size() : owner;
+  }
+  if (servers.size() == 1) return 0;
+  const std::uint64_t in[2] = {fingerprint, hash};
+  return jump_consistent_hash(XXH3_64bits(in, sizeof(in)), servers.size());
+}
+
+std::size_t RemoteStore::Impl::add_server(remote::RedisEndpoint endpoint, const std::string& node) {
+  if (auto it = server_by_node.find(node); it != server_by_node.end()) return it->second;
+  auto s = std::make_unique<Server>();
+  s->endpoint = std::move(endpoint);
+  Server* raw = s.get();
+  servers.push_back(std::move(s));
+  server_by_node.emplace(node, servers.size() - 1);
+  metrics.set_servers_available(++servers_available);
+  for (std::size_t i = 0; i < options.connections_per_server; ++i) {
+    raw->workers.emplace_back([this, raw] { worker(*raw); });
+  }
+  return servers.size() - 1;
+}
+
+// --- server state: one log line per change ---
+
+void RemoteStore::Impl::server_failed(Server& s, RemoteStatus kind, const std::string& why) {
+  bool changed = false;
+  std::chrono::milliseconds wait{};
+  {
+    std::lock_guard lock(s.state_mu);
+    changed = s.available || s.failure != kind;
+    if (s.available) {
       s.available_flag.store(false);
       metrics.set_servers_available(--servers_available);
-      logger()->warn(
-          "remote store {}: server {} failed ({}: {}); its blocks are misses and its puts fail "
-          "until it "
-          "answers again (next attempt in {} ms, backoff up to {} ms)",
-          options.pool_name, s.endpoint.display, to_string(kind), why, wait.count(),
-          options.backoff_max.count());
     }
+    s.available = false;
+    s.failure = kind;
+    s.backoff = s.backoff.count() == 0 ? options.backoff_initial
+                                       : std::min(s.backoff * 2, options.backoff_max);
+    wait = s.backoff;
+    s.retry_at = remote::Clock::now() + s.backoff;
   }
+  if (is_cluster) request_refresh();  // a failover may be on its way
+  if (!changed) return;
+  if (kind == RemoteStatus::kAccessDenied) {
+    logger()->error(
+        "remote store {}: server {} refused access ({}); check the user and password (in the "
+        "URL, RemoteStoreOptions::password_file or password_env) and the user's ACL (docs/"
+        "remote.md); its blocks are misses until it accepts them (next attempt in {} ms)",
+        options.pool_name, s.endpoint.display, why, wait.count());
+    return;
+  }
+  logger()->warn(
+      "remote store {}: server {} failed ({}: {}); its blocks are misses and its puts fail until "
+      "it answers again (next attempt in {} ms, backoff up to {} ms)",
+      options.pool_name, s.endpoint.display, to_string(kind), why, wait.count(),
+      options.backoff_max.count());
+}
 
-  void server_succeeded(Server& s) {
-    bool changed = false;
-    {
-      std::lock_guard lock(s.state_mu);
-      changed = !s.available;
-      s.available = true;
-      s.backoff = std::chrono::milliseconds{0};
-      s.retry_at = {};
-    }
+void RemoteStore::Impl::server_succeeded(Server& s) {
+  bool changed = false;
+  {
+    std::lock_guard lock(s.state_mu);
+    changed = !s.available;
+    s.available = true;
+    s.backoff = std::chrono::milliseconds{0};
+    s.retry_at = {};
     if (changed) {
       s.available_flag.store(true);
       metrics.set_servers_available(++servers_available);
-      logger()->info("remote store {}: server {} answers again", options.pool_name,
-                     s.endpoint.display);
     }
   }
+  if (changed) {
+    logger()->info("remote store {}: server {} answers again", options.pool_name,
+                   s.endpoint.display);
+  }
+}
 
-  void server_full(Server& s, bool full, const std::string& why) {
-    bool changed = false;
-    {
-      std::lock_guard lock(s.state_mu);
-      changed = s.full != full;
-      s.full = full;
+void RemoteStore::Impl::server_full(Server& s, bool full, const std::string& why) {
+  bool changed = false;
+  {
+    std::lock_guard lock(s.state_mu);
+    changed = s.full != full;
+    s.full = full;
+  }
+  if (!changed) return;
+  if (full) {
+    logger()->warn(
+        "remote store {}: server {} is full ({}); puts fail until it has room (maxmemory-policy "
+        "allkeys-lru evicts old blocks instead)",
+        options.pool_name, s.endpoint.display, why);
+  } else {
+    logger()->info("remote store {}: server {} accepts puts again", options.pool_name,
+                   s.endpoint.display);
+  }
+}
+
+void RemoteStore::Impl::access_denied(const Server& s, const std::string& why) {
+  if (access_logged.exchange(true)) return;
+  logger()->error(
+      "remote store {}: server {} denied a command ({}); the ACL user needs the commands and the "
+      "key pattern kvbm uses (docs/remote.md, 'Access control'); those blocks are misses "
+      "(logged once; see kvbm_remote_errors_total{{kind=\"access_denied\"}})",
+      options.pool_name, s.endpoint.display, why);
+}
+
+RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& conn,
+                                                 remote::Clock::time_point deadline) {
+  if (conn.connected()) return RemoteStatus::kOk;
+  bool waiting = false;
+  RemoteStatus failure = RemoteStatus::kUnavailable;
+  {
+    std::lock_guard lock(s.state_mu);
+    waiting = !s.available && remote::Clock::now() < s.retry_at;
+    failure = s.failure;
+  }
+  if (waiting) {
+    if (is_cluster) request_refresh();  // until a replica takes its slots (rate-limited)
+    return failure == RemoteStatus::kAccessDenied ? failure : RemoteStatus::kUnavailable;
+  }
+  // A connection alone proves little (a frozen server's kernel still accepts one): the server
+  // counts as answering again after its first exchange (run()).
+  const RemoteStatus st = conn.connect(deadline, options.connect_timeout);
+  if (st == RemoteStatus::kOk) return st;
+  server_failed(s, st, conn.last_error());
+  return st == RemoteStatus::kAccessDenied ? st : RemoteStatus::kUnavailable;
+}
+
+// --- one task on one worker's connection ---
+
+struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
+  Impl* impl = nullptr;
+  RemoteBatch* batch = nullptr;
+  const Server* server = nullptr;
+  const std::vector<std::size_t>* reply_items = nullptr;  // reply index -> item, or kNoItem
+
+  RemoteStatus on_bulk(std::size_t index, std::span<const std::byte> value) override {
+    const std::size_t item = (*reply_items)[index];
+    if (batch->op != RemoteOp::kGet || item == kNoItem) return RemoteStatus::kServerError;
+    const RemoteGet& g = batch->gets[item];
+    const auto e =
+        verify_remote_value(value, impl->fingerprint, g.hash, g.prefix_hash, impl->block_bytes);
+    if (e != RemoteValueError::kNone) {
+      if (!impl->corrupt_logged.exchange(true)) {
+        logger()->warn(
+            "remote store {}: block {} failed verification ({}); it is a miss (logged once; see "
+            "kvbm_remote_errors_total{{kind=\"corrupt\"}})",
+            impl->options.pool_name, impl->key_of(g.hash), to_string(e));
+      }
+      return RemoteStatus::kCorrupt;
     }
-    if (!changed) return;
-    if (full) {
-      logger()->warn(
-          "remote store {}: server {} is full ({}); puts fail until it has room (maxmemory-policy "
-          "allkeys-lru "
-          "evicts old blocks instead)",
-          options.pool_name, s.endpoint.display, why);
-    } else {
-      logger()->info("remote store {}: server {} accepts puts again", options.pool_name,
-                     s.endpoint.display);
+    const std::byte* src = value.data() + kRemoteHeaderBytes;
+    for (auto r : g.regions) {
+      std::memcpy(r.data(), src, r.size());
+      src += r.size();
     }
+    return RemoteStatus::kOk;
   }
 
-  RemoteStatus ensure_connected(Server& s, RedisConnection& conn, Clock::time_point deadline) {
-    if (conn.connected()) return RemoteStatus::kOk;
-    {
-      std::lock_guard lock(s.state_mu);
-      if (!s.available && Clock::now() < s.retry_at) return RemoteStatus::kUnavailable;
+  // An error reply's outcome: a redirect to follow (a cluster's MOVED or ASK), a cluster whose
+  // map is worth asking again, an access denied (logged once), or the error as classified.
+  RemoteStatus on_error(std::size_t item, const RedisReply& r) {
+    if (impl->is_cluster) {
+      if (auto redirect = remote::parse_cluster_redirect(r.error)) {
+        batch->redirects[item] = {
+            redirect->ask ? RemoteRedirect::Kind::kAsk : RemoteRedirect::Kind::kMoved,
+            redirect->slot, std::move(redirect->node)};
+        return RemoteStatus::kUnavailable;  // until the next round sends it again
+      }
+      if (remote::cluster_in_flux(r.error)) {
+        impl->request_refresh();
+        return RemoteStatus::kUnavailable;
+      }
     }
-    const RemoteStatus st = conn.connect(deadline, options.connect_timeout);
-    if (st == RemoteStatus::kOk) {
-      server_succeeded(s);
-      return st;
-    }
-    server_failed(s, st, conn.last_error());
-    return RemoteStatus::kUnavailable;
+    if (r.status == RemoteStatus::kAccessDenied) impl->access_denied(*server, r.error);
+    return r.status;
   }
 
-  // --- one task on one worker's connection ---
-
-  struct TaskSink final : remote::ReplySink {
-    Impl* impl = nullptr;
-    Batch* batch = nullptr;
-    const std::vector<std::size_t>* items = nullptr;  // the items of this exchange, in reply order
-
-    RemoteStatus on_bulk(std::size_t index, std::span<const std::byte> value) override {
-      if (batch->op != RemoteOp::kGet) return RemoteStatus::kServerError;
-      const RemoteGet& g = batch->gets[(*items)[index]];
-      const auto e =
-          verify_remote_value(value, impl->fingerprint, g.hash, g.prefix_hash, impl->block_bytes);
-      if (e != RemoteValueError::kNone) {
-        if (!impl->corrupt_logged.exchange(true)) {
-          logger()->warn(
-              "remote store {}: block {} failed verification ({}); it is a miss (logged once; see "
-              "kvbm_remote_errors_total{{kind=\"corrupt\"}})",
-              impl->options.pool_name, impl->key_of(g.hash), to_string(e));
-        }
-        return RemoteStatus::kCorrupt;
+  void on_reply(std::size_t index, const RedisReply& r) override {
+    const std::size_t item = (*reply_items)[index];
+    if (item == kNoItem) return;  // ASKING's +OK (an error shows in the command's own reply)
+    RemoteStatus st = RemoteStatus::kServerError;
+    if (r.kind == RedisReply::Kind::kError) {
+      st = on_error(item, r);
+    } else if (batch->op == RemoteOp::kExists) {
+      if (r.kind == RedisReply::Kind::kInteger) {
+        st = RemoteStatus::kOk;
+        batch->present[item] = r.integer > 0 ? 1 : 0;
       }
-      const std::byte* src = value.data() + kRemoteHeaderBytes;
-      for (auto r : g.regions) {
-        std::memcpy(r.data(), src, r.size());
-        src += r.size();
-      }
-      return RemoteStatus::kOk;
+    } else if (batch->op == RemoteOp::kGet) {
+      if (r.kind == RedisReply::Kind::kBulk || r.kind == RedisReply::Kind::kNil) st = r.status;
+    } else if (r.kind == RedisReply::Kind::kStatus) {
+      st = r.status;
     }
-
-    void on_reply(std::size_t index, const RedisReply& r) override {
-      const std::size_t item = (*items)[index];
-      RemoteStatus st = RemoteStatus::kServerError;
-      switch (batch->op) {
-        case RemoteOp::kExists:
-          if (r.kind == RedisReply::Kind::kInteger) {
-            st = RemoteStatus::kOk;
-            batch->present[item] = r.integer > 0 ? 1 : 0;
-          } else if (r.kind == RedisReply::Kind::kError) {
-            st = r.status;
-          }
-          break;
-        case RemoteOp::kGet:
-          if (r.kind == RedisReply::Kind::kBulk || r.kind == RedisReply::Kind::kNil ||
-              r.kind == RedisReply::Kind::kError) {
-            st = r.status;
-          }
-          break;
-        case RemoteOp::kPut:
-          if (r.kind == RedisReply::Kind::kStatus || r.kind == RedisReply::Kind::kError)
-            st = r.status;
-          break;
-      }
-      batch->status[item] = st;
-    }
-  };
-
-  void build(const Batch& b, const std::vector<std::size_t>& items, RedisRequest& req) const {
-    req.clear();
-    for (std::size_t i : items) {
-      switch (b.op) {
-        case RemoteOp::kExists:
-          req.add_command({"EXISTS", key_of(b.hashes[i])});
-          break;
-        case RemoteOp::kGet:
-          req.add_command({"GET", key_of(b.gets[i].hash)});
-          break;
-        case RemoteOp::kPut: {
-          const RemotePut& p = b.puts[i];
-          XXH3_state_t state;
-          XXH3_64bits_reset(&state);
-          for (auto r : p.regions) XXH3_64bits_update(&state, r.data(), r.size());
-          RemoteHeader h;
-          h.fingerprint = fingerprint;
-          h.sequence_hash = p.hash;
-          h.prefix_hash = p.prefix_hash;
-          h.has_prefix_hash = p.prefix_hash != 0;
-          h.payload_bytes = block_bytes;
-          h.payload_checksum = XXH3_64bits_digest(&state);
-          std::array<std::byte, kRemoteHeaderBytes> header;
-          encode_remote_header(h, header);
-          req.add_set(key_of(p.hash), header, p.regions,
-                      static_cast<std::uint64_t>(options.ttl.count()));
-          break;
-        }
-      }
-    }
-  }
-
-  void run(Server& s, RedisConnection& conn, RedisRequest& req, Task& t) {
-    Batch& b = *t.batch;
-    auto fail_all = [&](const std::vector<std::size_t>& items, RemoteStatus st) {
-      for (std::size_t i : items) b.status[i] = st;
-    };
-    if (Clock::now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
-    bool was_connected = conn.connected();
-    if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk)
-      return fail_all(t.items, st);
-    std::vector<std::size_t> items = t.items;
-    TaskSink sink;
-    sink.impl = this;
-    sink.batch = &b;
-    sink.items = &items;
-    for (int attempt = 0;; ++attempt) {
-      build(b, items, req);
-      const RemoteStatus st = conn.exchange(req, sink, b.deadline);
-      if (st == RemoteStatus::kOk) {
-        server_succeeded(s);
-        break;
-      }
-      // Replies already read keep their outcome; the rest get the failure, or one retry on a new
-      // connection when an established one turned out broken (a restarted server).
-      items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(conn.replies_read()));
-      if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected &&
-          Clock::now() < b.deadline) {
-        was_connected = false;
-        const RemoteStatus c = conn.connect(b.deadline, options.connect_timeout);
-        if (c == RemoteStatus::kOk) continue;
-        server_failed(s, c, conn.last_error());
-        return fail_all(items, RemoteStatus::kUnavailable);
-      }
-      server_failed(s, st, conn.last_error());
-      return fail_all(items, st);
-    }
-    if (b.op == RemoteOp::kPut) {
-      bool oom = false, stored = false;
-      for (std::size_t i : t.items) {
-        oom |= b.status[i] == RemoteStatus::kOutOfMemory;
-        stored |= b.status[i] == RemoteStatus::kOk;
-      }
-      if (oom)
-        server_full(s, true, conn.last_error());
-      else if (stored)
-        server_full(s, false, {});
-    }
-  }
-
-  void worker(Server& s) {
-    RedisConnection conn(s.endpoint);
-    RedisRequest req;
-    for (;;) {
-      Task* t = nullptr;
-      {
-        std::unique_lock lock(s.mu);
-        s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
-        if (s.queue.empty()) return;  // stopping and drained
-        t = s.queue.front();
-        s.queue.pop_front();
-      }
-      try {
-        run(s, conn, req, *t);
-      } catch (const std::exception& e) {  // allocation failure: never out of a worker
-        for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
-        conn.close();
-        logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
-      }
-      t->batch->done.count_down();
-    }
-  }
-
-  // --- batches ---
-
-  template <class KeyOf>
-  void dispatch(std::size_t n, KeyOf hash_of, std::vector<Task>& tasks, bool split) {
-    std::vector<std::vector<std::size_t>> per_server(servers.size());
-    for (std::size_t i = 0; i < n; ++i) per_server[server_of(hash_of(i))].push_back(i);
-    for (auto& items : per_server) {
-      if (items.empty()) continue;
-      const std::size_t parts = split ? std::min(options.connections_per_server, items.size()) : 1;
-      const std::size_t per = (items.size() + parts - 1) / parts;
-      for (std::size_t p = 0; p < items.size(); p += per) {
-        Task t;
-        t.items.assign(
-            items.begin() + static_cast<std::ptrdiff_t>(p),
-            items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), p + per)));
-        tasks.push_back(std::move(t));
-      }
-    }
-  }
-
-  template <class KeyOf>
-  std::unique_ptr<Batch> execute(RemoteOp op, std::size_t n, KeyOf hash_of, auto fill) {
-    const auto start = Clock::now();
-    std::vector<Task> tasks;
-    tasks.reserve(servers.size() * options.connections_per_server);
-    dispatch(n, hash_of, tasks,
-             op != RemoteOp::kExists);  // before the batch: its latch needs the count
-    auto b = std::make_unique<Batch>(op, n, static_cast<std::ptrdiff_t>(tasks.size()),
-                                     start + options.command_timeout);
-    fill(*b);
-    for (auto& t : tasks) {
-      t.batch = b.get();
-      Server& s = *servers[server_of(hash_of(t.items.front()))];
-      {
-        std::lock_guard lock(s.mu);
-        s.queue.push_back(&t);
-      }
-      s.cv.notify_one();
-    }
-    b->done.wait();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    remote::RemoteCallCounts c;
-    for (std::size_t i = 0; i < n; ++i) {
-      const RemoteStatus st = b->status[i];
-      if (st != RemoteStatus::kOk && st != RemoteStatus::kNotFound)
-        ++c.by_status[static_cast<std::size_t>(st)];
-      if (op == RemoteOp::kGet) {
-        if (st == RemoteStatus::kOk) {
-          ++c.hits;
-          c.read_bytes += block_bytes;
-        } else {
-          ++c.misses;
-        }
-      } else if (op == RemoteOp::kPut) {
-        if (st == RemoteStatus::kOk) {
-          ++c.puts;
-          c.written_bytes += block_bytes;
-        } else {
-          ++c.failed_puts;
-        }
-      }
-    }
-    counters.hits += c.hits;
-    counters.misses += c.misses;
-    counters.puts += c.puts;
-    counters.failed_puts += c.failed_puts;
-    counters.read_bytes += c.read_bytes;
-    counters.written_bytes += c.written_bytes;
-    for (std::size_t i = 0; i < kRemoteStatusCount; ++i) counters.by_status[i] += c.by_status[i];
-    metrics.record(op, seconds, c);
-    return b;
+    batch->status[item] = st;
   }
 };
+
+void RemoteStore::Impl::build(const RemoteTask& t, RedisRequest& req,
+                              std::vector<std::size_t>& reply_items) const {
+  const RemoteBatch& b = *t.batch;
+  req.clear();
+  reply_items.clear();
+  for (std::size_t i : t.items) {
+    if (t.asking) {
+      req.add_command({"ASKING"});
+      reply_items.push_back(kNoItem);
+    }
+    reply_items.push_back(i);
+    switch (b.op) {
+      case RemoteOp::kExists:
+        req.add_command({"EXISTS", key_of(b.hashes[i])});
+        break;
+      case RemoteOp::kGet:
+        req.add_command({"GET", key_of(b.gets[i].hash)});
+        break;
+      case RemoteOp::kPut: {
+        const RemotePut& p = b.puts[i];
+        XXH3_state_t state;
+        XXH3_64bits_reset(&state);
+        for (auto r : p.regions) XXH3_64bits_update(&state, r.data(), r.size());
+        RemoteHeader h;
+        h.fingerprint = fingerprint;
+        h.sequence_hash = p.hash;
+        h.prefix_hash = p.prefix_hash;
+        h.has_prefix_hash = p.prefix_hash != 0;
+        h.payload_bytes = block_bytes;
+        h.payload_checksum = XXH3_64bits_digest(&state);
+        std::array<std::byte, kRemoteHeaderBytes> header;
+        encode_remote_header(h, header);
+        req.add_set(key_of(p.hash), header, p.regions,
+                    static_cast<std::uint64_t>(options.ttl.count()));
+        break;
+      }
+    }
+  }
+}
+
+void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req, RemoteTask& t) {
+  RemoteBatch& b = *t.batch;
+  auto fail_all = [&](const std::vector<std::size_t>& items, RemoteStatus st) {
+    for (std::size_t i : items) b.status[i] = st;
+  };
+  if (remote::Clock::now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
+  bool was_connected = conn.connected();
+  if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk)
+    return fail_all(t.items, st);
+  RemoteTask left = t;
+  std::vector<std::size_t> reply_items;
+  TaskSink sink;
+  sink.impl = this;
+  sink.batch = &b;
+  sink.server = &s;
+  sink.reply_items = &reply_items;
+  for (int attempt = 0;; ++attempt) {
+    build(left, req, reply_items);
+    const RemoteStatus st = conn.exchange(req, sink, b.deadline);
+    if (st == RemoteStatus::kOk) {
+      server_succeeded(s);
+      break;
+    }
+    // Replies already read keep their outcome; the rest get the failure, or one retry on a new
+    // connection when an established one turned out broken (a restarted server).
+    left.items.clear();
+    for (std::size_t k = conn.replies_read(); k < reply_items.size(); ++k) {
+      if (reply_items[k] != kNoItem) left.items.push_back(reply_items[k]);
+    }
+    if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected &&
+        remote::Clock::now() < b.deadline) {
+      was_connected = false;
+      const RemoteStatus c = conn.connect(b.deadline, options.connect_timeout);
+      if (c == RemoteStatus::kOk) continue;
+      server_failed(s, c, conn.last_error());
+      return fail_all(left.items,
+                      c == RemoteStatus::kAccessDenied ? c : RemoteStatus::kUnavailable);
+    }
+    server_failed(s, st, conn.last_error());
+    return fail_all(left.items, st);
+  }
+  if (b.op == RemoteOp::kPut) {
+    bool oom = false, stored = false;
+    for (std::size_t i : t.items) {
+      oom |= b.status[i] == RemoteStatus::kOutOfMemory;
+      stored |= b.status[i] == RemoteStatus::kOk;
+    }
+    if (oom)
+      server_full(s, true, conn.last_error());
+    else if (stored)
+      server_full(s, false, {});
+  }
+}
+
+void RemoteStore::Impl::worker(Server& s) {
+  RedisConnection conn(s.endpoint);
+  RedisRequest req;
+  for (;;) {
+    RemoteTask* t = nullptr;
+    {
+      std::unique_lock lock(s.mu);
+      s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
+      if (s.queue.empty()) return;  // stopping and drained
+      t = s.queue.front();
+      s.queue.pop_front();
+    }
+    try {
+      run(s, conn, req, *t);
+    } catch (const std::exception& e) {  // allocation failure: never out of a worker
+      for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
+      conn.close();
+      logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
+    }
+    t->done->count_down();
+  }
+}
+
+// --- calls: a batch split by server and over each server's workers, in rounds ---
+
+namespace {
+
+/// Sends `pending` items of a batch, each to `target[i]` when set (a redirect) or to the server
+/// of its hash, split over each server's workers; returns when every worker is done.
+template <class Impl, class HashOf>
+void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pending, HashOf hash_of,
+               const std::vector<std::size_t>& target, const std::vector<std::uint8_t>& asking) {
+  using Server = typename Impl::Server;
+  std::vector<std::vector<std::size_t>> groups;  // (server, asking) -> items
+  std::vector<Server*> group_server;
+  bool unrouted = false;
+  {
+    detail::ReaderLock lock(impl.topo_mu);
+    const std::size_t n = impl.servers.size();
+    groups.resize(2 * n);
+    for (std::size_t i : pending) {
+      const std::size_t s = target[i] != kNoIndex ? target[i] : impl.server_of(hash_of(i));
+      if (s >= n) {  // a cluster slot no node serves (not discovered yet, or uncovered)
+        b.status[i] =
+            impl.discovery_denied ? RemoteStatus::kAccessDenied : RemoteStatus::kUnavailable;
+        unrouted = true;
+        continue;
+      }
+      groups[2 * s + asking[i]].push_back(i);
+    }
+    for (std::size_t s = 0; s < n; ++s) group_server.push_back(impl.servers[s].get());
+  }
+  if (unrouted) impl.request_refresh();
+  const bool split = b.op != RemoteOp::kExists;  // EXISTS: one small pipeline per server
+  std::vector<RemoteTask> tasks;
+  std::vector<Server*> task_server;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& items = groups[g];
+    if (items.empty()) continue;
+    const std::size_t parts =
+        split ? std::min(impl.options.connections_per_server, items.size()) : 1;
+    const std::size_t per = (items.size() + parts - 1) / parts;
+    for (std::size_t p = 0; p < items.size(); p += per) {
+      RemoteTask t;
+      t.batch = &b;
+      t.asking = (g % 2) != 0;
+      t.items.assign(items.begin() + static_cast<std::ptrdiff_t>(p),
+                     items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), p + per)));
+      tasks.push_back(std::move(t));
+      task_server.push_back(group_server[g / 2]);
+    }
+  }
+  std::latch done(static_cast<std::ptrdiff_t>(tasks.size()));
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    tasks[k].done = &done;
+    Server& s = *task_server[k];
+    {
+      std::lock_guard lock(s.mu);
+      s.queue.push_back(&tasks[k]);
+    }
+    s.cv.notify_one();
+  }
+  done.wait();
+}
+
+}  // namespace
+
+template <class HashOf>
+std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t n, HashOf hash_of,
+                                                        auto fill) {
+  const auto start = remote::Clock::now();
+  auto b = std::make_unique<RemoteBatch>(op, n, start + options.command_timeout, is_cluster);
+  fill(*b);
+  if (is_cluster) wait_discovered(b->deadline);
+  std::vector<std::size_t> pending(n);
+  std::iota(pending.begin(), pending.end(), std::size_t{0});
+  std::vector<std::size_t> target(n, kNoIndex);  // a redirect's server
+  std::vector<std::uint8_t> asking(n, 0);
+  for (int round = 1; !pending.empty(); ++round) {
+    run_round(*this, *b, pending, hash_of, target, asking);
+    if (!is_cluster) break;
+    // Items redirected go again, to the node named (ASK: after ASKING), within the deadline.
+    std::vector<std::size_t> again;
+    for (std::size_t i : pending) {
+      RemoteRedirect& r = b->redirects[i];
+      if (r.kind == RemoteRedirect::Kind::kNone) continue;
+      const std::size_t s =
+          round < kMaxRounds && remote::Clock::now() < b->deadline ? follow_redirect(r) : kNoIndex;
+      if (s != kNoIndex) {
+        target[i] = s;
+        asking[i] = r.kind == RemoteRedirect::Kind::kAsk ? 1 : 0;
+        b->status[i] = RemoteStatus::kOk;
+        again.push_back(i);
+      }
+      r = {};
+    }
+    pending = std::move(again);
+  }
+  record(*b, std::chrono::duration<double>(remote::Clock::now() - start).count());
+  return b;
+}
+
+void RemoteStore::Impl::record(const RemoteBatch& b, double seconds) {
+  remote::RemoteCallCounts c;
+  for (const RemoteStatus st : b.status) {
+    if (st != RemoteStatus::kOk && st != RemoteStatus::kNotFound)
+      ++c.by_status[static_cast<std::size_t>(st)];
+    if (b.op == RemoteOp::kGet) {
+      if (st == RemoteStatus::kOk) {
+        ++c.hits;
+        c.read_bytes += block_bytes;
+      } else {
+        ++c.misses;
+      }
+    } else if (b.op == RemoteOp::kPut) {
+      if (st == RemoteStatus::kOk) {
+        ++c.puts;
+        c.written_bytes += block_bytes;
+      } else {
+        ++c.failed_puts;
+      }
+    }
+  }
+  counters.hits += c.hits;
+  counters.misses += c.misses;
+  counters.puts += c.puts;
+  counters.failed_puts += c.failed_puts;
+  counters.read_bytes += c.read_bytes;
+  counters.written_bytes += c.written_bytes;
+  for (std::size_t i = 0; i < kRemoteStatusCount; ++i) counters.by_status[i] += c.by_status[i];
+  metrics.record(b.op, seconds, c);
+}
+
+// --- the public API ---
 
 RemoteStore::RemoteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteStore::~RemoteStore() = default;
 
-std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions options) {
+namespace {
+
+void check_options(const RemoteStoreOptions& options) {
   KVBM_CHECK(!options.urls.empty(),
              "RemoteStoreOptions::urls is empty; name at least one server, e.g. "
              "redis://127.0.0.1:6379/0");
@@ -444,23 +531,53 @@ std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions options) {
   KVBM_CHECK(options.ttl.count() >= 0, "RemoteStoreOptions::ttl must not be negative");
   KVBM_CHECK(!options.key_prefix.empty() && options.key_prefix.find(':') == std::string::npos,
              "RemoteStoreOptions::key_prefix must be non-empty and hold no ':'");
-  std::vector<remote::RedisEndpoint> endpoints;
-  for (const auto& url : options.urls) endpoints.push_back(remote::parse_redis_url(url));
+  const bool cluster = std::any_of(options.urls.begin(), options.urls.end(),
+                                   [](const std::string& u) { return remote::is_cluster_url(u); });
+  KVBM_CHECK(!cluster || options.urls.size() == 1,
+             "RemoteStoreOptions::urls: a redis+cluster:// URL must be the only one (list more "
+             "nodes in it: redis+cluster://host:port,host:port)");
+}
 
+/// The endpoints of the URLs (a cluster's: its seeds), credentials applied.
+std::vector<remote::RedisEndpoint> endpoints_of(const RemoteStoreOptions& options) {
+  std::vector<remote::RedisEndpoint> out;
+  if (remote::is_cluster_url(options.urls.front())) {
+    out = remote::parse_cluster_url(options.urls.front()).seeds;
+  } else {
+    for (const auto& url : options.urls) out.push_back(remote::parse_redis_url(url));
+  }
+  const remote::CredentialSources from{options.username, options.password_file,
+                                       options.password_env};
+  for (auto& e : out) {
+    const std::string why = remote::apply_credentials(e, from);
+    KVBM_CHECK(why.empty(), "RemoteStoreOptions: ", why);
+    if (!e.unix_socket && !e.user.empty() && e.display.find('@') == std::string::npos) {
+      e.display.insert(e.display.find("://") + 3, e.user + "@");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions options) {
+  check_options(options);
+  auto endpoints = endpoints_of(options);
+  const bool cluster = remote::is_cluster_url(options.urls.front());
   auto impl = std::make_unique<Impl>(std::move(options));
   impl->fingerprint = remote_fingerprint(impl->options.name_space);
   impl->block_bytes = impl->options.name_space.layout.block_bytes();
   impl->key_head = impl->options.key_prefix + ":" + hex16(impl->fingerprint) + ":";
-  for (auto& e : endpoints) {
-    auto s = std::make_unique<Impl::Server>();
-    s->endpoint = std::move(e);
-    impl->servers.push_back(std::move(s));
-  }
-  impl->servers_available = impl->servers.size();
-  impl->metrics.set_servers_available(impl->servers.size());
-  for (auto& s : impl->servers) {
-    for (std::size_t i = 0; i < impl->options.connections_per_server; ++i) {
-      s->workers.emplace_back([raw = impl.get(), srv = s.get()] { raw->worker(*srv); });
+  impl->metrics.set_servers_available(0);
+  if (cluster) {
+    impl->is_cluster = true;
+    impl->seeds = std::move(endpoints);
+    impl->start_cluster();
+  } else {
+    detail::WriterLock lock(impl->topo_mu);
+    for (std::size_t i = 0; i < endpoints.size(); ++i) {
+      // Named by position: two URLs of one server are two servers, as they always were.
+      impl->add_server(std::move(endpoints[i]), std::to_string(i));
     }
   }
   return std::unique_ptr<RemoteStore>(new RemoteStore(std::move(impl)));
@@ -469,7 +586,7 @@ std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions options) {
 std::vector<bool> RemoteStore::exists(std::span<const std::uint64_t> hashes) {
   auto b = impl_->execute(
       RemoteOp::kExists, hashes.size(), [&](std::size_t i) { return hashes[i]; },
-      [&](Batch& batch) { batch.hashes = hashes; });
+      [&](RemoteBatch& batch) { batch.hashes = hashes; });
   std::vector<bool> out(hashes.size());
   for (std::size_t i = 0; i < hashes.size(); ++i)
     out[i] = b->status[i] == RemoteStatus::kOk && b->present[i] != 0;
@@ -484,7 +601,7 @@ std::vector<RemoteStatus> RemoteStore::put(std::span<const RemotePut> blocks) {
   }
   auto b = impl_->execute(
       RemoteOp::kPut, blocks.size(), [&](std::size_t i) { return blocks[i].hash; },
-      [&](Batch& batch) { batch.puts = blocks; });
+      [&](RemoteBatch& batch) { batch.puts = blocks; });
   return std::move(b->status);
 }
 
@@ -496,7 +613,7 @@ std::vector<RemoteStatus> RemoteStore::get(std::span<const RemoteGet> blocks) {
   }
   auto b = impl_->execute(
       RemoteOp::kGet, blocks.size(), [&](std::size_t i) { return blocks[i].hash; },
-      [&](Batch& batch) { batch.gets = blocks; });
+      [&](RemoteBatch& batch) { batch.gets = blocks; });
   return std::move(b->status);
 }
 
@@ -504,10 +621,16 @@ std::size_t RemoteStore::block_bytes() const noexcept { return impl_->block_byte
 std::uint64_t RemoteStore::fingerprint() const noexcept { return impl_->fingerprint; }
 std::string RemoteStore::key_of(std::uint64_t hash) const { return impl_->key_of(hash); }
 std::size_t RemoteStore::server_of(std::uint64_t hash) const noexcept {
+  detail::ReaderLock lock(impl_->topo_mu);
   return impl_->server_of(hash);
 }
-std::size_t RemoteStore::server_count() const noexcept { return impl_->servers.size(); }
+bool RemoteStore::cluster() const noexcept { return impl_->is_cluster; }
+std::size_t RemoteStore::server_count() const noexcept {
+  detail::ReaderLock lock(impl_->topo_mu);
+  return impl_->servers.size();
+}
 bool RemoteStore::server_available(std::size_t i) const {
+  detail::ReaderLock lock(impl_->topo_mu);
   KVBM_CHECK(i < impl_->servers.size(), "RemoteStore::server_available: no server ", i);
   return impl_->servers[i]->available_flag.load();
 }

@@ -43,6 +43,7 @@ class RedisServer {
   struct Options {
     std::vector<std::string> extra_args{};  ///< e.g. {"--maxmemory", "3mb"}
     bool unix_socket = false;               ///< listen on a socket in the temp dir only
+    std::string password{};                 ///< raw() and command() AUTH with it when set
   };
 
   RedisServer() : RedisServer(Options{}) {}
@@ -50,6 +51,7 @@ class RedisServer {
     char tmpl[] = "/tmp/kvbm-redis-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
     dir_ = tmpl;
+    dir_str_ = dir_.string();
     port_ = options_.unix_socket ? 0 : free_port();
     start();
   }
@@ -62,6 +64,7 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   [[nodiscard]] int port() const { return port_; }
+  [[nodiscard]] const std::string& dir() const { return dir_str_; }
   [[nodiscard]] std::string socket_path() const { return (dir_ / "redis.sock").string(); }
   [[nodiscard]] std::string url() const {
     return options_.unix_socket ? "unix://" + socket_path()
@@ -123,6 +126,9 @@ class RedisServer {
                              (dir_ / "redis.log").string());
   }
 
+  /// Returns the process id (-1 when not running).
+  [[nodiscard]] pid_t pid() const { return pid_; }
+
   /// Stops the server with SIGTERM (nothing when it is not running).
   void stop() { signal_and_wait(SIGTERM); }
   /// Kills the server with SIGKILL.
@@ -145,7 +151,10 @@ class RedisServer {
       if (c != nullptr) redisFree(c);
       return nullptr;
     }
-    return Raw(c);
+    Raw r(c);
+    if (!options_.password.empty() && command(c, {"AUTH", options_.password}) != "OK")
+      return nullptr;
+    return r;
   }
   /// Runs a command; returns the reply as text (integers in decimal, nil as "(nil)").
   static std::string command(redisContext* c, const std::vector<std::string>& args) {
@@ -178,19 +187,20 @@ class RedisServer {
     return c ? command(c.get(), args) : "(unreachable)";
   }
 
- private:
-  static std::string find_binary() {
+  /// Returns the path of `name` on PATH, or "".
+  static std::string find_binary(const std::string& name = "redis-server") {
     const char* path = std::getenv("PATH");
     std::string p = path != nullptr ? path : "/usr/bin:/bin";
     for (std::size_t start = 0; start <= p.size();) {
       std::size_t end = p.find(':', start);
       if (end == std::string::npos) end = p.size();
-      std::string candidate = p.substr(start, end - start) + "/redis-server";
+      std::string candidate = p.substr(start, end - start) + "/" + name;
       if (::access(candidate.c_str(), X_OK) == 0) return candidate;
       start = end + 1;
     }
     return {};
   }
+  /// Returns a TCP port on 127.0.0.1 that nothing listens on now.
   static int free_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -206,6 +216,8 @@ class RedisServer {
     ::close(fd);
     return ntohs(a.sin_port);
   }
+
+ private:
   void signal_and_wait(int sig) {
     if (pid_ <= 0) return;
     ::kill(pid_, sig);
@@ -217,6 +229,7 @@ class RedisServer {
 
   Options options_;
   std::filesystem::path dir_;
+  std::string dir_str_;
   int port_ = 0;
   pid_t pid_ = -1;
 };

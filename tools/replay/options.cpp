@@ -264,9 +264,17 @@ std::string set_assign(Parsing& p, const Given& g) {
 }
 
 std::string add_remote(Parsing& p, const Given& g) {
-  if (g.value.empty()) return expected(g.name, "a Redis URL (redis://host:port/db)", g.value);
+  if (g.value.empty()) {
+    return expected(g.name, "a Redis URL (redis://host:port/db or redis+cluster://host:port)",
+                    g.value);
+  }
   // The store's own grammar: a URL passing here is one the instances can use.
   if (const std::string why = remote_url_error(g.value); !why.empty()) return "--remote: " + why;
+  const auto cluster = [](std::string_view u) { return u.starts_with("redis+cluster://"); };
+  if (!p.o.remote.empty() && (cluster(g.value) || cluster(p.o.remote.front()))) {
+    return "--remote: a redis+cluster:// URL is given once and alone (list more nodes in it, "
+           "comma-separated)";
+  }
   p.o.remote.emplace_back(g.value);
   return {};
 }
@@ -436,7 +444,8 @@ constexpr OptionSpec kOptionTable[] = {
     {"--persist", "", Takes::kNothing, "", set_flag<&Options::persist>},
     {"--instances", "", Takes::kValue, "an instance count >= 1", set_count<&Options::instances, 1>},
     {"--assign", "", Takes::kValue, "round_robin or random", set_assign},
-    {"--remote", "", Takes::kValue, "a Redis URL (redis://host:port/db)", add_remote},
+    {"--remote", "", Takes::kValue, "a Redis URL (redis://host:port/db, redis+cluster://...)",
+     add_remote},
     {"--router", "", Takes::kValue, "kv, round_robin or random", set_router},
     {"--router-events", "", Takes::kValue, "in_process or zmq", set_router_events},
     {"--router-load-weight", "", Takes::kValue, "a number >= 0", set_router_load_weight},
@@ -649,9 +658,12 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
   --router-load-weight X weight of an instance's queued prefill tokens (default 1)
   --router-tier-cost A,B,C   cost per token brought from G2, G3, G4, a recomputed
                          token costing 1 (default 0.05,0.2,0.3)
-  --remote URL           G4: a Redis server the instances share (redis://host:port/db;
-                         repeat for a sharded set); blocks landing in G2 are
-                         written through to it, and onboarding finds them there.
+  --remote URL           G4: a Redis server the instances share
+                         (redis://[user:pw@]host:port/db; repeat for a sharded
+                         set), or a Redis Cluster (once:
+                         redis+cluster://[user:pw@]host:port[,host:port...]);
+                         blocks landing in G2 are written through to it, and
+                         onboarding finds them there.
                          Needs bytes (not --metadata-only). Without it the
                          instances share nothing
   --remote-namespace NS  G4 keys' namespace (default: a fresh one per run, so

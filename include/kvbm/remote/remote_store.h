@@ -1,6 +1,8 @@
 // kvbm/remote/remote_store.h: a remote tier (G4) of KV blocks on Redis.
 //
-// A RemoteStore is a client of one or several Redis servers that many engine
+// A RemoteStore is a client of one or several Redis servers, or of one Redis
+// Cluster (redis+cluster://: keys placed by the cluster's slot map, MOVED and
+// ASK followed, the map rediscovered after a failover), that many engine
 // instances share. A block is one value (kvbm/remote/remote_value.h: a 64-byte
 // header, then the block's bytes) under a key that carries the namespace
 // fingerprint (model, layout, dtype, user namespace), so that blocks of another
@@ -57,26 +59,37 @@ enum class RemoteStatus : std::uint8_t {
   kOutOfMemory,     ///< the server refused the write: maxmemory with noeviction
   kServerError,     ///< any other error reply or an unexpected reply
   kConnectionLost,  ///< the connection broke during the call
+  kAccessDenied,    ///< the server refused the credentials or the user's rights (ACL)
 };
 /// Number of RemoteStatus values (arrays indexed by a RemoteStatus are this long).
-inline constexpr std::size_t kRemoteStatusCount = 8;
-static_assert(static_cast<std::size_t>(RemoteStatus::kConnectionLost) + 1 == kRemoteStatusCount,
+inline constexpr std::size_t kRemoteStatusCount = 9;
+static_assert(static_cast<std::size_t>(RemoteStatus::kAccessDenied) + 1 == kRemoteStatusCount,
               "a RemoteStatus was added or removed: update kRemoteStatusCount and to_string()");
 
 /// Returns a short name ("ok", "not_found", "corrupt", "unavailable", ...).
 [[nodiscard]] std::string_view to_string(RemoteStatus s) noexcept;
 
 /// Returns the ErrorKind of a failed remote call (kCorrupt, kUnavailable,
-/// kTimeout, kNoSpace for a full server, kIo for an error reply); none for
+/// kTimeout, kNoSpace for a full server, kRefused for an access denied, kIo
+/// for an error reply); none for
 /// kOk and kNotFound, which are outcomes, not failures.
 [[nodiscard]] std::optional<ErrorKind> error_kind_of(RemoteStatus s) noexcept;
 
 /// How to reach the servers and which blocks are ours.
 struct RemoteStoreOptions {
-  /// One URL per server: redis://[:password@]host:port[/db] or
+  /// One URL per server: redis://[[user]:password@]host:port[/db] or
   /// unix:///path/to.sock[?db=N]. The order decides where keys live: give
-  /// every instance the same list.
+  /// every instance the same list. Or a single Redis Cluster URL:
+  /// redis+cluster://[[user]:password@]host:port[,host:port...] (any nodes
+  /// of the cluster; the rest is discovered).
   std::vector<std::string> urls{};
+  /// ACL user for every URL that names none ("": the default user).
+  std::string username{};
+  /// A file holding the password (one trailing newline dropped), for URLs
+  /// that carry none. At most one of the URL, password_file, password_env.
+  std::string password_file{};
+  /// An environment variable holding the password, as password_file.
+  std::string password_env{};
   RemoteNamespace name_space{};     ///< model, dtype, layout, user namespace
   std::string key_prefix = "kvbm";  ///< first part of every key
   std::size_t connections_per_server = 2;
@@ -148,9 +161,12 @@ class RemoteStore {
   [[nodiscard]] std::uint64_t fingerprint() const noexcept;
   /// Returns the key of a block.
   [[nodiscard]] std::string key_of(std::uint64_t hash) const;
-  /// Returns the index (into urls) of the server holding a block.
+  /// Returns the index (into urls; on a cluster, into the nodes discovered so
+  /// far) of the server holding a block; server_count() when no node holds its slot.
   [[nodiscard]] std::size_t server_of(std::uint64_t hash) const noexcept;
-  /// Returns the number of servers.
+  /// Returns whether the store is a client of a Redis Cluster.
+  [[nodiscard]] bool cluster() const noexcept;
+  /// Returns the number of servers (on a cluster: nodes discovered so far).
   [[nodiscard]] std::size_t server_count() const noexcept;
   /// Returns whether the last attempt on server `i` succeeded.
   [[nodiscard]] bool server_available(std::size_t i) const;
@@ -167,5 +183,13 @@ class RemoteStore {
 /// hash (Lamping and Veach), stable for a given count and moving only 1/n of
 /// the keys when a server is appended.
 [[nodiscard]] std::size_t jump_consistent_hash(std::uint64_t key, std::size_t servers) noexcept;
+
+/// Number of hash slots of a Redis Cluster.
+inline constexpr std::size_t kRedisClusterSlots = 16384;
+
+/// Returns the Redis Cluster hash slot of a key: CRC16 (XMODEM) of the key,
+/// or of its hash tag (the text between the first '{' and the next '}' when
+/// that is non-empty), modulo 16384; what CLUSTER KEYSLOT answers.
+[[nodiscard]] std::uint16_t redis_key_slot(std::string_view key) noexcept;
 
 }  // namespace kvbm

@@ -1,0 +1,159 @@
+// src/remote/remote_store_cluster.cpp: a RemoteStore's Redis Cluster: the slot
+// map, discovered with CLUSTER SLOTS on a background worker and asked again
+// after a MOVED, a node that fails or a cluster in flux (remote_store_impl.h).
+
+#include <algorithm>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "kvbm/logging.h"
+#include "redis_cluster.h"
+#include "remote_store_impl.h"
+
+namespace kvbm {
+
+void RemoteStore::Impl::start_cluster() {
+  {
+    detail::WriterLock lock(topo_mu);
+    slot_owner.assign(kRedisClusterSlots, kNoServer);
+  }
+  refresher = std::make_unique<detail::Worker>("kvbm-remote-cluster");
+  request_refresh();
+}
+
+void RemoteStore::Impl::request_refresh() {
+  if (!refresher || refresh_queued.exchange(true)) return;  // one queued is enough
+  if (!refresher->post([this] {
+        refresh_queued = false;
+        refresh();
+      })) {
+    refresh_queued = false;  // stopping
+  }
+}
+
+void RemoteStore::Impl::wait_discovered(remote::Clock::time_point deadline) {
+  detail::UniqueLock lock(discovery_mu);
+  discovery_cv.wait_until(lock.native(), deadline,
+                          [&]() KVBM_REQUIRES(discovery_mu) { return discovered; });
+}
+
+std::size_t RemoteStore::Impl::follow_redirect(const RemoteRedirect& r) {
+  std::size_t s = 0;
+  {
+    detail::WriterLock lock(topo_mu);
+    if (auto it = server_by_node.find(r.node); it != server_by_node.end()) {
+      s = it->second;
+    } else {
+      auto e = remote::cluster_node_endpoint(r.node, seeds.front());
+      if (!e) return static_cast<std::size_t>(-1);
+      s = add_server(std::move(*e), r.node);
+    }
+    if (r.kind == RemoteRedirect::Kind::kMoved) slot_owner[r.slot] = static_cast<std::uint16_t>(s);
+  }
+  if (r.kind == RemoteRedirect::Kind::kMoved) request_refresh();  // more slots may have moved
+  return s;
+}
+
+namespace {
+
+// Nodes to ask, best first: servers that answer, the URL's seeds, then the rest.
+template <class Impl>
+std::vector<remote::RedisEndpoint> candidates(Impl& impl) {
+  std::vector<remote::RedisEndpoint> good, bad;
+  {
+    detail::ReaderLock lock(impl.topo_mu);
+    for (const auto& s : impl.servers) {
+      (s->available_flag.load() ? good : bad).push_back(s->endpoint);
+    }
+  }
+  good.insert(good.end(), impl.seeds.begin(), impl.seeds.end());
+  good.insert(good.end(), bad.begin(), bad.end());
+  return good;
+}
+
+}  // namespace
+
+void RemoteStore::Impl::refresh() {
+  // At most one map every backoff_initial: a burst of MOVED or failures asks once.
+  const auto next = last_refresh + options.backoff_initial;
+  if (remote::Clock::now() < next) std::this_thread::sleep_until(next);
+  last_refresh = remote::Clock::now();
+
+  std::vector<remote::ClusterSlotRange> ranges;
+  std::string error, from;
+  RemoteStatus st = RemoteStatus::kUnavailable;
+  for (const auto& e : candidates(*this)) {
+    st = remote::query_cluster_slots(e, remote::Clock::now() + options.connect_timeout, ranges,
+                                     error);
+    if (st == RemoteStatus::kOk) {
+      from = e.display;
+      break;
+    }
+    if (st == RemoteStatus::kAccessDenied) {
+      from = e.display;
+      break;  // the same credentials everywhere: another node refuses them too
+    }
+  }
+  discovery_denied = st == RemoteStatus::kAccessDenied;
+  if (st == RemoteStatus::kOk) {
+    install(ranges, from);
+  } else if (!discovery_failing) {
+    discovery_failing = true;
+    if (st == RemoteStatus::kAccessDenied) {
+      logger()->error(
+          "remote store {}: cluster node {} refused access ({}); check the user and password and "
+          "the user's ACL (it needs +cluster|slots, docs/remote.md); every block is a miss",
+          options.pool_name, from, error);
+    } else {
+      logger()->warn(
+          "remote store {}: no node of the cluster answers CLUSTER SLOTS (last: {}: {}); blocks "
+          "on unknown slots are misses until one does",
+          options.pool_name, to_string(st), error);
+    }
+  }
+  {
+    detail::LockGuard lock(discovery_mu);
+    discovered = true;
+  }
+  discovery_cv.notify_all();
+}
+
+void RemoteStore::Impl::install(const std::vector<remote::ClusterSlotRange>& ranges,
+                                const std::string& from) {
+  std::vector<std::uint16_t> owner(kRedisClusterSlots, kNoServer);
+  std::vector<std::string> primaries;
+  std::size_t covered = 0;
+  {
+    detail::WriterLock lock(topo_mu);
+    for (const auto& r : ranges) {
+      auto it = server_by_node.find(r.primary);
+      std::size_t s = 0;
+      if (it != server_by_node.end()) {
+        s = it->second;
+      } else if (auto e = remote::cluster_node_endpoint(r.primary, seeds.front())) {
+        s = add_server(std::move(*e), r.primary);
+      } else {
+        continue;
+      }
+      for (std::size_t slot = r.first; slot <= r.last && slot < kRedisClusterSlots; ++slot) {
+        owner[slot] = static_cast<std::uint16_t>(s);
+        ++covered;
+      }
+      primaries.push_back(r.primary);
+    }
+    slot_owner.swap(owner);
+  }
+  std::sort(primaries.begin(), primaries.end());
+  primaries.erase(std::unique(primaries.begin(), primaries.end()), primaries.end());
+  std::string layout;
+  for (const auto& p : primaries) layout += (layout.empty() ? "" : ", ") + p;
+  layout += "; " + std::to_string(covered) + " of 16384 slots served";
+  if (layout == last_layout && !discovery_failing) return;
+  discovery_failing = false;
+  last_layout = layout;
+  logger()->info("remote store {}: cluster map from {}: {} primaries ({})", options.pool_name, from,
+                 primaries.size(), layout);
+}
+
+}  // namespace kvbm

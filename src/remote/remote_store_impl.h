@@ -1,0 +1,176 @@
+// src/remote/remote_store_impl.h: the inside of a RemoteStore, shared by its
+// two source files.
+//
+// remote_store.cpp: the workers (one connection each, per server), the
+// batches they pipeline, and the calls that split a batch over servers and
+// follow a cluster's redirects in rounds. remote_store_cluster.cpp: the
+// servers of a Redis Cluster and its slot map, discovered (CLUSTER SLOTS) on
+// a background worker when the store starts and again after MOVED, a
+// failover or a node that fails.
+//
+// Servers are only ever added (a cluster node seen once keeps its workers
+// until the store is destroyed; one that died stays in backoff), so a
+// Server* stays valid for the store's life.
+//
+// Locks: topo_mu (servers, slot map) is taken before a Server's mu or
+// state_mu, never after; nothing logs or does I/O under topo_mu.
+
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
+#include "kvbm/remote/remote_store.h"
+#include "redis_cluster.h"
+#include "redis_connection.h"
+#include "remote_metrics.h"
+
+namespace kvbm {
+
+/// Why an item must be sent again, to another node (a cluster's redirect).
+struct RemoteRedirect {
+  enum class Kind : std::uint8_t { kNone, kMoved, kAsk } kind = Kind::kNone;
+  std::uint16_t slot = 0;
+  std::string node{};  ///< "host:port"
+};
+
+/// One call's blocks; workers fill the outcome of the items they were given.
+struct RemoteBatch {
+  remote::RemoteOp op;
+  std::span<const std::uint64_t> hashes;
+  std::span<const RemotePut> puts;
+  std::span<const RemoteGet> gets;
+  std::vector<RemoteStatus> status;
+  std::vector<std::uint8_t> present;
+  std::vector<RemoteRedirect> redirects;  ///< cluster only: one per item
+  remote::Clock::time_point deadline;
+  RemoteBatch(remote::RemoteOp o, std::size_t n, remote::Clock::time_point dl, bool cluster)
+      : op(o), status(n, RemoteStatus::kOk), present(n, 0), deadline(dl) {
+    if (cluster) redirects.resize(n);
+  }
+};
+
+/// A slice of a batch for one server; the caller waits on `done`.
+struct RemoteTask {
+  RemoteBatch* batch = nullptr;
+  std::latch* done = nullptr;
+  std::size_t server = 0;
+  bool asking = false;             ///< each command preceded by ASKING (an ASK redirect)
+  std::vector<std::size_t> items;  ///< indices into the batch
+};
+
+struct RemoteStore::Impl {
+  static constexpr std::uint16_t kNoServer = 0xFFFF;
+
+  struct Server {
+    remote::RedisEndpoint endpoint;
+    std::mutex mu;  // queue and stop
+    std::condition_variable cv;
+    std::deque<RemoteTask*> queue;
+    bool stop = false;
+    std::mutex state_mu;  // the fields below
+    bool available = true;
+    bool full = false;
+    RemoteStatus failure = RemoteStatus::kUnavailable;  ///< why the last attempt failed
+    std::chrono::milliseconds backoff{0};
+    remote::Clock::time_point retry_at{};
+    std::atomic<bool> available_flag{true};
+    std::vector<std::thread> workers;
+  };
+
+  RemoteStoreOptions options;
+  std::uint64_t fingerprint = 0;
+  std::size_t block_bytes = 0;
+  std::string key_head;  // "<prefix>:<fingerprint hex>:"
+  remote::RemoteMetrics metrics;
+  std::atomic<std::size_t> servers_available{0};
+  std::atomic<bool> corrupt_logged{false};
+  std::atomic<bool> access_logged{false};
+  struct Counters {
+    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, failed_puts{0}, read_bytes{0},
+        written_bytes{0};
+    std::array<std::atomic<std::uint64_t>, kRemoteStatusCount> by_status{};
+  } counters;
+
+  // --- servers and, on a cluster, the slot map ---
+  bool is_cluster = false;
+  std::vector<remote::RedisEndpoint> seeds;  ///< cluster: nodes named by the URL
+  mutable detail::SharedMutex topo_mu;
+  std::vector<std::unique_ptr<Server>> servers KVBM_GUARDED_BY(topo_mu);
+  std::unordered_map<std::string, std::size_t> server_by_node KVBM_GUARDED_BY(topo_mu);
+  std::vector<std::uint16_t> slot_owner KVBM_GUARDED_BY(topo_mu);  ///< cluster: slot -> server
+
+  // --- cluster discovery (remote_store_cluster.cpp) ---
+  detail::Mutex discovery_mu;
+  std::condition_variable discovery_cv;
+  bool discovered KVBM_GUARDED_BY(discovery_mu) = false;  ///< first attempt finished
+  std::atomic<bool> refresh_queued{false};
+  std::atomic<bool> discovery_denied{false};  ///< the last CLUSTER SLOTS was refused (AUTH, ACL)
+  remote::Clock::time_point last_refresh{};   // the refresher's own
+  std::string last_layout{};                  // the refresher's own: primaries, for the log
+  bool discovery_failing = false;             // the refresher's own
+  std::unique_ptr<detail::Worker> refresher;  // last: stopped first
+
+  explicit Impl(RemoteStoreOptions o)
+      : options(std::move(o)), metrics(options.metrics_registry, options.pool_name) {}
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  [[nodiscard]] std::string key_of(std::uint64_t hash) const;
+  /// The server of a hash now: jump hash over the URLs, or the cluster's slot owner.
+  [[nodiscard]] std::size_t server_of(std::uint64_t hash) const KVBM_REQUIRES_SHARED(topo_mu);
+  /// Adds a server and starts its workers (returns the one already there).
+  std::size_t add_server(remote::RedisEndpoint endpoint, const std::string& node)
+      KVBM_REQUIRES(topo_mu);
+
+  // server state: one log line per change (remote_store.cpp)
+  void server_failed(Server& s, RemoteStatus kind, const std::string& why);
+  void server_succeeded(Server& s);
+  void server_full(Server& s, bool full, const std::string& why);
+  void access_denied(const Server& s, const std::string& why);
+  RemoteStatus ensure_connected(Server& s, remote::RedisConnection& conn,
+                                remote::Clock::time_point deadline);
+
+  // the workers (remote_store.cpp)
+  struct TaskSink;
+  void build(const RemoteTask& t, remote::RedisRequest& req,
+             std::vector<std::size_t>& reply_items) const;
+  void run(Server& s, remote::RedisConnection& conn, remote::RedisRequest& req, RemoteTask& t);
+  void worker(Server& s);
+
+  // calls (remote_store.cpp)
+  template <class HashOf>
+  std::unique_ptr<RemoteBatch> execute(remote::RemoteOp op, std::size_t n, HashOf hash_of,
+                                       auto fill);
+  void record(const RemoteBatch& b, double seconds);
+
+  // the cluster (remote_store_cluster.cpp)
+  void start_cluster();
+  /// Asks the refresher for a new slot map (at most one queued; rate-limited).
+  void request_refresh();
+  void refresh();
+  /// Makes `ranges` the slot map (adding the servers it names); logs a change.
+  void install(const std::vector<remote::ClusterSlotRange>& ranges, const std::string& from);
+  /// Waits (up to `deadline`) for the first discovery to finish.
+  void wait_discovered(remote::Clock::time_point deadline) KVBM_EXCLUDES(discovery_mu);
+  /// The server of a redirect's node (added when new; a MOVED slot now points
+  /// at it); SIZE_MAX when the node is no host:port.
+  std::size_t follow_redirect(const RemoteRedirect& r) KVBM_EXCLUDES(topo_mu);
+};
+
+}  // namespace kvbm
