@@ -18,8 +18,6 @@ namespace kvbm::router {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 std::array<bool, 5> shared_mask(const std::vector<TierId>& tiers) {
   std::array<bool, 5> out{};
   for (TierId t : tiers) {
@@ -67,7 +65,7 @@ struct KvIndexer::Impl {
   explicit Impl(KvIndexerOptions o)
       : options(std::move(o)),
         mediums(mediums_or_default(options.mediums)),
-        clock(options.clock ? options.clock : [] { return Clock::now(); }),
+        clock(options.clock ? options.clock : Clock::steady()),
         index(shared_mask(options.shared_tiers)) {
     KVBM_CHECK(options.silence_timeout.count() >= 0,
                "KvIndexerOptions.silence_timeout is negative; zero means never silent");
@@ -78,7 +76,7 @@ struct KvIndexer::Impl {
 
   const KvIndexerOptions options;
   const std::map<std::string, TierId, std::less<>> mediums;
-  const std::function<Clock::time_point()> clock;
+  const std::shared_ptr<Clock> clock;
   std::unique_ptr<impl::IndexerMetrics> metrics;  // its own atomics; touched after mu is released
 
   mutable detail::SharedMutex mu;
@@ -98,7 +96,7 @@ struct KvIndexer::Impl {
 
   [[nodiscard]] bool silence_on() const noexcept { return options.silence_timeout.count() > 0; }
   [[nodiscard]] Clock::time_point now() const {
-    return silence_on() ? clock() : Clock::time_point{};
+    return silence_on() ? clock->now() : Clock::time_point{};
   }
 
   Instance& live_instance(InstanceId id, const char* call) KVBM_REQUIRES(mu) {

@@ -350,19 +350,19 @@ TEST(KvIndexer, TooManyHeldBatchesResyncs) {
 }
 
 TEST(KvIndexer, SilentInstanceIsStaleUntilItsNextBatch) {
-  test::FakeClock clock;
+  auto clock = std::make_shared<ManualClock>();
   KvIndexerOptions o;
   o.silence_timeout = 100ms;
-  o.clock = clock.fn();
+  o.clock = clock;
   KvIndexer index(std::move(o));
   const auto a = index.add_instance("a");
   const auto b = index.add_instance("b");
   index.apply(a, 0, batch({stored({1})}));
   index.apply(a, 1, batch({}));
-  clock.advance(99ms);
+  clock->advance(99ms);
   index.apply(b, 0, batch({}));
   EXPECT_EQ(index.state(a).stale, StaleReason::kFresh);
-  clock.advance(1ms);
+  clock->advance(1ms);
   EXPECT_EQ(index.state(a).stale, StaleReason::kSilent);
   EXPECT_EQ(index.state(b).stale, StaleReason::kFresh);
   const std::vector<std::uint64_t> request{1};
@@ -373,7 +373,7 @@ TEST(KvIndexer, SilentInstanceIsStaleUntilItsNextBatch) {
   // A duplicate is a sign of life too.
   EXPECT_EQ(index.apply(a, 1, batch({})).status, ApplyStatus::kDuplicate);
   EXPECT_EQ(index.state(a).stale, StaleReason::kFresh);
-  clock.advance(100ms);
+  clock->advance(100ms);
   EXPECT_EQ(index.state(a).stale, StaleReason::kSilent);
   index.apply(a, 2, batch({}));  // a heartbeat
   EXPECT_EQ(index.state(a).stale, StaleReason::kFresh);

@@ -36,14 +36,4 @@ inline events::KvEventBatch batch(std::vector<events::KvEvent> events) {
   return b;
 }
 
-/// A clock the test moves by hand.
-struct FakeClock {
-  std::shared_ptr<std::chrono::steady_clock::time_point> now =
-      std::make_shared<std::chrono::steady_clock::time_point>();
-  void advance(std::chrono::milliseconds d) const { *now += d; }
-  [[nodiscard]] auto fn() const {
-    return [now = now] { return *now; };
-  }
-};
-
 }  // namespace kvbm::router::test

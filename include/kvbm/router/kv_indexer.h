@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "kvbm/clock.h"
 #include "kvbm/events/kv_event.h"
 #include "kvbm/router/overlap.h"
 #include "kvbm/tier.h"
@@ -59,8 +60,9 @@ struct KvIndexerOptions {
   std::size_t max_held_batches = 1024;
   /// An instance silent this long is stale (zero: never).
   std::chrono::milliseconds silence_timeout{0};
-  /// The clock for silence (steady_clock::now when empty); tests inject one.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  /// The clock for silence (kvbm/clock.h; Clock::steady() when null); tests
+  /// inject a ManualClock.
+  std::shared_ptr<Clock> clock;
   /// Where the router's series go (none when null).
   std::shared_ptr<prometheus::Registry> metrics_registry;
 };
