@@ -70,7 +70,7 @@ struct Replay {
   std::uint64_t from = 0;
   std::optional<std::uint64_t> first_kept;
   std::uint64_t last_delivered = 0;
-  std::chrono::steady_clock::time_point deadline;
+  Clock::time_point deadline;
 };
 
 }  // namespace
@@ -98,7 +98,10 @@ struct ZmqEventSubscriber::Impl {
     std::uint64_t from = 0;          // kReplay
   };
 
-  Impl(Callbacks c, ZmqEventSubscriberOptions o) : callbacks(std::move(c)), options(o) {
+  Impl(Callbacks c, ZmqEventSubscriberOptions o)
+      : callbacks(std::move(c)),
+        options(std::move(o)),
+        clock(options.clock ? options.clock : Clock::steady()) {
     KVBM_CHECK(callbacks.on_batch != nullptr, "ZmqEventSubscriber: on_batch is required");
     KVBM_CHECK(options.replay_timeout.count() > 0,
                "ZmqEventSubscriber: replay_timeout must be positive");
@@ -221,7 +224,7 @@ struct ZmqEventSubscriber::Impl {
         items.clear();
         owners.clear();
         items.push_back({nullptr, wake_read, ZMQ_POLLIN, 0});
-        auto now = std::chrono::steady_clock::now();
+        auto now = clock->now();
         auto timeout = std::chrono::milliseconds(-1);
         for (auto& [id, s] : sources) {
           items.push_back({s->sub.handle(), 0, ZMQ_POLLIN, 0});
@@ -249,7 +252,7 @@ struct ZmqEventSubscriber::Impl {
             read_live(*s);
           }
         }
-        now = std::chrono::steady_clock::now();
+        now = clock->now();
         for (auto& [id, s] : sources) {
           if (!s->removed && s->replay && now >= s->replay->deadline) {
             end_replay(*s, /*answered=*/false);
@@ -320,8 +323,7 @@ struct ZmqEventSubscriber::Impl {
     const auto start = big_endian(from);
     s->dealer->send(zmq::message_t(), zmq::send_flags::sndmore);  // the REQ-style delimiter
     s->dealer->send(zmq::buffer(start), zmq::send_flags::none);
-    s->replay =
-        Replay{from, std::nullopt, 0, std::chrono::steady_clock::now() + options.replay_timeout};
+    s->replay = Replay{from, std::nullopt, 0, clock->now() + options.replay_timeout};
   }
 
   void read_live(Source& s) {
@@ -361,7 +363,7 @@ struct ZmqEventSubscriber::Impl {
                          " frames; expected [\"\", topic, 8-byte sequence, payload]");
         continue;
       }
-      s.replay->deadline = std::chrono::steady_clock::now() + options.replay_timeout;
+      s.replay->deadline = clock->now() + options.replay_timeout;
       const std::uint64_t seq = from_big_endian(frames[n - 2]);
       if (seq == kNoSequence && frames[n - 1].size() == 0) {
         end_replay(s, /*answered=*/true);
@@ -473,6 +475,7 @@ struct ZmqEventSubscriber::Impl {
 
   const Callbacks callbacks;
   const ZmqEventSubscriberOptions options;
+  const std::shared_ptr<Clock> clock;
   zmq::context_t context;
   int wake_read = -1;
   int wake_write = -1;
@@ -502,7 +505,7 @@ struct ZmqEventSubscriber::Impl {
 };
 
 ZmqEventSubscriber::ZmqEventSubscriber(Callbacks callbacks, ZmqEventSubscriberOptions options)
-    : impl_(std::make_unique<Impl>(std::move(callbacks), options)) {}
+    : impl_(std::make_unique<Impl>(std::move(callbacks), std::move(options))) {}
 
 ZmqEventSubscriber::~ZmqEventSubscriber() = default;
 

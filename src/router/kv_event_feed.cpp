@@ -28,16 +28,21 @@ struct Subscription {
 struct KvEventFeed::Impl {
   KvIndexer& index;
   KvEventFeedOptions options;
+  const std::shared_ptr<Clock> clock;
   mutable detail::Mutex mu;
   std::condition_variable applied;
+  Clock::Subscription clock_wakes;  // a ManualClock's advance() wakes wait_applied()
   std::map<InstanceId, Subscription> by_id KVBM_GUARDED_BY(mu);
   std::map<std::size_t, InstanceId> by_source KVBM_GUARDED_BY(mu);
   KvEventFeedStats stats KVBM_GUARDED_BY(mu);
   // Last: its thread calls back into the members above, and stops first.
   std::unique_ptr<events::ZmqEventSubscriber> subscriber;
 
-  Impl(KvIndexer& i, const KvEventFeedOptions& o) : index(i), options(o) {
+  Impl(KvIndexer& i, const KvEventFeedOptions& o)
+      : index(i), options(o), clock(options.clock ? options.clock : Clock::steady()) {
     KVBM_CHECK(options.retry_interval.count() > 0, "KvEventFeedOptions.retry_interval must be > 0");
+    if (!options.subscriber.clock) options.subscriber.clock = clock;
+    clock_wakes = clock->subscribe(mu.native(), applied);
     events::ZmqEventSubscriber::Callbacks cb;
     cb.on_batch = [this](std::size_t source, std::uint64_t seq, const events::KvEventBatch& b,
                          bool replayed) { on_batch(source, seq, b, replayed); };
@@ -204,25 +209,24 @@ void KvEventFeed::remove_instance(InstanceId id) {
 bool KvEventFeed::wait_applied(InstanceId id, std::uint64_t sequence,
                                std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Clock::time_point deadline = m.clock->now() + timeout;
   for (;;) {
     std::size_t source = 0;
     std::uint64_t from = 0;
     {
       detail::UniqueLock lock(m.mu);
-      const auto slice =
-          std::min(deadline, std::chrono::steady_clock::now() + m.options.retry_interval);
+      const Clock::time_point slice = std::min(deadline, m.clock->now() + m.options.retry_interval);
       // by_id loses the instance before the index does (remove_instance), so
       // the index knows every instance by_id still holds.
       auto next = [&]() KVBM_REQUIRES(m.mu) { return m.index.state(id).next_sequence; };
-      m.applied.wait_until(lock.native(), slice, [&]() KVBM_REQUIRES(m.mu) {
-        return !m.by_id.contains(id) || next() > sequence;
-      });
+      auto done = [&]() KVBM_REQUIRES(m.mu) { return !m.by_id.contains(id) || next() > sequence; };
+      while (!done() && m.clock->now() < slice)
+        m.clock->wait_until(lock.native(), m.applied, slice);
       const auto it = m.by_id.find(id);
       if (it == m.by_id.end()) return false;
       from = next();
       if (from > sequence) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (m.clock->now() >= deadline) return false;
       // Nothing revealed the loss (it was the tail of the stream): ask again.
       source = it->second.source;
       it->second.replay_pending = true;

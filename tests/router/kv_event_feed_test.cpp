@@ -49,10 +49,24 @@ constexpr TierId kG1 = TierId::kG1;
 
 #if KVBM_HAVE_ZMQ
 
-// Returns true once `pred` holds, looking every 5 ms; false after kPatience.
+// Returns true once `pred` holds, false after kPatience: for states nothing
+// signals (a counter of the hand publisher, an instance's staleness).
 bool eventually(const std::function<bool()>& pred) {
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
   while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Calls `publish_and_check` every 5 ms until it returns true; false after
+// kPatience. The pause is the point: a new PUB socket drops what it sends
+// until the subscriber's subscription reaches it (ZeroMQ's slow joiner), and
+// nothing tells when that happens, so a test publishes again, at a pace.
+bool publish_until(const std::function<bool()>& publish_and_check) {
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (!publish_and_check()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(5ms);
   }
@@ -332,7 +346,7 @@ TEST(KvEventFeed, ARestartedPublisherReplacesWhatTheOldOneReported) {
   // sequence starts at 0 again) and none of the old blocks. ("tcp://*:port"
   // binds; an address without a wildcard would be connected to, as vLLM does.)
   KvbmPublisher fresh(KvbmPublisher::manual(), "tcp://*:" + port, replay_endpoint);
-  ASSERT_TRUE(eventually([&] {
+  ASSERT_TRUE(publish_until([&] {
     fresh.publish(stored({500 + fresh.sent}));
     return index.holds(a, 500, kG1);
   }));
@@ -344,19 +358,31 @@ TEST(KvEventFeed, ARestartedPublisherReplacesWhatTheOldOneReported) {
 }
 
 TEST(KvEventFeed, AnInstanceThatVanishesTurnsStaleAndTheRouterSaysSo) {
+  // The index's silence and the publisher's flushes and heartbeats run on one
+  // clock that the test moves.
+  auto clock = std::make_shared<ManualClock>();
   KvIndexerOptions io;
   io.silence_timeout = 400ms;
+  io.clock = clock;
   KvIndexer index(io);
   KvEventFeed feed(index);
   events::KvEventPublisherOptions po;
   po.flush_interval = 10ms;
   po.heartbeat_interval = 20ms;  // an idle engine still says it is there
+  po.monotonic_clock = clock;
   auto pub = std::make_unique<KvbmPublisher>(po);
   const InstanceId a = feed.add_instance("a", pub->source());
   const InstanceId b = index.add_instance("b");
   pub->publisher->record(stored({40, 41}));
-  ASSERT_TRUE(eventually([&] { return index.holds(a, 41, kG1); }));
-  std::this_thread::sleep_for(2 * io.silence_timeout);  // idle, with heartbeats
+  clock->advance(10ms);  // the flush
+  ASSERT_TRUE(feed.wait_applied(a, 0, kPatience));
+  EXPECT_TRUE(index.holds(a, 41, kG1));
+  // Idle for twice the silence timeout: each 20 ms brings one heartbeat.
+  for (auto idle = 0ms; idle < 2 * io.silence_timeout; idle += po.heartbeat_interval) {
+    const std::uint64_t next = index.state(a).next_sequence;
+    clock->advance(po.heartbeat_interval);
+    ASSERT_TRUE(feed.wait_applied(a, next, kPatience)) << "no heartbeat after " << idle.count();
+  }
   EXPECT_EQ(index.state(a).stale, StaleReason::kFresh);
 
   KvRouter router(index, {});
@@ -367,7 +393,8 @@ TEST(KvEventFeed, AnInstanceThatVanishesTurnsStaleAndTheRouterSaysSo) {
   router.finish(d);
 
   pub.reset();  // the engine is gone
-  ASSERT_TRUE(eventually([&] { return index.state(a).stale == StaleReason::kSilent; }));
+  clock->advance(io.silence_timeout);
+  ASSERT_EQ(index.state(a).stale, StaleReason::kSilent);
   d = router.route(request, 32);
   EXPECT_EQ(d.overlap.prefix_blocks, 0U);
   EXPECT_FALSE(d.used_stale);

@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 
+#include "kvbm/clock.h"
 #include "kvbm/events/kv_event.h"
 
 namespace kvbm::events {
@@ -52,6 +53,11 @@ struct ZmqEventSubscriberOptions {
   std::chrono::milliseconds replay_timeout{1000};
   /// ZMQ receive high-water mark of each SUB socket (messages queued).
   int recv_hwm = 100'000;
+  /// Measures replay_timeout (kvbm/clock.h); Clock::steady() when null. The
+  /// thread waits in zmq_poll, which a ManualClock's advance() does not wake:
+  /// a timeout is seen at its next wake (a message, a call, or a real-time
+  /// poll timeout of at most replay_timeout).
+  std::shared_ptr<Clock> clock;
 };
 
 /// Counters of a ZmqEventSubscriber.

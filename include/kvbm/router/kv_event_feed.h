@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "kvbm/clock.h"
 #include "kvbm/events/zmq_event_subscriber.h"
 #include "kvbm/router/kv_indexer.h"
 
@@ -36,6 +37,10 @@ struct KvEventFeedOptions {
   events::ZmqEventSubscriberOptions subscriber;
   /// How often wait_applied() asks again for what is missing.
   std::chrono::milliseconds retry_interval{100};
+  /// Measures wait_applied()'s timeout and retry_interval, and the
+  /// subscriber's replay_timeout when subscriber.clock is null
+  /// (kvbm/clock.h); Clock::steady() when null.
+  std::shared_ptr<Clock> clock;
 };
 
 /// Counters of a KvEventFeed.
