@@ -544,6 +544,26 @@ TEST_F(PipelineFixture, SpaceWaitLetsACopyWaitForRoomInTheDestination) {
   test::expect_clean(t);
 }
 
+TEST_F(PipelineFixture, AWaitForRoomEndsWhenSpaceWaitPassesOnTheClock) {
+  auto [full, blocks, p, h] = start_waiting_for_room(*this, 10s);
+  ASSERT_EQ(h.status(), TransferStatus::kTransferring);
+  // The executor takes its deadline when it starts to wait, which the test
+  // cannot see: each step moves the clock past any deadline taken before it.
+  bool ended = false;
+  for (int step = 0; step < 100 && !ended; ++step) {
+    clock->advance(10s);  // no real time needs to pass
+    ended = h.wait_for(100ms);
+  }
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(h.status(), TransferStatus::kFailed);
+  EXPECT_EQ(h.report().count(BlockOutcome::kNoSpace), 2u);
+  EXPECT_EQ(engine->submit_count(), 0u);
+  p.reset();
+  full.reset();
+  blocks.clear();
+  test::expect_clean(t);
+}
+
 TEST_F(PipelineFixture, ShutdownEndsAWaitForRoom) {
   auto [full, blocks, p, h] = start_waiting_for_room(*this, 1h);
   ASSERT_EQ(h.status(), TransferStatus::kTransferring);

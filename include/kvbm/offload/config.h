@@ -54,7 +54,7 @@ struct PipelineConfig {
   /// (the spec's default), queued blocks are weak and one evicted before its
   /// copy starts is dropped (P3).
   bool hold_queued_blocks = false;
-  /// Longest (real time) the executor waits for room in the destination
+  /// Longest (on the pipeline's clock) the executor waits for room in the destination
   /// before it reports the blocks that do not fit as kNoSpace; 0 (the
   /// default): it does not wait. While it waits, the pipeline's later
   /// batches wait too. With hold_queued_blocks on every pipeline of a chain,

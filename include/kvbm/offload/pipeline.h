@@ -261,10 +261,7 @@ class OffloadPipeline {
         batch_queue_([this] { wake(); }),
         batcher_(config_.batch_config, clock_),
         transfer_queue_(),
-        executor_(
-            *b.dst_, std::move(b.engine_), config_.max_concurrent_transfers,
-            config_.batch_config.max_batch_size, [this] { wake(); }, metrics_,
-            std::move(b.on_registered_)),
+        executor_(*b.dst_, std::move(b.engine_), executor_options(b)),
         sweeper_(clock_, config_.sweep_interval) {
     sweeper_.add_target([this] { return policy_queue_.sweep(); });
     sweeper_.add_target([this] { return batch_queue_.sweep(); });
@@ -273,10 +270,6 @@ class OffloadPipeline {
       return batcher_.sweep() + transfer_queue_.sweep();
     });
     wait_link_->wake = [this] { wake(); };
-    executor_.set_space_wait(config_.space_wait, [this] {
-      detail::LockGuard lock(mu_);  // the dispatcher launches without it
-      return stopped_;
-    });
     subscription_ = clock_->subscribe(mu_.native(), cv_);
     // Cheap policies (or none) run on the enqueuing thread: no policy thread.
     const auto& ps = evaluator_.policies();
@@ -284,6 +277,22 @@ class OffloadPipeline {
     if (!inline_policies_) policy_thread_ = std::thread([this] { run_policy(); });
     dispatch_thread_ = std::thread([this] { run_dispatch(); });
     sweeper_.start();
+  }
+
+  typename TransferExecutor<Src, Dst>::Options executor_options(Builder& b) {
+    typename TransferExecutor<Src, Dst>::Options o;
+    o.max_concurrent_transfers = config_.max_concurrent_transfers;
+    o.max_submit = config_.batch_config.max_batch_size;
+    o.on_slot_free = [this] { wake(); };
+    o.metrics = metrics_;
+    o.on_registered = std::move(b.on_registered_);
+    o.space_wait = config_.space_wait;
+    o.stopping = [this] {
+      detail::LockGuard lock(mu_);  // the dispatcher launches without it
+      return stopped_;
+    };
+    o.clock = clock_;
+    return o;
   }
 
   void push(OffloadContainer<Src>&& c) {

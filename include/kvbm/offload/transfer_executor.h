@@ -12,7 +12,7 @@
 //      appears twice in the batch is copied once; a hash the destination
 //      already holds is not copied (kAlreadyPresent)
 //   4. allocate destination blocks: as many as fit (waiting up to
-//      PipelineConfig::space_wait for room, when set); each block that does
+//      Options::space_wait for room, when set); each block that does
 //      not fit is reported (kNoSpace) and released, the rest proceeds
 //   5. submit the pairs to the transfer engine, in pieces of at most
 //      `max_submit` pairs
@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/container.h"
@@ -71,34 +72,58 @@ class TransferExecutor {
   /// G3 enqueues them in the next pipeline here.
   using RegisteredCallback = std::function<void(std::vector<ImmutableBlock<Dst>>&&)>;
 
+  /// How a TransferExecutor runs, besides its destination and engine.
+  struct Options {
+    std::size_t max_concurrent_transfers = 1;  ///< batches in the engine at once (1 ..)
+    std::size_t max_submit = 1;                ///< pairs per engine submit (1 ..)
+    std::function<void()> on_slot_free;        ///< a batch left the engine (may be empty)
+    std::shared_ptr<OffloadMetrics> metrics;   ///< may be null
+    RegisteredCallback on_registered;          ///< may be empty
+    /// Step 4 waits up to this long (on `clock`) for room in the destination;
+    /// zero: no wait.
+    std::chrono::nanoseconds space_wait{0};
+    /// Ends that wait early once it returns true (looked at every few ms).
+    std::function<bool()> stopping;
+    /// Measures space_wait; Clock::steady() when null.
+    std::shared_ptr<Clock> clock;
+  };
+
   /// Throws UsageError when the engine is null or a limit is 0.
+  TransferExecutor(BlockManager<Dst>& dst, std::shared_ptr<TransferEngine> engine, Options options)
+      : core_(std::make_shared<Core>()),
+        engine_(std::move(engine)),
+        max_concurrent_(options.max_concurrent_transfers),
+        max_submit_(options.max_submit),
+        space_wait_(options.space_wait),
+        stopping_(std::move(options.stopping)),
+        clock_(options.clock ? std::move(options.clock) : Clock::steady()),
+        metrics_(std::move(options.metrics)) {
+    KVBM_CHECK(engine_ != nullptr, "TransferExecutor needs a transfer engine");
+    KVBM_CHECK(max_concurrent_ >= 1,
+               "TransferExecutor: max_concurrent_transfers must be at least 1");
+    KVBM_CHECK(max_submit_ >= 1, "TransferExecutor: max_batch_size must be at least 1");
+    KVBM_CHECK(space_wait_.count() >= 0, "TransferExecutor: space_wait must not be negative");
+    core_->dst = &dst;
+    core_->on_slot_free = std::move(options.on_slot_free);
+    core_->on_registered = std::move(options.on_registered);
+  }
+  /// The same, without a space wait; see Options.
   TransferExecutor(BlockManager<Dst>& dst, std::shared_ptr<TransferEngine> engine,
                    std::size_t max_concurrent_transfers, std::size_t max_submit,
                    std::function<void()> on_slot_free = {},
                    std::shared_ptr<OffloadMetrics> metrics = nullptr,
                    RegisteredCallback on_registered = {})
-      : core_(std::make_shared<Core>()),
-        engine_(std::move(engine)),
-        max_concurrent_(max_concurrent_transfers),
-        max_submit_(max_submit),
-        metrics_(std::move(metrics)) {
-    KVBM_CHECK(engine_ != nullptr, "TransferExecutor needs a transfer engine");
-    KVBM_CHECK(max_concurrent_ >= 1,
-               "TransferExecutor: max_concurrent_transfers must be at least 1");
-    KVBM_CHECK(max_submit_ >= 1, "TransferExecutor: max_batch_size must be at least 1");
-    core_->dst = &dst;
-    core_->on_slot_free = std::move(on_slot_free);
-    core_->on_registered = std::move(on_registered);
-  }
+      : TransferExecutor(dst, std::move(engine),
+                         Options{max_concurrent_transfers,
+                                 max_submit,
+                                 std::move(on_slot_free),
+                                 std::move(metrics),
+                                 std::move(on_registered),
+                                 {},
+                                 {},
+                                 {}}) {}
   ~TransferExecutor() { wait_idle(); }
 
-  /// Makes allocation wait up to `wait` (real time) for room in the
-  /// destination, giving up early once `stopping` returns true. Call before
-  /// the first launch.
-  void set_space_wait(std::chrono::nanoseconds wait, std::function<bool()> stopping) {
-    space_wait_ = wait;
-    stopping_ = std::move(stopping);
-  }
   TransferExecutor(const TransferExecutor&) = delete;
   TransferExecutor& operator=(const TransferExecutor&) = delete;
 
@@ -271,20 +296,22 @@ class TransferExecutor {
   }
 
   // Allocates as many destination blocks as fit, waiting up to space_wait_
-  // for the rest; what still does not fit is kNoSpace.
+  // (on clock_) for the rest; what still does not fit is kNoSpace.
   void allocate(Flight& f) {
     if (f.src.empty()) return;
     std::uint64_t seen = core_->dst->releases();
     f.dst = core_->dst->allocate_at_most(f.src.size());
     if (f.dst.size() < f.src.size() && space_wait_.count() > 0) {
-      // Woken when a destination block leaves use; the stop flag is looked at
-      // at least every kStopCheck (shutdown does not wake this wait).
-      constexpr auto kStopCheck = std::chrono::milliseconds(5);
-      const auto deadline = std::chrono::steady_clock::now() + space_wait_;
-      while (f.dst.size() < f.src.size() && std::chrono::steady_clock::now() < deadline &&
+      // Woken when a destination block leaves use. The pool's wait knows
+      // neither clock_ nor stopping_: the deadline and the stop flag are looked
+      // at least every kCheck (real time).
+      constexpr auto kCheck = std::chrono::milliseconds(5);
+      const Clock::time_point deadline = clock_->now() + space_wait_;
+      while (f.dst.size() < f.src.size() && clock_->now() < deadline &&
              !(stopping_ && stopping_())) {
-        const auto until = std::min(deadline, std::chrono::steady_clock::now() + kStopCheck);
-        if (!core_->dst->wait_for_release(seen, until)) continue;
+        if (!core_->dst->wait_for_release(seen, std::chrono::steady_clock::now() + kCheck)) {
+          continue;
+        }
         seen = core_->dst->releases();
         for (auto& b : core_->dst->allocate_at_most(f.src.size() - f.dst.size())) {
           f.dst.push_back(std::move(b));
@@ -362,11 +389,12 @@ class TransferExecutor {
   }
 
   std::shared_ptr<Core> core_;
-  std::chrono::nanoseconds space_wait_{0};
-  std::function<bool()> stopping_;
   std::shared_ptr<TransferEngine> engine_;
   std::size_t max_concurrent_;
   std::size_t max_submit_;
+  std::chrono::nanoseconds space_wait_;
+  std::function<bool()> stopping_;
+  std::shared_ptr<Clock> clock_;
   std::shared_ptr<OffloadMetrics> metrics_;
 };
 
