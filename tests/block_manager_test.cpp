@@ -891,6 +891,9 @@ TEST(BlockManagerWaitForRelease, WakesOnAReleaseAndTimesOutWithoutOne) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
 
   std::thread releaser([&] {
+    // Makes the release likely to come while the caller waits (the wake-up
+    // under test); nothing tells when it waits. A release that comes first
+    // ends the wait at once: the test passes, testing less.
     std::this_thread::sleep_for(10ms);
     held->pop_back();  // a mutable block back to the reset pool
   });

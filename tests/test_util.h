@@ -199,6 +199,9 @@ std::vector<bool> present(const BlockManager<T>& m, const std::vector<SequenceHa
 }
 
 /// Returns true once `pred` holds, false when it still does not after 10 s.
+/// For states nothing signals (a ManualClock's waiters, a handle's status):
+/// it yields between looks, it does not sleep. Wait on a condition variable
+/// or a handle where there is one.
 inline bool eventually(const std::function<bool()>& pred) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!pred()) {

@@ -374,6 +374,8 @@ TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
     a->drain();
     s = onboard_and_check(*b, fresh);
     if (s.counts.remote == 8) break;
+    // A pace, not a wait for work: A's store waits out its reconnect backoff
+    // in real time, and nothing tells when it is over; each try is a fresh prefix.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(s.counts.remote, 8u) << "G4 did not come back within 15 s of the restart";
@@ -430,7 +432,10 @@ TEST(RemoteTier, CancellingAnOnboardingThatWaitsOnAFrozenServer) {
   const auto t0 = Clock::now();
   OnboardHandle h = b->onboard(hashes);
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200)) << "onboard() waited for G4";
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the worker is asking G4 now
+  // Lets the fetch worker reach the frozen server, so that the cancel below
+  // races a GET in flight (nothing tells when one is; a cancel that comes
+  // first passes too, testing less).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(h.status(), TransferStatus::kTransferring);
   const auto t1 = Clock::now();
   EXPECT_TRUE(h.cancel());
