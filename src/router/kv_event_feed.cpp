@@ -38,8 +38,8 @@ struct KvEventFeed::Impl {
   // Last: its thread calls back into the members above, and stops first.
   std::unique_ptr<events::ZmqEventSubscriber> subscriber;
 
-  Impl(KvIndexer& i, const KvEventFeedOptions& o)
-      : index(i), options(o), clock(options.clock ? options.clock : Clock::steady()) {
+  Impl(KvIndexer& i, KvEventFeedOptions o)
+      : index(i), options(std::move(o)), clock(options.clock ? options.clock : Clock::steady()) {
     KVBM_CHECK(options.retry_interval.count() > 0, "KvEventFeedOptions.retry_interval must be > 0");
     if (!options.subscriber.clock) options.subscriber.clock = clock;
     clock_wakes = clock->subscribe(mu.native(), applied);
@@ -165,7 +165,7 @@ struct KvEventFeed::Impl {
 };
 
 KvEventFeed::KvEventFeed(KvIndexer& index, KvEventFeedOptions options)
-    : impl_(std::make_unique<Impl>(index, options)) {}
+    : impl_(std::make_unique<Impl>(index, std::move(options))) {}
 
 KvEventFeed::~KvEventFeed() {
   // Stop the subscriber's thread before the members its callbacks use go.
