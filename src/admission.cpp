@@ -21,7 +21,7 @@ std::optional<Admission> admit(KvBlockManager& kv, std::span<const SequenceHash>
     out.prefix = onboarding.take_blocks();
   }
   auto fresh = kv.device().allocate_blocks(blocks_needed - out.prefix.size());
-  if (!fresh) return std::nullopt;  // dropping the prefix leaves it cached in G1
+  if (!fresh) return std::nullopt;  // dropping `out` leaves the prefix cached in G1
   out.fresh = std::move(*fresh);
   return out;
 }

@@ -51,6 +51,9 @@ bool serve(kvbm::KvBlockManager* kv, const kvbm::TokenBlockSequence& seq,
   auto done = std::make_shared<kvbm::HostEvent>();  // met when the forward pass ends
   auto registered = kv->register_blocks(std::move(completed), done);  // offloads write-through
   done->signal();
+  // ... when the request ends, release its blocks last first (eviction takes tails first):
+  kvbm::release_tail_first(registered);
+  kvbm::release_tail_first(admission->prefix);
   // [/readme]
   from = admission->counts;
   return true;

@@ -32,6 +32,7 @@
 
 #include "kvbm/blocks/immutable_block.h"
 #include "kvbm/blocks/mutable_block.h"
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/error.h"
 #include "kvbm/tier.h"
 
@@ -44,6 +45,11 @@ class BlockTable {
   using Tail = kvbm::MutableBlock<kvbm::G1>;
 
   BlockTable() = default;
+  BlockTable(const BlockTable&) = default;
+  BlockTable(BlockTable&&) noexcept = default;
+  BlockTable& operator=(const BlockTable&) = default;
+  BlockTable& operator=(BlockTable&&) noexcept = default;
+  ~BlockTable() { clear(); }
 
   /// Returns the registered full blocks, in logical order.
   [[nodiscard]] const std::vector<Full>& full() const noexcept { return full_; }
@@ -104,10 +110,12 @@ class BlockTable {
     return out;
   }
 
-  /// Releases every block (the paper's free_blocks).
+  /// Releases every block (the paper's free_blocks), last block first, so
+  /// that the pool evicts the sequence's tail before its head
+  /// (kvbm/blocks/release_order.h).
   void clear() noexcept {
-    full_.clear();
     tail_.reset();
+    kvbm::release_tail_first(full_);
   }
 
  private:

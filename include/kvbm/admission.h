@@ -22,10 +22,12 @@
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvbm/blocks/immutable_block.h"
 #include "kvbm/blocks/mutable_block.h"
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/sequence_hash.h"
 #include "kvbm/tier.h"
@@ -34,6 +36,7 @@
 namespace kvbm {
 
 /// What admit() hands over: the cached prefix and the blocks to compute the rest into.
+/// Dropping it releases the prefix last block first (kvbm/blocks/release_order.h).
 struct Admission {
   /// The longest prefix of the request any tier held, as registered G1 blocks, in order.
   std::vector<ImmutableBlock<G1>> prefix;
@@ -41,6 +44,17 @@ struct Admission {
   std::vector<MutableBlock<G1>> fresh;
   /// Where the prefix came from (G1 hits, copies from G2 and G3, and what was cut).
   OnboardCounts counts;
+
+  Admission() = default;
+  Admission(Admission&&) noexcept = default;
+  Admission& operator=(Admission&& other) noexcept {
+    release_tail_first(prefix);
+    prefix = std::move(other.prefix);
+    fresh = std::move(other.fresh);
+    counts = other.counts;
+    return *this;
+  }
+  ~Admission() { release_tail_first(prefix); }
 };
 
 /// Admits a request: onboards the longest prefix of `hashes` that G1, G2 or G3

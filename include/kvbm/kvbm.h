@@ -7,6 +7,7 @@
 #include "kvbm/blocks/complete_block.h"
 #include "kvbm/blocks/immutable_block.h"
 #include "kvbm/blocks/mutable_block.h"
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/blocks/weak_block.h"
 #include "kvbm/error.h"
 #include "kvbm/events/kv_event_decoder.h"

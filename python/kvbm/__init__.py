@@ -51,7 +51,23 @@ from ._kvbm import (  # noqa: F401  (the public API)
     set_log_level,
 )
 
+
+
+def release(blocks):
+    """Releases a request's blocks (in prefix order) last block first.
+
+    A pool evicts its released blocks least recently released first; releasing
+    the last block first makes eviction take a chain's tail before its head,
+    so no cached block is cut off from its prefix (and routers that index
+    chains, as vLLM evicts them, see every removal below a block they hold).
+    The handles are empty afterwards; `blocks` itself is left as it is.
+    """
+    for block in reversed(blocks):
+        block.release()
+
+
 __all__ = [name for name in dir(_kvbm) if not name.startswith("_")] + [
+    "release",
     "KvBlockManagerConfig",
     "LayoutConfig",
     "TierConfig",

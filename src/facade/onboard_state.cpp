@@ -8,6 +8,7 @@
 
 #include <prometheus/counter.h>
 
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/error.h"
 #include "kvbm/transfer/stage_and_register.h"
 
@@ -94,7 +95,7 @@ void OnboardState::finish() noexcept {
   lock.lock();
   if (cancel_requested_) {  // cancelled while the copies were registered
     lock.unlock();
-    out.clear();
+    release_tail_first(out);
     lock.lock();
     end_cancelled();
     return;
@@ -154,10 +155,10 @@ std::vector<ImmutableBlock<G1>> OnboardState::assemble(facade::TierArray<std::si
     origins.push_back(from);
     ++per_tier[from];
   }
-  hits.clear();
-  arrived.clear();
+  release_tail_first(hits);
+  release_tail_first(arrived);
   targets.clear();
-  remote_.blocks.clear();
+  release_tail_first(remote_.blocks);
   release_sources();
   return out;
 }
@@ -214,6 +215,7 @@ void OnboardState::abandon() noexcept {
     drop = std::move(blocks_);
     blocks_.clear();
   }
+  release_tail_first(drop);
 }
 
 std::vector<ImmutableBlock<G1>> OnboardState::take_blocks() {
@@ -240,12 +242,15 @@ std::optional<Error> OnboardState::error() const {
   return error_;
 }
 
-void OnboardState::release_sources() noexcept { holds.clear(); }
+// Last first: the prefix's later blocks are released before its earlier ones.
+void OnboardState::release_sources() noexcept {
+  while (!holds.empty()) holds.pop_back();
+}
 
 void OnboardState::release_all() noexcept {
-  hits.clear();
+  release_tail_first(hits);
   targets.clear();
-  remote_.blocks.clear();
+  release_tail_first(remote_.blocks);
   release_sources();
 }
 

@@ -28,6 +28,7 @@
 #include "facade/tiers.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/blocks/block_id.h"
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/error.h"
 #include "kvbm/kv_block_manager_stats.h"
 #include "kvbm/sequence_hash.h"
@@ -43,14 +44,16 @@ class Hold {
   virtual void keep_first(std::size_t n) noexcept = 0;
 };
 
-/// Holds blocks of a pooled tier.
+/// Holds blocks of a pooled tier; lets go of them last first (release_order.h).
 template <TierMarker T>
 class HeldBlocks final : public Hold {
  public:
   explicit HeldBlocks(std::vector<ImmutableBlock<T>> blocks) : blocks_(std::move(blocks)) {}
+  ~HeldBlocks() override { release_tail_first(blocks_); }
+  HeldBlocks(const HeldBlocks&) = delete;
+  HeldBlocks& operator=(const HeldBlocks&) = delete;
   void keep_first(std::size_t n) noexcept override {
-    if (n < blocks_.size())
-      blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(n), blocks_.end());
+    while (blocks_.size() > n) blocks_.pop_back();
   }
 
  private:

@@ -48,6 +48,14 @@ std::vector<MutableBlock<T>> take_all(const BlockManager<T>& pool,
   return out;
 }
 
+/// The hashes of the last `n` positions of a chained sequence (all of them
+/// when the sequence has `n`); a flat list must have one hash per block.
+std::vector<SequenceHash> suffix_of(std::vector<SequenceHash> hashes, std::size_t n, bool chained) {
+  if (!chained || hashes.size() <= n) return hashes;
+  hashes.erase(hashes.begin(), hashes.end() - static_cast<std::ptrdiff_t>(n));
+  return hashes;
+}
+
 /// Stages every block under its hash; on a failure puts every block back and throws.
 template <TierMarker T>
 std::vector<CompleteBlock<T>> stage_all(std::vector<MutableBlock<T>>&& blocks,
@@ -155,30 +163,34 @@ void bind_block_methods(nb::class_<Manager>& cls) {
           [](Manager& m, const std::vector<MutableBlock<G1>*>& blocks, nb::handle h, bool chained) {
             const auto lease = m.lease();
             KvBlockManager& kv = *lease;
-            auto complete =
-                stage_all<G1>(take_all<G1>(kv.device(), blocks),
-                              hashes_of(h, chained, "register: hashes"), kv.block_size(), blocks);
+            auto complete = stage_all<G1>(
+                take_all<G1>(kv.device(), blocks),
+                suffix_of(hashes_of(h, chained, "register: hashes"), blocks.size(), chained),
+                kv.block_size(), blocks);
             nb::gil_scoped_release release;
             return kv.register_blocks(std::move(complete));
           },
           "blocks"_a, "hashes"_a, "chained"_a = true,
           "Stages each G1 block under its hash and registers them (offloaded to G2 in "
-          "write-through "
-          "mode); returns the ImmutableBlocks. The MutableBlocks are left empty.")
+          "write-through mode); returns the ImmutableBlocks. The MutableBlocks are left empty. "
+          "With chained=True, `hashes` may be the whole sequence: the blocks are its last "
+          "len(blocks) positions (e.g. what a request computed after its cached prefix).")
       .def(
           "register",
           [](Manager& m, const std::vector<MutableBlock<G2>*>& blocks, nb::handle h, bool chained) {
             const auto lease = m.lease();
             KvBlockManager& kv = *lease;
             BlockManager<G2>& pool = require_pool<G2>(kv, "register");
-            auto complete =
-                stage_all<G2>(take_all<G2>(pool, blocks), hashes_of(h, chained, "register: hashes"),
-                              kv.block_size(), blocks);
+            auto complete = stage_all<G2>(
+                take_all<G2>(pool, blocks),
+                suffix_of(hashes_of(h, chained, "register: hashes"), blocks.size(), chained),
+                kv.block_size(), blocks);
             nb::gil_scoped_release release;
             return pool.register_blocks(std::move(complete));
           },
           "blocks"_a, "hashes"_a, "chained"_a = true,
-          "Registers G2 blocks (written through to G3 and G4 as the config says).")
+          "Registers G2 blocks (written through to G3 and G4 as the config says); `hashes` as "
+          "for G1 blocks.")
       .def(
           "offload",
           [](Manager& m, const std::vector<ImmutableBlock<G1>>& blocks) {

@@ -162,6 +162,38 @@ def test_handles_register_and_release():
         assert (out == ref).all()
 
 
+def test_register_the_rest_of_a_sequence_after_its_prefix():
+    with kvbm.KvBlockManager(small_config(host=0, disk=0)) as kv:
+        h = chain(4, seed=8)
+        head = kv.register(kv.allocate(2), h[:2])
+        tail = kv.register(kv.allocate(2), h)  # the whole sequence: the blocks are its last two
+        assert [b.sequence_hash for b in tail] == [int(h[2]), int(h[3])]
+        assert [b.parent for b in tail] == [int(h[1]), int(h[2])]
+        assert [b.position for b in tail] == [2, 3]
+        with pytest.raises(kvbm.UsageError, match="3 blocks but 2 hashes"):
+            kv.register(kv.allocate(3), h[:2])
+        with pytest.raises(kvbm.UsageError, match="2 blocks but 4 hashes"):
+            kv.register(kv.allocate(2), h, chained=False)  # a flat list: one hash per block
+        kvbm.release(head + tail)
+
+
+def test_release_evicts_a_chain_from_its_tail():
+    # G1 of 4 blocks: the chain a b c d fills it. Released last block first,
+    # the next allocations evict d, then c: the head stays matchable.
+    with kvbm.KvBlockManager(small_config(device=4, host=0, disk=0), events=True) as kv:
+        h = chain(4, seed=9)
+        blocks = kv.register(kv.allocate(4), h)
+        kvbm.release(blocks)
+        assert not any(b.valid for b in blocks)
+        kv.take_events()
+        fresh = []
+        for expected in (3, 2):
+            fresh += kv.allocate(1)
+            removed = [e for e in kv.take_events() if isinstance(e, kvbm.BlockRemoved)]
+            assert [list(e.block_hashes) for e in removed] == [[int(h[expected])]]
+        assert len(kv.match(h)) == 2  # a and b, still a prefix
+
+
 def test_errors_carry_the_cpp_message(tmp_path):
     cfg = small_config(disk=0)
     cfg.device = kvbm.TierConfig(blocks=0)

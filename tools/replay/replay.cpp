@@ -15,6 +15,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/logging.h"
 #include "replay/pattern.h"
 
@@ -544,9 +545,9 @@ class Replay {
     compute_rest(in, req, prefix);
     // 4. The forward pass outlasts the copies: they land while the request
     //    still holds its blocks (unless --overlap-offload). Then release
-    //    front to back.
+    //    them last block first, so that eviction takes the chain's tail first.
     if (settle_) in.kvbm->drain();
-    for (auto& b : held_) b.reset();
+    release_tail_first(held_);
     in.series->add(n, prefix.counts, failures);
     if (cluster_) report_prefill(req, prefix);
   }

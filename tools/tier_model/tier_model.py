@@ -20,6 +20,9 @@ from collections import OrderedDict
 ON_EVICTION = "on_eviction"
 WRITE_THROUGH = "write_through"
 MODES = (ON_EVICTION, WRITE_THROUGH)
+TAIL_FIRST = "tail_first"  # kvbm's order: a request's last block is released first
+HEAD_FIRST = "head_first"  # the order of the reference LRU figures (examples/data/README.md)
+RELEASE_ORDERS = (TAIL_FIRST, HEAD_FIRST)
 TIER_NAMES = ("G1", "G2", "G3")
 
 DEFAULT_BLOCK_TOKENS = 512
@@ -184,9 +187,12 @@ class Counts:
 class TierModel:
     """G1, G2 and G3 as LRU tiers, with on-eviction or write-through copies."""
 
-    def __init__(self, capacities=DEFAULT_CAPACITIES, mode=ON_EVICTION):
+    def __init__(self, capacities=DEFAULT_CAPACITIES, mode=ON_EVICTION, release=TAIL_FIRST):
         if mode not in MODES:
             raise ValueError(f"offload mode must be one of {MODES}, not {mode!r}")
+        if release not in RELEASE_ORDERS:
+            raise ValueError(f"release order must be one of {RELEASE_ORDERS}, not {release!r}")
+        self.release = release
         if any(c < 0 for c in capacities):
             raise ValueError("tier capacities must be non-negative")
         self.tiers = [Tier(n, c) for n, c in zip(TIER_NAMES, capacities)]
@@ -286,9 +292,9 @@ class TierModel:
             self.copy_down(0, victims)
         g1.in_use.update(fresh)
         # The onboarded blocks' copies below are released once they have been
-        # copied into G1, front to back (each ends at its tier's most recent
-        # end), before the request's own blocks are written through.
-        for tier, key in sources:
+        # copied into G1, last block first (each ends at its tier's most
+        # recent end), before the request's own blocks are written through.
+        for tier, key in self._release_order(sources):
             tier.release(key)
 
         # 3. Write-through: the computed blocks go to G2 as one batch, and
@@ -296,9 +302,13 @@ class TierModel:
         if self.mode == WRITE_THROUGH:
             self.copy_down(1, self.copy_down(0, computed))
 
-        # 4. Release, front to back: the last block is the most recent.
-        for key in cached:
+        # 4. Release, last block first: the first block is the most recent,
+        #    so eviction takes a chain's tail first (head_first: the reverse).
+        for key in self._release_order(cached):
             g1.release(key)
+
+    def _release_order(self, blocks):
+        return reversed(blocks) if self.release == TAIL_FIRST else iter(blocks)
 
     def run(self, trace):
         for request in trace.requests:
@@ -356,6 +366,7 @@ def report_dict(model, trace, path, seconds):
         "config": {
             "capacities": {t.name: t.capacity for t in model.tiers},
             "offload_mode": model.mode,
+            "release": model.release,
         },
         "result": result_dict(model, trace),
         "seconds": round(seconds, 3),
@@ -415,6 +426,9 @@ def main(argv=None):
     parser.add_argument("--host-blocks", type=_capacity, default=DEFAULT_CAPACITIES[1])
     parser.add_argument("--disk-blocks", type=_capacity, default=DEFAULT_CAPACITIES[2])
     parser.add_argument("--offload-mode", choices=MODES, default=ON_EVICTION)
+    parser.add_argument("--release", choices=RELEASE_ORDERS, default=TAIL_FIRST,
+                        help="the order a request's blocks are released in (head_first: the "
+                             "order of the reference LRU figures)")
     parser.add_argument("--block-tokens", type=int, default=DEFAULT_BLOCK_TOKENS,
                         help="tokens per hash id (default 512)")
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
@@ -431,7 +445,7 @@ def main(argv=None):
     for reason in trace.skipped:
         print(reason, file=sys.stderr)
     model = TierModel((args.device_blocks, args.host_blocks, args.disk_blocks),
-                      args.offload_mode)
+                      args.offload_mode, args.release)
     model.run(trace)
     report = report_dict(model, trace, args.trace, time.perf_counter() - start)
     if args.json:
