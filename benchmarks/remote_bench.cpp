@@ -1,13 +1,17 @@
 // Remote tier throughput: RemoteStore::put and get of whole blocks (64 KiB,
-// 1 MiB, 2 MiB) in batches of 32 against the Redis server at $KVBM_REDIS_URL,
+// 1 MiB, 2 MiB) in batches of 32 against the Redis server (or, with a
+// redis+cluster:// URL, the Redis Cluster) at $KVBM_REDIS_URL,
 // beside the same values moved by a plain pipelined hiredis client (one
 // connection, redisAppendCommandArgv + redisGetReply, no header, no checksum,
 // no copy into a destination): the ratio store / bare is what the store costs
 // on top of Redis. benchmarks/remote_vs_redis.sh starts a server and runs
 // this next to redis-benchmark with the same value size, pipeline depth and
-// connections.
+// connections, on one server and on a 3-primary cluster (where the bare
+// client, which speaks to one server, skips: redis-benchmark --cluster is the
+// baseline there).
 //
-//   KVBM_REDIS_URL  redis://127.0.0.1:PORT/0 or unix:///path.sock (required)
+//   KVBM_REDIS_URL  redis://127.0.0.1:PORT/0, unix:///path.sock or
+//                   redis+cluster://127.0.0.1:PORT[,...] (required)
 //
 // Each iteration moves one batch; the batch's keys are overwritten every
 // iteration, so the server's memory stays at one batch per size.
@@ -19,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -136,6 +141,12 @@ redisContext* bare_connection() {
 /// The baseline: SET or GET of the same values on one connection, pipelined `batch` deep.
 void bare(benchmark::State& state, bool set) {
   if (!need_url(state)) return;
+  if (std::string_view(redis_url()).starts_with("redis+cluster://")) {
+    state.SkipWithError(
+        "the bare client speaks to one server; redis-benchmark --cluster is the "
+        "baseline on a cluster");
+    return;
+  }
   const auto kib = static_cast<std::size_t>(state.range(0)),
              batch = static_cast<std::size_t>(state.range(1));
   const std::size_t bytes = kib * 1024;

@@ -231,6 +231,7 @@ RemoteStatus RedisConnection::connect(Clock::time_point deadline,
     setup.add_command({"AUTH", endpoint_.password});
   }
   const bool auth = setup.replies() != 0;
+  if (endpoint_.readonly) setup.add_command({"READONLY"});
   const std::string db = std::to_string(endpoint_.db);
   if (endpoint_.db != 0) setup.add_command({"SELECT", db});
   if (setup.replies() == 0) return RemoteStatus::kOk;

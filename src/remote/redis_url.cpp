@@ -19,8 +19,9 @@ constexpr std::string_view kRedis = "redis://";
 constexpr std::string_view kCluster = "redis+cluster://";
 constexpr std::string_view kUnix = "unix://";
 constexpr std::string_view kForms =
-    "use redis://[[user]:password@]host:port[/db], "
-    "redis+cluster://[[user]:password@]host:port[,host:port...] or unix:///path.sock[?db=N]";
+    "use redis://[:password@]host:port[/db] or unix:///path.sock[?db=N] (with an ACL user: "
+    "redis://user:password@host:port; a Redis Cluster: "
+    "redis+cluster://[user:password@]host:port[,host:port...])";
 
 // A decimal number of 0 or more, all of `s`.
 std::optional<int> parse_count(std::string_view s) {

@@ -23,6 +23,7 @@ struct RedisEndpoint {
   int db = 0;
   std::string user{};      ///< ACL user ("": the default user); AUTH user password
   std::string password{};  ///< never printed: not in display, logs or errors
+  bool readonly = false;   ///< cluster replica reads: READONLY after AUTH
   std::string display{};   ///< the URL without its password, for logs
 };
 

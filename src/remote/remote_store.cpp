@@ -1,29 +1,21 @@
 #include "kvbm/remote/remote_store.h"
 
-#include <spdlog/spdlog.h>
 #define XXH_INLINE_ALL
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <numeric>
 
 #include <xxhash.h>
 
 #include "kvbm/error.h"
-#include "kvbm/logging.h"
-#include "redis_cluster.h"
 #include "remote_store_impl.h"
 
 namespace kvbm {
 
-using remote::RedisConnection;
-using remote::RedisReply;
-using remote::RedisRequest;
 using remote::RemoteOp;
 
 namespace {
 
-constexpr std::size_t kNoItem = static_cast<std::size_t>(-1);  // a reply of no item (ASKING)
 constexpr std::size_t kNoIndex = static_cast<std::size_t>(-1);
 constexpr int kMaxRounds = 5;  // a cluster call: the first send and up to 4 redirects
 
@@ -63,10 +55,15 @@ RemoteStore::Impl::~Impl() {
 
 std::string RemoteStore::Impl::key_of(std::uint64_t hash) const { return key_head + hex16(hash); }
 
-std::size_t RemoteStore::Impl::server_of(std::uint64_t hash) const {
+std::size_t RemoteStore::Impl::server_of(std::uint64_t hash, bool read) const {
   if (is_cluster) {
     if (slot_owner.empty()) return servers.size();
-    const std::uint16_t owner = slot_owner[redis_key_slot(key_of(hash))];
+    const std::uint16_t slot = redis_key_slot(key_of(hash));
+    if (read && !slot_replica.empty()) {
+      const std::uint16_t replica = slot_replica[slot];
+      if (replica != kNoServer && servers[replica]->available_flag.load()) return replica;
+    }
+    const std::uint16_t owner = slot_owner[slot];
     return owner == kNoServer ? servers.size() : owner;
   }
   if (servers.size() == 1) return 0;
@@ -88,298 +85,6 @@ std::size_t RemoteStore::Impl::add_server(remote::RedisEndpoint endpoint, const 
   return servers.size() - 1;
 }
 
-// --- server state: one log line per change ---
-
-void RemoteStore::Impl::server_failed(Server& s, RemoteStatus kind, const std::string& why) {
-  bool changed = false;
-  std::chrono::milliseconds wait{};
-  {
-    std::lock_guard lock(s.state_mu);
-    changed = s.available || s.failure != kind;
-    if (s.available) {
-      s.available_flag.store(false);
-      metrics.set_servers_available(--servers_available);
-    }
-    s.available = false;
-    s.failure = kind;
-    s.backoff = s.backoff.count() == 0 ? options.backoff_initial
-                                       : std::min(s.backoff * 2, options.backoff_max);
-    wait = s.backoff;
-    s.retry_at = remote::Clock::now() + s.backoff;
-  }
-  if (is_cluster) request_refresh();  // a failover may be on its way
-  if (!changed) return;
-  if (kind == RemoteStatus::kAccessDenied) {
-    logger()->error(
-        "remote store {}: server {} refused access ({}); check the user and password (in the "
-        "URL, RemoteStoreOptions::password_file or password_env) and the user's ACL (docs/"
-        "remote.md); its blocks are misses until it accepts them (next attempt in {} ms)",
-        options.pool_name, s.endpoint.display, why, wait.count());
-    return;
-  }
-  logger()->warn(
-      "remote store {}: server {} failed ({}: {}); its blocks are misses and its puts fail until "
-      "it answers again (next attempt in {} ms, backoff up to {} ms)",
-      options.pool_name, s.endpoint.display, to_string(kind), why, wait.count(),
-      options.backoff_max.count());
-}
-
-void RemoteStore::Impl::server_succeeded(Server& s) {
-  bool changed = false;
-  {
-    std::lock_guard lock(s.state_mu);
-    changed = !s.available;
-    s.available = true;
-    s.backoff = std::chrono::milliseconds{0};
-    s.retry_at = {};
-    if (changed) {
-      s.available_flag.store(true);
-      metrics.set_servers_available(++servers_available);
-    }
-  }
-  if (changed) {
-    logger()->info("remote store {}: server {} answers again", options.pool_name,
-                   s.endpoint.display);
-  }
-}
-
-void RemoteStore::Impl::server_full(Server& s, bool full, const std::string& why) {
-  bool changed = false;
-  {
-    std::lock_guard lock(s.state_mu);
-    changed = s.full != full;
-    s.full = full;
-  }
-  if (!changed) return;
-  if (full) {
-    logger()->warn(
-        "remote store {}: server {} is full ({}); puts fail until it has room (maxmemory-policy "
-        "allkeys-lru evicts old blocks instead)",
-        options.pool_name, s.endpoint.display, why);
-  } else {
-    logger()->info("remote store {}: server {} accepts puts again", options.pool_name,
-                   s.endpoint.display);
-  }
-}
-
-void RemoteStore::Impl::access_denied(const Server& s, const std::string& why) {
-  if (access_logged.exchange(true)) return;
-  logger()->error(
-      "remote store {}: server {} denied a command ({}); the ACL user needs the commands and the "
-      "key pattern kvbm uses (docs/remote.md, 'Access control'); those blocks are misses "
-      "(logged once; see kvbm_remote_errors_total{{kind=\"access_denied\"}})",
-      options.pool_name, s.endpoint.display, why);
-}
-
-RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& conn,
-                                                 remote::Clock::time_point deadline) {
-  if (conn.connected()) return RemoteStatus::kOk;
-  bool waiting = false;
-  RemoteStatus failure = RemoteStatus::kUnavailable;
-  {
-    std::lock_guard lock(s.state_mu);
-    waiting = !s.available && remote::Clock::now() < s.retry_at;
-    failure = s.failure;
-  }
-  if (waiting) {
-    if (is_cluster) request_refresh();  // until a replica takes its slots (rate-limited)
-    return failure == RemoteStatus::kAccessDenied ? failure : RemoteStatus::kUnavailable;
-  }
-  // A connection alone proves little (a frozen server's kernel still accepts one): the server
-  // counts as answering again after its first exchange (run()).
-  const RemoteStatus st = conn.connect(deadline, options.connect_timeout);
-  if (st == RemoteStatus::kOk) return st;
-  server_failed(s, st, conn.last_error());
-  return st == RemoteStatus::kAccessDenied ? st : RemoteStatus::kUnavailable;
-}
-
-// --- one task on one worker's connection ---
-
-struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
-  Impl* impl = nullptr;
-  RemoteBatch* batch = nullptr;
-  const Server* server = nullptr;
-  const std::vector<std::size_t>* reply_items = nullptr;  // reply index -> item, or kNoItem
-
-  RemoteStatus on_bulk(std::size_t index, std::span<const std::byte> value) override {
-    const std::size_t item = (*reply_items)[index];
-    if (batch->op != RemoteOp::kGet || item == kNoItem) return RemoteStatus::kServerError;
-    const RemoteGet& g = batch->gets[item];
-    const auto e =
-        verify_remote_value(value, impl->fingerprint, g.hash, g.prefix_hash, impl->block_bytes);
-    if (e != RemoteValueError::kNone) {
-      if (!impl->corrupt_logged.exchange(true)) {
-        logger()->warn(
-            "remote store {}: block {} failed verification ({}); it is a miss (logged once; see "
-            "kvbm_remote_errors_total{{kind=\"corrupt\"}})",
-            impl->options.pool_name, impl->key_of(g.hash), to_string(e));
-      }
-      return RemoteStatus::kCorrupt;
-    }
-    const std::byte* src = value.data() + kRemoteHeaderBytes;
-    for (auto r : g.regions) {
-      std::memcpy(r.data(), src, r.size());
-      src += r.size();
-    }
-    return RemoteStatus::kOk;
-  }
-
-  // An error reply's outcome: a redirect to follow (a cluster's MOVED or ASK), a cluster whose
-  // map is worth asking again, an access denied (logged once), or the error as classified.
-  RemoteStatus on_error(std::size_t item, const RedisReply& r) {
-    if (impl->is_cluster) {
-      if (auto redirect = remote::parse_cluster_redirect(r.error)) {
-        batch->redirects[item] = {
-            redirect->ask ? RemoteRedirect::Kind::kAsk : RemoteRedirect::Kind::kMoved,
-            redirect->slot, std::move(redirect->node)};
-        return RemoteStatus::kUnavailable;  // until the next round sends it again
-      }
-      if (remote::cluster_in_flux(r.error)) {
-        impl->request_refresh();
-        return RemoteStatus::kUnavailable;
-      }
-    }
-    if (r.status == RemoteStatus::kAccessDenied) impl->access_denied(*server, r.error);
-    return r.status;
-  }
-
-  void on_reply(std::size_t index, const RedisReply& r) override {
-    const std::size_t item = (*reply_items)[index];
-    if (item == kNoItem) return;  // ASKING's +OK (an error shows in the command's own reply)
-    RemoteStatus st = RemoteStatus::kServerError;
-    if (r.kind == RedisReply::Kind::kError) {
-      st = on_error(item, r);
-    } else if (batch->op == RemoteOp::kExists) {
-      if (r.kind == RedisReply::Kind::kInteger) {
-        st = RemoteStatus::kOk;
-        batch->present[item] = r.integer > 0 ? 1 : 0;
-      }
-    } else if (batch->op == RemoteOp::kGet) {
-      if (r.kind == RedisReply::Kind::kBulk || r.kind == RedisReply::Kind::kNil) st = r.status;
-    } else if (r.kind == RedisReply::Kind::kStatus) {
-      st = r.status;
-    }
-    batch->status[item] = st;
-  }
-};
-
-void RemoteStore::Impl::build(const RemoteTask& t, RedisRequest& req,
-                              std::vector<std::size_t>& reply_items) const {
-  const RemoteBatch& b = *t.batch;
-  req.clear();
-  reply_items.clear();
-  for (std::size_t i : t.items) {
-    if (t.asking) {
-      req.add_command({"ASKING"});
-      reply_items.push_back(kNoItem);
-    }
-    reply_items.push_back(i);
-    switch (b.op) {
-      case RemoteOp::kExists:
-        req.add_command({"EXISTS", key_of(b.hashes[i])});
-        break;
-      case RemoteOp::kGet:
-        req.add_command({"GET", key_of(b.gets[i].hash)});
-        break;
-      case RemoteOp::kPut: {
-        const RemotePut& p = b.puts[i];
-        XXH3_state_t state;
-        XXH3_64bits_reset(&state);
-        for (auto r : p.regions) XXH3_64bits_update(&state, r.data(), r.size());
-        RemoteHeader h;
-        h.fingerprint = fingerprint;
-        h.sequence_hash = p.hash;
-        h.prefix_hash = p.prefix_hash;
-        h.has_prefix_hash = p.prefix_hash != 0;
-        h.payload_bytes = block_bytes;
-        h.payload_checksum = XXH3_64bits_digest(&state);
-        std::array<std::byte, kRemoteHeaderBytes> header;
-        encode_remote_header(h, header);
-        req.add_set(key_of(p.hash), header, p.regions,
-                    static_cast<std::uint64_t>(options.ttl.count()));
-        break;
-      }
-    }
-  }
-}
-
-void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req, RemoteTask& t) {
-  RemoteBatch& b = *t.batch;
-  auto fail_all = [&](const std::vector<std::size_t>& items, RemoteStatus st) {
-    for (std::size_t i : items) b.status[i] = st;
-  };
-  if (remote::Clock::now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
-  bool was_connected = conn.connected();
-  if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk)
-    return fail_all(t.items, st);
-  RemoteTask left = t;
-  std::vector<std::size_t> reply_items;
-  TaskSink sink;
-  sink.impl = this;
-  sink.batch = &b;
-  sink.server = &s;
-  sink.reply_items = &reply_items;
-  for (int attempt = 0;; ++attempt) {
-    build(left, req, reply_items);
-    const RemoteStatus st = conn.exchange(req, sink, b.deadline);
-    if (st == RemoteStatus::kOk) {
-      server_succeeded(s);
-      break;
-    }
-    // Replies already read keep their outcome; the rest get the failure, or one retry on a new
-    // connection when an established one turned out broken (a restarted server).
-    left.items.clear();
-    for (std::size_t k = conn.replies_read(); k < reply_items.size(); ++k) {
-      if (reply_items[k] != kNoItem) left.items.push_back(reply_items[k]);
-    }
-    if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected &&
-        remote::Clock::now() < b.deadline) {
-      was_connected = false;
-      const RemoteStatus c = conn.connect(b.deadline, options.connect_timeout);
-      if (c == RemoteStatus::kOk) continue;
-      server_failed(s, c, conn.last_error());
-      return fail_all(left.items,
-                      c == RemoteStatus::kAccessDenied ? c : RemoteStatus::kUnavailable);
-    }
-    server_failed(s, st, conn.last_error());
-    return fail_all(left.items, st);
-  }
-  if (b.op == RemoteOp::kPut) {
-    bool oom = false, stored = false;
-    for (std::size_t i : t.items) {
-      oom |= b.status[i] == RemoteStatus::kOutOfMemory;
-      stored |= b.status[i] == RemoteStatus::kOk;
-    }
-    if (oom)
-      server_full(s, true, conn.last_error());
-    else if (stored)
-      server_full(s, false, {});
-  }
-}
-
-void RemoteStore::Impl::worker(Server& s) {
-  RedisConnection conn(s.endpoint);
-  RedisRequest req;
-  for (;;) {
-    RemoteTask* t = nullptr;
-    {
-      std::unique_lock lock(s.mu);
-      s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
-      if (s.queue.empty()) return;  // stopping and drained
-      t = s.queue.front();
-      s.queue.pop_front();
-    }
-    try {
-      run(s, conn, req, *t);
-    } catch (const std::exception& e) {  // allocation failure: never out of a worker
-      for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
-      conn.close();
-      logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
-    }
-    t->done->count_down();
-  }
-}
-
 // --- calls: a batch split by server and over each server's workers, in rounds ---
 
 namespace {
@@ -396,9 +101,10 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
   {
     detail::ReaderLock lock(impl.topo_mu);
     const std::size_t n = impl.servers.size();
+    const bool read = b.op != RemoteOp::kPut;
     groups.resize(2 * n);
     for (std::size_t i : pending) {
-      const std::size_t s = target[i] != kNoIndex ? target[i] : impl.server_of(hash_of(i));
+      const std::size_t s = target[i] != kNoIndex ? target[i] : impl.server_of(hash_of(i), read);
       if (s >= n) {  // a cluster slot no node serves (not discovered yet, or uncovered)
         b.status[i] =
             impl.discovery_denied ? RemoteStatus::kAccessDenied : RemoteStatus::kUnavailable;
@@ -450,7 +156,10 @@ std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t
   const auto start = remote::Clock::now();
   auto b = std::make_unique<RemoteBatch>(op, n, start + options.command_timeout, is_cluster);
   fill(*b);
-  if (is_cluster) wait_discovered(b->deadline);
+  if (is_cluster) {
+    wait_discovered(b->deadline);
+    if (start.time_since_epoch().count() > map_expires) request_refresh();  // every backoff_max
+  }
   std::vector<std::size_t> pending(n);
   std::iota(pending.begin(), pending.end(), std::size_t{0});
   std::vector<std::size_t> target(n, kNoIndex);  // a redirect's server
@@ -533,6 +242,8 @@ void check_options(const RemoteStoreOptions& options) {
              "RemoteStoreOptions::key_prefix must be non-empty and hold no ':'");
   const bool cluster = std::any_of(options.urls.begin(), options.urls.end(),
                                    [](const std::string& u) { return remote::is_cluster_url(u); });
+  KVBM_CHECK(cluster || !options.replica_reads,
+             "RemoteStoreOptions::replica_reads needs a Redis Cluster (a redis+cluster:// URL)");
   KVBM_CHECK(!cluster || options.urls.size() == 1,
              "RemoteStoreOptions::urls: a redis+cluster:// URL must be the only one (list more "
              "nodes in it: redis+cluster://host:port,host:port)");

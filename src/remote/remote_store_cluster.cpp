@@ -17,6 +17,7 @@ void RemoteStore::Impl::start_cluster() {
   {
     detail::WriterLock lock(topo_mu);
     slot_owner.assign(kRedisClusterSlots, kNoServer);
+    if (options.replica_reads) slot_replica.assign(kRedisClusterSlots, kNoServer);
   }
   refresher = std::make_unique<detail::Worker>("kvbm-remote-cluster");
   request_refresh();
@@ -38,18 +39,24 @@ void RemoteStore::Impl::wait_discovered(remote::Clock::time_point deadline) {
                           [&]() KVBM_REQUIRES(discovery_mu) { return discovered; });
 }
 
+std::size_t RemoteStore::Impl::server_of_node_locked(const std::string& node) {
+  if (auto it = server_by_node.find(node); it != server_by_node.end()) return it->second;
+  auto e = remote::cluster_node_endpoint(node, seeds.front());
+  if (!e) return kNoServer;
+  e->readonly = options.replica_reads;
+  return add_server(std::move(*e), node);
+}
+
 std::size_t RemoteStore::Impl::follow_redirect(const RemoteRedirect& r) {
   std::size_t s = 0;
   {
     detail::WriterLock lock(topo_mu);
-    if (auto it = server_by_node.find(r.node); it != server_by_node.end()) {
-      s = it->second;
-    } else {
-      auto e = remote::cluster_node_endpoint(r.node, seeds.front());
-      if (!e) return static_cast<std::size_t>(-1);
-      s = add_server(std::move(*e), r.node);
+    s = server_of_node_locked(r.node);
+    if (s == kNoServer) return static_cast<std::size_t>(-1);
+    if (r.kind == RemoteRedirect::Kind::kMoved) {
+      slot_owner[r.slot] = static_cast<std::uint16_t>(s);
+      if (!slot_replica.empty()) slot_replica[r.slot] = kNoServer;  // until the next map
     }
-    if (r.kind == RemoteRedirect::Kind::kMoved) slot_owner[r.slot] = static_cast<std::uint16_t>(s);
   }
   if (r.kind == RemoteRedirect::Kind::kMoved) request_refresh();  // more slots may have moved
   return s;
@@ -96,6 +103,7 @@ void RemoteStore::Impl::refresh() {
     }
   }
   discovery_denied = st == RemoteStatus::kAccessDenied;
+  map_expires = (remote::Clock::now() + options.backoff_max).time_since_epoch().count();
   if (st == RemoteStatus::kOk) {
     install(ranges, from);
   } else if (!discovery_failing) {
@@ -122,27 +130,29 @@ void RemoteStore::Impl::refresh() {
 void RemoteStore::Impl::install(const std::vector<remote::ClusterSlotRange>& ranges,
                                 const std::string& from) {
   std::vector<std::uint16_t> owner(kRedisClusterSlots, kNoServer);
+  std::vector<std::uint16_t> replica(options.replica_reads ? kRedisClusterSlots : 0, kNoServer);
   std::vector<std::string> primaries;
   std::size_t covered = 0;
   {
     detail::WriterLock lock(topo_mu);
     for (const auto& r : ranges) {
-      auto it = server_by_node.find(r.primary);
-      std::size_t s = 0;
-      if (it != server_by_node.end()) {
-        s = it->second;
-      } else if (auto e = remote::cluster_node_endpoint(r.primary, seeds.front())) {
-        s = add_server(std::move(*e), r.primary);
-      } else {
-        continue;
+      const std::size_t s = server_of_node_locked(r.primary);
+      if (s == kNoServer) continue;
+      // With replica reads, the range's replicas take its slots in turn.
+      std::vector<std::size_t> reps;
+      for (const auto& node : r.replicas) {
+        if (!replica.empty()) reps.push_back(server_of_node_locked(node));
       }
+      std::erase(reps, std::size_t{kNoServer});
       for (std::size_t slot = r.first; slot <= r.last && slot < kRedisClusterSlots; ++slot) {
         owner[slot] = static_cast<std::uint16_t>(s);
+        if (!reps.empty()) replica[slot] = static_cast<std::uint16_t>(reps[slot % reps.size()]);
         ++covered;
       }
       primaries.push_back(r.primary);
     }
     slot_owner.swap(owner);
+    slot_replica.swap(replica);
   }
   std::sort(primaries.begin(), primaries.end());
   primaries.erase(std::unique(primaries.begin(), primaries.end()), primaries.end());

@@ -1,9 +1,10 @@
 // src/remote/remote_store_impl.h: the inside of a RemoteStore, shared by its
 // two source files.
 //
-// remote_store.cpp: the workers (one connection each, per server), the
-// batches they pipeline, and the calls that split a batch over servers and
-// follow a cluster's redirects in rounds. remote_store_cluster.cpp: the
+// remote_store.cpp: the calls, which split a batch over servers and their
+// workers and follow a cluster's redirects in rounds. remote_store_worker.cpp:
+// the workers (one connection each, per server) that pipeline a task, and
+// each server's state. remote_store_cluster.cpp: the
 // servers of a Redis Cluster and its slot map, discovered (CLUSTER SLOTS) on
 // a background worker when the store starts and again after MOVED, a
 // failover or a node that fails.
@@ -113,13 +114,19 @@ struct RemoteStore::Impl {
   std::vector<std::unique_ptr<Server>> servers KVBM_GUARDED_BY(topo_mu);
   std::unordered_map<std::string, std::size_t> server_by_node KVBM_GUARDED_BY(topo_mu);
   std::vector<std::uint16_t> slot_owner KVBM_GUARDED_BY(topo_mu);  ///< cluster: slot -> server
+  /// Cluster with replica_reads: slot -> a replica's server (kNoServer: none).
+  std::vector<std::uint16_t> slot_replica KVBM_GUARDED_BY(topo_mu);
 
   // --- cluster discovery (remote_store_cluster.cpp) ---
   detail::Mutex discovery_mu;
   std::condition_variable discovery_cv;
   bool discovered KVBM_GUARDED_BY(discovery_mu) = false;  ///< first attempt finished
   std::atomic<bool> refresh_queued{false};
-  std::atomic<bool> discovery_denied{false};  ///< the last CLUSTER SLOTS was refused (AUTH, ACL)
+  std::atomic<bool> discovery_denied{false};
+  /// When the map is old enough to be asked for again unprompted (steady clock ticks): a map
+  /// misses replicas that were still syncing, and nodes that joined without a redirect yet.
+  std::atomic<remote::Clock::rep> map_expires{
+      0};                                     ///< the last CLUSTER SLOTS was refused (AUTH, ACL)
   remote::Clock::time_point last_refresh{};   // the refresher's own
   std::string last_layout{};                  // the refresher's own: primaries, for the log
   bool discovery_failing = false;             // the refresher's own
@@ -132,13 +139,15 @@ struct RemoteStore::Impl {
   Impl& operator=(const Impl&) = delete;
 
   [[nodiscard]] std::string key_of(std::uint64_t hash) const;
-  /// The server of a hash now: jump hash over the URLs, or the cluster's slot owner.
-  [[nodiscard]] std::size_t server_of(std::uint64_t hash) const KVBM_REQUIRES_SHARED(topo_mu);
+  /// The server of a hash now: jump hash over the URLs, or the cluster's slot
+  /// owner; for a read with replica_reads, the slot's replica while it answers.
+  [[nodiscard]] std::size_t server_of(std::uint64_t hash, bool read = false) const
+      KVBM_REQUIRES_SHARED(topo_mu);
   /// Adds a server and starts its workers (returns the one already there).
   std::size_t add_server(remote::RedisEndpoint endpoint, const std::string& node)
       KVBM_REQUIRES(topo_mu);
 
-  // server state: one log line per change (remote_store.cpp)
+  // server state: one log line per change (remote_store_worker.cpp)
   void server_failed(Server& s, RemoteStatus kind, const std::string& why);
   void server_succeeded(Server& s);
   void server_full(Server& s, bool full, const std::string& why);
@@ -146,7 +155,7 @@ struct RemoteStore::Impl {
   RemoteStatus ensure_connected(Server& s, remote::RedisConnection& conn,
                                 remote::Clock::time_point deadline);
 
-  // the workers (remote_store.cpp)
+  // the workers (remote_store_worker.cpp)
   struct TaskSink;
   void build(const RemoteTask& t, remote::RedisRequest& req,
              std::vector<std::size_t>& reply_items) const;
@@ -168,6 +177,9 @@ struct RemoteStore::Impl {
   void install(const std::vector<remote::ClusterSlotRange>& ranges, const std::string& from);
   /// Waits (up to `deadline`) for the first discovery to finish.
   void wait_discovered(remote::Clock::time_point deadline) KVBM_EXCLUDES(discovery_mu);
+  /// The server of cluster node "host:port", added (workers started) when new;
+  /// kNoServer when the text is no host:port.
+  std::size_t server_of_node_locked(const std::string& node) KVBM_REQUIRES(topo_mu);
   /// The server of a redirect's node (added when new; a MOVED slot now points
   /// at it); SIZE_MAX when the node is no host:port.
   std::size_t follow_redirect(const RemoteRedirect& r) KVBM_EXCLUDES(topo_mu);

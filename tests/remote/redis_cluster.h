@@ -6,7 +6,8 @@
 // create ... --cluster-replicas N --cluster-yes`, waits until every node says
 // cluster_state:ok, and stops them all at the end. The node timeout is 1 s, so
 // a failover takes about 2 s. Nodes are killed, frozen and thawed through
-// node(i) (RedisServer::kill(), pause(), resume()); cli() runs redis-cli.
+// node(i) (RedisServer::kill(), pause(), resume()); add_primary() adds one;
+// cli() runs redis-cli.
 //
 //   if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage;
 
@@ -44,21 +45,7 @@ class RedisCluster {
   RedisCluster() : RedisCluster(Options{}) {}
   explicit RedisCluster(Options options) : options_(std::move(options)) {
     const int n = options_.primaries * (1 + options_.replicas);
-    for (int i = 0; i < n; ++i) {
-      RedisServer::Options o;
-      o.password = options_.password;
-      o.extra_args = {"--cluster-enabled",      "yes",
-                      "--cluster-config-file",  "nodes.conf",
-                      "--cluster-node-timeout", "1000",
-                      "--cluster-port",         std::to_string(RedisServer::free_port())};
-      if (!options_.password.empty()) {
-        o.extra_args.insert(o.extra_args.end(), {"--requirepass", options_.password, "--masterauth",
-                                                 options_.password});
-      }
-      o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(),
-                          options_.extra_args.end());
-      nodes_.push_back(std::make_unique<RedisServer>(o));
-    }
+    for (int i = 0; i < n; ++i) nodes_.push_back(std::make_unique<RedisServer>(node_options()));
     std::vector<std::string> args = {"--cluster", "create"};
     for (auto& node : nodes_) args.push_back(address(*node));
     args.insert(args.end(),
@@ -71,6 +58,20 @@ class RedisCluster {
   }
 
   [[nodiscard]] std::size_t size() const { return nodes_.size(); }
+
+  /// Starts one more node, joins it as an empty primary (`redis-cli --cluster
+  /// add-node`) and returns its index; `rebalance --cluster-use-empty-masters`
+  /// then gives it slots.
+  std::size_t add_primary() {
+    nodes_.push_back(std::make_unique<RedisServer>(node_options()));
+    const std::string out =
+        cli({"--cluster", "add-node", address(*nodes_.back()), address(*nodes_.front())});
+    if (out.find("[OK] New node added correctly") == std::string::npos) {
+      throw std::runtime_error("redis-cli --cluster add-node failed:\n" + out);
+    }
+    wait_ok();
+    return nodes_.size() - 1;
+  }
   [[nodiscard]] RedisServer& node(std::size_t i) { return *nodes_[i]; }
   static std::string address(const RedisServer& s) {
     return "127.0.0.1:" + std::to_string(s.port());
@@ -169,6 +170,21 @@ class RedisCluster {
   }
 
  private:
+  RedisServer::Options node_options() const {
+    RedisServer::Options o;
+    o.password = options_.password;
+    o.extra_args = {"--cluster-enabled",      "yes",
+                    "--cluster-config-file",  "nodes.conf",
+                    "--cluster-node-timeout", "1000",
+                    "--cluster-port",         std::to_string(RedisServer::free_port())};
+    if (!options_.password.empty()) {
+      o.extra_args.insert(o.extra_args.end(),
+                          {"--requirepass", options_.password, "--masterauth", options_.password});
+    }
+    o.extra_args.insert(o.extra_args.end(), options_.extra_args.begin(), options_.extra_args.end());
+    return o;
+  }
+
   int index_of(const std::string& addr) const {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       if (address(*nodes_[i]) == addr) return static_cast<int>(i);

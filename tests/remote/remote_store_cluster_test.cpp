@@ -1,8 +1,8 @@
 // kvbm/remote/remote_store.h on a real Redis Cluster (3 primaries, 1 replica
 // each, started by each test on loopback ports): keys placed by CRC16 slot as
 // the server places them, a primary killed or frozen and its replica
-// promoted, slots migrated by hand (ASK, then MOVED) and resharded by
-// redis-cli under traffic. Every block served is compared byte for byte.
+// promoted, slots migrated by hand (ASK, then MOVED), resharded by redis-cli
+// and rebalanced onto a node added, under traffic. Every block served is compared byte for byte.
 // ctest label: remote_cluster (`ctest -L remote` runs it with the area).
 
 #include <atomic>
@@ -15,9 +15,13 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "facade/facade_test_util.h"
 #include "kvbm/error.h"
+#include "kvbm/hashing.h"
+#include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
 #include "kvbm/remote/remote_store.h"
+#include "kvbm/storage/storage.h"
 #include "remote/redis_cluster.h"
 #include "remote/remote_test_util.h"
 
@@ -257,7 +261,10 @@ TEST(RemoteStoreClusterTest, SlotMigratedByHandAskThenMovedAreFollowed) {
   EXPECT_EQ(store->stats().count(RemoteStatus::kCorrupt), 0u);
 }
 
-TEST(RemoteStoreClusterTest, ReshardUnderTrafficServesNoWrongBytes) {
+// Slots move twice under reads and writes: redis-cli --cluster reshard between two primaries,
+// then a fourth primary is added and `rebalance` gives it a quarter of the slots (a node the
+// store never heard of, found by MOVED/ASK and the next map).
+TEST(RemoteStoreClusterTest, ReshardAndANodeAddedUnderTrafficServeNoWrongBytes) {
   KVBM_NEED_CLUSTER();
   RedisCluster cluster;
   auto o = options_for({cluster.url()});
@@ -283,17 +290,25 @@ TEST(RemoteStoreClusterTest, ReshardUnderTrafficServesNoWrongBytes) {
       ++calls;
     }
   });
-  const std::string out =
+  const auto started = Clock::now();
+  const std::string reshard =
       cluster.cli({"--cluster", "reshard", RedisCluster::address(cluster.node(0)), "--cluster-from",
                    cluster.id_of(0), "--cluster-to", cluster.id_of(1), "--cluster-slots", "1000",
                    "--cluster-yes"});
+  const std::size_t added = cluster.add_primary();
+  const std::string rebalance =
+      cluster.cli({"--cluster", "rebalance", RedisCluster::address(cluster.node(0)),
+                   "--cluster-use-empty-masters", "--cluster-yes"});
   stop = true;
   traffic.join();
-  EXPECT_NE(out.find("Moving slot"), std::string::npos) << out;
-  std::cout << "reshard of 1000 slots under traffic: " << calls << " calls, " << misses
-            << " blocks missed\n";
+  EXPECT_NE(reshard.find("Moving slot"), std::string::npos) << reshard;
+  EXPECT_NE(rebalance.find("Moving"), std::string::npos) << rebalance;
+  std::cout << "reshard of 1000 slots, a node added and rebalanced, in " << seconds_since(started)
+            << " s under traffic: " << calls << " calls, " << misses << " blocks missed\n";
   EXPECT_GT(calls.load(), 0u);
+  EXPECT_GT(std::stoul(cluster.node(added).command({"DBSIZE"})), 0u);
   EXPECT_EQ(get_verified(*store, blocks, all_of(blocks)), n);
+  EXPECT_EQ(store->server_count(), 4u);
   EXPECT_EQ(store->stats().count(RemoteStatus::kCorrupt), 0u);
 }
 
@@ -332,6 +347,112 @@ TEST(RemoteStoreClusterTest, FrozenPrimaryTimesOutWithinTheDeadlineThenItsReplic
   std::cout << "frozen primary -> first verified hit on its slots: " << first_hit << " s\n";
   cluster.node(static_cast<std::size_t>(victim)).resume();  // comes back as a replica
   EXPECT_EQ(get_verified(*store, blocks, all_of(blocks)), n);
+}
+
+// Two KvBlockManagers share G4 on the cluster (the URL passes through the facade unchanged):
+// A computes a prefix, the primary holding its first block is killed, and B onboards the
+// prefix again and again until it is whole; no onboarding hangs, no byte is wrong, and every
+// pool balances.
+TEST(RemoteStoreClusterTest, KvBlockManagersShareG4ThroughAFailover) {
+  KVBM_NEED_CLUSTER();
+  if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {
+    GTEST_SKIP() << "G1 is device memory here; this test writes it through host pointers";
+  }
+  RedisCluster cluster;
+  auto config = [&] {
+    KvBlockManagerConfig c = test::config(16, 32, 0);
+    c.device_to_host = OffloadMode::kWriteThrough;
+    c.remote.urls = {cluster.url()};
+    c.remote.model = "model-a@1";
+    c.remote.dtype = "bf16";
+    c.remote.connect_timeout = 200ms;
+    c.remote.command_timeout = 500ms;
+    return c;
+  };
+  std::vector<SequenceHash> hashes;
+  std::optional<SequenceHash> parent;
+  for (std::uint64_t i = 0; i < 12; ++i) {
+    hashes.push_back(chain(parent, 7000003 + i));
+    parent = hashes.back();
+  }
+  auto a = KvBlockManager::build(config());
+  test::compute(*a, hashes);
+  a->drain();
+  replicate(cluster);
+  // The key of the first block, as the facade's store names it.
+  const KvBlockManagerConfig c = config();
+  auto keys = RemoteStore::create(options_for(
+      {cluster.url()}, {c.remote.model, c.remote.dtype, c.layout, c.remote.user_namespace}));
+  const int victim = cluster.primary_of(redis_key_slot(keys->key_of(hashes[0].value())));
+  ASSERT_GE(victim, 0);
+  cluster.node(static_cast<std::size_t>(victim)).kill();
+
+  auto b = KvBlockManager::build(config());
+  const auto killed = Clock::now();
+  std::size_t whole = 0;
+  while (seconds_since(killed) < 20 && whole == 0) {
+    const auto call = Clock::now();
+    OnboardHandle h = b->onboard(hashes);
+    ASSERT_EQ(h.wait(), TransferStatus::kDone);
+    EXPECT_LT(seconds_since(call), 2.0);
+    const auto blocks = h.take_blocks();
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      ASSERT_EQ(test::read_block(b->device_layout(), blocks[i].block_id()),
+                test::pattern(hashes[i].value(), b->block_bytes()))
+          << "block " << i;
+    }
+    if (blocks.size() == hashes.size()) whole = blocks.size();
+  }
+  EXPECT_EQ(whole, hashes.size()) << "the prefix was not whole again within 20 s";
+  EXPECT_EQ(a->audit(), "");
+  EXPECT_EQ(b->audit(), "");
+}
+
+// Replica reads (off by default): GET and EXISTS go to the replicas, SET to the primaries; a
+// primary killed does not interrupt reads of its slots (its replica answers them throughout).
+TEST(RemoteStoreClusterTest, ReplicaReadsAreServedByReplicasAndOutliveAPrimary) {
+  KVBM_NEED_CLUSTER();
+  RedisCluster cluster;
+  auto o = options_for({cluster.url()});
+  o.replica_reads = true;
+  auto store = RemoteStore::create(o);
+  const std::size_t n = 300;
+  Blocks blocks(1, n, store->block_bytes());
+  ASSERT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), n);
+  replicate(cluster);
+  // The first map may name no replica (CLUSTER SLOTS lists them once synced); a later one does.
+  for (int i = 0; i < 100 && store->server_count() < 6; ++i) {
+    (void)store->exists(blocks.hashes);
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(store->server_count(), 6u);  // primaries and replicas
+  EXPECT_EQ(get_verified(*store, blocks, all_of(blocks)), n);
+  for (bool p : store->exists(blocks.hashes)) EXPECT_TRUE(p);
+  const auto gets_on = [&](std::size_t i) {
+    const std::string stats = cluster.node(i).command({"INFO", "commandstats"});
+    const auto at = stats.find("cmdstat_get:calls=");
+    return at == std::string::npos ? 0UL : std::stoul(stats.substr(at + 18));
+  };
+  std::size_t on_replicas = 0;
+  std::size_t on_primaries = 0;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    (cluster.is_primary(i) ? on_primaries : on_replicas) += gets_on(i);
+  }
+  EXPECT_EQ(on_replicas, n);
+  EXPECT_EQ(on_primaries, 0u);
+
+  const int victim = cluster.primary_of(redis_key_slot(store->key_of(blocks.hashes[0])));
+  ASSERT_GE(victim, 0);
+  cluster.node(static_cast<std::size_t>(victim)).kill();
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_EQ(get_verified(*store, blocks, all_of(blocks)), n) << "round " << round;
+  }
+  EXPECT_THROW((void)RemoteStore::create([] {
+                 auto single = options_for({"redis://127.0.0.1:1/0"});
+                 single.replica_reads = true;  // a cluster option
+                 return single;
+               }()),
+               UsageError);
 }
 
 }  // namespace

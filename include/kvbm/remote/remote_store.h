@@ -90,6 +90,11 @@ struct RemoteStoreOptions {
   std::string password_file{};
   /// An environment variable holding the password, as password_file.
   std::string password_env{};
+  /// Cluster only: exists() and get() ask a replica of each slot (READONLY;
+  /// the primary when the slot has none or it is failing), put() its primary.
+  /// Replication is asynchronous: a block just written may be a miss on the
+  /// replica, never wrong bytes (every value is verified). Off by default.
+  bool replica_reads = false;
   RemoteNamespace name_space{};     ///< model, dtype, layout, user namespace
   std::string key_prefix = "kvbm";  ///< first part of every key
   std::size_t connections_per_server = 2;

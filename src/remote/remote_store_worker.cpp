@@ -1,0 +1,320 @@
+// src/remote/remote_store_worker.cpp: a RemoteStore's workers: one
+// connection each, a task's pipeline built, exchanged and its replies read
+// (a cluster's redirects noted for the caller's next round), and each
+// server's state, logged once per change (remote_store_impl.h).
+
+#include <spdlog/spdlog.h>
+#define XXH_INLINE_ALL
+#include <algorithm>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "kvbm/logging.h"
+#include "redis_cluster.h"
+#include "remote_store_impl.h"
+
+namespace kvbm {
+
+using remote::RedisConnection;
+using remote::RedisReply;
+using remote::RedisRequest;
+using remote::RemoteOp;
+
+namespace {
+constexpr std::size_t kNoItem = static_cast<std::size_t>(-1);  // a reply of no item (ASKING)
+}  // namespace
+
+// --- server state: one log line per change ---
+
+void RemoteStore::Impl::server_failed(Server& s, RemoteStatus kind, const std::string& why) {
+  bool changed = false;
+  std::chrono::milliseconds wait{};
+  {
+    std::lock_guard lock(s.state_mu);
+    changed = s.available || s.failure != kind;
+    if (s.available) {
+      s.available_flag.store(false);
+      metrics.set_servers_available(--servers_available);
+    }
+    s.available = false;
+    s.failure = kind;
+    s.backoff = s.backoff.count() == 0 ? options.backoff_initial
+                                       : std::min(s.backoff * 2, options.backoff_max);
+    wait = s.backoff;
+    s.retry_at = remote::Clock::now() + s.backoff;
+  }
+  if (is_cluster) request_refresh();  // a failover may be on its way
+  if (!changed) return;
+  if (kind == RemoteStatus::kAccessDenied) {
+    logger()->error(
+        "remote store {}: server {} refused access ({}); check the user and password (in the "
+        "URL, RemoteStoreOptions::password_file or password_env) and the user's ACL (docs/"
+        "remote.md); its blocks are misses until it accepts them (next attempt in {} ms)",
+        options.pool_name, s.endpoint.display, why, wait.count());
+    return;
+  }
+  logger()->warn(
+      "remote store {}: server {} failed ({}: {}); its blocks are misses and its puts fail until "
+      "it answers again (next attempt in {} ms, backoff up to {} ms)",
+      options.pool_name, s.endpoint.display, to_string(kind), why, wait.count(),
+      options.backoff_max.count());
+}
+
+void RemoteStore::Impl::server_succeeded(Server& s) {
+  bool changed = false;
+  {
+    std::lock_guard lock(s.state_mu);
+    changed = !s.available;
+    s.available = true;
+    s.backoff = std::chrono::milliseconds{0};
+    s.retry_at = {};
+    if (changed) {
+      s.available_flag.store(true);
+      metrics.set_servers_available(++servers_available);
+    }
+  }
+  if (changed) {
+    logger()->info("remote store {}: server {} answers again", options.pool_name,
+                   s.endpoint.display);
+  }
+}
+
+void RemoteStore::Impl::server_full(Server& s, bool full, const std::string& why) {
+  bool changed = false;
+  {
+    std::lock_guard lock(s.state_mu);
+    changed = s.full != full;
+    s.full = full;
+  }
+  if (!changed) return;
+  if (full) {
+    logger()->warn(
+        "remote store {}: server {} is full ({}); puts fail until it has room (maxmemory-policy "
+        "allkeys-lru evicts old blocks instead)",
+        options.pool_name, s.endpoint.display, why);
+  } else {
+    logger()->info("remote store {}: server {} accepts puts again", options.pool_name,
+                   s.endpoint.display);
+  }
+}
+
+void RemoteStore::Impl::access_denied(const Server& s, const std::string& why) {
+  if (access_logged.exchange(true)) return;
+  logger()->error(
+      "remote store {}: server {} denied a command ({}); the ACL user needs the commands and the "
+      "key pattern kvbm uses (docs/remote.md, 'Access control'); those blocks are misses "
+      "(logged once; see kvbm_remote_errors_total{{kind=\"access_denied\"}})",
+      options.pool_name, s.endpoint.display, why);
+}
+
+RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& conn,
+                                                 remote::Clock::time_point deadline) {
+  if (conn.connected()) return RemoteStatus::kOk;
+  bool waiting = false;
+  RemoteStatus failure = RemoteStatus::kUnavailable;
+  {
+    std::lock_guard lock(s.state_mu);
+    waiting = !s.available && remote::Clock::now() < s.retry_at;
+    failure = s.failure;
+  }
+  if (waiting) {
+    if (is_cluster) request_refresh();  // until a replica takes its slots (rate-limited)
+    return failure == RemoteStatus::kAccessDenied ? failure : RemoteStatus::kUnavailable;
+  }
+  // A connection alone proves little (a frozen server's kernel still accepts one): the server
+  // counts as answering again after its first exchange (run()).
+  const RemoteStatus st = conn.connect(deadline, options.connect_timeout);
+  if (st == RemoteStatus::kOk) return st;
+  server_failed(s, st, conn.last_error());
+  return st == RemoteStatus::kAccessDenied ? st : RemoteStatus::kUnavailable;
+}
+
+// --- one task on one worker's connection ---
+
+struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
+  Impl* impl = nullptr;
+  RemoteBatch* batch = nullptr;
+  const Server* server = nullptr;
+  const std::vector<std::size_t>* reply_items = nullptr;  // reply index -> item, or kNoItem
+
+  RemoteStatus on_bulk(std::size_t index, std::span<const std::byte> value) override {
+    const std::size_t item = (*reply_items)[index];
+    if (batch->op != RemoteOp::kGet || item == kNoItem) return RemoteStatus::kServerError;
+    const RemoteGet& g = batch->gets[item];
+    const auto e =
+        verify_remote_value(value, impl->fingerprint, g.hash, g.prefix_hash, impl->block_bytes);
+    if (e != RemoteValueError::kNone) {
+      if (!impl->corrupt_logged.exchange(true)) {
+        logger()->warn(
+            "remote store {}: block {} failed verification ({}); it is a miss (logged once; see "
+            "kvbm_remote_errors_total{{kind=\"corrupt\"}})",
+            impl->options.pool_name, impl->key_of(g.hash), to_string(e));
+      }
+      return RemoteStatus::kCorrupt;
+    }
+    const std::byte* src = value.data() + kRemoteHeaderBytes;
+    for (auto r : g.regions) {
+      std::memcpy(r.data(), src, r.size());
+      src += r.size();
+    }
+    return RemoteStatus::kOk;
+  }
+
+  // An error reply's outcome: a redirect to follow (a cluster's MOVED or ASK), a cluster whose
+  // map is worth asking again, an access denied (logged once), or the error as classified.
+  RemoteStatus on_error(std::size_t item, const RedisReply& r) {
+    if (impl->is_cluster) {
+      if (auto redirect = remote::parse_cluster_redirect(r.error)) {
+        batch->redirects[item] = {
+            redirect->ask ? RemoteRedirect::Kind::kAsk : RemoteRedirect::Kind::kMoved,
+            redirect->slot, std::move(redirect->node)};
+        return RemoteStatus::kUnavailable;  // until the next round sends it again
+      }
+      if (remote::cluster_in_flux(r.error)) {
+        impl->request_refresh();
+        return RemoteStatus::kUnavailable;
+      }
+    }
+    if (r.status == RemoteStatus::kAccessDenied) impl->access_denied(*server, r.error);
+    return r.status;
+  }
+
+  void on_reply(std::size_t index, const RedisReply& r) override {
+    const std::size_t item = (*reply_items)[index];
+    if (item == kNoItem) return;  // ASKING's +OK (an error shows in the command's own reply)
+    RemoteStatus st = RemoteStatus::kServerError;
+    if (r.kind == RedisReply::Kind::kError) {
+      st = on_error(item, r);
+    } else if (batch->op == RemoteOp::kExists) {
+      if (r.kind == RedisReply::Kind::kInteger) {
+        st = RemoteStatus::kOk;
+        batch->present[item] = r.integer > 0 ? 1 : 0;
+      }
+    } else if (batch->op == RemoteOp::kGet) {
+      if (r.kind == RedisReply::Kind::kBulk || r.kind == RedisReply::Kind::kNil) st = r.status;
+    } else if (r.kind == RedisReply::Kind::kStatus) {
+      st = r.status;
+    }
+    batch->status[item] = st;
+  }
+};
+
+void RemoteStore::Impl::build(const RemoteTask& t, RedisRequest& req,
+                              std::vector<std::size_t>& reply_items) const {
+  const RemoteBatch& b = *t.batch;
+  req.clear();
+  reply_items.clear();
+  for (std::size_t i : t.items) {
+    if (t.asking) {
+      req.add_command({"ASKING"});
+      reply_items.push_back(kNoItem);
+    }
+    reply_items.push_back(i);
+    switch (b.op) {
+      case RemoteOp::kExists:
+        req.add_command({"EXISTS", key_of(b.hashes[i])});
+        break;
+      case RemoteOp::kGet:
+        req.add_command({"GET", key_of(b.gets[i].hash)});
+        break;
+      case RemoteOp::kPut: {
+        const RemotePut& p = b.puts[i];
+        XXH3_state_t state;
+        XXH3_64bits_reset(&state);
+        for (auto r : p.regions) XXH3_64bits_update(&state, r.data(), r.size());
+        RemoteHeader h;
+        h.fingerprint = fingerprint;
+        h.sequence_hash = p.hash;
+        h.prefix_hash = p.prefix_hash;
+        h.has_prefix_hash = p.prefix_hash != 0;
+        h.payload_bytes = block_bytes;
+        h.payload_checksum = XXH3_64bits_digest(&state);
+        std::array<std::byte, kRemoteHeaderBytes> header;
+        encode_remote_header(h, header);
+        req.add_set(key_of(p.hash), header, p.regions,
+                    static_cast<std::uint64_t>(options.ttl.count()));
+        break;
+      }
+    }
+  }
+}
+
+void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req, RemoteTask& t) {
+  RemoteBatch& b = *t.batch;
+  auto fail_all = [&](const std::vector<std::size_t>& items, RemoteStatus st) {
+    for (std::size_t i : items) b.status[i] = st;
+  };
+  if (remote::Clock::now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
+  bool was_connected = conn.connected();
+  if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk)
+    return fail_all(t.items, st);
+  RemoteTask left = t;
+  std::vector<std::size_t> reply_items;
+  TaskSink sink;
+  sink.impl = this;
+  sink.batch = &b;
+  sink.server = &s;
+  sink.reply_items = &reply_items;
+  for (int attempt = 0;; ++attempt) {
+    build(left, req, reply_items);
+    const RemoteStatus st = conn.exchange(req, sink, b.deadline);
+    if (st == RemoteStatus::kOk) {
+      server_succeeded(s);
+      break;
+    }
+    // Replies already read keep their outcome; the rest get the failure, or one retry on a new
+    // connection when an established one turned out broken (a restarted server).
+    left.items.clear();
+    for (std::size_t k = conn.replies_read(); k < reply_items.size(); ++k) {
+      if (reply_items[k] != kNoItem) left.items.push_back(reply_items[k]);
+    }
+    if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected &&
+        remote::Clock::now() < b.deadline) {
+      was_connected = false;
+      const RemoteStatus c = conn.connect(b.deadline, options.connect_timeout);
+      if (c == RemoteStatus::kOk) continue;
+      server_failed(s, c, conn.last_error());
+      return fail_all(left.items,
+                      c == RemoteStatus::kAccessDenied ? c : RemoteStatus::kUnavailable);
+    }
+    server_failed(s, st, conn.last_error());
+    return fail_all(left.items, st);
+  }
+  if (b.op == RemoteOp::kPut) {
+    bool oom = false, stored = false;
+    for (std::size_t i : t.items) {
+      oom |= b.status[i] == RemoteStatus::kOutOfMemory;
+      stored |= b.status[i] == RemoteStatus::kOk;
+    }
+    if (oom)
+      server_full(s, true, conn.last_error());
+    else if (stored)
+      server_full(s, false, {});
+  }
+}
+
+void RemoteStore::Impl::worker(Server& s) {
+  RedisConnection conn(s.endpoint);
+  RedisRequest req;
+  for (;;) {
+    RemoteTask* t = nullptr;
+    {
+      std::unique_lock lock(s.mu);
+      s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
+      if (s.queue.empty()) return;  // stopping and drained
+      t = s.queue.front();
+      s.queue.pop_front();
+    }
+    try {
+      run(s, conn, req, *t);
+    } catch (const std::exception& e) {  // allocation failure: never out of a worker
+      for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
+      conn.close();
+      logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
+    }
+    t->done->count_down();
+  }
+}
+
+}  // namespace kvbm
