@@ -20,7 +20,7 @@ readonly REQUIRED=(
   libfmt-dev libspdlog-dev prometheus-cpp-dev libxxhash-dev
   libmsgpack-cxx-dev libzmq3-dev cppzmq-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcurl4-openssl-dev
+  nlohmann-json3-dev libcurl4-openssl-dev libcivetweb-dev
   python3
 )
 readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev clang-format clang-tidy libhiredis-dev
