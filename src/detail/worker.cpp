@@ -139,11 +139,14 @@ void PeriodicWorker::run(Clock::time_point next) noexcept {
       continue;
     }
     woken_ = false;
+    // The next tick is due one period after this one began: a clock moved
+    // while the tick ran (a test's ManualClock, say) is not lost.
+    const Clock::time_point began = clock_->now();
     lock.unlock();
     run_logged(name_, "tick", tick_);
     lock.lock();
     ++ticks_;
-    next = clock_->now() + period_;
+    next = began + period_;
   }
 }
 

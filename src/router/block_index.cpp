@@ -38,7 +38,7 @@ void WalkCounters::unpack() {
   }
 }
 
-BlockIndex::BlockIndex(std::array<bool, 5> shared) : shared_(shared) {
+BlockIndex::BlockIndex(std::array<bool, kTierSlots> shared) : shared_(shared) {
   local_index_.fill(-1);
   for (std::size_t t = 1; t < kTiers; ++t) {
     if (!shared_[t]) {

@@ -1,7 +1,7 @@
 // src/router/block_index.h: which lane holds which block in which tier.
 //
 // The data structure behind KvIndexer. Every live instance owns a lane (a bit
-// position; a removed instance's lane is cleared and reused). One BlockTable
+// position; a removed instance's lane is cleared and reused). One BlockSlotMap
 // maps a block hash to a 16-byte slot: the mask of shared tiers holding the
 // block, and, when any instance holds it locally, a row of the row arena: for
 // each local tier (fastest first) a bitmap of `words` 64-bit words, bit `lane`
@@ -37,7 +37,7 @@
 
 #include "kvbm/router/overlap.h"
 #include "kvbm/tier.h"
-#include "router/block_table.h"
+#include "router/block_slot_map.h"
 
 namespace kvbm::router::impl {
 
@@ -63,7 +63,7 @@ class WalkCounters {
 class BlockIndex {
  public:
   /// `shared[t]`: tier t is indexed once for the cluster.
-  explicit BlockIndex(std::array<bool, 5> shared);
+  explicit BlockIndex(std::array<bool, kTierSlots> shared);
 
   /// Makes room for lanes 0 .. lanes-1 (re-lays the rows when a word is added).
   void reserve_lanes(std::size_t lanes);
@@ -114,11 +114,11 @@ class BlockIndex {
   [[nodiscard]] bool row_empty(std::uint32_t row) const noexcept;
   void release_row(std::uint32_t row);
 
-  std::array<bool, 5> shared_{};
-  std::vector<TierId> local_;         // local tiers, fastest first
-  std::array<int, 5> local_index_{};  // tier -> position in local_, -1 if shared
+  std::array<bool, kTierSlots> shared_{};
+  std::vector<TierId> local_;                  // local tiers, fastest first
+  std::array<int, kTierSlots> local_index_{};  // tier -> position in local_, -1 if shared
   std::size_t words_ = 1;
-  BlockTable table_;
+  BlockSlotMap table_;
   std::vector<std::uint64_t> rows_;  // rows of stride() words
   std::vector<std::uint32_t> free_rows_;
   std::vector<TierBlockCounts> lane_blocks_;

@@ -1,4 +1,4 @@
-// src/router/block_table.h: the router's map from block hash to its entry.
+// src/router/block_slot_map.h: the router's map from block hash to its entry.
 //
 // A ProbingTable (kvbm/detail/probing_table.h), like the pool's HashIndex, but
 // growing: the router
@@ -33,9 +33,9 @@ struct BlockSlot {
 };
 static_assert(sizeof(BlockSlot) == 16);
 
-class BlockTable {
+class BlockSlotMap {
  public:
-  BlockTable() : table_(kMinSlots) {}
+  BlockSlotMap() : table_(kMinSlots) {}
 
   /// Returns the slot of `key`, or nullptr.
   [[nodiscard]] const BlockSlot* find(std::uint64_t key) const noexcept { return table_.find(key); }

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
+#include "kvbm/hashing.h"
 #include "router/block_index.h"
 #include "router/router_metrics.h"
 
@@ -18,8 +21,8 @@ namespace kvbm::router {
 
 namespace {
 
-std::array<bool, 5> shared_mask(const std::vector<TierId>& tiers) {
-  std::array<bool, 5> out{};
+std::array<bool, kTierSlots> shared_mask(const std::vector<TierId>& tiers) {
+  std::array<bool, kTierSlots> out{};
   for (TierId t : tiers) {
     const auto i = static_cast<std::size_t>(t);
     KVBM_CHECK(i >= 1 && i <= 4, "KvIndexerOptions.shared_tiers: tier ", i,
@@ -57,9 +60,37 @@ struct Instance {
   bool accept_any = false;  // resynced with nothing to resume at: the next batch sets the sequence
   std::map<std::uint64_t, events::KvEventBatch> held;
   Clock::time_point last_seen{};
+  // BlockKey::kTokens: the engine's block hash -> the block's key (and chain).
+  std::unordered_map<std::uint64_t, SequenceHash> keys;
 };
 
+SaltHash lora_salt(std::optional<std::int64_t> lora_id) {
+  return lora_id ? SaltBuilder().lora(std::to_string(*lora_id)).build() : kNoSalt;
+}
+
+// Appends the chain of `tokens` (whole blocks of `block_size`) after `parent`.
+void chain_tokens(std::span<const std::uint32_t> tokens, std::uint32_t block_size, SaltHash salt,
+                  std::optional<SequenceHash> parent, std::vector<SequenceHash>& out) {
+  for (std::size_t i = 0; i + block_size <= tokens.size(); i += block_size) {
+    parent = chain(parent, block_hash(tokens.subspan(i, block_size), salt));
+    out.push_back(*parent);
+  }
+}
+
 }  // namespace
+
+std::vector<std::uint64_t> token_keys(std::span<const std::uint32_t> tokens,
+                                      std::uint32_t block_size,
+                                      std::optional<std::int64_t> lora_id) {
+  KVBM_CHECK(block_size > 0, "token_keys: block_size must be at least 1");
+  std::vector<SequenceHash> chain;
+  chain.reserve(tokens.size() / block_size);
+  chain_tokens(tokens, block_size, lora_salt(lora_id), std::nullopt, chain);
+  std::vector<std::uint64_t> out;
+  out.reserve(chain.size());
+  for (const auto& h : chain) out.push_back(h.value());
+  return out;
+}
 
 struct KvIndexer::Impl {
   explicit Impl(KvIndexerOptions o)
@@ -134,43 +165,104 @@ struct KvIndexer::Impl {
     }
   }
 
+  /// Drops the instance's entries (its lane and, keyed by tokens, its keys).
+  void clear_instance(Instance& in) KVBM_REQUIRES(mu) {
+    index.clear_lane(in.lane);
+    in.keys.clear();
+  }
+
+  /// BlockKey::kTokens: the keys of a stored event's blocks, recorded for
+  /// their removal; false (nothing recorded) without whole blocks of tokens
+  /// or when the parent was never seen.
+  static bool key_stored(Instance& in, const events::BlockStored& s,
+                         std::vector<std::uint64_t>& keys) {
+    if (s.block_size == 0 || s.token_ids.size() != s.block_hashes.size() * s.block_size) {
+      return false;
+    }
+    std::optional<SequenceHash> parent;
+    if (s.parent_block_hash) {
+      const auto it = in.keys.find(*s.parent_block_hash);
+      if (it == in.keys.end()) return false;
+      parent = it->second;
+    }
+    std::vector<SequenceHash> chain;
+    chain.reserve(s.block_hashes.size());
+    chain_tokens(s.token_ids, s.block_size, lora_salt(s.lora_id), parent, chain);
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      in.keys.insert_or_assign(s.block_hashes[i], chain[i]);
+      keys.push_back(chain[i].value());
+    }
+    return true;
+  }
+
+  void store(Instance& in, TierId tier, std::span<const std::uint64_t> keys) KVBM_REQUIRES(mu) {
+    const bool shared = index.is_shared(tier);
+    for (const std::uint64_t k : keys) {
+      (void)(shared ? index.store_shared(tier, k) : index.store_local(in.lane, tier, k));
+    }
+    stats.blocks_stored += keys.size();
+  }
+
+  // Keyed by tokens, a removal names the engine's hashes: each is looked up,
+  // and forgotten once the instance holds its block in no local tier.
+  void remove(Instance& in, TierId tier, std::span<const std::uint64_t> hashes,
+              impl::IndexerDelta& d) KVBM_REQUIRES(mu) {
+    const bool shared = index.is_shared(tier);
+    const bool by_tokens = options.key == BlockKey::kTokens;
+    for (const std::uint64_t h : hashes) {
+      const auto it = by_tokens ? in.keys.find(h) : in.keys.end();
+      if (by_tokens && it == in.keys.end()) {
+        ++d.removed_unknown_blocks;
+        continue;
+      }
+      const std::uint64_t k = by_tokens ? it->second.value() : h;
+      const bool was = shared ? index.remove_shared(tier, k) : index.remove_local(in.lane, tier, k);
+      if (!was) ++d.removed_unknown_blocks;
+      if (by_tokens && !held_locally(in, k)) in.keys.erase(it);
+    }
+    stats.blocks_removed += hashes.size();
+  }
+
+  bool held_locally(const Instance& in, std::uint64_t key) const KVBM_REQUIRES_SHARED(mu) {
+    for (std::size_t t = 1; t < kTierSlots; ++t) {
+      const auto tier = static_cast<TierId>(t);
+      if (!index.is_shared(tier) && index.holds(in.lane, key, tier)) return true;
+    }
+    return false;
+  }
+
   /// Applies one batch's events to the index.
-  void apply_events(const Instance& in, const events::KvEventBatch& batch, impl::IndexerDelta& d)
+  void apply_events(Instance& in, const events::KvEventBatch& batch, impl::IndexerDelta& d)
       KVBM_REQUIRES(mu) {
+    std::vector<std::uint64_t> keys;
     for (const events::KvEvent& event : batch.events) {
-      if (const auto* cleared = std::get_if<events::AllBlocksCleared>(&event)) {
+      if (std::holds_alternative<events::AllBlocksCleared>(event)) {
         // The wire form has no medium, so the medium of an in-process event is
         // ignored too: both transports mean "every local tier".
-        (void)cleared;
-        index.clear_lane(in.lane);
+        clear_instance(in);
         ++stats.clears;
         ++d.events_applied;
         continue;
       }
-      const bool stored = std::holds_alternative<events::BlockStored>(event);
-      const auto& hashes = stored ? std::get<events::BlockStored>(event).block_hashes
-                                  : std::get<events::BlockRemoved>(event).block_hashes;
-      const std::string& medium = stored ? std::get<events::BlockStored>(event).medium
-                                         : std::get<events::BlockRemoved>(event).medium;
+      const auto* stored = std::get_if<events::BlockStored>(&event);
+      const std::string& medium =
+          stored != nullptr ? stored->medium : std::get<events::BlockRemoved>(event).medium;
       const auto it = mediums.find(medium);
       if (it == mediums.end()) {
         ++d.unknown_medium_events;
         continue;
       }
-      const TierId tier = it->second;
-      const bool shared = index.is_shared(tier);
-      if (stored) {
-        for (std::uint64_t h : hashes) {
-          (void)(shared ? index.store_shared(tier, h) : index.store_local(in.lane, tier, h));
-        }
-        stats.blocks_stored += hashes.size();
+      if (stored == nullptr) {
+        remove(in, it->second, std::get<events::BlockRemoved>(event).block_hashes, d);
+      } else if (options.key == BlockKey::kEngineHash) {
+        store(in, it->second, stored->block_hashes);
       } else {
-        for (std::uint64_t h : hashes) {
-          const bool was =
-              shared ? index.remove_shared(tier, h) : index.remove_local(in.lane, tier, h);
-          if (!was) ++d.removed_unknown_blocks;
+        keys.clear();
+        if (!key_stored(in, *stored, keys)) {
+          ++d.unkeyed_events;
+          continue;
         }
-        stats.blocks_removed += hashes.size();
+        store(in, it->second, keys);
       }
       ++d.events_applied;
     }
@@ -198,7 +290,7 @@ struct KvIndexer::Impl {
   /// Drops the instance's entries and applies its held batches from the lowest.
   std::size_t resync(Instance& in, impl::IndexerDelta& d,
                      std::optional<std::uint64_t> resume_at = std::nullopt) KVBM_REQUIRES(mu) {
-    index.clear_lane(in.lane);
+    clear_instance(in);
     std::size_t applied = 0;
     bool resumed = false;
     if (resume_at) {
@@ -226,6 +318,7 @@ struct KvIndexer::Impl {
     stats.events_applied += d.events_applied;
     stats.unknown_medium_events += d.unknown_medium_events;
     stats.removed_unknown_blocks += d.removed_unknown_blocks;
+    stats.unkeyed_events += d.unkeyed_events;
   }
 };
 
@@ -271,7 +364,7 @@ void KvIndexer::remove_instance(InstanceId id) {
   {
     detail::WriterLock lock(m.mu);
     Instance& in = m.live_instance(id, "remove_instance");
-    m.index.clear_lane(in.lane);
+    m.clear_instance(in);
     m.free_lanes.insert(in.lane);
     m.names.erase(in.name);
     in.live = false;
@@ -310,7 +403,7 @@ ApplyResult KvIndexer::apply(InstanceId id, std::uint64_t sequence,
       r.applied_batches = m.apply_in_order(in, batch, d);
     } else if (sequence == 0) {  // and next_sequence > 0: the publisher restarted
       r.status = ApplyStatus::kRestart;
-      m.index.clear_lane(in.lane);
+      m.clear_instance(in);
       in.held.clear();
       in.gap = false;
       in.next_sequence = 0;
@@ -356,7 +449,7 @@ void KvIndexer::restart(InstanceId id) {
   {
     detail::WriterLock lock(m.mu);
     Instance& in = m.live_instance(id, "restart");
-    m.index.clear_lane(in.lane);
+    m.clear_instance(in);
     in.held.clear();
     in.gap = false;
     in.marked = false;
@@ -453,6 +546,8 @@ std::size_t KvIndexer::shared_blocks(TierId tier) const {
   detail::ReaderLock lock(m.mu);
   return m.index.is_shared(tier) ? m.index.tier_blocks()[static_cast<std::size_t>(tier)] : 0;
 }
+
+BlockKey KvIndexer::key() const noexcept { return impl_->options.key; }
 
 KvIndexerStats KvIndexer::stats() const {
   auto& m = *impl_;

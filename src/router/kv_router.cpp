@@ -125,6 +125,15 @@ KvRouter::KvRouter(const KvIndexer& index, KvRouterOptions options)
 
 KvRouter::~KvRouter() = default;
 
+RouteDecision KvRouter::route_tokens(std::span<const std::uint32_t> tokens,
+                                     std::optional<std::int64_t> lora_id) {
+  KVBM_CHECK(impl_->index.key() == BlockKey::kTokens,
+             "KvRouter::route_tokens: the index keys blocks by the engines' hashes; build it with "
+             "KvIndexerOptions::key = BlockKey::kTokens, or route(hashes, tokens)");
+  const std::vector<std::uint64_t> keys = token_keys(tokens, impl_->options.block_size, lora_id);
+  return route(keys, tokens.size());
+}
+
 RouteDecision KvRouter::route(std::span<const std::uint64_t> hashes, std::uint64_t tokens) {
   auto& m = *impl_;
   const RoutePolicy policy = m.options.policy;

@@ -27,6 +27,10 @@ IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                    {})),
       removed_unknown_(set_.counter("kvbm_router_removed_unknown_blocks_total",
                                     "BlockRemoved hashes the index did not hold", {})),
+      unkeyed_(set_.counter("kvbm_router_unkeyed_events_total",
+                            "BlockStored events a token-keyed index could not key (no token ids, "
+                            "or a parent it never saw): ignored",
+                            {})),
       stale_instances_(
           set_.gauge("kvbm_router_stale_instances", "Live instances whose entries are stale", {})),
       instances_(set_.gauge("kvbm_router_instances", "Live instances in the index", {})) {
@@ -36,7 +40,7 @@ IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                "KV event batches received, by what apply() did with them",
                                {{"outcome", kOutcomes[i]}});
   }
-  static constexpr std::array<const char*, 5> kTiers{"", "G1", "G2", "G3", "G4"};
+  static constexpr std::array<const char*, kTierSlots> kTiers{"", "G1", "G2", "G3", "G4"};
   for (std::size_t t = 1; t < kTiers.size(); ++t) {
     indexed_blocks_[t] = set_.gauge("kvbm_router_indexed_blocks",
                                     "Blocks indexed per tier: (instance, block) pairs for a local "
@@ -57,6 +61,7 @@ void IndexerMetrics::add(const IndexerDelta& d) noexcept {
   bump(resyncs_, d.resyncs);
   bump(unknown_medium_, d.unknown_medium_events);
   bump(removed_unknown_, d.removed_unknown_blocks);
+  bump(unkeyed_, d.unkeyed_events);
 }
 
 void IndexerMetrics::set_stale_instances(std::size_t n) noexcept {
@@ -67,7 +72,8 @@ void IndexerMetrics::set_instances(std::size_t n) noexcept {
   instances_->Set(static_cast<double>(n));
 }
 
-void IndexerMetrics::set_indexed_blocks(const std::array<std::size_t, 5>& blocks) noexcept {
+void IndexerMetrics::set_indexed_blocks(
+    const std::array<std::size_t, kTierSlots>& blocks) noexcept {
   for (std::size_t t = 1; t < blocks.size(); ++t) {
     indexed_blocks_[t]->Set(static_cast<double>(blocks[t]));
   }

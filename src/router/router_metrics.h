@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvbm/detail/series_set.h"
+#include "kvbm/router/overlap.h"
 
 namespace prometheus {
 class Registry;
@@ -33,6 +34,7 @@ struct IndexerDelta {
   std::uint64_t resyncs = 0;
   std::uint64_t unknown_medium_events = 0;
   std::uint64_t removed_unknown_blocks = 0;
+  std::uint64_t unkeyed_events = 0;
 };
 
 /// The KvIndexer's series.
@@ -43,7 +45,7 @@ class IndexerMetrics {
   void set_stale_instances(std::size_t n) noexcept;
   void set_instances(std::size_t n) noexcept;
   /// `blocks[t]` for tiers 1..4.
-  void set_indexed_blocks(const std::array<std::size_t, 5>& blocks) noexcept;
+  void set_indexed_blocks(const std::array<std::size_t, kTierSlots>& blocks) noexcept;
 
  private:
   detail::SeriesSet set_;
@@ -52,9 +54,10 @@ class IndexerMetrics {
   prometheus::Counter* resyncs_;
   prometheus::Counter* unknown_medium_;
   prometheus::Counter* removed_unknown_;
+  prometheus::Counter* unkeyed_;
   prometheus::Gauge* stale_instances_;
   prometheus::Gauge* instances_;
-  std::array<prometheus::Gauge*, 5> indexed_blocks_{};
+  std::array<prometheus::Gauge*, kTierSlots> indexed_blocks_{};
 };
 
 /// The KvRouter's series (label policy).

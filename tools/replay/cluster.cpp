@@ -156,8 +156,8 @@ std::size_t Cluster::route(const TraceRequest& request) {
   return m.current_k;
 }
 
-void Cluster::completed(const std::array<std::uint64_t, 5>& hit_tokens, std::uint64_t hit_blocks,
-                        std::uint64_t computed_tokens) {
+void Cluster::completed(const std::array<std::uint64_t, router::kTierSlots>& hit_tokens,
+                        std::uint64_t hit_blocks, std::uint64_t computed_tokens) {
   Impl& m = *impl_;
   const std::size_t k = m.current_k;
   double work = static_cast<double>(computed_tokens) * m.config.options.compute_cost;

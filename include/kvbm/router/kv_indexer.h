@@ -12,6 +12,10 @@
 //   index.apply(a, seq, batch);                 // from a subscriber or an in-process sink
 //   router::OverlapScores s = index.overlaps(request_hashes);
 //
+// Keyed by tokens (KvIndexerOptions::key = BlockKey::kTokens), the index
+// re-keys each stored block by kvbm's chained hash of its tokens, following
+// the event's parent, and a query gives token_keys(request tokens).
+//
 // apply() says what it did with the batch's sequence number: kApplied,
 // kDuplicate (ignored), kGap (held; the instance is stale until the caller has
 // the publisher replay from `expected`, or resync()s it), kRestart (the
@@ -48,8 +52,30 @@ class Registry;
 
 namespace kvbm::router {
 
+/// What the index keys a block by.
+enum class BlockKey : std::uint8_t {
+  /// The events' block hashes: a query gives the request's hashes in the
+  /// same engine's hashing.
+  kEngineHash,
+  /// kvbm's own chained hash of each block's tokens (token_keys()), so that a
+  /// query needs only the request's token ids, whatever the engines hash
+  /// with (vLLM seeds its hash per process). Needs events carrying token ids:
+  /// a BlockStored without them (or under a parent the index never saw) is
+  /// counted (KvIndexerStats::unkeyed_events) and ignored.
+  kTokens,
+};
+
+/// The BlockKey::kTokens keys of a request's full blocks: kvbm's chained hash
+/// (kvbm/hashing.h, salted with the LoRA adapter's id when there is one) of
+/// each `block_size` tokens from the first; a partial last block has none.
+[[nodiscard]] std::vector<std::uint64_t> token_keys(std::span<const std::uint32_t> tokens,
+                                                    std::uint32_t block_size,
+                                                    std::optional<std::int64_t> lora_id = {});
+
 /// Configuration of a KvIndexer.
 struct KvIndexerOptions {
+  /// What blocks are keyed by (events' hashes, or their tokens).
+  BlockKey key = BlockKey::kEngineHash;
   /// Medium name -> tier. Empty: "GPU" G1, "CPU" G2, "DISK" and "STORAGE" G3,
   /// "REMOTE" G4.
   std::map<std::string, TierId, std::less<>> mediums;
@@ -102,6 +128,7 @@ struct KvIndexerStats {
   std::uint64_t resyncs = 0;
   std::uint64_t unknown_medium_events = 0;
   std::uint64_t removed_unknown_blocks = 0;  ///< BlockRemoved of hashes not indexed
+  std::uint64_t unkeyed_events = 0;          ///< BlockKey::kTokens: BlockStored ignored
   std::uint64_t distinct_blocks = 0;         ///< block hashes indexed now (any instance, any tier)
   std::uint64_t index_bytes = 0;             ///< memory of the index's table and rows now
 };
@@ -152,6 +179,8 @@ class KvIndexer {
   /// Returns the blocks indexed in shared tier `tier`.
   [[nodiscard]] std::size_t shared_blocks(TierId tier) const;
   [[nodiscard]] KvIndexerStats stats() const;
+  /// What blocks are keyed by (KvIndexerOptions::key).
+  [[nodiscard]] BlockKey key() const noexcept;
 
   struct Impl;  // defined in src/router/kv_indexer.cpp
 

@@ -18,6 +18,9 @@
 // (seeded too) ignore the index: the baselines; their decisions report no
 // overlap, cost 0 and every token to compute.
 //
+// route_tokens() routes by a request's token ids when the index is keyed by
+// tokens (KvIndexerOptions::key), whatever the engines hash their blocks with.
+//
 // Load: route() adds the chosen request to its instance's load; finish()
 // takes it off. Stale entries (InstanceOverlap::stale) count as no prefix
 // unless use_stale, and a decision that used them is counted
@@ -34,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -64,7 +68,7 @@ struct KvRouterOptions {
   std::uint32_t block_size = 16;  ///< tokens per block (> 0)
   double compute_cost = 1.0;      ///< per token recomputed
   /// Per token brought from a tier, indexed by TierId (G1 at index 1).
-  std::array<double, 5> tier_cost{0.0, 0.0, 0.05, 0.2, 0.3};
+  std::array<double, kTierSlots> tier_cost{0.0, 0.0, 0.05, 0.2, 0.3};
   double load_weight = 1.0;  ///< per unit of load
   LoadUnit load_unit = LoadUnit::kTokens;
   bool use_stale = false;  ///< route by stale entries (counted) instead of ignoring them
@@ -107,6 +111,11 @@ class KvRouter {
   /// blocks hash to `hashes`, and adds it to that instance's load.
   /// Throws UsageError when the index has no live instance.
   RouteDecision route(std::span<const std::uint64_t> hashes, std::uint64_t tokens);
+  /// Chooses an instance for a request given by its prompt's token ids: its
+  /// blocks are token_keys(tokens, options.block_size, lora_id). Throws
+  /// UsageError unless the index is keyed by tokens (BlockKey::kTokens).
+  RouteDecision route_tokens(std::span<const std::uint32_t> tokens,
+                             std::optional<std::int64_t> lora_id = {});
   /// Takes a routed request off its instance's load.
   void finish(const RouteDecision& decision);
   /// Returns the cost kKv gives each live instance (in instances() order), for tests.

@@ -23,8 +23,11 @@ namespace kvbm::router {
 /// Dense id of an instance in one KvIndexer (0, 1, 2, ... in add order).
 using InstanceId = std::uint32_t;
 
+/// The size of a per-tier array indexed by TierId (G1 = 1 .. G4 = 4; slot 0 unused).
+inline constexpr std::size_t kTierSlots = static_cast<std::size_t>(TierId::kG4) + 1;
+
 /// Blocks per tier, indexed by TierId (index 0 unused).
-using TierBlockCounts = std::array<std::size_t, 5>;
+using TierBlockCounts = std::array<std::size_t, kTierSlots>;
 
 /// The prefix of one request that one instance holds.
 struct InstanceOverlap {
