@@ -121,6 +121,8 @@ void bind_manager(nb::module_& m);
 
 void bind_buffers(nb::class_<Manager>& cls);
 void bind_events(nb::module_& m);
+/// KvIndexer, KvRouter, KvEventFeed and their values (router.cpp).
+void bind_router(nb::module_& m);
 void bind_disk_pool_reader(nb::module_& m);
 /// KvBlockManager.stats() as a dict: every field of every struct of
 /// kv_block_manager_stats.h, by the field's C++ name (stats.cpp).
