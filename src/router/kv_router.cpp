@@ -10,6 +10,7 @@
 
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
+#include "router/approx_table.h"
 #include "router/router_metrics.h"
 
 namespace kvbm::router {
@@ -48,6 +49,11 @@ void check_options(const KvRouterOptions& o) {
   weight(o.compute_cost, "compute_cost");
   weight(o.load_weight, "load_weight");
   for (double w : o.tier_cost) weight(w, "tier_cost[]");
+  KVBM_CHECK(o.approximate_ttl.count() > 0,
+             "KvRouterOptions.approximate_ttl must be positive: how long a routed block is "
+             "assumed held by an instance without events");
+  KVBM_CHECK(o.approximate_max_blocks > 0,
+             "KvRouterOptions.approximate_max_blocks must be at least 1");
 }
 
 /// What kKv estimates for one instance.
@@ -61,7 +67,12 @@ struct Estimate {
 }  // namespace
 
 struct KvRouter::Impl {
-  Impl(const KvIndexer& i, KvRouterOptions o) : index(i), options(std::move(o)), rng(options.seed) {
+  Impl(const KvIndexer& i, KvRouterOptions o)
+      : index(i),
+        options(std::move(o)),
+        clock(options.clock ? options.clock : Clock::steady()),
+        rng(options.seed),
+        approx(options.approximate_ttl, options.approximate_max_blocks) {
     check_options(options);
     if (options.metrics_registry) {
       metrics = std::make_unique<impl::RouterMetrics>(options.metrics_registry,
@@ -71,10 +82,13 @@ struct KvRouter::Impl {
 
   const KvIndexer& index;
   const KvRouterOptions options;
+  const std::shared_ptr<Clock> clock;
   std::unique_ptr<impl::RouterMetrics> metrics;  // its own atomics; touched after mu is released
 
   mutable detail::Mutex mu;
   std::mt19937_64 rng KVBM_GUARDED_BY(mu);
+  std::vector<bool> approximate KVBM_GUARDED_BY(mu);  // per InstanceId: routed without events
+  impl::ApproxTable approx KVBM_GUARDED_BY(mu);
   std::vector<std::uint64_t> load KVBM_GUARDED_BY(mu);
   std::vector<std::uint64_t> per_instance KVBM_GUARDED_BY(mu);
   std::optional<InstanceId> last_round_robin KVBM_GUARDED_BY(mu);
@@ -112,6 +126,22 @@ struct KvRouter::Impl {
   /// A uniform draw in [0, n) that repeats across standard libraries.
   std::size_t draw(std::size_t n) KVBM_REQUIRES(mu) { return static_cast<std::size_t>(rng() % n); }
 
+  [[nodiscard]] bool is_approximate(InstanceId id) const KVBM_REQUIRES(mu) {
+    return id < approximate.size() && approximate[id];
+  }
+
+  /// An approximate instance's prefix is what the router sent it, held in G1.
+  void apply_approximate(std::vector<InstanceOverlap>& in, std::span<const std::uint64_t> hashes,
+                         Clock::time_point now) const KVBM_REQUIRES(mu) {
+    for (auto& o : in) {
+      if (!is_approximate(o.instance)) continue;
+      o.prefix_blocks = approx.prefix(o.instance, hashes, now);
+      o.per_tier = {};
+      o.per_tier[static_cast<std::size_t>(TierId::kG1)] = o.prefix_blocks;
+      o.stale = false;
+    }
+  }
+
   void grow(InstanceId id) KVBM_REQUIRES(mu) {
     if (id >= load.size()) {
       load.resize(std::size_t{id} + 1, 0);
@@ -139,15 +169,17 @@ RouteDecision KvRouter::route(std::span<const std::uint64_t> hashes, std::uint64
   const RoutePolicy policy = m.options.policy;
   // The index has its own lock; ask it first (kv needs the hashes, the
   // baselines only the live instances and whether any is stale).
-  const OverlapScores scores =
+  OverlapScores scores =
       m.index.overlaps(policy == RoutePolicy::kKv ? hashes : std::span<const std::uint64_t>{});
   KVBM_CHECK(!scores.instances.empty(), "KvRouter::route: the index has no live instance");
-  const bool any_stale = std::any_of(scores.instances.begin(), scores.instances.end(),
-                                     [](const InstanceOverlap& o) { return o.stale; });
+  const Clock::time_point now = m.clock->now();
   RouteDecision d;
+  bool any_stale = false;
   {
     detail::LockGuard lock(m.mu);
-    const auto& in = scores.instances;
+    auto& in = scores.instances;
+    if (policy == RoutePolicy::kKv) m.apply_approximate(in, hashes, now);
+    any_stale = std::any_of(in.begin(), in.end(), [](const InstanceOverlap& o) { return o.stale; });
     std::size_t chosen = 0;  // index into `in`
     if (policy == RoutePolicy::kKv) {
       std::vector<double> cost(in.size());
@@ -199,6 +231,7 @@ RouteDecision KvRouter::route(std::span<const std::uint64_t> hashes, std::uint64
       d.tokens_to_compute = tokens;  // the baselines do not look at the index
     }
     d.instance = in[chosen].instance;
+    if (m.is_approximate(d.instance)) m.approx.record(d.instance, hashes, now);
     d.load = m.options.load_unit == LoadUnit::kTokens ? d.tokens_to_compute : 1;
     m.grow(d.instance);
     m.load[d.instance] += d.load;
@@ -219,13 +252,23 @@ void KvRouter::finish(const RouteDecision& decision) {
   l -= std::min(l, decision.load);
 }
 
+void KvRouter::set_approximate(InstanceId id, bool on) {
+  auto& m = *impl_;
+  detail::LockGuard lock(m.mu);
+  if (id >= m.approximate.size()) m.approximate.resize(std::size_t{id} + 1, false);
+  if (m.approximate[id] && !on) m.approx.forget(id);
+  m.approximate[id] = on;
+}
+
 std::vector<double> KvRouter::costs(std::span<const std::uint64_t> hashes,
                                     std::uint64_t tokens) const {
   auto& m = *impl_;
-  const OverlapScores scores = m.index.overlaps(hashes);
+  OverlapScores scores = m.index.overlaps(hashes);
+  const Clock::time_point now = m.clock->now();
   std::vector<double> out;
   out.reserve(scores.instances.size());
   detail::LockGuard lock(m.mu);
+  m.apply_approximate(scores.instances, hashes, now);
   for (const auto& o : scores.instances) out.push_back(m.estimate(o, tokens).cost);
   return out;
 }

@@ -155,6 +155,23 @@ TEST(ReplayCluster, TheRouterSeriesGoToTheReplaysRegistry) {
   EXPECT_NE(text.find("pool=\"router\""), std::string::npos);
 }
 
+TEST(ReplayCluster, WithoutEventsTheRouterFindsLessThanFedButMoreThanRoundRobin) {
+  const auto trace = first_requests(1500);
+  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  ReplayConfig none = cluster(4, router::RoutePolicy::kKv);
+  none.router->transport = EventTransport::kNone;
+  const ReplayResult fed = run_replay(*trace, cluster(4, router::RoutePolicy::kKv));
+  const ReplayResult blind = run_replay(*trace, none);
+  const ReplayResult rr = run_replay(*trace, cluster(4, router::RoutePolicy::kRoundRobin));
+  EXPECT_EQ(blind.cluster->transport, "none");
+  EXPECT_EQ(blind.cluster->events_applied, 0U);
+  EXPECT_LT(blind.block_hit_ratio(), fed.block_hit_ratio());
+  EXPECT_GT(blind.block_hit_ratio(), rr.block_hit_ratio());
+  EXPECT_EQ(blind.audit, "");
+  // Deterministic: its TTL runs in trace time.
+  expect_same_figures(blind, run_replay(*trace, none));
+}
+
 #if KVBM_HAVE_ZMQ
 TEST(ReplayCluster, ZeroMqEventsGiveTheSameFiguresAsInProcess) {
   const auto trace = first_requests(500);

@@ -1,11 +1,13 @@
 #include "replay/cluster.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <queue>
 #include <utility>
 
+#include "kvbm/clock.h"
 #include "kvbm/error.h"
 #include "kvbm/events/event_sink.h"
 #include "kvbm/events/kv_events.h"
@@ -15,7 +17,7 @@
 namespace kvbm::replay {
 
 const char* to_string(EventTransport t) noexcept {
-  return t == EventTransport::kZmq ? "zmq" : "in-process";
+  return t == EventTransport::kZmq ? "zmq" : t == EventTransport::kNone ? "none" : "in-process";
 }
 
 namespace {
@@ -62,6 +64,9 @@ struct Cluster::Impl {
   std::vector<router::InstanceId> ids;
   std::vector<std::shared_ptr<events::KvEventPublisher>> publishers;
   std::unique_ptr<router::KvRouter> router;
+  // kNone: the router's clock, moved to each request's arrival.
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
+  double clock_s = 0;
   // The simulation.
   std::vector<double> busy_until;
   std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> in_flight;
@@ -87,6 +92,10 @@ struct Cluster::Impl {
     if (c.transport == EventTransport::kZmq) feed = std::make_unique<router::KvEventFeed>(index);
     for (std::size_t k = 0; k < n; ++k) {
       const std::string name = "instance-" + std::to_string(k);
+      if (c.transport == EventTransport::kNone) {  // no publisher: nothing to attach
+        ids.push_back(index.add_instance(name));
+        continue;
+      }
       events::KvEventPublisherOptions po;
       po.background_flush = false;
       po.max_batch_size = 1u << 16;
@@ -115,7 +124,11 @@ struct Cluster::Impl {
     ro.policy = c.policy;
     ro.block_size = bt;
     ro.metrics_registry = c.metrics_registry;
+    ro.clock = clock;
     router = std::make_unique<router::KvRouter>(index, ro);
+    if (c.transport == EventTransport::kNone) {
+      for (const router::InstanceId id : ids) router->set_approximate(id);
+    }
   }
 };
 
@@ -125,6 +138,7 @@ Cluster::Cluster(std::size_t instances, std::uint32_t block_tokens, const Cluste
 Cluster::~Cluster() = default;
 
 void Cluster::attach(std::size_t k, KvBlockManagerConfig& config) {
+  if (impl_->publishers.empty()) return;  // kNone: no events
   auto& p = impl_->publishers.at(k);
   const std::uint32_t bt = impl_->block_tokens;
   config.device_listeners.push_back(p->listener(events::kMediumGpu, bt));
@@ -142,6 +156,11 @@ void Cluster::attach(std::size_t k, KvBlockManagerConfig& config) {
 std::size_t Cluster::route(const TraceRequest& request) {
   Impl& m = *impl_;
   m.arrival_s = request.timestamp_ms / 1000.0;
+  if (m.arrival_s > m.clock_s) {  // the router's TTL runs in trace time
+    m.clock->advance(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(m.arrival_s - m.clock_s)));
+    m.clock_s = m.arrival_s;
+  }
   while (!m.in_flight.empty() && m.in_flight.top().end_s <= m.arrival_s) {
     m.router->finish(m.in_flight.top().decision);
     m.in_flight.pop();

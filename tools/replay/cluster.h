@@ -40,10 +40,12 @@ class Registry;
 
 namespace kvbm::replay {
 
-/// How the instances' KV events reach the indexer.
-enum class EventTransport : std::uint8_t { kInProcess, kZmq };
+/// How the instances' KV events reach the indexer (kNone: they publish none;
+/// the router remembers where it sent each prefix, KvRouter::set_approximate,
+/// its TTL measured in trace time).
+enum class EventTransport : std::uint8_t { kInProcess, kZmq, kNone };
 
-/// Returns "in-process" or "zmq".
+/// Returns "in-process", "zmq" or "none".
 [[nodiscard]] const char* to_string(EventTransport t) noexcept;
 
 /// The router of a replay (ReplayConfig::router).

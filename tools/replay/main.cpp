@@ -139,7 +139,9 @@ ClusterConfig cluster_config(const Options& o, double prefill_tokens_per_s,
   if (o.router_tier_cost) {
     for (std::size_t k = 0; k < 3; ++k) c.options.tier_cost[2 + k] = (*o.router_tier_cost)[k];
   }
-  c.transport = o.router_zmq ? EventTransport::kZmq : EventTransport::kInProcess;
+  c.transport = o.router_no_events ? EventTransport::kNone
+                : o.router_zmq     ? EventTransport::kZmq
+                                   : EventTransport::kInProcess;
   c.prefill_tokens_per_s = prefill_tokens_per_s;
   return c;
 }

@@ -287,8 +287,11 @@ std::string set_router(Parsing& p, const Given& g) {
 }
 
 std::string set_router_events(Parsing& p, const Given& g) {
-  if (g.value != "in_process" && g.value != "zmq") return expected(g.name, g.what, g.value);
+  if (g.value != "in_process" && g.value != "zmq" && g.value != "none") {
+    return expected(g.name, g.what, g.value);
+  }
   p.o.router_zmq = g.value == "zmq";
+  p.o.router_no_events = g.value == "none";
   return {};
 }
 
@@ -447,7 +450,7 @@ constexpr OptionSpec kOptionTable[] = {
     {"--remote", "", Takes::kValue, "a Redis URL (redis://host:port/db, redis+cluster://...)",
      add_remote},
     {"--router", "", Takes::kValue, "kv, round_robin or random", set_router},
-    {"--router-events", "", Takes::kValue, "in_process or zmq", set_router_events},
+    {"--router-events", "", Takes::kValue, "in_process, zmq or none", set_router_events},
     {"--router-load-weight", "", Takes::kValue, "a number >= 0", set_router_load_weight},
     {"--router-tier-cost", "", Takes::kValue, "three numbers G2,G3,G4", set_router_tier_cost},
     {"--sweep-instances", "", Takes::kValue, "a list of instance counts", set_sweep_instances},
@@ -562,8 +565,8 @@ std::string check_cluster(const Options& o) {
     return "--sweep varies G1 and --sweep-instances the cluster: give one of them";
   if (!o.sweep_instances.empty() && o.instances != 1)
     return "--sweep-instances gives the instance counts: leave out --instances";
-  if (!clustered && (o.router_zmq || o.router_tier_cost || o.router_load_weight != 1.0 ||
-                     !o.sweep_routers.empty()))
+  if (!clustered && (o.router_zmq || o.router_no_events || o.router_tier_cost ||
+                     o.router_load_weight != 1.0 || !o.sweep_routers.empty()))
     return "the --router-* and --sweep-routers options need --router or --sweep-instances";
   return {};
 }
@@ -653,8 +656,10 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          where its prefix costs least (kv), or round-robin, or at
                          random; reports load spread and simulated time to first
                          token (prefill at --prefill-tokens-per-s per instance)
-  --router-events in_process|zmq   how the events reach the indexer (default
-                         in_process; zmq: real sockets on loopback, same figures)
+  --router-events in_process|zmq|none   how the events reach the indexer (default
+                         in_process; zmq: real sockets on loopback, same figures;
+                         none: no events, the router remembers where it sent each
+                         prefix for 120 s of trace time)
   --router-load-weight X weight of an instance's queued prefill tokens (default 1)
   --router-tier-cost A,B,C   cost per token brought from G2, G3, G4, a recomputed
                          token costing 1 (default 0.05,0.2,0.3)

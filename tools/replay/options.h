@@ -57,6 +57,7 @@ struct Options {
   /// A router places the requests (replay/cluster.h); unset: --assign.
   std::optional<router::RoutePolicy> router;
   bool router_zmq = false;          ///< the events travel over ZeroMQ on loopback
+  bool router_no_events = false;    ///< no events: the router remembers where it sent prefixes
   double router_load_weight = 1.0;  ///< KvRouterOptions::load_weight
   /// KvRouterOptions::tier_cost for G2, G3, G4 (unset: the router's defaults).
   std::optional<std::array<double, 3>> router_tier_cost;

@@ -21,6 +21,12 @@
 // route_tokens() routes by a request's token ids when the index is keyed by
 // tokens (KvIndexerOptions::key), whatever the engines hash their blocks with.
 //
+// Without events: an instance set_approximate() publishes no KV events (or
+// the router does not read them). Each request routed there is recorded as
+// held in its G1 for options.approximate_ttl (measured on options.clock), in a
+// table of at most approximate_max_blocks entries, and route() counts an
+// approximate instance's prefix from that table instead of the index.
+//
 // Load: route() adds the chosen request to its instance's load; finish()
 // takes it off. Stale entries (InstanceOverlap::stale) count as no prefix
 // unless use_stale, and a decision that used them is counted
@@ -34,6 +40,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvbm/clock.h"
 #include "kvbm/router/kv_indexer.h"
 #include "kvbm/router/overlap.h"
 
@@ -73,6 +81,13 @@ struct KvRouterOptions {
   LoadUnit load_unit = LoadUnit::kTokens;
   bool use_stale = false;  ///< route by stale entries (counted) instead of ignoring them
   std::uint64_t seed = 1;  ///< ties and kRandom
+  /// Instances without KV events (set_approximate): how long a block the
+  /// router sent one is assumed held, and how many such entries it keeps
+  /// (the least recently routed go first).
+  std::chrono::milliseconds approximate_ttl{120'000};
+  std::size_t approximate_max_blocks = 1 << 20;
+  /// Measures approximate_ttl (kvbm/clock.h; Clock::steady() when null).
+  std::shared_ptr<Clock> clock;
   /// Where the router's series go (none when null).
   std::shared_ptr<prometheus::Registry> metrics_registry;
 };
@@ -118,6 +133,10 @@ class KvRouter {
                              std::optional<std::int64_t> lora_id = {});
   /// Takes a routed request off its instance's load.
   void finish(const RouteDecision& decision);
+  /// Routes to instance `id` without its KV events (`on`): the router takes
+  /// what it sent there as held in G1 for approximate_ttl; see the file
+  /// comment. Off again, what was recorded is forgotten.
+  void set_approximate(InstanceId id, bool on = true);
   /// Returns the cost kKv gives each live instance (in instances() order), for tests.
   [[nodiscard]] std::vector<double> costs(std::span<const std::uint64_t> hashes,
                                           std::uint64_t tokens) const;
