@@ -3,7 +3,6 @@
 #include "router/approx_table.h"
 
 #include <iterator>
-#include <ranges>
 
 namespace kvbm::router::impl {
 
@@ -14,8 +13,8 @@ void ApproxTable::record(InstanceId instance, std::span<const std::uint64_t> has
     map_.erase(order_.front().key);
     order_.pop_front();
   }
-  for (const std::uint64_t hash : std::views::reverse(hashes)) {
-    const Key key{hash, instance};
+  for (std::size_t i = hashes.size(); i-- > 0;) {  // last block first
+    const Key key{hashes[i], instance};
     if (const auto found = map_.find(key); found != map_.end()) {
       found->second->expires = now + ttl_;
       order_.splice(order_.end(), order_, found->second);
