@@ -98,6 +98,46 @@ TEST(RouterProcessHttp, RoutesToTheInstanceHoldingThePrefixAndFinishes) {
   EXPECT_EQ(r.service.router().stats().load, (std::vector<std::uint64_t>{0, 0}));
 }
 
+TEST(RouterProcessHttp, KeyedByTokensRoutesATokenIdRequest) {
+  // Engines whose block hashes the router cannot compute (vLLM seeds its own
+  // per process): with --key tokens the index keys their blocks by the
+  // tokens their events carry, and /route takes the prompt's token ids.
+  KvbmPublisher a("engine-a");
+  KvbmPublisher b("engine-b");
+  RouterProcessOptions o = with({a.source, b.source});
+  o.key = router::BlockKey::kTokens;
+  Router r(o);
+  std::vector<std::uint32_t> prompt(3 * 16 + 5);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::uint32_t>(i * 7);
+  events::BlockStored e;
+  e.block_hashes = {0xAAAA1, 0xAAAA2, 0xAAAA3};  // engine b's own hashes
+  e.token_ids.assign(prompt.begin(), prompt.begin() + 3 * 16);
+  e.block_size = 16;
+  e.medium = "GPU";
+  b.publisher->record(std::move(e));
+  b.publisher->flush();
+  ASSERT_TRUE(r.applied("engine-b", b.sent++));
+
+  HttpClient http;
+  const auto res = http.post(r.url("/route"), json{{"token_ids", prompt}}.dump());
+  ASSERT_EQ(res.status, 200) << res.body;
+  const json d = json::parse(res.body);
+  EXPECT_EQ(d["instance"], "engine-b");
+  EXPECT_EQ(d["overlap"]["prefix_blocks"], 3);
+  EXPECT_EQ(d["tokens_to_compute"], 5);
+  // Hashes are refused by a token-keyed router, and token ids by a hash-keyed one.
+  const auto hashes = http.post(r.url("/route"), route_body({0xAAAA1}, 16).dump());
+  EXPECT_EQ(hashes.status, 400);
+  EXPECT_NE(hashes.body.find("token_ids"), std::string::npos) << hashes.body;
+  const auto bad = http.post(r.url("/route"), R"({"token_ids": [1, -2]})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("[1] must be a token id"), std::string::npos) << bad.body;
+  Router by_hash(with({a.source}));
+  const auto tokens = http.post(by_hash.url("/route"), json{{"token_ids", prompt}}.dump());
+  EXPECT_EQ(tokens.status, 400);
+  EXPECT_NE(tokens.body.find("--key tokens"), std::string::npos) << tokens.body;
+}
+
 TEST(RouterProcessHttp, ReadsVllmsOriginalWireLayoutFromAPublisherWithoutReplay) {
   test::VllmStylePublisher v("vllm-0");
   KvbmPublisher k("kvbm-0");
@@ -145,7 +185,7 @@ TEST(RouterProcessHttp, MalformedRequestsAreRefusedWithTheirReason) {
       {"POST", "/route", "{\"hashes\": [1], \"tokens\": \"16\"}", 400, "token count"},
       {"POST", "/route", "{\"hashes\": [1], \"tokens\": 16, \"request_id\": 7}", 400,
        "must be a string"},
-      {"POST", "/route", "{\"token_ids\": [1, 2, 3]}", 400, "block hashes only"},
+      {"POST", "/route", "{\"token_ids\": [1, 2, 3]}", 400, "--key tokens"},
       {"GET", "/route", "", 405, "takes POST"},
       {"POST", "/finish", "{}", 400, "\"request_id\" is missing"},
       {"POST", "/finish", "{\"request_id\": \"nope\"}", 404, "unknown \"request_id\""},

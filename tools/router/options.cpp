@@ -123,6 +123,11 @@ RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
     } else if (flag == "--block-size") {
       o.router.block_size = number<std::uint32_t>(flag, v);
       if (o.router.block_size == 0) bad("--block-size: at least 1 token");
+    } else if (flag == "--key") {
+      if (v != "hashes" && v != "tokens") {
+        bad("--key: '" + std::string(v) + "' is not hashes or tokens");
+      }
+      o.key = v == "tokens" ? router::BlockKey::kTokens : router::BlockKey::kEngineHash;
     } else if (flag == "--policy") {
       if (v != "kv" && v != "round_robin" && v != "random") {
         bad("--policy: '" + std::string(v) + "' is not kv, round_robin or random");
@@ -167,6 +172,7 @@ Subscribes to every instance's KV event publisher (kvbm's or vLLM's ZeroMQ
 format) and answers over HTTP/JSON (docs/router.md, "The router process"):
 
   POST   /route            {"hashes": [u64...], "tokens": N}  -> the instance chosen
+                           ({"token_ids": [u32...]} with --key tokens)
   POST   /finish           {"request_id": "..."}              -> its load taken off
   GET    /health           instances, staleness, in-flight requests
   GET    /metrics          Prometheus text
@@ -179,6 +185,8 @@ Options:
   --instance NAME=ENDPOINT[;replay=ENDPOINT][;topic=PREFIX]
                               an engine's publisher (repeat per instance)
   --block-size N              tokens per block (default 16)
+  --key hashes|tokens         index by the engines' block hashes (default) or by the
+                              tokens their events carry (POST /route then takes "token_ids")
   --policy kv|round_robin|random   (default kv)
   --compute-cost X            per token recomputed (default 1)
   --tier-cost G2=X,G3=Y,...   per token copied from a tier (default G1=0,G2=0.05,G3=0.2,G4=0.3)

@@ -30,6 +30,9 @@ struct RouterProcessOptions {
   /// The engines' event publishers (EventSource::name is the instance's name).
   std::vector<events::EventSource> instances;
   router::KvRouterOptions router;  ///< policy, block size, weights (metrics_registry unset)
+  /// What the index keys blocks by: the engines' hashes (POST /route sends
+  /// "hashes"), or their tokens (it sends "token_ids"; the events must carry them).
+  router::BlockKey key = router::BlockKey::kEngineHash;
   std::chrono::milliseconds silence_timeout{0};  ///< an instance silent this long is stale
   std::chrono::milliseconds replay_timeout{1000};
   /// Routed requests kept for /finish at most; beyond, /route answers 503.

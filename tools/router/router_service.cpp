@@ -144,6 +144,7 @@ class FeedCollectable final : public prometheus::Collectable {
 router::KvIndexerOptions indexer_options(const RouterProcessOptions& o,
                                          std::shared_ptr<prometheus::Registry> registry) {
   router::KvIndexerOptions io;
+  io.key = o.key;
   io.silence_timeout = o.silence_timeout;
   io.metrics_registry = std::move(registry);
   return io;
@@ -258,29 +259,75 @@ InstanceId RouterService::Impl::add(events::EventSource source) {
   return id;
 }
 
-HttpReply RouterService::Impl::route(const std::string& body) {
-  static constexpr std::string_view kShape = R"({"hashes": [u64, ...], "tokens": N})";
-  const json j = parse_body(body, kShape);
+namespace {
+
+// --key hashes: the request's block hashes and its token count.
+std::uint64_t hashes_of(const json& j, std::string_view shape, std::vector<std::uint64_t>& out) {
   if (j.contains("token_ids")) {
-    // Routing by token ids needs the token-keyed index (issue 25, item 1);
-    // when KvRouter takes token ids, this is where they are read.
     throw ClientError{400,
-                      "\"token_ids\": this router routes by block hashes only; send "
-                      "\"hashes\" (the engines' block hashes of the prompt's full blocks)"};
+                      "\"token_ids\": this router indexes the engines' block hashes (--key "
+                      "hashes); send \"hashes\" and \"tokens\", or start it with --key tokens"};
   }
   const auto hs = j.find("hashes");
-  if (hs == j.end()) throw ClientError{400, fmt::format("\"hashes\" is missing; send {}", kShape)};
+  if (hs == j.end()) throw ClientError{400, fmt::format("\"hashes\" is missing; send {}", shape)};
   if (!hs->is_array()) {
     throw ClientError{400, "\"hashes\" must be an array of block hashes, not " + hs->dump()};
   }
-  std::vector<std::uint64_t> hashes;
-  hashes.reserve(hs->size());
-  for (std::size_t i = 0; i < hs->size(); ++i) hashes.push_back(hash_of((*hs)[i], i));
+  out.reserve(hs->size());
+  for (std::size_t i = 0; i < hs->size(); ++i) out.push_back(hash_of((*hs)[i], i));
   const auto tk = j.find("tokens");
-  if (tk == j.end()) throw ClientError{400, fmt::format("\"tokens\" is missing; send {}", kShape)};
+  if (tk == j.end()) throw ClientError{400, fmt::format("\"tokens\" is missing; send {}", shape)};
   if (!tk->is_number_unsigned() && !(tk->is_number_integer() && tk->get<std::int64_t>() >= 0)) {
     throw ClientError{
         400, "\"tokens\" must be the prompt's token count (an integer >= 0), not " + tk->dump()};
+  }
+  return tk->get<std::uint64_t>();
+}
+
+// --key tokens: the keys of the prompt's full blocks (router::token_keys), and
+// its token count.
+std::uint64_t token_keys_of(const json& j, std::string_view shape, std::uint32_t block_size,
+                            std::vector<std::uint64_t>& out) {
+  const auto ts = j.find("token_ids");
+  if (ts == j.end() || !ts->is_array()) {
+    throw ClientError{400, fmt::format("\"token_ids\" (an array of token ids) is missing; this "
+                                       "router indexes tokens (--key tokens): send {}",
+                                       shape)};
+  }
+  std::vector<std::uint32_t> tokens;
+  tokens.reserve(ts->size());
+  for (std::size_t i = 0; i < ts->size(); ++i) {
+    const json& t = (*ts)[i];
+    if (!t.is_number_unsigned() || t.get<std::uint64_t>() > UINT32_MAX) {
+      throw ClientError{400, fmt::format("\"token_ids\"[{}] must be a token id (0 .. 2^32-1), "
+                                         "not {}",
+                                         i, t.dump())};
+    }
+    tokens.push_back(t.get<std::uint32_t>());
+  }
+  std::optional<std::int64_t> lora;
+  if (const auto l = j.find("lora_id"); l != j.end() && !l->is_null()) {
+    if (!l->is_number_integer()) {
+      throw ClientError{400, "\"lora_id\" must be an integer (the adapter's id), not " + l->dump()};
+    }
+    lora = l->get<std::int64_t>();
+  }
+  out = router::token_keys(tokens, block_size, lora);
+  return tokens.size();
+}
+
+}  // namespace
+
+HttpReply RouterService::Impl::route(const std::string& body) {
+  static constexpr std::string_view kShape =
+      R"({"hashes": [u64, ...], "tokens": N} (--key hashes) or {"token_ids": [u32, ...]} (--key tokens))";
+  const json j = parse_body(body, kShape);
+  std::vector<std::uint64_t> hashes;
+  std::uint64_t tokens = 0;
+  if (options.key == router::BlockKey::kTokens) {
+    tokens = token_keys_of(j, kShape, options.router.block_size, hashes);
+  } else {
+    tokens = hashes_of(j, kShape, hashes);
   }
   std::string id = string_field(j, "request_id", kShape, false);
   if (j.contains("request_id") && (id.empty() || id.size() > kMaxRequestIdBytes)) {
@@ -293,7 +340,7 @@ HttpReply RouterService::Impl::route(const std::string& body) {
   }
   router::RouteDecision d;
   try {
-    d = router.route(hashes, tk->get<std::uint64_t>());
+    d = router.route(hashes, tokens);
   } catch (const UsageError&) {  // the last instance was removed meanwhile
     throw ClientError{503, "no live instance to route to: POST /instances to add one"};
   }
