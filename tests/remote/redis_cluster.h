@@ -63,6 +63,7 @@ class RedisCluster {
   /// add-node`) and returns its index; `rebalance --cluster-use-empty-masters`
   /// then gives it slots.
   std::size_t add_primary() {
+    wait_agreed();  // redis-cli refuses to add a node while the nodes disagree
     nodes_.push_back(std::make_unique<RedisServer>(node_options()));
     const std::string out =
         cli({"--cluster", "add-node", address(*nodes_.back()), address(*nodes_.front())});
@@ -70,7 +71,22 @@ class RedisCluster {
       throw std::runtime_error("redis-cli --cluster add-node failed:\n" + out);
     }
     wait_ok();
+    wait_agreed();
     return nodes_.size() - 1;
+  }
+
+  /// Waits (up to 20 s) until `redis-cli --cluster check` finds the nodes agreeing
+  /// about the configuration (after a reshard, the new epochs take a moment to spread).
+  void wait_agreed() {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::string out;
+    while (std::chrono::steady_clock::now() < until) {
+      out = cli({"--cluster", "check", address(*nodes_.front())});
+      if (out.find("[ERR]") == std::string::npos && out.find("[WARNING]") == std::string::npos)
+        return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw std::runtime_error("the cluster's nodes did not agree within 20 s:\n" + out);
   }
   [[nodiscard]] RedisServer& node(std::size_t i) { return *nodes_[i]; }
   static std::string address(const RedisServer& s) {
@@ -152,6 +168,31 @@ class RedisCluster {
       }
     }
     return -1;
+  }
+
+  /// Waits (up to 10 s) until every running primary's replicas have acknowledged all it
+  /// wrote (each replica's offset in INFO replication equals master_repl_offset). WAIT
+  /// would not do: it waits only for the writes of the connection that sends it.
+  void wait_replicated() {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      bool done = true;
+      for (auto& n : nodes_) {
+        if (n->pid() <= 0) continue;
+        const std::string info = n->command({"INFO", "replication"});
+        if (info.find("role:master") == std::string::npos) continue;
+        const auto at = info.find("master_repl_offset:");
+        if (at == std::string::npos) continue;
+        const std::string offset = info.substr(at + 19, info.find('\r', at) - at - 19);
+        for (auto p = info.find(",offset="); p != std::string::npos;
+             p = info.find(",offset=", p + 1)) {
+          done &= info.substr(p + 8, info.find(',', p + 8) - p - 8) == offset;
+        }
+      }
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    throw std::runtime_error("the replicas did not catch up within 10 s");
   }
 
   /// Waits (up to 30 s) until every running node says cluster_state:ok.

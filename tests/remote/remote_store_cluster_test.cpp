@@ -54,12 +54,8 @@ void add_kvbm_user(RedisCluster& c) {
 
 std::string kvbm_userinfo() { return std::string("kvbm:") + kSecret; }
 
-/// Waits until every primary's writes reached its replica (WAIT 1).
-void replicate(RedisCluster& c) {
-  for (std::size_t i = 0; i < c.size(); ++i) {
-    if (c.node(i).pid() > 0 && c.is_primary(i)) c.node(i).command({"WAIT", "1", "2000"});
-  }
-}
+/// Waits until every primary's writes reached its replicas.
+void replicate(RedisCluster& c) { c.wait_replicated(); }
 
 /// The blocks among `b` whose slot node `primary` serves, by the cluster's own map.
 std::vector<std::size_t> blocks_on(RemoteStore& store, const Blocks& b, RedisCluster& c,
@@ -290,6 +286,14 @@ TEST(RemoteStoreClusterTest, ReshardAndANodeAddedUnderTrafficServeNoWrongBytes) 
       ++calls;
     }
   });
+  struct Join {  // the traffic stops and joins even when a redis-cli step throws
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join{stop, traffic};
   const auto started = Clock::now();
   const std::string reshard =
       cluster.cli({"--cluster", "reshard", RedisCluster::address(cluster.node(0)), "--cluster-from",
@@ -345,8 +349,15 @@ TEST(RemoteStoreClusterTest, FrozenPrimaryTimesOutWithinTheDeadlineThenItsReplic
   }
   ASSERT_GE(first_hit, 0) << "the replica of the frozen primary never served within 20 s";
   std::cout << "frozen primary -> first verified hit on its slots: " << first_hit << " s\n";
-  cluster.node(static_cast<std::size_t>(victim)).resume();  // comes back as a replica
-  EXPECT_EQ(get_verified(*store, blocks, all_of(blocks)), n);
+  // Thawed, it comes back as a replica; while the cluster settles again its slots may miss
+  // for a moment (never a wrong byte), then everything is served.
+  cluster.node(static_cast<std::size_t>(victim)).resume();
+  std::size_t served = 0;
+  for (const auto thawed = Clock::now(); served < n && seconds_since(thawed) < 10;) {
+    served = get_verified(*store, blocks, all_of(blocks));
+    if (served < n) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(served, n);
 }
 
 // Two KvBlockManagers share G4 on the cluster (the URL passes through the facade unchanged):
@@ -389,8 +400,9 @@ TEST(RemoteStoreClusterTest, KvBlockManagersShareG4ThroughAFailover) {
 
   auto b = KvBlockManager::build(config());
   const auto killed = Clock::now();
-  std::size_t whole = 0;
+  std::size_t whole = 0, attempts = 0, longest = 0;
   while (seconds_since(killed) < 20 && whole == 0) {
+    ++attempts;
     const auto call = Clock::now();
     OnboardHandle h = b->onboard(hashes);
     ASSERT_EQ(h.wait(), TransferStatus::kDone);
@@ -401,9 +413,14 @@ TEST(RemoteStoreClusterTest, KvBlockManagersShareG4ThroughAFailover) {
                 test::pattern(hashes[i].value(), b->block_bytes()))
           << "block " << i;
     }
+    longest = std::max(longest, blocks.size());
     if (blocks.size() == hashes.size()) whole = blocks.size();
   }
-  EXPECT_EQ(whole, hashes.size()) << "the prefix was not whole again within 20 s";
+  const auto st = b->stats();
+  EXPECT_EQ(whole, hashes.size()) << "the prefix was not whole again within 20 s: " << attempts
+                                  << " onboardings, at most " << longest << " blocks; G4 hits "
+                                  << (st.remote ? st.remote->hits : 0) << ", misses "
+                                  << (st.remote ? st.remote->misses : 0);
   EXPECT_EQ(a->audit(), "");
   EXPECT_EQ(b->audit(), "");
 }
