@@ -152,6 +152,7 @@ nb::dict indexer_stats_dict(const router::KvIndexerStats& s) {
   d["resyncs"] = s.resyncs;
   d["unknown_medium_events"] = s.unknown_medium_events;
   d["removed_unknown_blocks"] = s.removed_unknown_blocks;
+  d["unkeyed_events"] = s.unkeyed_events;
   d["distinct_blocks"] = s.distinct_blocks;
   d["index_bytes"] = s.index_bytes;
   return d;
@@ -164,14 +165,20 @@ void bind_indexer(nb::module_& m) {
                         "(docs/router.md).")
       .def(
           "__init__",
-          [](KvIndexer* self, double silence_timeout, std::size_t max_held_batches) {
+          [](KvIndexer* self, double silence_timeout, std::size_t max_held_batches,
+             const std::string& key) {
             router::KvIndexerOptions o;
             o.silence_timeout = millis(silence_timeout, "KvIndexer: silence_timeout");
             o.max_held_batches = max_held_batches;
+            KVBM_CHECK(key == "hashes" || key == "tokens", "KvIndexer: key must be 'hashes' or ",
+                       "'tokens', not '", key, "'");
+            o.key = key == "tokens" ? router::BlockKey::kTokens : router::BlockKey::kEngineHash;
             new (self) KvIndexer(std::move(o));
           },
-          "silence_timeout"_a = 0.0, "max_held_batches"_a = 1024,
-          "silence_timeout: seconds of silence after which an instance is stale (0: never).")
+          "silence_timeout"_a = 0.0, "max_held_batches"_a = 1024, "key"_a = "hashes",
+          "silence_timeout: seconds of silence after which an instance is stale (0: never). "
+          "key='tokens' keys blocks by kvbm's hash of the tokens the events carry, so that "
+          "KvRouter.route_tokens() routes by token ids whatever the engines hash with.")
       .def("add_instance", &KvIndexer::add_instance, "name"_a,
            nb::call_guard<nb::gil_scoped_release>(), "Adds an instance; returns its id.")
       .def("remove_instance", &KvIndexer::remove_instance, "instance"_a,
@@ -232,7 +239,7 @@ void bind_kv_router(nb::module_& m) {
                                                       load_weight, load_unit, use_stale, seed));
           },
           "index"_a, "policy"_a = "kv", "block_size"_a = 16, "compute_cost"_a = 1.0,
-          "tier_cost"_a = nb::dict(), "load_weight"_a = 1.0, "load_unit"_a = "tokens",
+          "tier_cost"_a = nb::dict(), "load_weight"_a = 0.05, "load_unit"_a = "tokens",
           "use_stale"_a = false, "seed"_a = 1, nb::keep_alive<1, 2>(),
           "policy: 'kv', 'round_robin' or 'random'; tier_cost: {'G2': 0.05, ...}, the tiers "
           "named are changed; load_unit: 'tokens' or 'requests'.")
@@ -247,6 +254,17 @@ void bind_kv_router(nb::module_& m) {
           "Chooses an instance for a request of `tokens` prompt tokens whose blocks hash to "
           "`hashes`, and adds it to that instance's load. Raises UsageError with no live "
           "instance.")
+      .def(
+          "route_tokens",
+          [](KvRouter& r, nb::handle token_ids, std::optional<std::int64_t> lora_id) {
+            const auto t =
+                integers_of<std::uint32_t>(token_ids, "KvRouter.route_tokens: token_ids");
+            nb::gil_scoped_release release;
+            return r.route_tokens(t, lora_id);
+          },
+          "token_ids"_a, "lora_id"_a = nb::none(),
+          "Chooses an instance for a prompt given by its token ids (the index must be built "
+          "with key='tokens').")
       .def("finish", &KvRouter::finish, "decision"_a, nb::call_guard<nb::gil_scoped_release>(),
            "Takes a routed request off its instance's load.")
       .def(

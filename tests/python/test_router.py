@@ -174,3 +174,18 @@ def test_misuse_is_a_usage_error():
     feed = kvbm.KvEventFeed(kvbm.KvIndexer())
     with pytest.raises(kvbm.UsageError):
         feed.add_instance("x", "not an endpoint")
+
+
+def test_route_tokens_needs_an_index_keyed_by_tokens():
+    tokens = list(range(40))
+    by_tokens = kvbm.KvIndexer(key="tokens")
+    by_tokens.add_instance("a")
+    d = kvbm.KvRouter(by_tokens, block_size=16).route_tokens(tokens)
+    assert d.instance == 0 and d.tokens_to_compute == 40  # nobody holds anything yet
+    assert by_tokens.stats()["unkeyed_events"] == 0
+    by_hashes = kvbm.KvIndexer()
+    by_hashes.add_instance("a")
+    with pytest.raises(kvbm.UsageError, match="key"):
+        kvbm.KvRouter(by_hashes).route_tokens(tokens)
+    with pytest.raises(kvbm.UsageError, match="'hashes' or 'tokens'"):
+        kvbm.KvIndexer(key="tokenz")

@@ -86,7 +86,9 @@ TEST(KvRouter, SharedTierHitsCostTheirCopy) {
 
 TEST(KvRouter, LoadMakesItSpillToAnIdleInstance) {
   Cluster c({{stored({1, 2}, "GPU")}, {}});
-  KvRouter router(c.index);
+  KvRouterOptions o;
+  o.load_weight = 1;  // a queued token costs as much as one to compute
+  KvRouter router(c.index, o);
   auto d1 = router.route(kRequest, kTokens);  // a: 32, b: 64
   EXPECT_EQ(d1.instance, c.ids[0]);
   EXPECT_EQ(router.stats().load, (std::vector<std::uint64_t>{32, 0}));

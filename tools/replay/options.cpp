@@ -565,8 +565,9 @@ std::string check_cluster(const Options& o) {
     return "--sweep varies G1 and --sweep-instances the cluster: give one of them";
   if (!o.sweep_instances.empty() && o.instances != 1)
     return "--sweep-instances gives the instance counts: leave out --instances";
-  if (!clustered && (o.router_zmq || o.router_no_events || o.router_tier_cost ||
-                     o.router_load_weight != 1.0 || !o.sweep_routers.empty()))
+  if (!clustered &&
+      (o.router_zmq || o.router_no_events || o.router_tier_cost ||
+       o.router_load_weight != router::KvRouterOptions{}.load_weight || !o.sweep_routers.empty()))
     return "the --router-* and --sweep-routers options need --router or --sweep-instances";
   return {};
 }
@@ -660,7 +661,7 @@ tiers (a block count, or bytes with a unit: 64MiB, 2GiB, 1.5G, 10MB)
                          in_process; zmq: real sockets on loopback, same figures;
                          none: no events, the router remembers where it sent each
                          prefix for 120 s of trace time)
-  --router-load-weight X weight of an instance's queued prefill tokens (default 1)
+  --router-load-weight X weight of an instance's queued prefill tokens (default 0.05)
   --router-tier-cost A,B,C   cost per token brought from G2, G3, G4, a recomputed
                          token costing 1 (default 0.05,0.2,0.3)
   --remote URL           G4: a Redis server the instances share

@@ -56,9 +56,9 @@ struct Options {
   std::string remote_namespace;     ///< G4 namespace ("" = fresh per run)
   /// A router places the requests (replay/cluster.h); unset: --assign.
   std::optional<router::RoutePolicy> router;
-  bool router_zmq = false;          ///< the events travel over ZeroMQ on loopback
-  bool router_no_events = false;    ///< no events: the router remembers where it sent prefixes
-  double router_load_weight = 1.0;  ///< KvRouterOptions::load_weight
+  bool router_zmq = false;        ///< the events travel over ZeroMQ on loopback
+  bool router_no_events = false;  ///< no events: the router remembers where it sent prefixes
+  double router_load_weight = router::KvRouterOptions{}.load_weight;  ///< its default
   /// KvRouterOptions::tier_cost for G2, G3, G4 (unset: the router's defaults).
   std::optional<std::array<double, 3>> router_tier_cost;
   std::vector<std::uint32_t> sweep_instances;      ///< instance counts; empty = no cluster sweep

@@ -190,7 +190,7 @@ Options:
   --policy kv|round_robin|random   (default kv)
   --compute-cost X            per token recomputed (default 1)
   --tier-cost G2=X,G3=Y,...   per token copied from a tier (default G1=0,G2=0.05,G3=0.2,G4=0.3)
-  --load-weight X             per unit of load in flight (default 1)
+  --load-weight X             per unit of load in flight (default 0.05)
   --load-unit tokens|requests (default tokens)
   --use-stale 0|1             route by a stale instance's entries (default 0)
   --seed N                    ties and --policy random (default 1)

@@ -77,7 +77,7 @@ struct KvRouterOptions {
   double compute_cost = 1.0;      ///< per token recomputed
   /// Per token brought from a tier, indexed by TierId (G1 at index 1).
   std::array<double, kTierSlots> tier_cost{0.0, 0.0, 0.05, 0.2, 0.3};
-  double load_weight = 1.0;  ///< per unit of load
+  double load_weight = 0.05;  ///< per unit of load (docs/router.md: chosen by a sweep)
   LoadUnit load_unit = LoadUnit::kTokens;
   bool use_stale = false;  ///< route by stale entries (counted) instead of ignoring them
   std::uint64_t seed = 1;  ///< ties and kRandom
