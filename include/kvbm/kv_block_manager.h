@@ -46,6 +46,7 @@
 #include "kvbm/offload/precondition.h"
 #include "kvbm/offload/transfer_handle.h"
 #include "kvbm/pool_listener.h"
+#include "kvbm/remote/remote_store.h"
 #include "kvbm/storage/layout.h"
 #include "kvbm/tier.h"
 
@@ -84,17 +85,22 @@ struct OffloadPolicyConfig {
   std::uint32_t min_frequency = 0;
 };
 
-/// The remote tier G4 (docs/remote.md): one Redis server, or a sharded set,
-/// shared by engine instances. A block is one value keyed by the namespace
-/// (model, dtype, layout, user namespace) and its sequence hash, verified by
-/// checksum before it is used. G4 has no pool here: the store evicts by its
-/// own policy (maxmemory-policy allkeys-lru) and other instances write to it.
-struct RemoteTierConfig {
-  /// One URL per server, redis://[:password@]host:port[/db] or
-  /// unix:///path.sock[?db=N]; every instance lists the same URLs in the
-  /// same order. Empty: no G4. Each is checked by the store's grammar
-  /// (remote_url_error) at build(), before anything connects.
-  std::vector<std::string> urls;
+/// The remote tier G4 (docs/remote.md): Redis (one server, a sharded set, or
+/// a Redis Cluster), shared by engine instances. A block is one value keyed by
+/// the namespace (model, dtype, layout, user namespace) and its sequence hash,
+/// verified by checksum before it is used. G4 has no pool here: the store
+/// evicts by its own policy (maxmemory-policy allkeys-lru) and other
+/// instances write to it.
+///
+/// The store's own options (RemoteStoreOptions: the URLs, an ACL user and
+/// where its password is, timeouts, backoff, replica reads, TTL) are set here
+/// as they are on a RemoteStore; `urls` empty means no G4, and each URL is
+/// checked by the store's grammar (remote_url_error) at build(), before
+/// anything connects. Three of them are the facade's and must stay unset:
+/// `name_space` (made from model, dtype, the layout and user_namespace),
+/// `metrics_registry` (KvBlockManagerConfig::metrics_registry) and
+/// `pool_name` ("G4").
+struct RemoteTierConfig : RemoteStoreOptions {
   /// The model's name and revision (required with urls): blocks are shared
   /// only between instances that name the same model, dtype and layout.
   std::string model;
@@ -102,11 +108,6 @@ struct RemoteTierConfig {
   std::string dtype;
   /// Any further separation (tenant, cache salt).
   std::string user_namespace;
-  std::string key_prefix = "kvbm";  ///< first part of every key (non-empty, no ':')
-  std::size_t connections_per_server = 2;
-  std::chrono::milliseconds connect_timeout{250};
-  std::chrono::milliseconds command_timeout{1000};  ///< bound on one batch's round trips
-  std::chrono::seconds ttl{0};                      ///< 0: keys never expire
   /// Host memory for blocks waiting to be written (copied out of G2 when
   /// they are taken, so that G2 never waits for the network): this many
   /// blocks; a block that finds it full is dropped and counted (no_space).

@@ -304,6 +304,18 @@ void check_remote(const KvBlockManagerConfig& c, const TierBlocks& n) {
                  "\"llama-3.1-8b@rev3\"), so that no instance of another model is ever served "
                  "these blocks");
   }
+  // The store options the facade sets itself.
+  if (!r.name_space.model.empty() || !r.name_space.dtype.empty() ||
+      !r.name_space.user_namespace.empty()) {
+    config_error("remote.name_space",
+                 "is the facade's: set remote.model, remote.dtype and "
+                 "remote.user_namespace instead (the layout is the config's)");
+  }
+  if (r.metrics_registry) {
+    config_error("remote.metrics_registry",
+                 "is the facade's: G4's series go to KvBlockManagerConfig.metrics_registry");
+  }
+  if (r.pool_name != "G4") config_error("remote.pool_name", "is the facade's: leave it \"G4\"");
   if (r.connections_per_server == 0)
     config_error("remote.connections_per_server", "must be at least 1");
   if (r.connect_timeout.count() <= 0) config_error("remote.connect_timeout", "must be positive");

@@ -28,16 +28,11 @@ class RemoteEvictionListener final : public PoolListener {
   std::shared_ptr<RemoteWriter> writer_;  // shared: the pool may outlive the tier
 };
 
+// The config's store options, with the three that are the facade's.
 RemoteStoreOptions store_options(const KvBlockManagerConfig& c) {
   const RemoteTierConfig& r = c.remote;
-  RemoteStoreOptions o;
-  o.urls = r.urls;
+  RemoteStoreOptions o = r;
   o.name_space = {r.model, r.dtype, c.layout, r.user_namespace};
-  o.key_prefix = r.key_prefix;
-  o.connections_per_server = r.connections_per_server;
-  o.connect_timeout = r.connect_timeout;
-  o.command_timeout = r.command_timeout;
-  o.ttl = r.ttl;
   o.metrics_registry = c.metrics_registry;
   o.pool_name = "G4";
   return o;

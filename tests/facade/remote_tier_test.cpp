@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -189,6 +190,51 @@ INSTANTIATE_TEST_SUITE_P(BothLayouts, RemoteTierLayouts,
                          ::testing::Values(LayoutKind::kLayerSeparated,
                                            LayoutKind::kFullyContiguous),
                          [](const auto& p) { return std::string(to_string(p.param)); });
+
+TEST(RemoteTier, AnAclUserWithItsPasswordInAFileReachesG4ThroughTheConfig) {
+  // Every store option is the config's (RemoteTierConfig is a RemoteStoreOptions):
+  // here an ACL user limited to kvbm's keys, its password read from a file.
+  KVBM_NEED_REDIS();
+  RedisServer::Options so;
+  so.extra_args = {"--requirepass", "admin-pw"};
+  so.password = "admin-pw";
+  RedisServer server(so);
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "kvbm", "reset", "on", ">kvbm-pw", "~kvbm:*",
+                            "resetchannels", "-@all", "+get", "+set", "+exists"}),
+            "OK");
+  const std::string file = server.dir() + "/password";
+  std::ofstream(file) << "kvbm-pw\n";
+  const std::string url = "redis://127.0.0.1:" + std::to_string(server.port()) + "/0";
+  const auto hashes = prefix(5, 6);
+  auto ca = remote_config(url);
+  ca.remote.username = "kvbm";
+  ca.remote.password_file = file;
+  auto a = KvBlockManager::build(ca);
+  compute(*a, hashes);
+  a->drain();
+  auto cb = remote_config(url);
+  cb.remote.username = "kvbm";
+  cb.remote.password_file = file;
+  auto b = KvBlockManager::build(cb);
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.counts.remote, 6u);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+  // The store options the facade sets itself are refused, named.
+  auto bad = remote_config(url);
+  bad.remote.pool_name = "mine";
+  EXPECT_THROW(
+      {
+        try {
+          (void)KvBlockManager::build(bad);
+        } catch (const UsageError& e) {
+          EXPECT_NE(std::string(e.what()).find("remote.pool_name"), std::string::npos);
+          throw;
+        }
+      },
+      UsageError);
+}
 
 TEST(RemoteTier, PresentBlocksAreNotWrittenAgain) {
   KVBM_NEED_REDIS();
