@@ -177,8 +177,15 @@ InstanceId KvEventFeed::add_instance(std::string name, events::EventSource sourc
   const InstanceId id = m.index.add_instance(name);
   if (source.name.empty()) source.name = std::move(name);
   // Batches that arrive before the instance is registered below are dropped;
-  // the replay from 0 asked for next brings them back.
-  const std::size_t src = m.subscriber->add_source(std::move(source));
+  // the replay from 0 asked for next brings them back. A source the
+  // subscriber refuses (a malformed endpoint) leaves no instance behind.
+  std::size_t src = 0;
+  try {
+    src = m.subscriber->add_source(std::move(source));
+  } catch (...) {
+    m.index.remove_instance(id);
+    throw;
+  }
   {
     detail::LockGuard lock(m.mu);
     m.by_id[id] = Subscription{src, true};

@@ -223,6 +223,17 @@ struct KvbmPublisher {
   std::uint64_t sent = 0;
 };
 
+TEST(KvEventFeed, ASourceTheSubscriberRefusesLeavesNoInstanceBehind) {
+  KvIndexer index;
+  KvEventFeed feed(index);
+  EXPECT_THROW((void)feed.add_instance("a", {"a", "not an endpoint", "", ""}), UsageError);
+  EXPECT_TRUE(index.instances().empty());
+  EXPECT_FALSE(index.find_instance("a").has_value());
+  KvbmPublisher pub;  // the name is free again
+  const InstanceId a = feed.add_instance("a", pub.source());
+  EXPECT_EQ(index.instances(), std::vector<InstanceId>{a});
+}
+
 TEST(KvEventFeed, ARouterThatStartsLateGetsWhatThePublisherKept) {
   KvbmPublisher pub;
   for (std::uint64_t h = 1; h <= 5; ++h) pub.publish(stored({h}));  // nobody listens yet
