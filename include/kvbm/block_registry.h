@@ -28,6 +28,9 @@
 
 namespace kvbm {
 
+template <TierMarker T>
+class BlockManager;
+
 /// Frequency tracking and cross-tier presence for the managers sharing it.
 class BlockRegistry {
  public:
@@ -87,14 +90,17 @@ class BlockRegistry {
     return names;
   }
 
-  /// Attaches a tier's store (called by BlockManager's builder).
+ private:
+  template <TierMarker>
+  friend class BlockManager;  // its builder attaches each pool's store
+
+  // Attaches a tier's store (BlockManager's builder, as the pool is built).
   void attach(std::type_index tier, const std::shared_ptr<detail::BlockStore>& store) {
     detail::LockGuard lock(mu_);
     std::erase_if(tiers_, [](const Entry& e) { return e.store.expired(); });
     tiers_.push_back(Entry{tier, store});
   }
 
- private:
   struct Entry {
     std::type_index tier;
     std::weak_ptr<detail::BlockStore> store;

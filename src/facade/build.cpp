@@ -16,6 +16,16 @@
 #include "kvbm/logging.h"
 
 namespace kvbm {
+namespace {
+
+// "a Redis Cluster" or "N server(s)", for the build's log line (no URL: they
+// may carry a password).
+std::string remote_servers(const RemoteTierConfig& r) {
+  if (r.urls.size() == 1 && r.urls[0].starts_with("redis+cluster://")) return "a Redis Cluster";
+  return std::to_string(r.urls.size()) + " server(s)";
+}
+
+}  // namespace
 
 using facade::kTierIds;
 using facade::StorageKind;
@@ -49,7 +59,7 @@ void KvBlockManagerImpl::build() {
       n.device, memory_[TierId::kG1].emulated ? " (emulated in host memory)" : "", n.host, n.disk,
       c.layout.page_size, c.layout.block_bytes(), to_string(c.device_to_host),
       to_string(c.host_to_disk), c.move_bytes ? "" : " (metadata only)",
-      remote ? fmt::format("; G4 on {} server(s), G2->G4 {}", c.remote.urls.size(),
+      remote ? fmt::format("; G4 on {}, G2->G4 {}", remote_servers(c.remote),
                            to_string(c.host_to_remote))
              : std::string());
 }

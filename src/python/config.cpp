@@ -81,18 +81,26 @@ void bind_part_configs(nb::module_& m) {
 
 /// RemoteTierConfig (durations in their unit: connect_timeout_ms, ttl_s).
 void bind_remote_config(nb::module_& m) {
-  auto remote = nb::class_<RemoteTierConfig>(m, "RemoteTierConfig",
-                                             "The remote tier G4 on Redis (docs/remote.md).")
-                    .def(nb::init<>())
-                    .def_rw("urls", &RemoteTierConfig::urls,
-                            "redis://host:port[/db] or unix:///path.sock; assign a whole list")
-                    .def_rw("model", &RemoteTierConfig::model)
-                    .def_rw("dtype", &RemoteTierConfig::dtype)
-                    .def_rw("user_namespace", &RemoteTierConfig::user_namespace)
-                    .def_rw("key_prefix", &RemoteTierConfig::key_prefix)
-                    .def_rw("connections_per_server", &RemoteTierConfig::connections_per_server)
-                    .def_rw("staging_blocks", &RemoteTierConfig::staging_blocks)
-                    .def_rw("max_batch_blocks", &RemoteTierConfig::max_batch_blocks);
+  auto remote =
+      nb::class_<RemoteTierConfig>(m, "RemoteTierConfig",
+                                   "The remote tier G4 on Redis (docs/remote.md).")
+          .def(nb::init<>())
+          .def_rw("urls", &RemoteTierConfig::urls,
+                  "redis://host:port[/db] or unix:///path.sock; assign a whole list")
+          .def_rw("model", &RemoteTierConfig::model)
+          .def_rw("dtype", &RemoteTierConfig::dtype)
+          .def_rw("user_namespace", &RemoteTierConfig::user_namespace)
+          .def_rw("key_prefix", &RemoteTierConfig::key_prefix)
+          .def_rw("username", &RemoteTierConfig::username, "ACL user for URLs that name none")
+          .def_rw("password_file", &RemoteTierConfig::password_file,
+                  "a file holding the password, for URLs that carry none")
+          .def_rw("password_env", &RemoteTierConfig::password_env,
+                  "an environment variable holding the password")
+          .def_rw("replica_reads", &RemoteTierConfig::replica_reads,
+                  "Redis Cluster: reads from replicas (off by default)")
+          .def_rw("connections_per_server", &RemoteTierConfig::connections_per_server)
+          .def_rw("staging_blocks", &RemoteTierConfig::staging_blocks)
+          .def_rw("max_batch_blocks", &RemoteTierConfig::max_batch_blocks);
   def_duration(remote, "connect_timeout_ms", &RemoteTierConfig::connect_timeout, "milliseconds");
   def_duration(remote, "command_timeout_ms", &RemoteTierConfig::command_timeout, "milliseconds");
   def_duration(remote, "ttl_s", &RemoteTierConfig::ttl, "seconds; 0: keys never expire");

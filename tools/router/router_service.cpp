@@ -320,7 +320,8 @@ std::uint64_t token_keys_of(const json& j, std::string_view shape, std::uint32_t
 
 HttpReply RouterService::Impl::route(const std::string& body) {
   static constexpr std::string_view kShape =
-      R"({"hashes": [u64, ...], "tokens": N} (--key hashes) or {"token_ids": [u32, ...]} (--key tokens))";
+      R"({"hashes": [u64, ...], "tokens": N} (--key hashes) or )"
+      R"({"token_ids": [u32, ...]} (--key tokens))";
   const json j = parse_body(body, kShape);
   std::vector<std::uint64_t> hashes;
   std::uint64_t tokens = 0;
