@@ -194,8 +194,16 @@ TEST(RemoteStoreClusterTest, PrimaryKilledReplicaPromotedStoreFollowsAndServesVe
   std::cout << "killed primary -> first verified hit on its slots: " << first_hit << " s\n";
   RecordProperty("failover_first_hit_ms", static_cast<int>(first_hit * 1000));
   EXPECT_LT(longest_call, 1.0) << "a call waited past its 500 ms deadline";
-  // Everything replicated before the kill is served, verified; writes go to the new primary.
-  EXPECT_EQ(get_verified(*store, blocks, all_of(blocks)), n);
+  // Everything replicated before the kill is served again, verified (the rest
+  // of the victim's slots may take one more map refresh: a bounded wait, not a
+  // hang); writes go to the new primary.
+  std::size_t served = 0;
+  const auto since = Clock::now();
+  while ((served = get_verified(*store, blocks, all_of(blocks))) < n && seconds_since(since) < 10) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(served, n)
+      << "blocks replicated before the kill still missing 10 s after the first hit";
   Blocks more(5000, 100, store->block_bytes());
   EXPECT_EQ(count(store->put(more.puts), RemoteStatus::kOk), 100u);
   EXPECT_EQ(get_verified(*store, more, all_of(more)), 100u);
