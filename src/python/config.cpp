@@ -13,6 +13,7 @@
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <type_traits>
 
 #include "kvbm/kv_block_manager.h"
 #include "python/bindings.h"
@@ -23,9 +24,11 @@ namespace {
 
 using namespace nb::literals;
 
-template <class Struct, class Rep, class Period>
+// `field` may be a member of a base of Struct (RemoteTierConfig's store options).
+template <class Struct, class Owner, class Rep, class Period>
 void def_duration(nb::class_<Struct>& cls, const char* name,
-                  std::chrono::duration<Rep, Period> Struct::*field, const char* doc) {
+                  std::chrono::duration<Rep, Period> Owner::*field, const char* doc) {
+  static_assert(std::is_base_of_v<Owner, Struct>);
   using D = std::chrono::duration<Rep, Period>;
   cls.def_prop_rw(
       name, [field](const Struct& s) { return static_cast<std::int64_t>(s.*field / D(1)); },

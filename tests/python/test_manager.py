@@ -469,3 +469,12 @@ def test_onboarding_says_what_kind_of_problem_cut_it_short():
         ok.wait()
         assert ok.error_kind() is None and ok.error() == ""
         ok.take_blocks()
+
+
+def test_remote_config_takes_the_store_options():
+    # RemoteTierConfig is the store's options plus the facade's (C++: a RemoteStoreOptions).
+    r = kvbm.RemoteTierConfig(urls=["redis://127.0.0.1:6379/0"], username="kvbm",
+                              password_env="KVBM_REDIS_PASSWORD", replica_reads=True,
+                              connect_timeout_ms=300, ttl_s=60)
+    assert (r.username, r.password_env, r.password_file) == ("kvbm", "KVBM_REDIS_PASSWORD", "")
+    assert r.replica_reads and r.connect_timeout_ms == 300 and r.ttl_s == 60
