@@ -27,7 +27,7 @@ constexpr std::uint32_t kBlock = 4;
 std::vector<std::uint32_t> tokens_of(std::size_t blocks, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::uint32_t> out(blocks * kBlock);
-  for (auto& t : out) t = rng() % 50'000;
+  for (auto& t : out) t = static_cast<std::uint32_t>(rng() % 50'000);
   return out;
 }
 
@@ -141,7 +141,7 @@ TEST(KvIndexerTokens, EventsWithoutTokensOrAKnownParentAreCountedAndIgnored) {
   bare.block_hashes = {h[0]};
   bare.block_size = kBlock;
   bare.medium = "GPU";
-  index.apply(a, 0, batch({bare}));                    // no token ids
+  index.apply(a, 0, batch({bare}));                     // no token ids
   index.apply(a, 1, batch({stored(h, tokens, 1, 2)}));  // its parent h[0] was never keyed
   EXPECT_EQ(index.stats().unkeyed_events, 2U);
   EXPECT_EQ(prefix_of(index, a, tokens), 0U);
