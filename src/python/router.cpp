@@ -45,20 +45,6 @@ std::chrono::milliseconds millis(double seconds, const char* what) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
 }
 
-const char* stale_name(router::StaleReason r) {
-  switch (r) {
-    case router::StaleReason::kFresh:
-      return "fresh";
-    case router::StaleReason::kGap:
-      return "gap";
-    case router::StaleReason::kSilent:
-      return "silent";
-    case router::StaleReason::kMarked:
-      return "marked";
-  }
-  return "unknown";
-}
-
 const char* apply_name(router::ApplyStatus s) {
   switch (s) {
     case router::ApplyStatus::kApplied:
@@ -133,7 +119,7 @@ nb::dict state_dict(const router::InstanceState& s) {
   nb::dict d;
   d["name"] = s.name;
   d["next_sequence"] = s.next_sequence;
-  d["stale"] = stale_name(s.stale);
+  d["stale"] = router::to_string(s.stale);
   d["held_batches"] = s.held_batches;
   d["blocks"] = tier_dict(s.blocks);
   return d;

@@ -547,6 +547,20 @@ std::size_t KvIndexer::shared_blocks(TierId tier) const {
   return m.index.is_shared(tier) ? m.index.tier_blocks()[static_cast<std::size_t>(tier)] : 0;
 }
 
+const char* to_string(StaleReason r) noexcept {
+  switch (r) {
+    case StaleReason::kFresh:
+      return "fresh";
+    case StaleReason::kGap:
+      return "gap";
+    case StaleReason::kSilent:
+      return "silent";
+    case StaleReason::kMarked:
+      return "marked";
+  }
+  return "unknown";
+}
+
 BlockKey KvIndexer::key() const noexcept { return impl_->options.key; }
 
 KvIndexerStats KvIndexer::stats() const {

@@ -51,20 +51,6 @@ HttpReply error_reply(int status, std::string_view message) {
   return json_reply(status, json{{"error", message}});
 }
 
-const char* stale_name(router::StaleReason r) {
-  switch (r) {
-    case router::StaleReason::kFresh:
-      return "fresh";
-    case router::StaleReason::kGap:
-      return "gap";
-    case router::StaleReason::kSilent:
-      return "silent";
-    case router::StaleReason::kMarked:
-      return "marked";
-  }
-  return "unknown";
-}
-
 json tier_counts(const router::TierBlockCounts& c) {
   json out = json::object();
   for (const TierId t : kTiers) out[std::string(to_string(t))] = c[static_cast<std::size_t>(t)];
@@ -416,7 +402,7 @@ json RouterService::Impl::instance_json(const std::string& name, const Instance&
          {"decisions", in.id < rs.per_instance.size() ? rs.per_instance[in.id] : 0}};
   try {
     const router::InstanceState s = index.state(in.id);
-    o["state"] = stale_name(s.stale);
+    o["state"] = router::to_string(s.stale);
     o["next_sequence"] = s.next_sequence;
     o["held_batches"] = s.held_batches;
     o["blocks"] = tier_counts(s.blocks);

@@ -106,6 +106,9 @@ struct ApplyResult {
 /// Why an instance is stale.
 enum class StaleReason : std::uint8_t { kFresh, kGap, kSilent, kMarked };
 
+/// Returns "fresh", "gap", "silent" or "marked".
+[[nodiscard]] const char* to_string(StaleReason r) noexcept;
+
 /// One instance as the indexer sees it.
 struct InstanceState {
   std::string name;
