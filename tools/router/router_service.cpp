@@ -233,9 +233,7 @@ InstanceId RouterService::Impl::add(events::EventSource source) {
   InstanceId id = 0;
   try {
     id = feed.add_instance(source.name, source);
-  } catch (const UsageError& e) {
-    // The feed registers the name in the index before it subscribes: undo that.
-    if (const auto left = index.find_instance(source.name)) index.remove_instance(*left);
+  } catch (const UsageError& e) {  // the feed leaves no instance behind
     throw ClientError{400, fmt::format("instance \"{}\": {}", source.name, e.what())};
   }
   if (names.size() <= id) names.resize(id + 1);
