@@ -24,7 +24,7 @@ readonly REQUIRED=(
   python3
 )
 readonly OPTIONAL=(ninja-build clang libclang-rt-14-dev clang-format clang-tidy libhiredis-dev
-  redis-server redis-tools python3-venv python3-dev)
+  redis-server redis-tools python3-venv python3-dev liburing-dev)
 
 log() { printf '[deps] %s\n' "$*"; }
 

@@ -277,6 +277,8 @@ io::IoStatus DiskStorage::invalidate_header(BlockId block) const {
 
 void DiskStorage::note_invalidated(BlockId block) const noexcept { set_live(block, false); }
 
+void DiskStorage::note_header_live(BlockId block) const noexcept { set_live(block, true); }
+
 bool DiskStorage::header_may_be_live(BlockId block) const noexcept {
   if (block >= num_blocks_) return false;
   return (live_[block / 64].load(std::memory_order_acquire) >> (block % 64) & 1U) != 0;

@@ -68,18 +68,30 @@ double path_counter(prometheus::Registry& registry, const std::string& name,
   return -1;
 }
 
-class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget, LayoutKind>> {
+class DiskEngineTest
+    : public ::testing::TestWithParam<std::tuple<StorageTarget, LayoutKind, DiskIoEngine>> {
  protected:
   void SetUp() override {
     std::string why;
     auto base = test::target_base(target(), why);
     if (!base) GTEST_SKIP() << why;
+    if (engine() == DiskIoEngine::kIoUring && !DiskEngine::io_uring_available(&why))
+      GTEST_SKIP() << why;
     dir_ = std::make_unique<TempDir>(*base);
     seed_ = test::test_seed();
     rng_.seed(seed_);
   }
   [[nodiscard]] const StorageTarget& target() const { return std::get<0>(GetParam()); }
   [[nodiscard]] LayoutKind kind() const { return std::get<1>(GetParam()); }
+  [[nodiscard]] DiskIoEngine engine() const { return std::get<2>(GetParam()); }
+  /// `o` with the engine under test.
+  [[nodiscard]] DiskEngineOptions opts(DiskEngineOptions o = {}) const {
+    o.io_engine = engine();
+    return o;
+  }
+  /// Skips a test that injects faults through the syscall table: io_uring's
+  /// I/O does not pass through it (disk_uring_test.cpp breaks real files instead).
+  [[nodiscard]] bool injects_syscalls() const { return engine() == DiskIoEngine::kIoUring; }
 
   /// Creates a pool; on a file system without O_DIRECT (for kRequired) sets skip_.
   std::unique_ptr<DiskStorage> make_storage(const LayoutConfig& config, std::size_t blocks) {
@@ -109,9 +121,9 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
   }
 
   /// Writes host blocks 0..n-1 of `src` to disk slots perm[i]; returns the outcome.
-  static TransferOutcome write_all(const HostPool& src, DiskStorage& disk,
-                                   const std::vector<BlockId>& perm, std::size_t queue_depth = 3) {
-    DiskWriteEngine w(src.layout(), disk, {.queue_depth = queue_depth});
+  TransferOutcome write_all(const HostPool& src, DiskStorage& disk,
+                            const std::vector<BlockId>& perm, std::size_t queue_depth = 3) const {
+    DiskWriteEngine w(src.layout(), disk, opts({.queue_depth = queue_depth}));
     std::vector<TransferPair> pairs;
     for (BlockId i = 0; i < perm.size(); ++i) pairs.push_back({i, perm[i]});
     return w.submit(pairs)->wait();
@@ -133,7 +145,8 @@ class DiskEngineTest : public ::testing::TestWithParam<std::tuple<StorageTarget,
 /// permutation on each leg, several concurrent batches, byte-for-byte checks,
 /// and the source left exactly as it was.
 void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_kind,
-                LayoutKind dst_kind, std::mt19937_64& rng, bool page_aligned = false) {
+                LayoutKind dst_kind, std::mt19937_64& rng, bool page_aligned = false,
+                DiskIoEngine engine = DiskIoEngine::kThreadPool) {
   const std::size_t n = disk.num_blocks();
   HostPool src(config, n, src_kind, page_aligned);
   HostPool dst(config, n, dst_kind, page_aligned);
@@ -149,7 +162,8 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
   std::shuffle(to_host.begin(), to_host.end(), rng);
 
   {
-    DiskWriteEngine w(src.layout(), disk, {.queue_depth = 3});
+    DiskWriteEngine w(src.layout(), disk, {.queue_depth = 3, .io_engine = engine});
+    EXPECT_EQ(w.io_engine(), engine);
     std::vector<std::shared_ptr<TransferCompletion>> done;
     const std::size_t split = n / 3 + 1;
     for (std::size_t first = 0; first < n; first += split) {
@@ -171,7 +185,7 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
         << "write path: " << (unstaged ? "pwritev" : "staged");
   }
   {
-    DiskReadEngine r(disk, dst.layout(), {.queue_depth = 2, .workers = 2});
+    DiskReadEngine r(disk, dst.layout(), {.queue_depth = 2, .workers = 2, .io_engine = engine});
     std::vector<TransferPair> pairs;
     for (BlockId i = 0; i < n; ++i) pairs.push_back({to_disk[i], to_host[i]});
     const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
@@ -188,7 +202,7 @@ void round_trip(DiskStorage& disk, const LayoutConfig& config, LayoutKind src_ki
 TEST_P(DiskEngineTest, RoundTripOddSizes) {
   for (const LayoutConfig& config : {kTiny, kOdd, kMla}) {
     KVBM_STORAGE_OR_SKIP(disk, config, 23);
-    round_trip(*disk, config, kind(), kind(), rng_);
+    round_trip(*disk, config, kind(), kind(), rng_, false, engine());
   }
 }
 
@@ -200,14 +214,14 @@ TEST_P(DiskEngineTest, RoundTripPageAlignedHostMemory) {
       EXPECT_TRUE(disk->can_write_from(probe.regions(0)))
           << "aligned regions must take the pwritev path";
     }
-    round_trip(*disk, config, kind(), kind(), rng_, true);
+    round_trip(*disk, config, kind(), kind(), rng_, true, engine());
   }
 }
 
 TEST_P(DiskEngineTest, RoundTripRealisticTwoMiBBlocks) {
   for (const bool page_aligned : {false, true}) {
     KVBM_STORAGE_OR_SKIP(disk, kReal, 6);
-    round_trip(*disk, kReal, kind(), kind(), rng_, page_aligned);
+    round_trip(*disk, kReal, kind(), kind(), rng_, page_aligned, engine());
   }
 }
 
@@ -215,7 +229,7 @@ TEST_P(DiskEngineTest, RoundTripIntoTheOtherLayout) {
   const LayoutKind other = kind() == LayoutKind::kFullyContiguous ? LayoutKind::kLayerSeparated
                                                                   : LayoutKind::kFullyContiguous;
   KVBM_STORAGE_OR_SKIP(disk, kOdd, 9);
-  round_trip(*disk, kOdd, kind(), other, rng_);
+  round_trip(*disk, kOdd, kind(), other, rng_, false, engine());
 }
 
 // ---- injected write faults ----
@@ -237,6 +251,7 @@ struct WritePath {
 const WritePath kWritePaths[] = {{"unaligned", kOdd, false}, {"page_aligned", kAligned, true}};
 
 TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
+  if (injects_syscalls()) GTEST_SKIP() << "syscall injection reaches the thread pool only";
   const FaultCase cases[] = {
       {Fault::kEio, true, EIO},
       {Fault::kEnospc, true, ENOSPC},
@@ -284,7 +299,7 @@ TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
       // failed ones never became readable.
       HostPool back(path.config, n, kind());
       back.fill(std::byte{0xEE});
-      DiskReadEngine r(*disk, back.layout(), {.queue_depth = 2});
+      DiskReadEngine r(*disk, back.layout(), opts({.queue_depth = 2}));
       std::vector<TransferPair> pairs;
       for (BlockId i = 0; i < n; ++i) pairs.push_back({perm[i], i});
       const TransferOutcome read =
@@ -300,6 +315,7 @@ TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
 }
 
 TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
+  if (injects_syscalls()) GTEST_SKIP() << "syscall injection reaches the thread pool only";
   const std::size_t n = 10;
   for (const WritePath& path : kWritePaths) {
     SCOPED_TRACE(std::string("host memory ") + path.name);
@@ -319,7 +335,7 @@ TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
       auto registry = std::make_shared<prometheus::Registry>();
       DiskWriteEngine w(
           src.layout(), *disk,
-          {.queue_depth = 4, .workers = 4, .name = "offload_g3", .registry = registry});
+          opts({.queue_depth = 4, .workers = 4, .name = "offload_g3", .registry = registry}));
       EXPECT_EQ(w.name(), "offload_g3");
       std::vector<TransferPair> pairs;
       for (BlockId i = 0; i < n; ++i) pairs.push_back({i, perm[i]});
@@ -343,6 +359,7 @@ TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
 // ---- injected read faults ----
 
 TEST_P(DiskEngineTest, EveryReadFaultFailsExactlyTheAffectedPairsAndLeavesThemUntouched) {
+  if (injects_syscalls()) GTEST_SKIP() << "syscall injection reaches the thread pool only";
   const FaultCase cases[] = {
       {Fault::kEio, true, EIO},
       {Fault::kEintrOnce, false, 0},
@@ -367,7 +384,7 @@ TEST_P(DiskEngineTest, EveryReadFaultFailsExactlyTheAffectedPairsAndLeavesThemUn
       FaultInjector faults(disk->slot_bytes());
       for (std::size_t v : victims) faults.on_read(perm[v], c.fault);
       test::LogCapture log;
-      DiskReadEngine r(*disk, dst.layout(), {.queue_depth = 3, .workers = 5});
+      DiskReadEngine r(*disk, dst.layout(), opts({.queue_depth = 3, .workers = 5}));
       std::vector<TransferPair> pairs;
       for (BlockId i = 0; i < n; ++i) pairs.push_back({perm[i], i});
       outcome = r.submit(pairs)->wait();
@@ -426,7 +443,7 @@ TEST_P(DiskEngineTest, FileCorruptedBehindTheLibrarysBackIsDetectedOnRead) {
   dst.fill(std::byte{0xEE});
   test::LogCapture log;
   auto registry = std::make_shared<prometheus::Registry>();
-  DiskReadEngine r(*disk, dst.layout(), {.registry = registry});
+  DiskReadEngine r(*disk, dst.layout(), opts({.registry = registry}));
   EXPECT_EQ(r.name(), "disk_to_host");
   std::vector<TransferPair> pairs;
   for (BlockId i = 0; i < n; ++i) pairs.push_back({perm[i], i});
@@ -447,13 +464,13 @@ TEST_P(DiskEngineTest, ReadingASlotNeverWrittenFailsThatPairOnly) {
   HostPool src(kTiny, n, kind());
   src.fill_random(rng_);
   {
-    DiskWriteEngine w(src.layout(), *disk);
+    DiskWriteEngine w(src.layout(), *disk, opts());
     const TransferPair pairs[] = {{0, 0}, {1, 1}, {3, 3}};
     ASSERT_TRUE(w.submit(pairs)->wait().ok());
   }
   HostPool dst(kTiny, n, kind());
   test::LogCapture log;
-  DiskReadEngine r(*disk, dst.layout());
+  DiskReadEngine r(*disk, dst.layout(), opts());
   const TransferPair pairs[] = {{3, 0}, {2, 1}, {0, 2}};
   const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
   EXPECT_EQ(o.failed, indices({1}));
@@ -469,7 +486,7 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
   HostPool src(kTiny, n, kind());
   src.fill_random(rng_);
   {
-    DiskWriteEngine w(src.layout(), *disk);
+    DiskWriteEngine w(src.layout(), *disk, opts());
     const TransferPair pairs[] = {{0, 0, 0x100}, {1, 1, 0x101}, {2, 2, 0x102}};
     ASSERT_TRUE(w.submit(pairs)->wait().ok());
   }
@@ -477,7 +494,7 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
   dst.fill(std::byte{0xEE});
   const auto untouched = dst.block(1);
   test::LogCapture log;
-  DiskReadEngine r(*disk, dst.layout());
+  DiskReadEngine r(*disk, dst.layout(), opts());
   // Slot 1 holds hash 0x101's bytes; asking it for 0x100 must fail.
   const TransferPair pairs[] = {{0, 0, 0x100}, {1, 1, 0x100}, {2, 2, 0x102}};
   const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
@@ -490,14 +507,16 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
   EXPECT_EQ(dst.block(2), src.block(2));
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, DiskEngineTest,
-                         ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
-                                            ::testing::Values(LayoutKind::kFullyContiguous,
-                                                              LayoutKind::kLayerSeparated)),
-                         [](const auto& param_info) {
-                           return std::string(std::get<0>(param_info.param).name) + "_" +
-                                  std::string(to_string(std::get<1>(param_info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Targets, DiskEngineTest,
+    ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
+                       ::testing::Values(LayoutKind::kFullyContiguous, LayoutKind::kLayerSeparated),
+                       ::testing::Values(DiskIoEngine::kThreadPool, DiskIoEngine::kIoUring)),
+    [](const auto& param_info) {
+      return std::string(std::get<0>(param_info.param).name) + "_" +
+             std::string(to_string(std::get<1>(param_info.param))) + "_" +
+             std::string(to_string(std::get<2>(param_info.param)));
+    });
 
 // ---- concurrency, lifetime and misuse (one target is enough) ----
 
@@ -541,7 +560,9 @@ TEST_F(DiskEngineBehaviourTest, QueueDepthIsTheNumberOfIosInFlight) {
     FaultInjector faults(disk_->slot_bytes());
     for (BlockId i = 0; i < kBlocks; ++i) faults.on_write(i, Fault::kStall);
     DiskWriteEngine w(host_->layout(), *disk_,
-                      {.queue_depth = c.queue_depth, .workers = c.workers});
+                      {.queue_depth = c.queue_depth,
+                       .workers = c.workers,
+                       .io_engine = DiskIoEngine::kThreadPool});
     EXPECT_EQ(w.workers(), c.threads);
     EXPECT_EQ(w.queue_depth(), c.queue_depth);
     auto done = w.submit(identity(0, kBlocks));
@@ -558,7 +579,8 @@ TEST_F(DiskEngineBehaviourTest, QueueDepthIsTheNumberOfIosInFlight) {
 TEST_F(DiskEngineBehaviourTest, SubmitReturnsAtOnceWhileTheDiskIsStalled) {
   FaultInjector faults(disk_->slot_bytes());
   for (BlockId i = 0; i < kBlocks; ++i) faults.on_write(i, Fault::kStall);
-  DiskWriteEngine w(host_->layout(), *disk_, {.queue_depth = 2});
+  DiskWriteEngine w(host_->layout(), *disk_,
+                    {.queue_depth = 2, .io_engine = DiskIoEngine::kThreadPool});
   auto first = w.submit(identity(0, 8));
   auto second = w.submit(identity(8, 8));  // the workers are all blocked: this must still return
   faults.wait_stalled(2);

@@ -4,7 +4,10 @@
 // ("host_to_disk"); DiskReadEngine copies slots back into a host layout
 // ("disk_to_host"). Both are TransferEngines: submit() validates the batch,
 // queues it and returns at once; the I/O runs on the engine's own worker
-// threads (at most queue_depth syscalls in flight), never the caller's. A read
+// threads (at most queue_depth syscalls in flight), never the caller's; or,
+// with DiskIoEngine::kIoUring, on one thread that keeps queue_depth I/Os in
+// flight in an io_uring and verifies completed reads while the others are
+// still in flight. A read
 // verifies a slot before it writes the destination, so a failed read leaves
 // the destination block untouched; the source is never written. On a
 // persistent DiskStorage a write batch follows the crash-consistent order
@@ -46,6 +49,21 @@ class Registry;
 
 namespace kvbm {
 
+/// What issues a disk engine's I/O. docs/disk_tier.md ("Choosing the I/O
+/// engine") has the measurements behind kAuto.
+enum class DiskIoEngine : std::uint8_t {
+  kAuto,        ///< io_uring where this build and kernel allow it, else the thread pool
+  kThreadPool,  ///< worker threads making blocking pread/pwrite(v) calls
+  /// One ring (liburing): queue_depth I/Os in flight from one thread. Where
+  /// kvbm was built without liburing or the kernel refuses a ring (EPERM,
+  /// ENOSYS in some containers), the engine uses the thread pool and logs
+  /// one warning saying why.
+  kIoUring,
+};
+
+/// Returns "auto", "thread_pool" or "io_uring".
+[[nodiscard]] std::string_view to_string(DiskIoEngine engine) noexcept;
+
 /// How a disk engine runs.
 struct DiskEngineOptions {
   /// The largest queue_depth.
@@ -63,6 +81,8 @@ struct DiskEngineOptions {
   /// Where to publish kvbm_transfer_{blocks,bytes,failed_blocks}_total{path=name}
   /// (kvbm/transfer/transfer_metrics.h); none when null.
   std::shared_ptr<prometheus::Registry> registry{};
+  /// What issues the I/O. The thread pool's `workers` are ignored by io_uring.
+  DiskIoEngine io_engine = DiskIoEngine::kAuto;
 };
 
 /// Counters of a disk engine since it was built. Each field is read
@@ -83,7 +103,7 @@ enum class DiskDirection : std::uint8_t {
 };
 
 namespace detail {
-class DiskEngineCore;
+class DiskEngineImpl;
 }  // namespace detail
 
 /// Copies blocks between a host layout and the slots of a disk pool, one way.
@@ -111,8 +131,13 @@ class DiskEngine : public TransferEngine {
   [[nodiscard]] std::optional<TransferCounts> counts() const noexcept override;
   /// Returns the engine's counters.
   [[nodiscard]] DiskEngineStats stats() const noexcept;
-  /// Returns the number of worker threads.
+  /// Returns the number of worker threads (1 with io_uring: the ring's).
   [[nodiscard]] std::size_t workers() const noexcept;
+  /// Returns the engine in use: kThreadPool or kIoUring, never kAuto.
+  [[nodiscard]] DiskIoEngine io_engine() const noexcept;
+  /// Returns true when this build has io_uring and the kernel grants a ring
+  /// (probed once per process); otherwise `why`, when given, says why not.
+  [[nodiscard]] static bool io_uring_available(std::string* why = nullptr);
   /// Returns the most I/Os in flight at once.
   [[nodiscard]] std::size_t queue_depth() const noexcept;
   /// Returns which way it copies.
@@ -120,7 +145,7 @@ class DiskEngine : public TransferEngine {
 
  private:
   DiskDirection direction_;
-  std::unique_ptr<detail::DiskEngineCore> core_;
+  std::unique_ptr<detail::DiskEngineImpl> core_;
 };
 
 /// A DiskEngine that writes host blocks into disk slots (kToDisk).

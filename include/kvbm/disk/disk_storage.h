@@ -257,6 +257,9 @@ class DiskStorage {
   io::IoStatus invalidate_header(BlockId block) const;
   /// Records that the slot's header is durably invalid.
   void note_invalidated(BlockId block) const noexcept;
+  /// Records that the slot's header may be on disk from now on: what
+  /// pwrite_header() does first, for an engine that writes the sector itself.
+  void note_header_live(BlockId block) const noexcept;
   /// Writes the slot's payload (data and padding, payload_bytes()) from the
   /// first payload_bytes() of a staged slot buffer. No header, no sync.
   io::IoStatus pwrite_payload(BlockId block, std::span<const std::byte> slot) const;
