@@ -153,10 +153,19 @@ Env& env() {
   return e;
 }
 
+/// The engine of the benchmark's second argument: engine:0 the thread pool,
+/// engine:1 io_uring (skipped where it cannot be had).
+DiskEngineOptions engine_options(benchmark::State& state) {
+  const bool ring = state.range(1) == 1;
+  std::string why;
+  if (ring && !DiskEngine::io_uring_available(&why)) state.SkipWithError(why.c_str());
+  return {.queue_depth = static_cast<std::size_t>(state.range(0)),
+          .io_engine = ring ? DiskIoEngine::kIoUring : DiskIoEngine::kThreadPool};
+}
+
 void write_engine(benchmark::State& state, const HostBlocks& src) {
   Env& e = env();
-  DiskWriteEngine engine(*src.layout, *e.pool,
-                         {.queue_depth = static_cast<std::size_t>(state.range(0))});
+  DiskWriteEngine engine(*src.layout, *e.pool, engine_options(state));
   const auto pairs = e.pairs(true);
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
@@ -180,7 +189,7 @@ void BM_DiskReadEngine_Read(benchmark::State& state) {
   Env& e = env();
   static bool written = false;
   if (!written) {
-    DiskWriteEngine writer(*e.src.layout, *e.pool);
+    DiskWriteEngine writer(*e.src.layout, *e.pool, {.io_engine = DiskIoEngine::kThreadPool});
     const TransferOutcome o = writer.submit(e.pairs(true))->wait();
     if (!o.ok()) {
       state.SkipWithError(std::string(o.message()).c_str());
@@ -188,8 +197,7 @@ void BM_DiskReadEngine_Read(benchmark::State& state) {
     }
     written = true;
   }
-  DiskReadEngine engine(*e.pool, *e.dst.layout,
-                        {.queue_depth = static_cast<std::size_t>(state.range(0))});
+  DiskReadEngine engine(*e.pool, *e.dst.layout, engine_options(state));
   const auto pairs = e.pairs(false);
   for (auto _ : state) {
     const TransferOutcome o = engine.submit(pairs)->wait();
@@ -277,10 +285,26 @@ void depth_args(benchmark::internal::Benchmark* b) {
       ->MinTime(1.0);
 }
 
-BENCHMARK(BM_DiskWriteEngine_Write)->Apply(depth_args);
-BENCHMARK(BM_DiskWriteEngine_WriteStaged)->Apply(depth_args);
+/// depth_args for both engines: engine:0 the thread pool, engine:1 io_uring.
+void engine_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"qd", "engine"})
+      ->Args({1, 0})
+      ->Args({1, 1})
+      ->Args({2, 0})
+      ->Args({2, 1})
+      ->Args({4, 0})
+      ->Args({4, 1})
+      ->Args({8, 0})
+      ->Args({8, 1})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(1.0);
+}
+
+BENCHMARK(BM_DiskWriteEngine_Write)->Apply(engine_args);
+BENCHMARK(BM_DiskWriteEngine_WriteStaged)->Apply(engine_args);
 BENCHMARK(BM_BarePwrite_Write)->Apply(depth_args);
-BENCHMARK(BM_DiskReadEngine_Read)->Apply(depth_args);
+BENCHMARK(BM_DiskReadEngine_Read)->Apply(engine_args);
 BENCHMARK(BM_BarePread_Read)->Apply(depth_args);
 BENCHMARK(BM_DiskSlot_GatherChecksum)->Unit(benchmark::kMicrosecond);
 

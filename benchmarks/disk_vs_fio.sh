@@ -14,6 +14,12 @@
 #         its 4 KiB tail: the size of each engine I/O), --size = the pool file
 #         (BLOCKS slots), randwrite then randread, time based.
 #   With KVBM_FIO_LIBAIO=1 also fio --ioengine=libaio --iodepth=QD --numjobs=1.
+#   With KVBM_BENCH_ENGINE=io_uring: ours is the io_uring engine (engine:1) and fio runs
+#   --ioengine=io_uring --iodepth=QD --numjobs=1 (one ring, QD in flight, as ours).
+#
+# Rounds: ours and fio alternate (A B A B ...) ROUNDS times; each round gives a
+# ratio per direction, and the summary is the median ratio with its min..max
+# and the load average before and after.
 #
 # The ratio counts our payload bytes (2 MiB per I/O) against fio's I/O bytes
 # (2 MiB + 4 KiB per I/O), so it understates us by 0.2%.
@@ -24,6 +30,8 @@
 #   KVBM_BENCH_QD           queue depth (default 4)
 #   KVBM_BENCH_REPS         repetitions of our benchmark (default 5)
 #   KVBM_FIO_RUNTIME        seconds per fio job (default 10)
+#   KVBM_BENCH_ROUNDS       interleaved rounds (default 5)
+#   KVBM_BENCH_ENGINE       thread_pool (default: fio psync) or io_uring (fio io_uring)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +47,13 @@ blocks=${KVBM_BENCH_DISK_BLOCKS:-256}
 qd=${KVBM_BENCH_QD:-4}
 reps=${KVBM_BENCH_REPS:-5}
 runtime=${KVBM_FIO_RUNTIME:-10}
+rounds=${KVBM_BENCH_ROUNDS:-5}
+engine=${KVBM_BENCH_ENGINE:-thread_pool}
+case $engine in
+  thread_pool) engine_arg=0; fio_engine=psync; fio_jobs=$qd; fio_depth=1 ;;
+  io_uring) engine_arg=1; fio_engine=io_uring; fio_jobs=1; fio_depth=$qd ;;
+  *) echo "disk_vs_fio: KVBM_BENCH_ENGINE is thread_pool or io_uring, not $engine" >&2; exit 2 ;;
+esac
 
 if [[ ! -x $bench ]]; then
   echo "disk_vs_fio: $bench not found; build it first:" >&2
@@ -70,46 +85,64 @@ df -h "$dir" | tail -1
 echo "== block $block bytes, slot/bs $slot bytes, file $size bytes ($blocks slots), queue depth $qd"
 echo "== fio $(fio --version)"
 
-echo "== ours: $bench"
-KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks "$bench" \
-  --benchmark_filter="^BM_Disk(WriteEngine_Write|ReadEngine_Read)/qd:$qd/" \
-  --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
-  --benchmark_out="$work/ours.json" --benchmark_out_format=json
+echo "== engine $engine: fio --ioengine=$fio_engine --numjobs=$fio_jobs --iodepth=$fio_depth"
+echo "== load before: $(cat /proc/loadavg)"
+cat /proc/loadavg > "$work/load_before"
 
 fio_run() {  # name rw ioengine numjobs iodepth
   fio --name="$1" --filename="$work/fio.dat" --size="$size" --bs="$slot" --rw="$2" --direct=1 \
     --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting --time_based \
     --runtime="$runtime" --fallocate=native --randrepeat=0 --output-format=json > "$work/$1.json"
 }
-echo "== fio psync, numjobs=$qd"
-fio_run write-psync randwrite psync "$qd" 1
-fio_run read-psync randread psync "$qd" 1
-if [[ ${KVBM_FIO_LIBAIO:-0} == 1 ]]; then
-  echo "== fio libaio, iodepth=$qd"
-  fio_run write-libaio randwrite libaio 1 "$qd"
-  fio_run read-libaio randread libaio 1 "$qd"
-fi
+for ((r = 1; r <= rounds; r++)); do
+  echo "== round $r/$rounds: ours ($bench), then fio"
+  KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks "$bench" \
+    --benchmark_filter="^BM_Disk(WriteEngine_Write|ReadEngine_Read)/qd:$qd/engine:$engine_arg/" \
+    --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+    --benchmark_out="$work/ours-$r.json" --benchmark_out_format=json > /dev/null
+  fio_run "write-$fio_engine-$r" randwrite "$fio_engine" "$fio_jobs" "$fio_depth"
+  fio_run "read-$fio_engine-$r" randread "$fio_engine" "$fio_jobs" "$fio_depth"
+  if [[ ${KVBM_FIO_LIBAIO:-0} == 1 ]]; then
+    fio_run "write-libaio-$r" randwrite libaio 1 "$qd"
+    fio_run "read-libaio-$r" randread libaio 1 "$qd"
+  fi
+done
+echo "== load after: $(cat /proc/loadavg)"
+cat /proc/loadavg > "$work/load_after"
 
-python3 - "$work" "$qd" "$block" "$slot" <<'EOF'
-import json, os, sys
+python3 - "$work" "$qd" "$block" "$slot" "$rounds" "$fio_engine" <<'EOF'
+import json, os, statistics, sys
 work, qd, block, slot = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-ours = {}
-for b in json.load(open(os.path.join(work, "ours.json")))["benchmarks"]:
-    if b.get("aggregate_name") == "median":
-        ours["write" if "Write" in b["name"] else "read"] = b["bytes_per_second"]
+rounds, fio_engine = int(sys.argv[5]), sys.argv[6]
+def ours(r):
+    out = {}
+    for b in json.load(open(os.path.join(work, f"ours-{r}.json")))["benchmarks"]:
+        if b.get("aggregate_name", "median") == "median":
+            out["write" if "Write" in b["name"] else "read"] = b["bytes_per_second"]
+    return out
 def fio(name, rw):
     path = os.path.join(work, name + ".json")
     if not os.path.exists(path):
         return None
     return json.load(open(path))["jobs"][0][rw]["bw_bytes"]
 print()
-print(f"{'':6} {'kvbm MB/s':>10} {'fio psync MB/s':>15} {'ratio':>6}"
+print(f"{'':6} {'round':>5} {'kvbm MB/s':>10} {'fio ' + fio_engine + ' MB/s':>18} {'ratio':>6}"
       f"   {'fio libaio MB/s':>15} {'ratio':>6}")
+ratios = {"write": [], "read": []}
 for rw in ("write", "read"):
-    o, p, a = ours.get(rw), fio(rw + "-psync", rw), fio(rw + "-libaio", rw)
-    line = f"{rw:6} {o / 1e6:10.0f} {p / 1e6:15.0f} {o / p:6.2f}"
-    if a:
-        line += f"   {a / 1e6:15.0f} {o / a:6.2f}"
-    print(line)
-print(f"(queue depth {qd}; ours counts {block}-byte blocks, fio {slot}-byte I/Os)")
+    for r in range(1, rounds + 1):
+        o, p, a = ours(r).get(rw), fio(f"{rw}-{fio_engine}-{r}", rw), fio(f"{rw}-libaio-{r}", rw)
+        ratios[rw].append(o / p)
+        line = f"{rw:6} {r:5} {o / 1e6:10.0f} {p / 1e6:18.0f} {o / p:6.2f}"
+        if a:
+            line += f"   {a / 1e6:15.0f} {o / a:6.2f}"
+        print(line)
+print()
+for rw in ("write", "read"):
+    v = ratios[rw]
+    print(f"{rw:6} median ratio {statistics.median(v):.2f} (range {min(v):.2f}..{max(v):.2f},"
+          f" {len(v)} rounds)")
+load = [open(os.path.join(work, f)).read().split()[:3] for f in ("load_before", "load_after")]
+print(f"load average before {' '.join(load[0])}, after {' '.join(load[1])}")
+print(f"(queue depth {qd}, fio {fio_engine}; ours counts {block}-byte blocks, fio {slot}-byte I/Os)")
 EOF

@@ -5,6 +5,8 @@
 
 #include "kvbm/disk/disk_engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -456,6 +458,36 @@ TEST_P(DiskEngineTest, FileCorruptedBehindTheLibrarysBackIsDetectedOnRead) {
   const std::vector<std::byte> untouched(kOdd.block_bytes(), std::byte{0xEE});
   for (BlockId i : {2U, 5U, 6U}) EXPECT_EQ(dst.block(i), untouched) << i;
   for (BlockId i : {0U, 1U, 3U, 4U, 7U}) EXPECT_EQ(dst.block(i), src.block(i)) << i;
+}
+
+TEST_P(DiskEngineTest, FileTruncatedBehindTheLibrarysBackFailsTheReadsPastItsEnd) {
+  // A real short read: slot 4 ends half way (at a 4 KiB boundary, as O_DIRECT
+  // asks), slot 5 is gone. Both fail with ENODATA, as pread_full reports the
+  // end of the file, and leave their destinations untouched.
+  const std::size_t n = 6;
+  KVBM_STORAGE_OR_SKIP(disk, kOdd, n);
+  HostPool src(kOdd, n, kind());
+  src.fill_random(rng_);
+  std::vector<BlockId> identity(n);
+  std::iota(identity.begin(), identity.end(), 0);
+  ASSERT_TRUE(write_all(src, *disk, identity).ok());
+  const std::uint64_t half = disk->slot_bytes() / 2 / DiskStorage::kAlignment;
+  ASSERT_EQ(::truncate(disk->path().c_str(),
+                       static_cast<off_t>(disk->slot_offset(4) + half * DiskStorage::kAlignment)),
+            0);
+  HostPool dst(kOdd, n, kind());
+  dst.fill(std::byte{0xEE});
+  test::LogCapture log;
+  DiskReadEngine r(*disk, dst.layout(), opts({.queue_depth = 2}));
+  std::vector<TransferPair> pairs;
+  for (BlockId i = 0; i < n; ++i) pairs.push_back({i, i});
+  const TransferOutcome o = r.submit(pairs)->wait();  // a copy: the completion is a temporary
+  EXPECT_EQ(o.failed, indices({4, 5}));
+  ASSERT_TRUE(o.error.has_value());
+  EXPECT_EQ(o.error->code, ENODATA) << *o.error;
+  const std::vector<std::byte> untouched(kOdd.block_bytes(), std::byte{0xEE});
+  for (BlockId i : {4U, 5U}) EXPECT_EQ(dst.block(i), untouched) << i;
+  for (BlockId i = 0; i < 4; ++i) EXPECT_EQ(dst.block(i), src.block(i)) << i;
 }
 
 TEST_P(DiskEngineTest, ReadingASlotNeverWrittenFailsThatPairOnly) {
