@@ -87,12 +87,35 @@ record() {  # <stage> <PASS|FAIL|SKIP> <seconds> <detail>
   if [[ "$2" == FAIL ]]; then failed_stages+=("$1"); fi
 }
 
+# What failed, in a few lines under the summary (a CI log keeps only its tail): the names of the
+# failed ctest cases, pytest's FAILED/ERROR lines, and each sanitizer report's summary line and
+# first kvbm frames. <stage> <log file>
+failure_notes=()
+note_failures() {
+  local stage="$1" log="$2" lines
+  [[ -f "$log" ]] || return 0
+  lines="$({
+    sed -n '/The following tests FAILED/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' | head -n 8
+    grep -E '^(FAILED|ERROR) ' "$log" | head -n 8
+    grep -E -A14 '^WARNING: (ThreadSanitizer|AddressSanitizer)|^==[0-9]+==ERROR: ' "$log" |
+      grep -E 'WARNING: |ERROR: |#[0-9]+ .*(kvbm|/src/|/include/|/tests/)' | head -n 12
+    grep -E 'SUMMARY: (Thread|Address|UndefinedBehavior)Sanitizer' "$log" | sort -u | head -n 4
+  } | cut -c1-160)"
+  [[ -n "$lines" ]] || return 0
+  failure_notes+=("[$stage] $log")
+  while IFS= read -r line; do failure_notes+=("  $line"); done <<<"$lines"
+}
+
 print_summary() {
   local line
   echo
   echo "==================================== kvbm test summary ===================================="
   for line in "${summary[@]}"; do echo "$line"; done
   echo "==========================================================================================="
+  if ((${#failure_notes[@]})); then
+    echo "what failed:"
+    for line in "${failure_notes[@]}"; do echo "$line"; done
+  fi
   if ((${#failed_stages[@]})); then
     echo "RESULT: FAIL (${failed_stages[*]})"
   else
@@ -119,6 +142,7 @@ build_and_test() {
   local rc="${PIPESTATUS[0]}"
   detail="$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)"
   [[ -n "$detail" ]] || detail="ctest exited with $rc"
+  ((rc == 0)) || note_failures "$preset" "$log"
   return "$rc"
 }
 
@@ -298,9 +322,10 @@ stage_python() {
   local log="$venv/pytest.log"
   kvbm_log "python: pytest tests/python"
   (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" "$venv/bin/python" -m pytest \
-    -q -rs tests/python) 2>&1 | tee "$log"
+    -q -rfEs tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
+  ((rc == 0)) || note_failures python "$log"
   return "$rc"
 }
 
@@ -380,6 +405,7 @@ EOF
     tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
+  ((rc == 0)) || note_failures "$stage" "$log"
   if ! grep -qF "kvbm._kvbm (instrumented): $expected" "$log"; then
     detail+=" [the session did not report importing $expected]"
     ((rc)) || rc=1
@@ -439,6 +465,7 @@ stage_engines() {
   local rc="${PIPESTATUS[0]}"
   detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
   [[ -n "$detail" ]] || detail="pytest exited with $rc"
+  ((rc == 0)) || note_failures engines "$log"
   # The signature checks of tests/python against the engines' installed interface files.
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The one way kvbm's figures are measured: interleaved rounds of kvbm and its baseline.
+
+    python3 benchmarks/compare.py                      # every comparison, 5 rounds
+    python3 benchmarks/compare.py --only hashing,match --rounds 9
+    python3 benchmarks/compare.py --list
+    python3 benchmarks/compare.py --markdown out.md --json out.json
+
+Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two
+Google Benchmark cases of one binary, kvbm's disk engine and fio at the same engine, queue
+depth and I/O size, the remote tier and redis-benchmark, kvbm-router and a bare HTTP round
+trip. A round runs kvbm once, then the baseline once (A B A B ...), reads the load average
+before each, and keeps the ratio of the two. The report gives, per comparison, the median of
+each side, the median ratio with its min..max over the rounds, the load average over the
+rounds, and the target judged on the median ratio ("range crosses" where one round falls on
+the other side of it). The machine is shared: only ratios within one round compare.
+
+Options: --build DIR (default build/release), --rounds N (default 5, at least 5 for a figure
+in docs/benchmarks.md), --only a,b (names or prefixes), --markdown FILE, --json FILE.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import comparisons  # noqa: E402  (benchmarks/comparisons.py, beside this file)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def judge(target, ratio, low, high):
+    """Returns the verdict of `target` ("<= 8", ">= 0.9" or None) on the median ratio."""
+    if not target:
+        return "-"
+    op, bound = target.split()
+    bound = float(bound)
+    ok = (lambda r: r <= bound) if op == "<=" else (lambda r: r >= bound)
+    if not ok(ratio):
+        return f"{target}: not met"
+    return f"{target}: met" + ("" if ok(low) and ok(high) else ", range crosses it")
+
+
+def run_one(comp, rounds, ctx):
+    kvbm, base, ratios, loads = [], [], [], []
+    for i in range(rounds):
+        loads.append(loadavg())
+        a = comp.kvbm.measure(ctx)
+        loads.append(loadavg())
+        b = comp.baseline.measure(ctx) if comp.baseline else None
+        kvbm.append(a)
+        if b is not None:
+            base.append(b)
+            ratios.append(a / b)
+        print(f"  round {i + 1}: kvbm {a:.4g} {comp.kvbm.unit}"
+              + (f", baseline {b:.4g} {comp.baseline.unit}, ratio {a / b:.3f}" if b else ""),
+              file=sys.stderr, flush=True)
+    row = {
+        "name": comp.name, "what": comp.what, "unit": comp.kvbm.unit,
+        "kvbm": statistics.median(kvbm), "kvbm_min": min(kvbm), "kvbm_max": max(kvbm),
+        "rounds": rounds, "load_min": min(loads), "load_max": max(loads),
+    }
+    if ratios:
+        row.update(baseline=statistics.median(base), baseline_what=comp.baseline.what,
+                   baseline_unit=comp.baseline.unit, ratio=statistics.median(ratios),
+                   ratio_min=min(ratios), ratio_max=max(ratios),
+                   verdict=judge(comp.target, statistics.median(ratios), min(ratios),
+                                 max(ratios)))
+    else:
+        row["verdict"] = judge(comp.target, row["kvbm"], row["kvbm_min"], row["kvbm_max"])
+    return row
+
+
+def markdown(rows, header):
+    out = [header, "",
+           "| comparison | kvbm (median, min..max) | baseline (median) | ratio: median (min..max) "
+           "| load | target |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        k = f"{r['kvbm']:.4g} {r['unit']} ({r['kvbm_min']:.4g}..{r['kvbm_max']:.4g})"
+        if "ratio" in r:
+            b = f"{r['baseline_what']}: {r['baseline']:.4g} {r['baseline_unit']}"
+            q = f"{r['ratio']:.2f} ({r['ratio_min']:.2f}..{r['ratio_max']:.2f})"
+        else:
+            b, q = "-", "-"
+        load = f"{r['load_min']:.1f}-{r['load_max']:.1f}"
+        out.append(f"| {r['what']} | {k} | {b} | {q} | {load} | {r['verdict']} |")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build/release")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--markdown")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    build = os.path.join(root, args.build) if not os.path.isabs(args.build) else args.build
+    comps = comparisons.all_comparisons()
+    if args.list:
+        for c in comps:
+            print(f"{c.name:34} {c.what}   [target {c.target or '-'}]")
+        return 0
+    wanted = [w for w in args.only.split(",") if w]
+    if wanted:
+        comps = [c for c in comps if any(c.name == w or c.name.startswith(w) for w in wanted)]
+        if not comps:
+            sys.exit(f"compare: no comparison matches --only {args.only}; see --list")
+    if args.rounds < 1:
+        sys.exit("compare: --rounds must be at least 1 (5 or more for a published figure)")
+    rows = []
+    with comparisons.Context(build) as ctx:
+        for c in comps:
+            missing = c.missing(ctx)
+            if missing:
+                print(f"[compare] {c.name}: skipped: {missing}", file=sys.stderr)
+                continue
+            print(f"[compare] {c.name}: {args.rounds} rounds", file=sys.stderr, flush=True)
+            rows.append(run_one(c, args.rounds, ctx))
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = (f"{date}, {platform.node()}, {os.cpu_count()} CPUs, {args.rounds} rounds "
+              f"(kvbm then baseline in each), `python3 benchmarks/compare.py "
+              f"--rounds {args.rounds}{' --only ' + args.only if args.only else ''}`")
+    text = markdown(rows, header)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": date, "rounds": args.rounds, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""What benchmarks/compare.py measures: each kvbm figure beside its baseline.
+
+A Comparison pairs a kvbm Measure with a baseline Measure (or none, for a figure with an
+absolute target) and a target on the ratio kvbm / baseline, both in the measure's own unit:
+costs (ns per block) are compared with "<=", rates (tokens/s, bytes/s) with ">=".
+Measures run one process each, so that a round is one run of each side.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+
+class Context:
+    """The build directory, and the servers and scratch directories rounds share."""
+
+    def __init__(self, build):
+        self.build = build
+        self.tmp = None
+        self.redis = None
+        self.redis_port = None
+        self.disk_dir = None
+
+    def __enter__(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvbm-compare-")
+        return self
+
+    def __exit__(self, *exc):
+        if self.redis:
+            self.redis.terminate()
+            self.redis.wait(timeout=10)
+        for d in (self.tmp, self.disk_dir):
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def bin(self, rel):
+        return os.path.join(self.build, rel)
+
+    def redis_url(self):
+        """Starts one redis-server on a free loopback port (once) and returns its URL."""
+        if self.redis is None:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            self.redis_port = s.getsockname()[1]
+            s.close()
+            self.redis = subprocess.Popen(
+                ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", self.tmp,
+                 "--protected-mode", "no"], stdout=subprocess.DEVNULL)
+            for _ in range(200):
+                r = subprocess.run(["redis-cli", "-p", str(self.redis_port), "ping"],
+                                   capture_output=True, text=True)
+                if r.stdout.strip() == "PONG":
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("redis-server did not answer PING")
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def disk(self):
+        """A scratch directory on a real disk (KVBM_BENCH_DISK_DIR, default /var/tmp)."""
+        if self.disk_dir is None:
+            base = os.environ.get("KVBM_BENCH_DISK_DIR", "/var/tmp")
+            self.disk_dir = tempfile.mkdtemp(prefix="kvbm-compare-", dir=base)
+        return self.disk_dir
+
+
+class GBench:
+    """One Google Benchmark case of one binary, run alone; `field` says what is read."""
+
+    def __init__(self, binary, case, field="ns_per_item", min_time=0.5, env=None, what=None):
+        self.binary, self.case, self.field = binary, case, field
+        self.min_time, self.env = min_time, env or {}
+        self.what = what or case.split("/")[0].removeprefix("BM_").rstrip("$")
+        self.unit = {"ns_per_item": "ns", "items_per_second": "M items/s",
+                     "bytes_per_second": "MB/s", "real_time": "ms"}.get(field, field)
+
+    def missing(self, ctx):
+        path = ctx.bin(f"benchmarks/{self.binary}")
+        return None if os.path.exists(path) else f"{path} not built"
+
+    def measure(self, ctx):
+        env = dict(os.environ)
+        for k, v in self.env.items():
+            env[k] = v(ctx) if callable(v) else v
+        out = subprocess.run(
+            [ctx.bin(f"benchmarks/{self.binary}"), f"--benchmark_filter=^{self.case}",
+             "--benchmark_format=json", f"--benchmark_min_time={self.min_time}"],
+            capture_output=True, text=True, env=env, check=True).stdout
+        runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") != "aggregate"]
+        if len(runs) != 1:
+            raise RuntimeError(f"{self.binary} {self.case}: {len(runs)} cases matched, not 1")
+        b = runs[0]
+        if b.get("error_occurred"):
+            raise RuntimeError(f"{self.binary} {self.case}: {b.get('error_message')}")
+        if self.field == "ns_per_item":
+            return 1e9 / b["items_per_second"]
+        if self.field == "items_per_second":
+            return b["items_per_second"] / 1e6
+        if self.field == "bytes_per_second":
+            return b["bytes_per_second"] / 1e6
+        if self.field == "real_time":
+            scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+            return b["real_time"] * scale
+        return b[self.field]
+
+
+class Fio:
+    """fio on the disk directory, with the engine, queue depth and I/O size given."""
+
+    def __init__(self, rw, engine, depth, bs, size, runtime=4):
+        self.rw, self.engine, self.depth, self.bs, self.size = rw, engine, depth, bs, size
+        self.runtime = runtime
+        self.what = f"fio {engine} {rw} qd {depth}"
+        self.unit = "MB/s"
+
+    def missing(self, ctx):
+        return None if shutil.which("fio") else "fio not installed (apt-get install -y fio)"
+
+    def measure(self, ctx):
+        # psync reaches a queue depth of N with N jobs; io_uring/libaio with one job N deep.
+        sync = self.engine == "psync"
+        cmd = ["fio", "--name=cmp", f"--filename={os.path.join(ctx.disk(), 'fio.dat')}",
+               f"--size={self.size}", f"--bs={self.bs}", f"--rw={self.rw}", "--direct=1",
+               f"--ioengine={self.engine}", f"--numjobs={self.depth if sync else 1}",
+               f"--iodepth={1 if sync else self.depth}", "--group_reporting", "--time_based",
+               f"--runtime={self.runtime}", "--fallocate=native", "--randrepeat=0",
+               "--output-format=json"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+        return job["read" if "read" in self.rw else "write"]["bw_bytes"] / 1e6
+
+
+class RedisBenchmark:
+    """redis-benchmark against the context's server: SET or GET of `size` bytes."""
+
+    def __init__(self, op, size, pipeline=16, clients=2, requests=None):
+        self.op, self.size, self.pipeline, self.clients = op, size, pipeline, clients
+        self.requests = requests or (2000 if size >= 1 << 20 else 20000)
+        self.what = f"redis-benchmark {op} -P {pipeline} -c {clients}"
+        self.unit = "MB/s"
+
+    def missing(self, ctx):
+        return None if shutil.which("redis-benchmark") else "redis-benchmark not installed"
+
+    def measure(self, ctx):
+        ctx.redis_url()
+        # -t set,get: the SET pass writes the key the GET pass then reads (a hit).
+        out = subprocess.run(
+            ["redis-benchmark", "-h", "127.0.0.1", "-p", str(ctx.redis_port),
+             "-c", str(self.clients), "-t", "set,get", "-d", str(self.size),
+             "-n", str(self.requests), "-P", str(self.pipeline), "--csv"],
+            capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            cells = [c.strip('"') for c in line.split(",")]
+            if cells and cells[0] == self.op:
+                return float(cells[1]) * self.size / 1e6
+        raise RuntimeError(f"redis-benchmark printed no {self.op} line")
+
+
+class Replay:
+    """kvbm-replay --metadata-only on the shipped trace: M blocks per second."""
+
+    what = "kvbm-replay --metadata-only"
+    unit = "M blocks/s"
+
+    def __init__(self, args=()):
+        self.args = list(args)
+
+    def missing(self, ctx):
+        path = ctx.bin("tools/replay/kvbm-replay")
+        return None if os.path.exists(path) else f"{path} not built"
+
+    def measure(self, ctx):
+        out = subprocess.run([ctx.bin("tools/replay/kvbm-replay"), "--metadata-only", "--json",
+                              *self.args], capture_output=True, text=True, check=True).stdout
+        return json.loads(out)["result"]["blocks_per_second"] / 1e6
+
+
+class Comparison:
+    def __init__(self, name, what, kvbm, baseline, target=None):
+        self.name, self.what, self.kvbm, self.baseline = name, what, kvbm, baseline
+        self.target = target
+
+    def missing(self, ctx):
+        for m in (self.kvbm, self.baseline):
+            reason = m.missing(ctx) if m else None
+            if reason:
+                return reason
+        return None
+
+
+def gb_pair(name, what, binary, case, base_case, field="ns_per_item", target=None, **kw):
+    return Comparison(name, what, GBench(binary, case, field, **kw),
+                      GBench(binary, base_case, field, **kw), target)
+
+
+# The disk benchmark's block: 32 layers x K,V x 16 tokens x 8 heads x 128 x 2 bytes = 2 MiB;
+# its slot (each engine I/O) adds the footer and rounds up to 4 KiB.
+DISK_BLOCK = 32 * 2 * 16 * 8 * 128 * 2
+DISK_SLOT = (DISK_BLOCK + 64 + 4095) // 4096 * 4096
+DISK_BLOCKS = int(os.environ.get("KVBM_BENCH_DISK_BLOCKS", "256"))
+DISK_QD = int(os.environ.get("KVBM_BENCH_QD", "4"))
+
+
+def disk_comparisons():
+    env = {"KVBM_BENCH_DISK_DIR": lambda ctx: ctx.disk(),
+           "KVBM_BENCH_DISK_BLOCKS": str(DISK_BLOCKS)}
+    size = DISK_BLOCKS * DISK_SLOT
+    out = []
+    for op, case, rw in (("write", "BM_DiskWriteEngine_Write", "randwrite"),
+                         ("read", "BM_DiskReadEngine_Read", "randread")):
+        kvbm = GBench("disk_bench", f"{case}/qd:{DISK_QD}/", "bytes_per_second", min_time=1.0,
+                      env=env, what=f"kvbm disk engine {op}")
+        target = ">= 0.9" if op == "read" else None
+        out.append(Comparison(f"disk-{op}-psync",
+                              f"G3 {op} (checksums included), thread pool, qd {DISK_QD}", kvbm,
+                              Fio(rw, "psync", DISK_QD, DISK_SLOT, size), target))
+    return out
+
+
+def remote_comparisons():
+    out = []
+    for kib in (64, 1024):
+        for op, case in (("SET", "BM_RemoteStore_Put"), ("GET", "BM_RemoteStore_Get")):
+            kvbm = GBench("remote_bench", f"{case}/kib:{kib}/", "bytes_per_second", min_time=1.0,
+                          env={"KVBM_REDIS_URL": lambda ctx: ctx.redis_url()},
+                          what=f"RemoteStore {op}")
+            base = RedisBenchmark(op, kib * 1024)
+            out.append(Comparison(f"remote-{op.lower()}-{kib}k",
+                                  f"G4 {op} of {kib} KiB blocks, one redis-server", kvbm, base,
+                                  ">= 0.8"))
+    return out
+
+
+def all_comparisons():
+    bm, hb = "block_manager_bench", "hashing_bench"
+    base = "BM_Baseline_UnorderedMapLookup$"
+    comps = [
+        gb_pair("match-inactive", "match_blocks, hits on inactive blocks (per block)", bm,
+                "BM_BlockManager_MatchInactive$", base, target="<= 1.2"),
+        gb_pair("match-active", "match_blocks, hits on blocks in use (per block)", bm,
+                "BM_BlockManager_MatchActive$", base, target="<= 3"),
+        gb_pair("match-miss", "match_blocks whose first hash misses (per call)", bm,
+                "BM_BlockManager_MatchMiss$", base, target="<= 3"),
+        gb_pair("lifecycle-single", "one block per call, from the reset pool", bm,
+                "BM_BlockManager_LifecycleSingle/evicting:0$", base, target="<= 8"),
+        gb_pair("lifecycle-single-evicting", "one block per call, each evicting", bm,
+                "BM_BlockManager_LifecycleSingle/evicting:1$", base),
+        Comparison("build-1m", "build a 1,000,000-block manager",
+                   GBench(bm, "BM_BlockManager_Build1M", "real_time", min_time=0.1), None,
+                   "<= 200"),
+        gb_pair("lifecycle-batch", "32-block batches, from the reset pool (per block)", bm,
+                "BM_BlockManager_LifecycleFromReset/32$", base),
+        gb_pair("lifecycle-batch-evicting", "32-block batches, each evicting (per block)", bm,
+                "BM_BlockManager_LifecycleEvicting/32$", base),
+    ]
+    for tokens in (16, 32, 64):
+        comps.append(gb_pair(f"hashing-{tokens}", f"hash_blocks, {tokens}-token blocks", hb,
+                             f"BM_HashBlocks_Batch/tokens:4096/block:{tokens}$",
+                             f"BM_Xxh3_RawBlocks/tokens:4096/block:{tokens}$",
+                             "items_per_second", ">= 0.9" if tokens == 16 else None))
+    comps.append(Comparison("replay-metadata", "replay of the shipped trace, metadata only",
+                            Replay(), None, ">= 5"))
+    comps += disk_comparisons()
+    comps += remote_comparisons()
+    comps.append(gb_pair("router-overlaps", "KvIndexer::overlaps, 64 instances, 256 blocks",
+                         "router_bench", "BM_KvIndexer_Overlaps/instances:64/blocks:256$",
+                         "BM_Baseline_HashMapFind/instances:64/blocks:256$"))
+    return comps
+
+
+def check_names():
+    """Names are unique and usable with --only."""
+    names = [c.name for c in all_comparisons()]
+    assert len(names) == len(set(names)), names
+    assert all(re.fullmatch(r"[a-z0-9-]+", n) for n in names), names
