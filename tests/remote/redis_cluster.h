@@ -170,29 +170,18 @@ class RedisCluster {
     return -1;
   }
 
-  /// Waits (up to 10 s) until every running primary's replicas have acknowledged all it
-  /// wrote (each replica's offset in INFO replication equals master_repl_offset). WAIT
-  /// would not do: it waits only for the writes of the connection that sends it.
+  /// Waits (up to 30 s) until every running primary's replicas have acknowledged all it
+  /// wrote: every running replica is online at its primary (a replica still waiting for its
+  /// first sync is listed with offset 0, or not yet at all) and each replica's offset in
+  /// INFO replication equals master_repl_offset. WAIT would not do: it waits only for the
+  /// writes of the connection that sends it.
   void wait_replicated() {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < until) {
-      bool done = true;
-      for (auto& n : nodes_) {
-        if (n->pid() <= 0) continue;
-        const std::string info = n->command({"INFO", "replication"});
-        if (info.find("role:master") == std::string::npos) continue;
-        const auto at = info.find("master_repl_offset:");
-        if (at == std::string::npos) continue;
-        const std::string offset = info.substr(at + 19, info.find('\r', at) - at - 19);
-        for (auto p = info.find(",offset="); p != std::string::npos;
-             p = info.find(",offset=", p + 1)) {
-          done &= info.substr(p + 8, info.find(',', p + 8) - p - 8) == offset;
-        }
-      }
-      if (done) return;
+      if (replicated()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    throw std::runtime_error("the replicas did not catch up within 10 s");
+    throw std::runtime_error("the replicas did not catch up within 30 s");
   }
 
   /// Waits (up to 30 s) until every running node says cluster_state:ok.
@@ -211,6 +200,27 @@ class RedisCluster {
   }
 
  private:
+  /// One look at wait_replicated()'s condition.
+  bool replicated() {
+    std::size_t replicas = 0, online = 0;
+    for (auto& n : nodes_) {
+      if (n->pid() <= 0) continue;
+      const std::string info = n->command({"INFO", "replication"});
+      if (info.find("role:slave") != std::string::npos) ++replicas;
+      if (info.find("role:master") == std::string::npos) continue;
+      const auto at = info.find("master_repl_offset:");
+      if (at == std::string::npos) return false;
+      const std::string offset = info.substr(at + 19, info.find('\r', at) - at - 19);
+      for (auto p = info.find(",state=online,offset="); p != std::string::npos;
+           p = info.find(",state=online,offset=", p + 1)) {
+        ++online;
+        const auto from = p + 21;
+        if (info.substr(from, info.find(',', from) - from) != offset) return false;
+      }
+    }
+    return online == replicas;
+  }
+
   RedisServer::Options node_options() const {
     RedisServer::Options o;
     o.password = options_.password;
@@ -218,6 +228,8 @@ class RedisCluster {
                     "--cluster-config-file",  "nodes.conf",
                     "--cluster-node-timeout", "1000",
                     "--cluster-port",         std::to_string(RedisServer::free_port())};
+    // A replica's first sync starts at once, not after Redis 7's 5 s diskless-sync wait.
+    o.extra_args.insert(o.extra_args.end(), {"--repl-diskless-sync-delay", "0"});
     if (!options_.password.empty()) {
       o.extra_args.insert(o.extra_args.end(),
                           {"--requirepass", options_.password, "--masterauth", options_.password});

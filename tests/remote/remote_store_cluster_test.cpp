@@ -413,8 +413,11 @@ TEST(RemoteStoreClusterTest, KvBlockManagersShareG4ThroughAFailover) {
     ++attempts;
     const auto call = Clock::now();
     OnboardHandle h = b->onboard(hashes);
-    ASSERT_EQ(h.wait(), TransferStatus::kDone);
-    EXPECT_LT(seconds_since(call), 2.0);
+    // Bounded, never a hang (G4's calls end within command_timeout); the bound is loose
+    // because a loaded machine under ASan stretches every call.
+    ASSERT_TRUE(h.wait_for(10s)) << "an onboarding did not end within 10 s";
+    ASSERT_EQ(h.status(), TransferStatus::kDone);
+    EXPECT_LT(seconds_since(call), 5.0);
     const auto blocks = h.take_blocks();
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       ASSERT_EQ(test::read_block(b->device_layout(), blocks[i].block_id()),
