@@ -53,8 +53,50 @@ std::uint32_t payload_length(std::size_t bytes, std::size_t extra) {
 // symmetric, an equal pair does not cancel, and the seed (the position) moves
 // both keys. A collision of two distinct (parent, block, position) triples is
 // then as unlikely as for a random 64-bit function (2^-64 per pair). The chain
-// is the one serial dependency of hashing a prompt: about 12 cycles of latency
-// per block, while the independent block hashes overlap with it.
+// is the one serial dependency of hashing a prompt: about 14 cycles of latency
+// per block (xor, multiply, fold, add, avalanche), while the independent block
+// hashes overlap with it; at 16-token blocks it, not XXH3 of the tokens, sets
+// the pace.
+#if defined(__SIZEOF_INT128__)
+__extension__ using Uint128 = unsigned __int128;
+
+// XXH3_avalanche.
+KVBM_HOT_INLINE std::uint64_t avalanche(std::uint64_t h) noexcept {
+  h ^= h >> 37;
+  h *= 0x165667919E3779F9ULL;
+  return h ^ (h >> 32);
+}
+
+// XXH3_mul128_fold64: the low and high words of a * b, xored. On x86-64 the
+// multiply is spelled out, because GCC keeps the 128-bit product of the C
+// version in a stack slot in loops as large as these: a store and a reload
+// (several cycles) after every multiply, on the serial path of the chain.
+KVBM_HOT_INLINE std::uint64_t mul128_fold64(std::uint64_t a, std::uint64_t b) noexcept {
+#if defined(__x86_64__) && defined(__GNUC__)
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  asm("mulq %3" : "=a"(lo), "=d"(hi) : "a"(a), "rm"(b) : "cc");
+  return lo ^ hi;
+#else
+  const Uint128 product = Uint128{a} * b;
+  return static_cast<std::uint64_t>(product) ^ static_cast<std::uint64_t>(product >> 64);
+#endif
+}
+
+// XXH3_len_9to16_64b of xxhash.h written out for these 16 bytes, whose words
+// are already in registers: the same value, bit for bit, without the trip
+// through memory. Equality with XXH3 is tested
+// (hashing_test: ChainStepIsXxh3OfParentAndBlock).
+KVBM_HOT_INLINE std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value,
+                                          std::uint32_t position) noexcept {
+  // Constants once folded: words of the default secret, as XXH3 reads them.
+  const std::uint64_t flip1 = XXH_readLE64(XXH3_kSecret + 24) ^ XXH_readLE64(XXH3_kSecret + 32);
+  const std::uint64_t flip2 = XXH_readLE64(XXH3_kSecret + 40) ^ XXH_readLE64(XXH3_kSecret + 48);
+  const std::uint64_t lo = parent_value ^ (flip1 + position);  // on the serial path
+  const std::uint64_t hi = block_hash ^ (flip2 - position);    // independent of it
+  return avalanche((16 + hi) + XXH_swap64(lo) + mul128_fold64(lo, hi));
+}
+#else
 std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value,
                           std::uint32_t position) noexcept {
   unsigned char bytes[16];
@@ -69,6 +111,7 @@ std::uint64_t chain_value(std::uint64_t block_hash, std::uint64_t parent_value,
   }
   return XXH3_64bits_withSeed(bytes, sizeof(bytes), position);
 }
+#endif
 
 // Feeds `count` tokens as little-endian u32 bytes into a streaming state.
 void update_tokens(XXH3_state_t* state, const Token* tokens, std::size_t count) noexcept {
@@ -158,8 +201,10 @@ struct Run {
   std::size_t count;         // blocks
   std::uint32_t block_size;  // tokens per block
   std::uint64_t seed;
-  std::uint64_t* block_hashes;
-  SequenceHash* sequence_hashes;
+  // Appended to; their capacity is reserved for `count` more entries, so that
+  // no entry is written twice (resize() would zero them first).
+  std::vector<std::uint64_t>* block_hashes;
+  std::vector<SequenceHash>* sequence_hashes;
 };
 
 // Hashes the blocks of `run` with `block_hash_of(i, tokens)` and chains them to
@@ -175,8 +220,8 @@ KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> paren
   const std::size_t count = run.count;
   const Token* block = run.tokens;
   Token* copy_to = run.copy_to;
-  std::uint64_t* const hash_out = run.block_hashes;
-  SequenceHash* const seq_out = run.sequence_hashes;
+  std::vector<std::uint64_t>& hash_out = *run.block_hashes;
+  std::vector<SequenceHash>& seq_out = *run.sequence_hashes;
   auto copy_block = [&](const Token* src) {
     if constexpr (kCopy) {
       if constexpr (kFixed != 0) {
@@ -197,8 +242,8 @@ KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> paren
   } else {
     const std::uint64_t h = block_hash_of(0, block);
     copy_block(block);
-    hash_out[0] = h;
-    seq_out[0] = SequenceHash(h, std::nullopt, 0);
+    hash_out.push_back(h);
+    seq_out.push_back(SequenceHash(h, std::nullopt, 0));  // NOLINT(modernize-use-emplace)
     prev = h;
     position = 1;
     block += block_size;
@@ -208,8 +253,10 @@ KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> paren
     const std::uint64_t h = block_hash_of(i, block);
     copy_block(block);
     const std::uint64_t value = chain_value(h, prev, position);
-    hash_out[i] = h;
-    seq_out[i] = SequenceHash(value, prev, position);
+    hash_out.push_back(h);
+    // A built value pushed, not emplace_back: GCC 12 compiles the in-place
+    // construction, check included, into a slower loop (0.82 vs 0.86 of raw XXH3).
+    seq_out.push_back(SequenceHash(value, prev, position));  // NOLINT(modernize-use-emplace)
     prev = value;
   }
 }
@@ -295,33 +342,38 @@ void hash_blocks_impl(std::span<const Token> tokens, Token* copy_to, std::uint32
   KVBM_CHECK(sequence_hashes.size() == block_hashes.size(),
              "hash_blocks: block_hashes and sequence_hashes must have the same size on entry");
 
+  // Reserve, then append: the pushes below never reallocate, and nothing is
+  // written twice. A failed call leaves both outputs as they were.
+  // Growth stays geometric (reserve() alone would allocate the exact size on
+  // every call of a caller that appends block by block).
   const std::size_t old_size = block_hashes.size();
-  block_hashes.resize(old_size + count);
-  try {
-    sequence_hashes.resize(old_size + count);
-  } catch (...) {                   // undo, then rethrow: nothing is swallowed
-    block_hashes.resize(old_size);  // a failed call leaves both outputs as they were
-    throw;
+  const std::size_t needed = old_size + count;
+  if (block_hashes.capacity() < needed) {
+    block_hashes.reserve(std::max(needed, 2 * block_hashes.capacity()));
   }
-  const Run run{tokens.data(),
-                copy_to,
-                count,
-                block_size,
-                salt.value(),
-                block_hashes.data() + old_size,
-                sequence_hashes.data() + old_size};
-  if (copy_to != nullptr) {
-    if (block_keys.empty()) {
-      hash_run<true>(run, parent);
+  if (sequence_hashes.capacity() < needed) {
+    sequence_hashes.reserve(std::max(needed, 2 * sequence_hashes.capacity()));
+  }
+  const Run run{tokens.data(), copy_to,       count,           block_size,
+                salt.value(),  &block_hashes, &sequence_hashes};
+  try {
+    if (copy_to != nullptr) {
+      if (block_keys.empty()) {
+        hash_run<true>(run, parent);
+      } else {
+        hash_run_with_keys<true>(run, parent, block_keys);
+      }
     } else {
-      hash_run_with_keys<true>(run, parent, block_keys);
+      if (block_keys.empty()) {
+        hash_run<false>(run, parent);
+      } else {
+        hash_run_with_keys<false>(run, parent, block_keys);
+      }
     }
-  } else {
-    if (block_keys.empty()) {
-      hash_run<false>(run, parent);
-    } else {
-      hash_run_with_keys<false>(run, parent, block_keys);
-    }
+  } catch (...) {  // undo, then rethrow: nothing is swallowed
+    block_hashes.resize(old_size);
+    sequence_hashes.resize(old_size);
+    throw;
   }
 }
 

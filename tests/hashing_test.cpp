@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -151,6 +152,35 @@ TEST(HashingTest, ChainHashesBlockHashSeededWithParentValue) {
   EXPECT_EQ(third.value(), ref_chain(0xCCCC, second.value(), 2));
   EXPECT_EQ(third.parent(), second.value());
   EXPECT_EQ(third.position(), 2U);
+}
+
+TEST(HashingTest, ChainStepIsXxh3OfParentAndBlock) {
+  // src/hashing.cpp spells XXH3's 16-byte path out (and on x86-64 its
+  // multiply); it must stay XXH3 bit for bit. Edge words (0, all ones, one
+  // bit, equal and swapped pairs), edge positions, then random triples.
+  const std::uint64_t words[] = {0, 1, ~0ULL, 1ULL << 63, 0x8000'0000ULL, 0x0123456789ABCDEFULL};
+  const std::uint32_t positions[] = {1,   2,     255,
+                                     256, 65536, std::numeric_limits<std::uint32_t>::max()};
+  for (const std::uint64_t parent : words) {
+    for (const std::uint64_t block : words) {
+      for (const std::uint32_t position : positions) {
+        const SequenceHash p(parent, position == 1 ? std::nullopt : std::optional(parent + 1),
+                             position - 1);
+        EXPECT_EQ(chain(p, block).value(), ref_chain(block, parent, position))
+            << parent << " " << block << " " << position;
+      }
+    }
+  }
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 10000; ++i) {
+    const std::uint64_t parent = rng();
+    const std::uint64_t block = rng();
+    const auto position = static_cast<std::uint32_t>(rng() % 100000 + 1);
+    const SequenceHash p(parent, position == 1 ? std::nullopt : std::optional(rng()), position - 1);
+    ASSERT_EQ(chain(p, block).value(), ref_chain(block, parent, position));
+  }
 }
 
 TEST(HashingTest, ChainAtLastPositionThrows) {
