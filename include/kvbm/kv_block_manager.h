@@ -38,6 +38,7 @@
 
 #include "kvbm/block_manager.h"
 #include "kvbm/clock.h"
+#include "kvbm/disk/disk_engine.h"
 #include "kvbm/disk/disk_recovery.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/eviction/backend.h"
@@ -163,6 +164,9 @@ struct KvBlockManagerConfig {
   /// Disk engine workers and queue depth (0: the engine's defaults).
   std::size_t disk_workers = 0;
   std::size_t disk_queue_depth = 0;
+  /// What issues G3's I/O: io_uring where it can be had, else the thread pool
+  /// (docs/disk_tier.md, "Choosing the I/O engine").
+  DiskIoEngine disk_io_engine = DiskIoEngine::kAuto;
   /// CUDA device for G1.
   int cuda_device = 0;
   /// Where every series goes (default: a new registry).

@@ -26,6 +26,7 @@ from ._kvbm import (  # noqa: F401  (the public API)
     BlockRemoved,
     BlockStored,
     DirectIo,
+    DiskIoEngine,
     DiskPoolReader,
     DuplicatePolicy,
     EvictionPolicy,

@@ -67,6 +67,7 @@ class DiskRing final : public DiskEngineImpl {
       op.iov.reserve(disk_.config().regions_per_block() + 1);
       free_.push_back(&op);
     }
+    register_buffers();
     try {
       thread_ = std::thread([this] { ring_main(); });
     } catch (...) {
@@ -126,6 +127,25 @@ class DiskRing final : public DiskEngineImpl {
     std::string what;      // "read of disk block ..." for the error message
     io::IoStatus status;
   };
+
+  /// Registers the staging slots with the ring, so that a read into one
+  /// (IORING_OP_READ_FIXED) skips pinning its pages on every I/O. Optional:
+  /// where the memlock limit refuses, reads use IORING_OP_READ.
+  void register_buffers() noexcept {
+    std::vector<iovec> iov;
+    try {
+      for (const Op& op : ops_) iov.push_back({op.buf, disk_.slot_bytes()});
+    } catch (const std::bad_alloc&) {
+      return;
+    }
+    const int rc =
+        io_uring_register_buffers(ring_.get(), iov.data(), static_cast<unsigned>(iov.size()));
+    fixed_buffers_ = rc == 0;
+    if (rc < 0) {
+      logger()->debug("{}: io_uring_register_buffers: {}; reads pin their pages per I/O", name(),
+                      std::strerror(-rc));
+    }
+  }
 
   void free_buffers() noexcept {
     for (Op& op : ops_) std::free(op.buf);
@@ -284,7 +304,11 @@ class DiskRing final : public DiskEngineImpl {
       sqe = io_uring_get_sqe(ring_.get());
     }
     const auto at = static_cast<__u64>(op.offset + op.done);
-    if (op.read) {
+    if (op.read && fixed_buffers_) {
+      io_uring_prep_read_fixed(sqe, disk_.fd(), op.buf + op.done,
+                               static_cast<unsigned>(op.size - op.done), at,
+                               static_cast<int>(&op - ops_.data()));
+    } else if (op.read) {
       io_uring_prep_read(sqe, disk_.fd(), op.buf + op.done,
                          static_cast<unsigned>(op.size - op.done), at);
     } else {
@@ -409,7 +433,8 @@ class DiskRing final : public DiskEngineImpl {
   std::vector<Op> ops_;             // 2 x queue_depth staging slots
   std::vector<Op*> free_;           // ring thread only
   std::vector<Queued> starts_;
-  std::size_t in_flight_ = 0;  // ring thread only
+  std::size_t in_flight_ = 0;   // ring thread only
+  bool fixed_buffers_ = false;  // the staging slots are registered (reads use READ_FIXED)
 
   Mutex mu_;
   std::condition_variable cv_;
@@ -418,35 +443,7 @@ class DiskRing final : public DiskEngineImpl {
   std::thread thread_;
 };
 
-/// The ring's opcodes, as a probe of the running kernel sees them.
-bool probe(std::string& why) {
-  io_uring ring{};
-  const int rc = io_uring_queue_init(2, &ring, 0);
-  if (rc < 0) {
-    why = std::string("io_uring_queue_init: ") + std::strerror(-rc);
-    return false;
-  }
-  io_uring_probe* p = io_uring_get_probe_ring(&ring);
-  const bool ok = p != nullptr && io_uring_opcode_supported(p, IORING_OP_READ) != 0 &&
-                  io_uring_opcode_supported(p, IORING_OP_WRITEV) != 0;
-  if (p != nullptr) io_uring_free_probe(p);
-  io_uring_queue_exit(&ring);
-  if (!ok) why = "the kernel's io_uring lacks IORING_OP_READ or IORING_OP_WRITEV";
-  return ok;
-}
-
 }  // namespace
-
-bool io_uring_available(std::string* why) noexcept {
-  static const std::pair<bool, std::string> kProbe = [] {
-    std::string w;
-    const bool ok = probe(w);
-    if (!ok) logger()->warn("io_uring unavailable ({}): disk engines use the thread pool", w);
-    return std::pair<bool, std::string>(ok, std::move(w));
-  }();
-  if (why != nullptr && !kProbe.first) *why = kProbe.second;
-  return kProbe.first;
-}
 
 std::unique_ptr<DiskEngineImpl> make_uring_engine(DiskDirection direction, Layout host,
                                                   DiskStorage& disk,
@@ -470,11 +467,6 @@ std::unique_ptr<DiskEngineImpl> make_uring_engine(DiskDirection direction, Layou
 }
 
 #else  // !KVBM_HAVE_URING
-
-bool io_uring_available(std::string* why) noexcept {
-  if (why != nullptr) *why = "kvbm was built without liburing (install liburing-dev, reconfigure)";
-  return false;
-}
 
 std::unique_ptr<DiskEngineImpl> make_uring_engine(DiskDirection, Layout, DiskStorage&,
                                                   const DiskEngineOptions&) {

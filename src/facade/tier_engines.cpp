@@ -71,6 +71,7 @@ void build_disk_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
   DiskEngineOptions w;
   if (c.disk_queue_depth) w.queue_depth = c.disk_queue_depth;
   w.workers = c.disk_workers;
+  w.io_engine = c.disk_io_engine;
   w.name = path_name(above, t);
   w.registry = c.metrics_registry;
   out.down = std::make_shared<DiskWriteEngine>(*ctx.memory[above].layout, *self.file, w);

@@ -35,7 +35,8 @@ void def_duration(nb::class_<Struct>& cls, const char* name,
       [field](Struct& s, std::int64_t v) { s.*field = D(v); }, doc);
 }
 
-/// The enums of the config: offload mode, eviction, layout kind, O_DIRECT, duplicates.
+/// The enums of the config: offload mode, eviction, layout kind, O_DIRECT, disk I/O engine,
+/// duplicates.
 void bind_policy_enums(nb::module_& m) {
   nb::enum_<OffloadMode>(m, "OffloadMode", "When blocks move down a tier boundary.")
       .value("NONE", OffloadMode::kNone)
@@ -52,6 +53,10 @@ void bind_policy_enums(nb::module_& m) {
       .value("PREFERRED", DirectIo::kPreferred)
       .value("REQUIRED", DirectIo::kRequired)
       .value("OFF", DirectIo::kOff);
+  nb::enum_<DiskIoEngine>(m, "DiskIoEngine", "What issues the G3 file's I/O.")
+      .value("AUTO", DiskIoEngine::kAuto)
+      .value("THREAD_POOL", DiskIoEngine::kThreadPool)
+      .value("IO_URING", DiskIoEngine::kIoUring);
   nb::enum_<DuplicatePolicy>(m, "DuplicatePolicy", "Registering a hash a pool already holds.")
       .value("ALLOW", DuplicatePolicy::kAllow)
       .value("REJECT", DuplicatePolicy::kReject);
@@ -137,6 +142,7 @@ void bind_manager_config(nb::module_& m) {
       .def_rw("copy_threads", &C::copy_threads)
       .def_rw("disk_workers", &C::disk_workers)
       .def_rw("disk_queue_depth", &C::disk_queue_depth)
+      .def_rw("disk_io_engine", &C::disk_io_engine, "AUTO: io_uring where it can be had")
       .def_rw("cuda_device", &C::cuda_device);
 }
 }  // namespace

@@ -102,7 +102,9 @@ class DiskRecoveryTest : public ::testing::Test {
       fill_block(host, static_cast<BlockId>(i), hashes[i]);
       pairs.push_back({static_cast<BlockId>(i), slots[i], hashes[i]});
     }
-    DiskWriteEngine w(host.layout(), disk, {.queue_depth = 4});
+    // The thread pool: the torn-write tests tear its pwrite(v)s through the syscall table.
+    DiskWriteEngine w(host.layout(), disk,
+                      {.queue_depth = 4, .io_engine = DiskIoEngine::kThreadPool});
     return w.submit(pairs)->wait();
   }
   /// Reads every recovered slot back through a DiskReadEngine and checks its bytes.

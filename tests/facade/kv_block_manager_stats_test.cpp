@@ -251,6 +251,7 @@ TEST(KvBlockManagerStats, CountsAnAbandonedOnboardingAsCancelled) {
   auto c = config(4, 4, 16, dir.path());
   c.device_to_host = OffloadMode::kOnEviction;
   c.host_to_disk = OffloadMode::kOnEviction;
+  c.disk_io_engine = DiskIoEngine::kThreadPool;  // the gate below stalls the pool's preads
   auto kv = KvBlockManager::build(c);
   const auto a = chain(4, 21);
   compute(*kv, a);
