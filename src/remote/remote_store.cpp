@@ -145,6 +145,10 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
     }
     s.cv.notify_one();
   }
+  // The caller works too: what no worker has taken yet, server by server.
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    if (k == 0 || task_server[k] != task_server[k - 1]) impl.run_own_tasks(*task_server[k], b);
+  }
   done.wait();
 }
 

@@ -3,8 +3,9 @@
 //
 // remote_store.cpp: the calls, which split a batch over servers and their
 // workers and follow a cluster's redirects in rounds. remote_store_worker.cpp:
-// the workers (one connection each, per server) that pipeline a task, and
-// each server's state. remote_store_cluster.cpp: the
+// the workers (one connection each, per server) that pipeline a task, the
+// calling thread's share of its own call (run_own_tasks), and each server's
+// state. remote_store_cluster.cpp: the
 // servers of a Redis Cluster and its slot map, discovered (CLUSTER SLOTS) on
 // a background worker when the store starts and again after MOVED, a
 // failover or a node that fails.
@@ -77,13 +78,21 @@ struct RemoteTask {
 struct RemoteStore::Impl {
   static constexpr std::uint16_t kNoServer = 0xFFFF;
 
+  /// A connection a calling thread borrows to run its own call's tasks beside the workers.
+  struct CallerConnection {
+    explicit CallerConnection(remote::RedisEndpoint e) : conn(std::move(e)) {}
+    remote::RedisConnection conn;
+    remote::RedisRequest req;
+  };
+
   struct Server {
     remote::RedisEndpoint endpoint;
     std::mutex mu;  // queue and stop
     std::condition_variable cv;
     std::deque<RemoteTask*> queue;
     bool stop = false;
-    std::mutex state_mu;  // the fields below
+    std::vector<std::unique_ptr<CallerConnection>> spare;  ///< callers' idle connections (mu)
+    std::mutex state_mu;                                   // the fields below
     bool available = true;
     bool full = false;
     RemoteStatus failure = RemoteStatus::kUnavailable;  ///< why the last attempt failed
@@ -160,7 +169,13 @@ struct RemoteStore::Impl {
   void build(const RemoteTask& t, remote::RedisRequest& req,
              std::vector<std::size_t>& reply_items) const;
   void run(Server& s, remote::RedisConnection& conn, remote::RedisRequest& req, RemoteTask& t);
+  /// run(), then counts the task done; never throws.
+  void run_task(Server& s, remote::RedisConnection& conn, remote::RedisRequest& req,
+                RemoteTask& t) noexcept;
   void worker(Server& s);
+  /// The calling thread runs the tasks of batch `b` still queued on `s`, on a connection of
+  /// its own (a spare one, or a new one).
+  void run_own_tasks(Server& s, const RemoteBatch& b);
 
   // calls (remote_store.cpp)
   template <class HashOf>

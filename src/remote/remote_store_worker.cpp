@@ -110,14 +110,16 @@ void RemoteStore::Impl::access_denied(const Server& s, const std::string& why) {
 
 RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& conn,
                                                  remote::Clock::time_point deadline) {
-  if (conn.connected()) return RemoteStatus::kOk;
+  // A server in backoff fails at once, on every connection: one still open (a caller's spare,
+  // idle while another connection timed out) would otherwise wait out the deadline again.
   bool waiting = false;
   RemoteStatus failure = RemoteStatus::kUnavailable;
-  {
+  if (!s.available_flag.load()) {
     std::lock_guard lock(s.state_mu);
     waiting = !s.available && remote::Clock::now() < s.retry_at;
     failure = s.failure;
   }
+  if (!waiting && conn.connected()) return RemoteStatus::kOk;
   if (waiting) {
     if (is_cluster) request_refresh();  // until a replica takes its slots (rate-limited)
     return failure == RemoteStatus::kAccessDenied ? failure : RemoteStatus::kUnavailable;
@@ -294,6 +296,18 @@ void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req,
   }
 }
 
+void RemoteStore::Impl::run_task(Server& s, RedisConnection& conn, RedisRequest& req,
+                                 RemoteTask& t) noexcept {
+  try {
+    run(s, conn, req, t);
+  } catch (const std::exception& e) {  // allocation failure: never out of a worker
+    for (std::size_t i : t.items) t.batch->status[i] = RemoteStatus::kServerError;
+    conn.close();
+    logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
+  }
+  t.done->count_down();
+}
+
 void RemoteStore::Impl::worker(Server& s) {
   RedisConnection conn(s.endpoint);
   RedisRequest req;
@@ -306,14 +320,37 @@ void RemoteStore::Impl::worker(Server& s) {
       t = s.queue.front();
       s.queue.pop_front();
     }
-    try {
-      run(s, conn, req, *t);
-    } catch (const std::exception& e) {  // allocation failure: never out of a worker
-      for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
-      conn.close();
-      logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
+    run_task(s, conn, req, *t);
+  }
+}
+
+// The caller takes its own tasks that no worker has taken yet. On a busy machine a woken worker
+// may wait milliseconds for a core, and the caller, already running, does the work instead; on
+// an idle one the workers take their share at once and the work splits between them and the
+// caller. The caller's connections are kept (spare) for the next call, one per calling thread
+// at most at a time.
+void RemoteStore::Impl::run_own_tasks(Server& s, const RemoteBatch& b) {
+  std::unique_ptr<CallerConnection> cc;
+  for (;;) {
+    RemoteTask* t = nullptr;
+    {
+      std::lock_guard lock(s.mu);
+      const auto it = std::find_if(s.queue.begin(), s.queue.end(),
+                                   [&](const RemoteTask* q) { return q->batch == &b; });
+      if (it == s.queue.end()) break;
+      t = *it;
+      s.queue.erase(it);
+      if (!cc && !s.spare.empty()) {
+        cc = std::move(s.spare.back());
+        s.spare.pop_back();
+      }
     }
-    t->done->count_down();
+    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint);
+    run_task(s, cc->conn, cc->req, *t);
+  }
+  if (cc) {
+    std::lock_guard lock(s.mu);
+    s.spare.push_back(std::move(cc));
   }
 }
 

@@ -9,7 +9,8 @@
 // namespace are never seen; every instance that lists the same URLs in the same
 // order finds a block on the same server. exists(), put() and get() split a
 // batch by server and over its `connections_per_server` workers, which
-// pipeline it: one round trip per batch and worker. The calling thread waits
+// pipeline it: one round trip per batch and worker; the calling thread runs the
+// parts no worker has taken yet on a connection of its own. The calling thread waits
 // at most `command_timeout` (plus the time to hand back), whatever the servers
 // do. docs/remote.md has the key and value format, sharding, the I/O, failure
 // handling and the metrics.
