@@ -328,9 +328,17 @@ std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> has
   // Look every hash up first, then revive: the lookups are independent, so
   // their cache misses overlap; the atomic reference updates of the revives
   // would otherwise stall each lookup behind the previous one.
+  // Every lookup is a random line of the index: once the first hash hits,
+  // ask for the lines of all the others, so that their misses overlap instead
+  // of following one another (a call whose first hash misses asks for none).
   const std::size_t first = out.size();
+  bool asked = hashes.size() < 2;
   for (const auto& h : hashes) {
     const BlockId* it = table_.find(h.value());
+    if (!asked && it != nullptr) {
+      for (const auto& next : hashes.subspan(1)) table_.prefetch(next.value());
+      asked = true;
+    }
     if (it == nullptr) {
       if (prefix) break;
       continue;
