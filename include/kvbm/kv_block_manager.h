@@ -164,8 +164,8 @@ struct KvBlockManagerConfig {
   /// Disk engine workers and queue depth (0: the engine's defaults).
   std::size_t disk_workers = 0;
   std::size_t disk_queue_depth = 0;
-  /// What issues G3's I/O: io_uring where it can be had, else the thread pool
-  /// (docs/disk_tier.md, "Choosing the I/O engine").
+  /// What issues G3's I/O: kAuto (the thread pool, measured faster), kThreadPool
+  /// or kIoUring (docs/disk_tier.md, "Choosing the I/O engine").
   DiskIoEngine disk_io_engine = DiskIoEngine::kAuto;
   /// CUDA device for G1.
   int cuda_device = 0;

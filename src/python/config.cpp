@@ -142,7 +142,7 @@ void bind_manager_config(nb::module_& m) {
       .def_rw("copy_threads", &C::copy_threads)
       .def_rw("disk_workers", &C::disk_workers)
       .def_rw("disk_queue_depth", &C::disk_queue_depth)
-      .def_rw("disk_io_engine", &C::disk_io_engine, "AUTO: io_uring where it can be had")
+      .def_rw("disk_io_engine", &C::disk_io_engine, "AUTO: the measured faster (the thread pool)")
       .def_rw("cuda_device", &C::cuda_device);
 }
 }  // namespace

@@ -659,6 +659,26 @@ TEST_F(DiskEngineBehaviourTest, ReadsAndWritesOfDifferentSlotsRunConcurrently) {
   for (BlockId i = 0; i < 8; ++i) EXPECT_EQ(dst.block(i), host_->block(i));
 }
 
+TEST_F(DiskEngineBehaviourTest, AutoIsTheThreadPoolAndIoEngineSaysWhichRuns) {
+  DiskWriteEngine automatic(host_->layout(), *disk_);
+  EXPECT_EQ(automatic.io_engine(), DiskIoEngine::kThreadPool);
+  EXPECT_EQ(automatic.workers(), 2 * automatic.queue_depth());
+  std::string why;
+  const bool ring = DiskEngine::io_uring_available(&why);
+  test::LogCapture log;
+  DiskWriteEngine asked(host_->layout(), *disk_, {.io_engine = DiskIoEngine::kIoUring});
+  if (ring) {
+    EXPECT_EQ(asked.io_engine(), DiskIoEngine::kIoUring);
+    EXPECT_EQ(asked.workers(), 1U);
+    EXPECT_TRUE(asked.submit(identity(0, kBlocks))->wait().ok());
+  } else {  // one warning, and the thread pool does the work
+    EXPECT_EQ(asked.io_engine(), DiskIoEngine::kThreadPool);
+    EXPECT_NE(log.text().find("io_uring asked for but unavailable"), std::string::npos)
+        << log.text();
+  }
+  EXPECT_EQ(to_string(DiskIoEngine::kIoUring), "io_uring");
+}
+
 TEST_F(DiskEngineBehaviourTest, MisuseIsAUsageError) {
   DiskWriteEngine w(host_->layout(), *disk_);
   EXPECT_THROW((void)w.submit({}), UsageError);

@@ -52,7 +52,10 @@ namespace kvbm {
 /// What issues a disk engine's I/O. docs/disk_tier.md ("Choosing the I/O
 /// engine") has the measurements behind kAuto.
 enum class DiskIoEngine : std::uint8_t {
-  kAuto,        ///< io_uring where this build and kernel allow it, else the thread pool
+  /// The engine that measured faster: today the thread pool (on the 2-core
+  /// virtio reference machine io_uring did not win at the default queue
+  /// depth; docs/disk_tier.md has the figures).
+  kAuto,
   kThreadPool,  ///< worker threads making blocking pread/pwrite(v) calls
   /// One ring (liburing): queue_depth I/Os in flight from one thread. Where
   /// kvbm was built without liburing or the kernel refuses a ring (EPERM,
