@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "events/sequence_frame.h"
+#include "events/zmq_context.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 
@@ -137,7 +138,7 @@ struct ZmqEventSink::Impl {
   }
 
   const ZmqEventSinkOptions options;
-  zmq::context_t context;
+  zmq::context_t context = make_zmq_context();
   zmq::socket_t pub;
   std::optional<zmq::socket_t> replay;
   // Read once at construction: a socket must not be queried while another

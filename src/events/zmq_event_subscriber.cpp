@@ -36,6 +36,7 @@
 #include <spdlog/spdlog.h>
 
 #include "events/sequence_frame.h"
+#include "events/zmq_context.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/events/kv_event_decoder.h"
 #include "kvbm/logging.h"
@@ -476,7 +477,7 @@ struct ZmqEventSubscriber::Impl {
   const Callbacks callbacks;
   const ZmqEventSubscriberOptions options;
   const std::shared_ptr<Clock> clock;
-  zmq::context_t context;
+  zmq::context_t context = make_zmq_context();
   int wake_read = -1;
   int wake_write = -1;
   std::atomic<std::size_t> next_id{0};
