@@ -208,18 +208,23 @@ DISK_QD = int(os.environ.get("KVBM_BENCH_QD", "4"))
 
 
 def disk_comparisons():
+    """Each engine beside fio with the same engine: psync (N jobs, one I/O each) against the
+    thread pool, io_uring (one job, N deep) against kvbm's io_uring engine."""
     env = {"KVBM_BENCH_DISK_DIR": lambda ctx: ctx.disk(),
            "KVBM_BENCH_DISK_BLOCKS": str(DISK_BLOCKS)}
     size = DISK_BLOCKS * DISK_SLOT
     out = []
-    for op, case, rw in (("write", "BM_DiskWriteEngine_Write", "randwrite"),
-                         ("read", "BM_DiskReadEngine_Read", "randread")):
-        kvbm = GBench("disk_bench", f"{case}/qd:{DISK_QD}/", "bytes_per_second", min_time=1.0,
-                      env=env, what=f"kvbm disk engine {op}")
-        target = ">= 0.9" if op == "read" else None
-        out.append(Comparison(f"disk-{op}-psync",
-                              f"G3 {op} (checksums included), thread pool, qd {DISK_QD}", kvbm,
-                              Fio(rw, "psync", DISK_QD, DISK_SLOT, size), target))
+    for engine, fio_engine, label in ((0, "psync", "thread pool"), (1, "io_uring", "io_uring")):
+        for op, case, rw in (("write", "BM_DiskWriteEngine_Write", "randwrite"),
+                             ("read", "BM_DiskReadEngine_Read", "randread")):
+            kvbm = GBench("disk_bench", f"{case}/qd:{DISK_QD}/engine:{engine}/",
+                          "bytes_per_second", min_time=1.0, env=env,
+                          what=f"kvbm {label} {op}")
+            target = {(1, "read"): ">= 0.95", (1, "write"): ">= 0.95",
+                      (0, "read"): ">= 0.9"}.get((engine, op))
+            out.append(Comparison(f"disk-{op}-{fio_engine.replace('_', '')}",
+                                  f"G3 {op} (checksums included), {label}, qd {DISK_QD}", kvbm,
+                                  Fio(rw, fio_engine, DISK_QD, DISK_SLOT, size), target))
     return out
 
 
