@@ -71,7 +71,7 @@ TEST(ReplayOnRedisCluster, EightInstancesShowTheSameFiguresOnAClusterAsOnOneServ
   if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage;
   const auto trace = test::shipped_trace_path();
   if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
-  constexpr std::size_t kRequests = 2'000;
+  constexpr std::size_t kRequests = 1'500;
   RedisServer server;
   const nlohmann::json one = replay_on(*trace, server.url(), kRequests);
   RedisCluster cluster;
