@@ -144,5 +144,6 @@ for rw in ("write", "read"):
           f" {len(v)} rounds)")
 load = [open(os.path.join(work, f)).read().split()[:3] for f in ("load_before", "load_after")]
 print(f"load average before {' '.join(load[0])}, after {' '.join(load[1])}")
-print(f"(queue depth {qd}, fio {fio_engine}; ours counts {block}-byte blocks, fio {slot}-byte I/Os)")
+print(f"(queue depth {qd}, fio {fio_engine}; "
+      f"ours counts {block}-byte blocks, fio {slot}-byte I/Os)")
 EOF

@@ -303,7 +303,7 @@ class DiskRing final : public DiskEngineImpl {
       (void)io_uring_submit(ring_.get());
       sqe = io_uring_get_sqe(ring_.get());
     }
-    const auto at = static_cast<__u64>(op.offset + op.done);
+    const __u64 at = op.offset + op.done;  // both 64-bit
     if (op.read && fixed_buffers_) {
       io_uring_prep_read_fixed(sqe, disk_.fd(), op.buf + op.done,
                                static_cast<unsigned>(op.size - op.done), at,
