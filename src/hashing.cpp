@@ -250,6 +250,11 @@ KVBM_HOT_INLINE void chain_run(const Run& run, std::optional<SequenceHash> paren
     i = 1;
   }
   for (; i < count; ++i, block += block_size, ++position) {
+#if defined(__GNUC__)
+    // The caller checked that no position wraps: SequenceHash's check that a
+    // block with a parent is not at position 0 can go.
+    if (position == 0) __builtin_unreachable();
+#endif
     const std::uint64_t h = block_hash_of(i, block);
     copy_block(block);
     const std::uint64_t value = chain_value(h, prev, position);
