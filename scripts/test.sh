@@ -254,8 +254,10 @@ stage_tsan() {
   # KVBM_PYTHON=OFF: as in stage_asan (the stage python-tsan turns it on in this tree).
   configure tsan -DKVBM_PYTHON=OFF || return 1
   find_tsan_launcher "$KVBM_BUILD_ROOT/tsan" || return 1
+  # scripts/tsan.supp: uninstrumented libraries only (libzmq), each with its reason.
+  local tsan_env="$KVBM_TSAN_OPTIONS:suppressions=$KVBM_ROOT/scripts/tsan.supp"
   build_and_test tsan "${tsan_launcher[@]}" env \
-    "TSAN_OPTIONS=$KVBM_TSAN_OPTIONS${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+    "TSAN_OPTIONS=$tsan_env${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
     "KVBM_STRESS_SCALE=$stress_scale"
   local rc=$?
   detail+="$tsan_note"
