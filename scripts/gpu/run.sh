@@ -576,7 +576,7 @@ readonly CHECK_TARGETS=(
 
 # Inside the private mount namespace (run.sh re-runs itself under unshare -m).
 check_inside() {
-  local dir="$1"
+  local dir="$1" tmp="$2"
   mount --make-rprivate / || return 1
   local -a hide=()
   local -a installed=()
@@ -586,8 +586,6 @@ check_inside() {
       installed+=("$p")
   done
   mapfile -t hide < <(dev_files "${installed[@]}")
-  local tmp
-  tmp="$(mktemp -d /tmp/kvbm-gpu-check.XXXXXX)"
   hide_system_files "$tmp" "${hide[@]}" || { err "could not hide the system's files"; return 1; }
   # Proof that they are gone.
   local gone=1 f
@@ -661,10 +659,14 @@ cmd_check() {
   DEADLINE=$(($(date +%s) + 4 * 3600))
   local dir="${KVBM_GPU_BUILD:-$ROOT/build/gpu-check}"
   printf 'kvbm GPU bundle check (scripts/gpu/run.sh check), %s\n' "$(date -u +%FT%TZ)" >"$SUMMARY"
-  # Re-run this script in a private mount namespace, so the overlay is seen by nothing else.
+  # Re-run this script in a private mount namespace, so the overlay is seen by nothing else; its
+  # tmpfs is mounted on $tmp there, an empty directory here.
+  local tmp
+  tmp="$(mktemp -d /tmp/kvbm-gpu-check.XXXXXX)"
   OUT="$OUT" KVBM_GPU_BUILD="$dir" unshare -m --propagation private \
-    bash "$SELF" check-inside "$dir"
+    bash "$SELF" check-inside "$dir" "$tmp"
   FAILED=$?
+  rmdir "$tmp"
   grep -q 'FAIL\|TIMEOUT\|SKIPPED' "$SUMMARY" && FAILED=1
   finish_summary
 }
@@ -679,7 +681,7 @@ main() {
       LOGS="$OUT"
       SUMMARY="$OUT/summary.txt"
       DEADLINE=$(($(date +%s) + 4 * 3600))
-      check_inside "$2"
+      check_inside "$2" "$3"
       ;;
     fn) shift; bundle_env; "$@" ;;  # step's way to time-box a function
     -h | --help | help) usage ;;
