@@ -55,6 +55,7 @@ class DiskRing final : public DiskEngineImpl {
            const DiskEngineOptions& options, std::unique_ptr<io_uring> ring)
       : DiskEngineImpl(direction, std::move(host), disk, options), ring_(std::move(ring)) {
     ops_.resize(2 * queue_depth_);
+    starts_.reserve(ops_.size());  // fill() is noexcept: it never allocates
     for (Op& op : ops_) {
       void* p = std::aligned_alloc(DiskStorage::kAlignment, disk_.slot_bytes());
       if (p == nullptr) {
