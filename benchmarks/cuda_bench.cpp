@@ -19,7 +19,7 @@
 //
 // Without a CUDA device (or built without CUDA) the binary says so and exits 0.
 //
-//   build/release/benchmarks/cuda_bench --benchmark_min_time=0.5s
+//   build/release/benchmarks/cuda_bench --benchmark_min_time=0.5
 
 #include <algorithm>
 #include <cstdint>
@@ -197,7 +197,7 @@ void BM_CudaEngine_Auto(benchmark::State& state) { run_engine(state, CudaCopyMod
 void sweep(benchmark::internal::Benchmark* b) {
   b->ArgNames({"h2d", "region_kib"});
   for (int h2d : {0, 1}) {
-    for (int kib : {8, 32, 128, 512, 2048}) b->Args({h2d, kib});
+    for (int kib : {8, 16, 32, 128, 512, 2048}) b->Args({h2d, kib});
   }
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
