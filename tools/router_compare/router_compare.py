@@ -13,7 +13,8 @@ per router:
   cost re-expressed here (see dynamo_select);
 - sglang: SGLang's cache_aware policy (sglang-router 0.3.2, defaults),
   re-expressed here (see SglangCacheAware): its policy lives in the Rust
-  router server only;
+  router server only; with --sglang-python, also that real router, over
+  HTTP in front of tiny workers (sglang_real.py);
 - round_robin, in both: kvbm-replay's and this model's, which must agree
   exactly (the check that the Python instance model is kvbm-replay's).
 
@@ -25,7 +26,8 @@ tokens per second, the rate kvbm-replay reports). A request is in flight, for
 every router's load, from its arrival until its simulated prefill ends.
 
     build/engines-venv/bin/python tools/router_compare/router_compare.py \\
-        --replay build/rcmp/tools/replay/kvbm-replay
+        --replay build/rcmp/tools/replay/kvbm-replay \\
+        [--sglang-python build/rcmp-peers/venv/bin/python]
 
 Without dynamo._core importable the dynamo column is skipped.
 """
@@ -369,20 +371,27 @@ class DynamoDefault:
 class SglangCacheAware:
     """SGLang's cache_aware policy (sglang-router 0.3.2), re-expressed.
 
-    Source read: sgl-router/src/policies/cache_aware.rs (select_worker) and
-    sgl-router/src/tree.rs (Tree::insert, prefix_match, evict_tenant_by_size,
-    get_smallest_tenant); defaults from the wheel's router_args.py:
+    Source read: sgl-router/src/policies/cache_aware.rs (select_worker,
+    select_worker_min_load; the 0.3.2 binary has select_worker_min_load, and
+    sent one request at a time it sends all of them to one worker, as this
+    version does and the older smallest-tree fallback would not) and
+    sgl-router/src/policies/tree.rs (Tree::insert, prefix_match,
+    evict_tenant_by_size); defaults from the wheel's router_args.py:
     cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5,
     eviction_interval_secs 60, max_tree_size 2**26 characters.
 
     - load = the worker's requests in flight (sent, not finished);
       imbalanced when max - min > 64 and max > 1.5 * min: the least loaded
-      worker (the first of equals), and the request is inserted in its tree;
+      worker (the first of equals in the router's worker list, whose order
+      is that of registration: a seeded permutation here), and the request
+      is inserted in its tree;
     - otherwise the longest prefix any worker's approximate tree holds; the
       worker is a tenant of the deepest matched node (the first key of a
       hash map with a random seed: here drawn with a seeded generator); if
-      matched / request characters > 0.3, that worker, else the one whose
-      tree has the fewest characters; the request is inserted for it;
+      matched / request characters > 0.3, that worker, else the least
+      loaded (first of equals, as above; `fallback="smallest_tree"`: the one
+      whose tree has the fewest characters, as older versions did); the
+      request is inserted for it;
     - every 60 s (trace time), each worker's tree beyond max_tree_size
       characters loses its least recently used leaves.
 
@@ -392,8 +401,10 @@ class SglangCacheAware:
     assumption: the trace has no text)."""
 
     def __init__(self, seed=0, chars_per_token=4, cache_threshold=0.3, abs_threshold=64,
-                 rel_threshold=1.5, eviction_interval=60.0, max_tree_size=2 ** 26):
+                 rel_threshold=1.5, eviction_interval=60.0, max_tree_size=2 ** 26,
+                 fallback="min_load"):
         self.rng = random.Random(seed)
+        self.fallback = fallback
         self.cpt = chars_per_token
         self.th = cache_threshold
         self.abs_th = abs_threshold
@@ -405,6 +416,8 @@ class SglangCacheAware:
 
     def attach(self, cl):
         self.n = cl.n
+        self.order = list(range(cl.n))  # the router's worker list
+        self.rng.shuffle(self.order)
         self.load = [0] * cl.n
         self.nodes = {}      # block id -> {tenant: last access}
         self.parent = {}     # block id -> parent id (None at the root)
@@ -464,8 +477,9 @@ class SglangCacheAware:
             self._evict()
             self.next_evict += self.interval
         mx, mn = max(self.load), min(self.load)
+        least = min(self.order, key=lambda j: self.load[j])  # min_by_key: first of equals
         if mx - mn > self.abs_th and mx > mn * self.rel_th:
-            k = self.load.index(mn)
+            k = least
             self.lb_decisions += 1
         else:
             self.balanced_decisions += 1
@@ -480,9 +494,10 @@ class SglangCacheAware:
                 k = tenants[self.rng.randrange(len(tenants))]
                 self._touch_path(hashes, m, k)
             if not (text and matched / text > self.th):
-                # get_smallest_tenant: the first of equals, in the map's order.
-                best = min(self.size)
-                k = [j for j in range(self.n) if self.size[j] == best][0]
+                if self.fallback == "min_load":
+                    k = least
+                else:  # get_smallest_tenant: the first of equals, in the map's order
+                    k = min(self.order, key=lambda j: self.size[j])
         self._insert(hashes, length, k)
         return k, None
 
@@ -528,6 +543,9 @@ def main(argv=None):
     p.add_argument("--sglang-chars-per-token", type=float, default=4)
     p.add_argument("--sglang-seeds", default="0,1,2,3,4",
                    help="seeds of the tenant drawn at a matched node (mean and range shown)")
+    p.add_argument("--sglang-python",
+                   help="a Python with sglang-router 0.3.2 installed: adds a row for SGLang's "
+                        "real router (sglang_real.py; about 25 minutes on 2 loaded cores)")
     p.add_argument("--json", help="every figure, as JSON")
     args = p.parse_args(argv)
     trace_path = args.trace or default_trace()
@@ -567,7 +585,19 @@ def main(argv=None):
             rows.append((n, tiers, fig, notes, same))
             print(f"# {n} x {tiers}: round-robin model matches kvbm-replay: {same}; "
                   + "; ".join(f"{k}: {v}" for k, v in notes.items()), file=sys.stderr, flush=True)
-    names = list(rows[0][2])
+    if args.sglang_python:
+        out = os.path.join(os.path.dirname(args.json or "/tmp/x"), "sglang-real.json")
+        subprocess.run([args.sglang_python, os.path.join(os.path.dirname(__file__),
+                                                         "sglang_real.py"),
+                        "--replay", args.replay, "--trace", trace_path,
+                        "--instances", args.instances, "--json", out], check=True)
+        with open(out) as f:
+            for r in json.load(f):
+                for n, t, fig, _, _ in rows:
+                    if (n, t) == (r["instances"], r["tiers"]):
+                        fig["sglang cache_aware (real router)"] = (r["hit_ratio"],
+                                                                   r["ttft_p99_s"])
+    names = list(dict.fromkeys(name for _, _, f, _, _ in rows for name in f))
     print("| router | " + " | ".join(f"{n} x {t}: hits / p99 TTFT" for n, t, *_ in rows) + " |")
     print("|---|" + "---|" * len(rows))
     for name in names:
