@@ -115,8 +115,18 @@ class Instance:
         if self.events is not None and i1 > i0:
             self.events.append(("stored", hashes[i0 - 1] if i0 > 0 else None, hashes[i0:i1]))
 
+    def _stored_runs(self, hashes, idx):
+        """One stored event per run of consecutive positions in `idx` (ascending)."""
+        if not idx:
+            return
+        run = idx[0]
+        for a, b in zip(idx, idx[1:] + [None]):
+            if b != a + 1:
+                self._stored(hashes, run, a + 1)
+                run = b
+
     def serve(self, hashes):
-        """Serves one request; returns (G1 hits, G2 hits) of its prefix."""
+        """Serves one request; returns the tier (1: G1, 2: G2) of each block of its prefix."""
         n = len(hashes)
         # The prefix held in G1 or G2.
         p = 0
@@ -144,12 +154,7 @@ class Instance:
                 held[i] = True
                 if hashes[i] in self.g2:
                     self.g2.move_to_end(hashes[i])
-            # Events: runs of consecutive onboarded blocks.
-            run = g2_idx[0]
-            for a, b in zip(g2_idx, g2_idx[1:] + [None]):
-                if b != a + 1:
-                    self._stored(hashes, run, a + 1)
-                    run = b
+            self._stored_runs(hashes, g2_idx)
         # The rest is computed: fresh blocks for the leading missing ones.
         missing = [i for i in range(p, n) if not held[i]]
         if missing:
@@ -163,17 +168,12 @@ class Instance:
             for i in cached:
                 self.g1.add(hashes[i])
                 held[i] = True
-            if cached:
-                run = cached[0]
-                for a, b in zip(cached, cached[1:] + [None]):
-                    if b != a + 1:
-                        self._stored(hashes, run, a + 1)
-                        run = b
+            self._stored_runs(hashes, cached)
         # Released last block first.
         for i in range(n - 1, -1, -1):
             if held[i]:
                 self.g1_lru[hashes[i]] = None
-        return sources.count(1), sources.count(2), p
+        return sources
 
 
 class Cluster:
@@ -223,13 +223,8 @@ def simulate(trace, n, g2, rate, router):
         inst = cl.inst[k]
         # Sources by tier, to charge the G2 hits' tokens their copy cost.
         n_blocks = len(hashes)
-        p = 0
-        src = []
-        while p < n_blocks and (hashes[p] in inst.g1 or hashes[p] in inst.g2):
-            src.append(1 if hashes[p] in inst.g1 else 2)
-            p += 1
-        g1h, g2h, p2 = inst.serve(hashes)
-        assert p2 == p
+        src = inst.serve(hashes)
+        p = len(src)
         hit_tokens = sum(tokens_in_block(length, i) for i in range(p))
         g2_tokens = sum(tokens_in_block(length, i) for i in range(p) if src[i] == 2)
         end = cl.finish(k, arrival, length, g2_tokens, hit_tokens)
