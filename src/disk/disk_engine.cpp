@@ -169,6 +169,33 @@ DiskStage DiskEngineImpl::end_stage(DiskBatch& b, DiskStage stage) noexcept {
   return next;
 }
 
+std::shared_ptr<TransferCompletion> DiskEngineImpl::submit(std::span<const TransferPair> pairs) {
+  DiskStage stage = DiskStage::kOnce;
+  auto batch = make_batch(pairs, stage);
+  auto completion = batch->completion;
+  intake_.push_back(std::move(batch), stage);
+  return completion;
+}
+
+void DiskEngineImpl::next_stage(const std::shared_ptr<DiskBatch>& batch,
+                                DiskStage stage) noexcept {
+  const DiskStage next = end_stage(*batch, stage);
+  if (next == DiskStage::kOnce) {
+    finish(*batch);
+    return;
+  }
+  const std::size_t n = batch->pairs.size();
+  batch->remaining.store(n, std::memory_order_release);
+  try {
+    intake_.push_front(batch, next);
+  } catch (const std::exception& e) {  // bad_alloc: fail what remains rather than lose the batch
+    for (std::size_t i = 0; i < n; ++i) {
+      if (batch->failed[i] == 0) fail_pair(*batch, i, e);
+    }
+    finish(*batch);
+  }
+}
+
 void DiskEngineImpl::finish(DiskBatch& batch) noexcept {
   TransferOutcome outcome;
   std::uint64_t ok = 0;

@@ -20,32 +20,12 @@
 #include <string_view>
 #include <vector>
 
+#include "disk/disk_intake.h"
 #include "kvbm/disk/disk_engine.h"
 #include "kvbm/io/syscalls.h"
 #include "kvbm/transfer/transfer_metrics.h"
 
 namespace kvbm::detail {
-
-/// What an engine does to a batch's pairs now. Reads and scratch writes take
-/// one stage; persistent writes three, with an fdatasync between them.
-enum class DiskStage : std::uint8_t { kOnce, kInvalidate, kPayload, kHeader };
-
-/// One submitted batch. Element i of failed, errors, checksums and touched is
-/// written only by whoever runs pair i in the current stage.
-struct DiskBatch {
-  std::vector<TransferPair> pairs;
-  std::vector<char> failed;
-  std::vector<TransferError> errors;      // meaningful where failed[i]
-  std::vector<std::uint64_t> checksums;   // persistent writes: the payload checksum of pair i
-  std::vector<char> touched;              // persistent writes: pair i wrote in this stage
-  std::atomic<std::size_t> remaining{0};  // pairs of the current stage not yet run
-  std::shared_ptr<TransferCompletion> completion;
-};
-
-/// Marks pair i failed by an I/O error.
-void fail_pair(DiskBatch& batch, std::size_t i, const io::IoStatus& status) noexcept;
-/// Marks pair i failed by an exception: no memory, or a bug (kInternal).
-void fail_pair(DiskBatch& batch, std::size_t i, const std::exception& e) noexcept;
 
 /// The engine behind a DiskEngine: options checked, counters, outcome.
 class DiskEngineImpl {
@@ -59,7 +39,7 @@ class DiskEngineImpl {
   DiskEngineImpl& operator=(const DiskEngineImpl&) = delete;
 
   /// Queues a batch the engine has checked (TransferEngine::check_batch).
-  virtual std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) = 0;
+  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs);
   [[nodiscard]] virtual std::size_t workers() const noexcept = 0;
   [[nodiscard]] virtual DiskIoEngine io_engine() const noexcept = 0;
 
@@ -80,6 +60,9 @@ class DiskEngineImpl {
   /// After the last pair of `stage` ran: the stage's fdatasync; returns the
   /// next stage, or kOnce when the batch is done (then call finish()).
   DiskStage end_stage(DiskBatch& batch, DiskStage stage) noexcept;
+  /// Runs by whoever finished the last pair of `stage`: end_stage(), then the
+  /// next stage queued at the front of intake_, or finish().
+  void next_stage(const std::shared_ptr<DiskBatch>& batch, DiskStage stage) noexcept;
 
   const DiskDirection direction_;
   const Layout host_;
@@ -87,6 +70,7 @@ class DiskEngineImpl {
   const std::string name_;
   const std::size_t queue_depth_;
   std::atomic<std::uint64_t> unstaged_writes_{0};
+  DiskIntake intake_;  // the engine's takers stop it before they are joined
 
  private:
   std::unique_ptr<TransferMetrics> metrics_;  // null: no registry

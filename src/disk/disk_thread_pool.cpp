@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -57,32 +56,12 @@ class DiskThreadPool final : public DiskEngineImpl {
   DiskThreadPool(const DiskThreadPool&) = delete;
   DiskThreadPool& operator=(const DiskThreadPool&) = delete;
 
-  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override {
-    DiskStage stage = DiskStage::kOnce;
-    auto batch = make_batch(pairs, stage);
-    auto completion = batch->completion;
-    {
-      detail::LockGuard lock(mu_);
-      queue_.push_back({std::move(batch), stage, 0});
-    }
-    cv_.notify_all();
-    return completion;
-  }
-
   [[nodiscard]] std::size_t workers() const noexcept override { return threads_.size(); }
   [[nodiscard]] DiskIoEngine io_engine() const noexcept override {
     return DiskIoEngine::kThreadPool;
   }
 
  private:
-  /// A batch waiting in the queue for one stage: workers take its pairs in
-  /// order, `next` first.
-  struct Queued {
-    std::shared_ptr<DiskBatch> batch;
-    DiskStage stage = DiskStage::kOnce;
-    std::size_t next = 0;
-  };
-
   /// A counting semaphore on a mutex and a condition variable.
   /// (std::counting_semaphore of GCC 12's libstdc++ can miss a wake-up and
   /// leave a worker blocked for good; this one cannot.)
@@ -125,11 +104,7 @@ class DiskThreadPool final : public DiskEngineImpl {
   };
 
   void stop_and_join() noexcept {
-    {
-      detail::LockGuard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
+    intake_.stop();
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
     }
@@ -139,27 +114,21 @@ class DiskThreadPool final : public DiskEngineImpl {
     const std::span<std::byte> staging(staging_[index].get(), disk_.slot_bytes());
     std::vector<Region> regions;
     regions.reserve(disk_.config().regions_per_block());
+    std::vector<DiskTask> task;
+    task.reserve(1);  // take() never allocates
     for (;;) {
-      std::shared_ptr<DiskBatch> batch;
-      DiskStage stage = DiskStage::kOnce;
-      std::size_t i = 0;
-      {
-        detail::UniqueLock lock(mu_);
-        cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and every accepted batch has been taken
-        Queued& q = queue_.front();
-        batch = q.batch;
-        stage = q.stage;
-        i = q.next++;
-        if (q.next == batch->pairs.size()) queue_.pop_front();
-      }
+      if (!intake_.take(1, true, task)) return;  // stopping, and every batch has been taken
+      const std::shared_ptr<DiskBatch> batch = std::move(task.back().batch);
+      const DiskStage stage = task.back().stage;
+      const std::size_t i = task.back().i;
+      task.clear();
       if (stage == DiskStage::kOnce) {
         run_pair(*batch, i, staging, regions);
       } else {
         run_stage(*batch, stage, i, staging, regions);
       }
       if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
-        end_stage_and_requeue(batch, stage);
+        next_stage(batch, stage);
     }
   }
 
@@ -271,37 +240,9 @@ class DiskThreadPool final : public DiskEngineImpl {
     }
   }
 
-  /// Runs by the worker that finished the last pair of `stage`: the stage's
-  /// fdatasync, then the next stage (queued at the front) or the outcome.
-  void end_stage_and_requeue(const std::shared_ptr<DiskBatch>& batch, DiskStage stage) noexcept {
-    const DiskStage next = end_stage(*batch, stage);
-    if (next == DiskStage::kOnce) {
-      finish(*batch);
-      return;
-    }
-    const std::size_t n = batch->pairs.size();
-    batch->remaining.store(n, std::memory_order_release);
-    try {
-      detail::LockGuard lock(mu_);
-      queue_.push_front({batch, next, 0});
-    } catch (const std::exception& e) {  // bad_alloc (or the mutex's system_error)
-      // Fail what remains rather than lose the batch.
-      for (std::size_t i = 0; i < n; ++i) {
-        if (batch->failed[i] == 0) fail_pair(*batch, i, e);
-      }
-      finish(*batch);
-      return;
-    }
-    cv_.notify_all();
-  }
-
   Semaphore io_slots_;  // queue_depth_ I/Os in flight at most
   std::vector<std::unique_ptr<std::byte, FreeAligned>> staging_;  // one per worker
 
-  detail::Mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_ KVBM_GUARDED_BY(mu_);
-  bool stopping_ KVBM_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

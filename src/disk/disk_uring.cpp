@@ -23,17 +23,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <new>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
 #endif
 
@@ -78,39 +74,17 @@ class DiskRing final : public DiskEngineImpl {
   }
 
   ~DiskRing() override {
-    {
-      LockGuard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
+    intake_.stop();
     thread_.join();
     free_buffers();
   }
   DiskRing(const DiskRing&) = delete;
   DiskRing& operator=(const DiskRing&) = delete;
 
-  std::shared_ptr<TransferCompletion> submit(std::span<const TransferPair> pairs) override {
-    DiskStage stage = DiskStage::kOnce;
-    auto batch = make_batch(pairs, stage);
-    auto completion = batch->completion;
-    {
-      LockGuard lock(mu_);
-      queue_.push_back({std::move(batch), stage, 0});
-    }
-    cv_.notify_all();
-    return completion;
-  }
-
   [[nodiscard]] std::size_t workers() const noexcept override { return 1; }
   [[nodiscard]] DiskIoEngine io_engine() const noexcept override { return DiskIoEngine::kIoUring; }
 
  private:
-  struct Queued {
-    std::shared_ptr<DiskBatch> batch;
-    DiskStage stage = DiskStage::kOnce;
-    std::size_t next = 0;
-  };
-
   /// One pair's I/O in a staging slot.
   struct Op {
     std::byte* buf = nullptr;  // slot_bytes(), aligned
@@ -174,25 +148,13 @@ class DiskRing final : public DiskEngineImpl {
     std::size_t room = std::min(free_.size(), queue_depth_ - in_flight_);
     if (room == 0) return true;
     starts_.clear();
-    {
-      UniqueLock lock(mu_);
-      if (block) {
-        cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return false;
-      }
-      while (room > 0 && !queue_.empty()) {
-        Queued& q = queue_.front();
-        starts_.push_back({q.batch, q.stage, q.next++});
-        if (q.next == q.batch->pairs.size()) queue_.pop_front();
-        --room;
-      }
-    }
-    for (Queued& s : starts_) {
+    if (!intake_.take(room, block, starts_)) return false;
+    for (DiskTask& s : starts_) {
       Op& op = *free_.back();
       free_.pop_back();
       op.batch = std::move(s.batch);
       op.stage = s.stage;
-      op.i = s.next;
+      op.i = s.i;
       prepare(op);
       if (op.io) {
         push(op);
@@ -411,36 +373,13 @@ class DiskRing final : public DiskEngineImpl {
     if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) next_stage(batch, stage);
   }
 
-  void next_stage(const std::shared_ptr<DiskBatch>& batch, DiskStage stage) noexcept {
-    const DiskStage next = end_stage(*batch, stage);
-    if (next == DiskStage::kOnce) {
-      finish(*batch);
-      return;
-    }
-    const std::size_t n = batch->pairs.size();
-    batch->remaining.store(n, std::memory_order_relaxed);
-    try {
-      LockGuard lock(mu_);
-      queue_.push_front({batch, next, 0});
-    } catch (const std::exception& e) {  // bad_alloc: fail what remains rather than lose it
-      for (std::size_t i = 0; i < n; ++i) {
-        if (batch->failed[i] == 0) fail_pair(*batch, i, e);
-      }
-      finish(*batch);
-    }
-  }
-
   std::unique_ptr<io_uring> ring_;  // initialized; exited by ring_main()
   std::vector<Op> ops_;             // 2 x queue_depth staging slots
   std::vector<Op*> free_;           // ring thread only
-  std::vector<Queued> starts_;
+  std::vector<DiskTask> starts_;
   std::size_t in_flight_ = 0;   // ring thread only
   bool fixed_buffers_ = false;  // the staging slots are registered (reads use READ_FIXED)
 
-  Mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_ KVBM_GUARDED_BY(mu_);
-  bool stopping_ KVBM_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
