@@ -156,9 +156,7 @@ void bind_indexer(nb::module_& m) {
             router::KvIndexerOptions o;
             o.silence_timeout = millis(silence_timeout, "KvIndexer: silence_timeout");
             o.max_held_batches = max_held_batches;
-            KVBM_CHECK(key == "hashes" || key == "tokens", "KvIndexer: key must be 'hashes' or ",
-                       "'tokens', not '", key, "'");
-            o.key = key == "tokens" ? router::BlockKey::kTokens : router::BlockKey::kEngineHash;
+            o.key = router::parse_block_key(key);
             new (self) KvIndexer(std::move(o));
           },
           "silence_timeout"_a = 0.0, "max_held_batches"_a = 1024, "key"_a = "hashes",

@@ -547,6 +547,18 @@ std::size_t KvIndexer::shared_blocks(TierId tier) const {
   return m.index.is_shared(tier) ? m.index.tier_blocks()[static_cast<std::size_t>(tier)] : 0;
 }
 
+const char* to_string(BlockKey k) noexcept {
+  return k == BlockKey::kTokens ? "tokens" : "hashes";
+}
+
+BlockKey parse_block_key(std::string_view s) {
+  for (auto k : {BlockKey::kEngineHash, BlockKey::kTokens}) {
+    if (s == to_string(k)) return k;
+  }
+  KVBM_CHECK(false, "unknown block key \"", s, "\": use hashes or tokens");
+  return BlockKey::kEngineHash;
+}
+
 const char* to_string(StaleReason r) noexcept {
   switch (r) {
     case StaleReason::kFresh:

@@ -187,5 +187,5 @@ def test_route_tokens_needs_an_index_keyed_by_tokens():
     by_hashes.add_instance("a")
     with pytest.raises(kvbm.UsageError, match="key"):
         kvbm.KvRouter(by_hashes).route_tokens(tokens)
-    with pytest.raises(kvbm.UsageError, match="'hashes' or 'tokens'"):
+    with pytest.raises(kvbm.UsageError, match='"tokenz": use hashes or tokens'):
         kvbm.KvIndexer(key="tokenz")

@@ -31,6 +31,21 @@ std::vector<std::uint32_t> tokens_of(std::size_t blocks, std::uint32_t seed) {
   return out;
 }
 
+TEST(KvIndexerTokens, KeyNamesRoundTripAndBadOnesSayWhatIsValid) {
+  for (auto k : {BlockKey::kEngineHash, BlockKey::kTokens}) {
+    EXPECT_EQ(parse_block_key(to_string(k)), k);
+  }
+  EXPECT_EQ(parse_block_key("tokens"), BlockKey::kTokens);
+  try {
+    (void)parse_block_key("token_ids");
+    FAIL() << "no throw";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("token_ids"), std::string::npos) << what;
+    EXPECT_NE(what.find("hashes or tokens"), std::string::npos) << what;
+  }
+}
+
 // One engine's BlockStored of blocks [first, first + n) of `tokens`, under
 // the engine's own hashes `hashes` (its parent: the engine hash of block first - 1).
 events::KvEvent stored(const std::vector<std::uint64_t>& hashes,

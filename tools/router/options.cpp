@@ -127,7 +127,7 @@ RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
       if (v != "hashes" && v != "tokens") {
         bad("--key: '" + std::string(v) + "' is not hashes or tokens");
       }
-      o.key = v == "tokens" ? router::BlockKey::kTokens : router::BlockKey::kEngineHash;
+      o.key = router::parse_block_key(v);
     } else if (flag == "--policy") {
       if (v != "kv" && v != "round_robin" && v != "random") {
         bad("--policy: '" + std::string(v) + "' is not kv, round_robin or random");

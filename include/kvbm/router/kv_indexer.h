@@ -39,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvbm/clock.h"
@@ -64,6 +65,11 @@ enum class BlockKey : std::uint8_t {
   /// counted (KvIndexerStats::unkeyed_events) and ignored.
   kTokens,
 };
+
+/// Returns "hashes" (kEngineHash) or "tokens" (kTokens).
+[[nodiscard]] const char* to_string(BlockKey k) noexcept;
+/// Parses "hashes" or "tokens"; throws UsageError otherwise.
+[[nodiscard]] BlockKey parse_block_key(std::string_view s);
 
 /// The BlockKey::kTokens keys of a request's full blocks: kvbm's chained hash
 /// (kvbm/hashing.h, salted with the LoRA adapter's id when there is one) of
