@@ -331,8 +331,13 @@ std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> has
   // Every lookup is a random line of the index: once the first hash hits,
   // ask for the lines of all the others, so that their misses overlap instead
   // of following one another (a call whose first hash misses asks for none).
+  // A scan looks every hash up whatever it finds: it asks for all of them at once.
   const std::size_t first = out.size();
   bool asked = hashes.size() < 2;
+  if (!prefix && !asked) {
+    for (const auto& h : hashes) table_.prefetch(h.value());
+    asked = true;
+  }
   for (const auto& h : hashes) {
     const BlockId* it = table_.find(h.value());
     if (!asked && it != nullptr) {
@@ -386,6 +391,10 @@ void BlockStore::presence(std::span<const SequenceHash> hashes, std::vector<bool
   // An orphaned pool (its manager is gone, blocks still out) holds nothing a
   // caller could match or upgrade, so it answers like an absent tier.
   if (orphaned_) return;
+  // Every hash is looked up: ask for all their lines first, so that the misses overlap.
+  if (hashes.size() > 1) {
+    for (const auto& h : hashes) table_.prefetch(h.value());
+  }
   for (std::size_t i = 0; i < hashes.size(); ++i) out[i] = table_.contains(hashes[i].value());
 }
 

@@ -25,6 +25,17 @@ std::string remote_servers(const RemoteTierConfig& r) {
   return std::to_string(r.urls.size()) + " server(s)";
 }
 
+// True when a boundary's policy (min_frequency) or a pool's eviction backend
+// (multi-level LRU) reads the frequency sketch.
+bool reads_frequency(const facade::TierSpecs& specs) {
+  for (const auto& s : specs.items) {
+    if (!s.present) continue;
+    if (s.policy != nullptr && s.policy->min_frequency > 0) return true;
+    if (s.size != nullptr && s.size->eviction == EvictionPolicy::kMultiLevelLru) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 using facade::kTierIds;
@@ -36,7 +47,11 @@ void KvBlockManagerImpl::build() {
   specs_ = facade::describe_tiers(c, {n.device, n.host, n.disk});
   std::size_t all_blocks = 0;
   for (const auto& s : specs_.items) all_blocks += s.blocks;
-  tracker_ = std::make_shared<FrequencyTracker>(std::max<std::size_t>(1024, all_blocks));
+  // Each touch of the sketch is a random cache line, on every registration
+  // and match: it is kept only when something reads it.
+  if (reads_frequency(specs_)) {
+    tracker_ = std::make_shared<FrequencyTracker>(std::max<std::size_t>(1024, all_blocks));
+  }
   registry_ = BlockRegistry::builder().frequency_tracker(tracker_).build();
 
   for (const TierId t : kTierIds) {

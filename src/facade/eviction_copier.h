@@ -28,7 +28,6 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -41,7 +40,6 @@
 #include "kvbm/offload/offload_metrics.h"
 #include "kvbm/offload/policy.h"
 #include "kvbm/pool_listener.h"
-#include "kvbm/transfer/stage_and_register.h"
 #include "kvbm/transfer/transfer_engine.h"
 
 namespace kvbm::facade {
@@ -115,23 +113,41 @@ class EvictionCopier final : public PoolListener {
     const TransferOutcome outcome = engine_->submit(pairs)->wait();
     std::vector<bool> failed(got, false);
     for (const auto k : outcome.failed) failed[k] = true;
-    std::size_t copied = 0;
-    std::vector<ImmutableBlock<Dst>> registered;
-    const bool hand_on = static_cast<bool>(on_registered_);
-    stage_and_register_copies(
-        *dst_, dst, failed, [&](std::size_t i) { return blocks[todo[i]].hash; },
-        [&](std::size_t, std::optional<ImmutableBlock<Dst>>&& r) {
-          if (!r) return;
-          if (hand_on) registered.push_back(std::move(*r));
-          ++copied;
-        });
-    if (on_registered_ && !registered.empty()) on_registered_(std::move(registered));
+    std::vector<ImmutableBlock<Dst>> registered = register_arrived(blocks, todo, dst, failed);
+    const std::size_t copied = registered.size();
+    if (on_registered_ && !registered.empty()) {
+      on_registered_(std::move(registered));
+    } else {
+      for (auto& b : registered) ImmutableBlock<Dst> release = std::move(b);  // in order
+    }
     metrics_->add_blocks(BlockOutcome::kTransferred, copied);
     metrics_->add_blocks(BlockOutcome::kCopyFailed, got - copied);
     if (!outcome.ok()) {
       logger()->warn("on-eviction offload {}_to_{}: {} of {} copies failed: {}", tier_name<Src>(),
                      tier_name<Dst>(), got - copied, got, outcome.message());
     }
+  }
+
+  // Step 4: stages the copies that arrived and registers them in one batch,
+  // in eviction order. The batch is one lock and overlaps the index's cache
+  // misses; it leaves the pool as registering and releasing each copy in
+  // turn would (the same order of registration, then of release: the
+  // batch's hashes are distinct, so no copy can be deduplicated against
+  // another of the batch).
+  std::vector<ImmutableBlock<Dst>> register_arrived(std::span<const EvictedBlock> blocks,
+                                                    const std::vector<std::size_t>& todo,
+                                                    std::vector<MutableBlock<Dst>>& dst,
+                                                    const std::vector<bool>& failed)
+      KVBM_REQUIRES(mu_) {
+    const std::uint32_t block_size = dst_->block_size();
+    std::vector<CompleteBlock<Dst>> staged;
+    staged.reserve(dst.size());
+    for (std::size_t i = 0; i < dst.size(); ++i) {
+      if (failed[i]) continue;
+      auto s = std::move(dst[i]).stage(blocks[todo[i]].hash, block_size);
+      if (s.ok()) staged.push_back(std::move(s).value());
+    }
+    return dst_->register_copies(std::move(staged));
   }
 
   // Step 1: refreshes the copies the tier below holds; returns the indices of

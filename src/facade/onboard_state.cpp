@@ -3,6 +3,7 @@
 #include "facade/onboard_state.h"
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 #include <utility>
 
@@ -114,19 +115,41 @@ void OnboardState::finish() noexcept {
   cv_.notify_all();
 }
 
+// The copies that arrived, staged and registered in G1 in one batch, in
+// prefix order (one lock; the index's misses overlap): the pool ends as
+// registering each in turn leaves it. Per target: its block, or nullopt when
+// its copy failed or it could not be registered (it went back to the reset pool).
+std::vector<std::optional<ImmutableBlock<G1>>> OnboardState::register_arrived() noexcept {
+  std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
+  try {
+    const std::uint32_t block_size = g1->block_size();
+    std::vector<CompleteBlock<G1>> staged;
+    std::vector<std::size_t> at;
+    staged.reserve(targets.size());
+    at.reserve(targets.size());
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      if (!failed_.empty() && failed_[i]) continue;
+      auto s = std::move(targets[i]).stage(below[i].hash, block_size);
+      if (!s.ok()) continue;
+      staged.push_back(std::move(s).value());
+      at.push_back(i);
+    }
+    auto registered = g1->register_copies(std::move(staged));
+    for (std::size_t k = 0; k < registered.size(); ++k) arrived[at[k]] = std::move(registered[k]);
+  } catch (const std::exception& e) {
+    detail::log_unregistered_copies(tier_name<G1>(), targets.size(), e.what());
+  }
+  return arrived;
+}
+
 // Every copy that arrived is registered (it is a valid G1 block); the prefix
 // handed back ends before the first copy that did not. The remote tier's
 // copies come after the walk's positions, when every one of those arrived.
 std::vector<ImmutableBlock<G1>> OnboardState::assemble(facade::TierArray<std::size_t>& per_tier,
                                                        std::size_t& failed,
                                                        std::vector<TierId>& origins) noexcept {
-  std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
-  stage_and_register_copies(
-      *g1, targets, failed_, [&](std::size_t i) { return below[i].hash; },
-      [&](std::size_t i, std::optional<ImmutableBlock<G1>>&& r) {
-        if (!r) ++failed;  // the target goes back to the reset pool
-        arrived[i] = std::move(r);
-      });
+  std::vector<std::optional<ImmutableBlock<G1>>> arrived = register_arrived();
+  for (const auto& a : arrived) failed += a ? 0 : 1;  // its target went back to the reset pool
   failed += remote_.failed;
   std::vector<ImmutableBlock<G1>> out;
   out.reserve(walk.size() + remote_.blocks.size());

@@ -116,6 +116,7 @@ class OnboardState {
   void release_sources() noexcept;
   void release_all() noexcept;
   void end_cancelled() noexcept KVBM_REQUIRES(mu_);
+  std::vector<std::optional<ImmutableBlock<G1>>> register_arrived() noexcept;
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
   std::vector<ImmutableBlock<G1>> assemble(facade::TierArray<std::size_t>& per_tier,

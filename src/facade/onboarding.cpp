@@ -2,7 +2,9 @@
 
 #include "facade/onboarding.h"
 
+#include <algorithm>
 #include <exception>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -204,22 +206,40 @@ void Onboarding::remember(const std::shared_ptr<State>& s) {
 
 // The tier each block of the prefix comes from: the fastest local one that
 // holds it, up to the first block none holds (`stop_at_miss`), else nullopt
-// there and on to the end.
+// there and on to the end. Each tier is asked only about the positions no
+// faster tier holds; with `stop_at_miss` the positions go in chunks (16, then
+// doubling), and none after a chunk with a block no tier holds is asked about.
 Onboarding::Fastest Onboarding::fastest_tiers(std::span<const SequenceHash> hashes,
                                               bool stop_at_miss) const {
-  std::vector<std::vector<bool>> in;
-  in.reserve(local_.size());
-  for (const Tier* t : local_) in.push_back(t->presence(hashes));
+  constexpr std::size_t kFirstChunk = 16;
   Fastest tiers;
   tiers.reserve(hashes.size());
-  for (std::size_t i = 0; i < hashes.size(); ++i) {
-    std::size_t t = 0;
-    while (t < local_.size() && !in[t][i]) ++t;
-    if (t == local_.size()) {
-      if (stop_at_miss) break;
-      tiers.emplace_back(std::nullopt);
-    } else {
-      tiers.emplace_back(local_[t]->id());
+  std::vector<std::size_t> open;  // positions of the chunk no tier asked so far holds
+  std::vector<SequenceHash> asked;
+  std::size_t chunk = stop_at_miss ? kFirstChunk : hashes.size();
+  for (std::size_t begin = 0; begin < hashes.size(); begin += chunk, chunk *= 2) {
+    const std::size_t end = std::min(hashes.size(), begin + chunk);
+    tiers.resize(end);
+    open.resize(end - begin);
+    std::iota(open.begin(), open.end(), begin);
+    for (const Tier* t : local_) {
+      if (open.empty()) break;
+      asked.clear();
+      for (const std::size_t i : open) asked.push_back(hashes[i]);
+      const std::vector<bool> in = t->presence(asked);
+      std::size_t kept = 0;
+      for (std::size_t k = 0; k < open.size(); ++k) {
+        if (in[k]) {
+          tiers[open[k]] = t->id();
+        } else {
+          open[kept++] = open[k];
+        }
+      }
+      open.resize(kept);
+    }
+    if (stop_at_miss && !open.empty()) {
+      tiers.resize(open.front());  // open is in position order: its first is the first miss
+      break;
     }
   }
   return tiers;

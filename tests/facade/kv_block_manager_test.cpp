@@ -20,6 +20,7 @@
 
 #include "facade/facade_test_util.h"
 #include "kvbm/events/kv_events.h"
+#include "kvbm/frequency_tracker.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/storage/storage.h"
 #include "test_util.h"
@@ -238,6 +239,66 @@ TEST(KvBlockManagerTest, OnboardStopsAtTheFirstBlockNoTierHolds) {
   }
   kv->shutdown();
   expect_clean(*kv);
+}
+
+// The prefix walk asks the tiers in chunks (16 positions, then 32, ...) and
+// asks nothing after a chunk with a miss: a miss on either side of a chunk's
+// edge, with blocks held after it, ends the prefix there, for probe and onboard.
+TEST(KvBlockManagerTest, PrefixEndsAtTheFirstMissOnEitherSideOfTheWalksChunkEdges) {
+  for (const std::size_t miss : {15u, 16u, 17u, 47u, 48u, 49u}) {
+    SCOPED_TRACE(miss);
+    auto c = config(128, 128, 0);
+    c.move_bytes = false;
+    auto kv = KvBlockManager::build(c);
+    const auto hashes = chain(60, 7);
+    std::vector<SequenceHash> held;
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      if (i != miss) held.push_back(hashes[i]);
+    }
+    compute(*kv, held);
+    kv->drain();
+    kv->device().reset_inactive_pool();  // every held block in G2 only
+    {
+      auto h = kv->onboard(std::span(hashes).first(5));  // 0..4 in G1 too
+      ASSERT_EQ(h.wait(), TransferStatus::kDone);
+    }
+    EXPECT_EQ(kv->probe(hashes).device, 5u);
+    EXPECT_EQ(kv->probe(hashes).total(), miss);
+    auto h = kv->onboard(hashes);
+    ASSERT_EQ(h.wait(), TransferStatus::kDone);
+    EXPECT_EQ(h.counts().device, 5u);
+    EXPECT_EQ(h.counts().host, miss - 5);
+    auto blocks = h.take_blocks();
+    ASSERT_EQ(blocks.size(), miss);
+    for (std::size_t i = 0; i < miss; ++i) EXPECT_EQ(blocks[i].sequence_hash(), hashes[i]);
+    blocks.clear();
+    kv->shutdown();
+    expect_clean(*kv);
+  }
+}
+
+// The facade feeds a frequency sketch only when a min_frequency policy or a
+// multi-level LRU pool reads it.
+TEST(KvBlockManagerTest, FrequencyIsTrackedOnlyWhenSomethingReadsIt) {
+  auto plain = KvBlockManager::build(config(16, 16, 0));
+  EXPECT_EQ(plain->device().registry()->frequency_tracker(), nullptr);
+  plain->shutdown();
+
+  auto c = config(16, 16, 0);
+  c.device_to_host_policy.min_frequency = 2;
+  auto kv = KvBlockManager::build(c);
+  const auto& tracker = kv->device().registry()->frequency_tracker();
+  ASSERT_NE(tracker, nullptr);
+  const auto hashes = chain(3, 9);
+  compute(*kv, hashes);
+  EXPECT_GE(tracker->estimate(hashes[0].value()), 1u);  // registration fed it
+  kv->shutdown();
+
+  auto m = config(16, 16, 0);
+  m.host.eviction = EvictionPolicy::kMultiLevelLru;
+  auto leveled = KvBlockManager::build(m);
+  EXPECT_NE(leveled->host()->registry()->frequency_tracker(), nullptr);
+  leveled->shutdown();
 }
 
 TEST(KvBlockManagerTest, OnboardCutsThePrefixWhereG1IsFull) {

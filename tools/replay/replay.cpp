@@ -458,6 +458,14 @@ std::vector<MutableBlock<G1>> allocate_fresh(KvBlockManager& kvbm, std::size_t n
   return std::move(*fresh);
 }
 
+// True when G1 holds a block of `hashes` that comes after one it does not
+// hold: without one, every block G1 holds is in the prefix.
+bool g1_holds_past_a_gap(KvBlockManager& kvbm, std::span<const SequenceHash> hashes) {
+  const std::vector<bool> in = kvbm.device().registry()->presence<G1>(hashes);
+  const auto gap = std::find(in.begin(), in.end(), false);
+  return std::find(gap, in.end(), true) != in.end();
+}
+
 // Replays a trace through its instances, request by request, in trace order.
 class Replay {
  public:
@@ -561,7 +569,10 @@ class Replay {
     const std::size_t n = hashes.size();
     p.in_g1.resize(n);
     if (n == 0) return p;
-    const std::size_t found = kvbm.probe(hashes).total();
+    // G1 can hold a block after the prefix only if it holds one after a
+    // block it does not hold; only then is the prefix (a walk over every
+    // tier) asked for before the onboarding walks it.
+    const std::size_t found = g1_holds_past_a_gap(kvbm, hashes) ? kvbm.probe(hashes).total() : n;
     if (found < n) {
       const auto rest = std::span<const SequenceHash>(hashes).subspan(found);
       auto cached = kvbm.device().scan_matches(rest);
