@@ -23,10 +23,14 @@ the median ratio ("range crosses" where one round falls on the other side of it)
 absolute mark on kvbm's own median (e.g. recovery <= 2000 ms) is judged beside it. The
 machine is shared: only ratios within one round compare.
 
-Rounds of the longer comparisons at --rounds 5 (2 shared cores, load 1-3): replay-bytes and
-replay-bytes-write-through about 2.5 min together, recovery-* about 1 min each, the
-remote-cluster-* 30-60 s each, vllm-* about 3 min for all 14 (one run serves them all),
-sglang-* about 1.5 min for the 3; most others 10-30 s each (`--list` prints them all).
+How long --rounds 5 takes, as measured with --rounds 2 on the 2 shared cores at load 10-17
+(quieter, less): hashing-*, match-*, lifecycle-*, router-apply/-overlaps-*/-route and host-* about
+20-30 s each; router-process, replay-write-through and durability-fio about 30-50 s each;
+offload-*, onboard-* and durability-8/-64 1-1.5 min each; remote-cluster-* about 2 min each;
+recovery-* 2-3 min each (each process fills its 800 MB pool first); replay-bytes and
+replay-bytes-write-through about 1 and 2 min; vllm-* 7 min for all 14 together and sglang-*
+up to 12 min for the 3 together (a run of the script a round serves all of them; most of a
+run is importing the engine).
 
 Options: --build DIR (default build/release), --rounds N (default 5, at least 5 for a figure
 in docs/benchmarks.md), --only a,b (names or prefixes), --markdown FILE, --json FILE.

@@ -95,6 +95,7 @@ class GBench:
         self.what = what or case.split("/")[0].removeprefix("BM_").rstrip("$")
         self.unit = {"ns_per_item": "ns", "items_per_second": "M items/s",
                      "bytes_per_second": "MB/s", "real_time": "ms",
+                     "k_items_per_second": "k items/s",
                      "p50_us": "us (p50)"}.get(field, field)
 
     def missing(self, ctx):
@@ -119,6 +120,8 @@ class GBench:
             return 1e9 / b["items_per_second"]
         if self.field == "items_per_second":
             return b["items_per_second"] / 1e6
+        if self.field == "k_items_per_second":
+            return b["items_per_second"] / 1e3
         if self.field == "bytes_per_second":
             return b["bytes_per_second"] / 1e6
         if self.field == "real_time":
@@ -355,7 +358,7 @@ def offload_comparisons():
     env = {"KVBM_BENCH_DIR": lambda ctx: ctx.disk()}
 
     def gb(case, what):
-        return GBench(ob, f"{case}/", "items_per_second", env=env, what=what)
+        return GBench(ob, f"{case}/", "k_items_per_second", env=env, what=what)
     return [
         Comparison("offload-pipeline", "pipeline G1 -> G2 (blocks/s), host engine",
                    gb("BM_Pipeline_HostEngine", "pipeline"),
