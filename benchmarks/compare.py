@@ -28,7 +28,7 @@ How long --rounds 5 takes, as measured with --rounds 2 on the 2 shared cores at 
 20-30 s each; router-process, replay-write-through and durability-fio about 30-50 s each;
 offload-*, onboard-* and durability-8/-64 1-1.5 min each; remote-cluster-* about 2 min each;
 recovery-* 2-3 min each (each process fills its 800 MB pool first); replay-bytes and
-replay-bytes-write-through about 1 and 2 min; vllm-* 7 min for all 14 together and sglang-*
+replay-bytes-write-through about 1.5 and 3.5 min; vllm-* 5 min for all 14 together and sglang-*
 up to 12 min for the 3 together (a run of the script a round serves all of them; most of a
 run is importing the engine).
 
