@@ -397,7 +397,8 @@ def router_comparisons():
         for blocks in (256, 16):
             arg = f"instances:{instances}/blocks:{blocks}$"
             out.append(gb_pair(f"router-overlaps-{instances}-{blocks}",
-                               f"KvIndexer::overlaps, {instances} instances, {blocks} blocks "
+                               f"KvIndexer::overlaps, {instances} instance"
+                               f"{'s' if instances > 1 else ''}, {blocks} blocks "
                                "(per block)", rb, f"BM_KvIndexer_Overlaps/{arg}",
                                f"BM_Baseline_HashMapFind/{arg}"))
     out.append(gb_pair("router-route", "KvRouter route + finish, 64 instances, 256 blocks "
