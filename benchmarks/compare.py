@@ -7,13 +7,30 @@
     python3 benchmarks/compare.py --markdown out.md --json out.json
 
 Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two
-Google Benchmark cases of one binary, kvbm's disk engine and fio at the same engine, queue
-depth and I/O size, the remote tier and redis-benchmark, kvbm-router and a bare HTTP round
-trip. A round runs kvbm once, then the baseline once (A B A B ...), reads the load average
-before each, and keeps the ratio of the two. The report gives, per comparison, the median of
-each side, the median ratio with its min..max over the rounds, the load average over the
-rounds, and the target judged on the median ratio ("range crosses" where one round falls on
-the other side of it). The machine is shared: only ratios within one round compare.
+Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy,
+recovery beside bare pread, persistent beside scratch writes, offload pipeline and onboarding
+beside the raw engines, router index and router process beside bare maps and a bare HTTP round
+trip), kvbm's disk engine and fio at the same engine, queue depth and I/O size, the remote
+tier and redis-benchmark on one redis-server or on a 3-primary Redis Cluster (both started on
+loopback by the script), kvbm-replay runs (write-through beside on-eviction), and the Python
+benchmarks of benchmarks/python/ (SGLang's HiCacheFile beside KvbmStorage, vLLM's fs tier
+beside KvbmTier: one run of the script a round, which alternates the two sides itself; skipped
+without build/engines-venv or KVBM_ENGINES_VENV). A round runs kvbm once, then the baseline
+once (A B A B ...), each in its own process, reads the load average before each, and keeps the
+ratio of the two. The report gives, per comparison, the median of each side, the median ratio
+with its min..max over the rounds, the load average over the rounds, and the target judged on
+the median ratio ("range crosses" where one round falls on the other side of it); an
+absolute mark on kvbm's own median (e.g. recovery <= 2000 ms) is judged beside it. The
+machine is shared: only ratios within one round compare.
+
+How long --rounds 5 takes, as measured with --rounds 2 on the 2 shared cores at load 10-17
+(quieter, less): hashing-*, match-*, lifecycle-*, router-apply/-overlaps-*/-route and host-* about
+20-30 s each; router-process, replay-write-through and durability-fio about 30-50 s each;
+offload-*, onboard-* and durability-8/-64 1-1.5 min each; remote-cluster-* about 2 min each;
+recovery-* 2-3 min each (each process fills its 800 MB pool first); replay-bytes and
+replay-bytes-write-through about 1.5 and 3.5 min; vllm-* 5 min for all 14 together and sglang-*
+up to 12 min for the 3 together (a run of the script a round serves all of them; most of a
+run is importing the engine).
 
 Options: --build DIR (default build/release), --rounds N (default 5, at least 5 for a figure
 in docs/benchmarks.md), --only a,b (names or prefixes), --markdown FILE, --json FILE.
@@ -74,6 +91,10 @@ def run_one(comp, rounds, ctx):
                                  max(ratios)))
     else:
         row["verdict"] = judge(comp.target, row["kvbm"], row["kvbm_min"], row["kvbm_max"])
+    if comp.kvbm_target:
+        absolute = "kvbm " + judge(comp.kvbm_target, row["kvbm"], row["kvbm_min"],
+                                   row["kvbm_max"])
+        row["verdict"] = absolute if row["verdict"] == "-" else f"{row['verdict']}; {absolute}"
     return row
 
 
@@ -108,7 +129,10 @@ def main():
     comps = comparisons.all_comparisons()
     if args.list:
         for c in comps:
-            print(f"{c.name:34} {c.what}   [target {c.target or '-'}]")
+            mark = c.target or "-"
+            if c.kvbm_target:
+                mark += f", kvbm {c.kvbm_target} {c.kvbm.unit}"
+            print(f"{c.name:34} {c.what}   [target {mark}]")
         return 0
     wanted = [w for w in args.only.split(",") if w]
     if wanted:

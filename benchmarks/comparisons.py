@@ -2,8 +2,12 @@
 
 A Comparison pairs a kvbm Measure with a baseline Measure (or none, for a figure with an
 absolute target) and a target on the ratio kvbm / baseline, both in the measure's own unit:
-costs (ns per block) are compared with "<=", rates (tokens/s, bytes/s) with ">=".
-Measures run one process each, so that a round is one run of each side.
+costs (ns per block) are compared with "<=", rates (tokens/s, bytes/s) with ">=", and an
+optional absolute mark on kvbm's own median (kvbm_target, e.g. a recovery under 2000 ms).
+Measures run one process each, so that a round is one run of each side; the Python benchmarks
+alternate their two sides themselves, and a round is one run of the script
+(script_measure.py). Servers (one redis-server, a 3-primary Redis Cluster: redis_cluster.py)
+start on first use and stop when the Context ends.
 """
 import json
 import os
@@ -13,6 +17,9 @@ import socket
 import subprocess
 import tempfile
 import time
+
+from redis_cluster import RedisCluster
+from script_measure import ScriptFigure, ScriptRuns
 
 
 class Context:
@@ -24,6 +31,8 @@ class Context:
         self.redis = None
         self.redis_port = None
         self.disk_dir = None
+        self.redis_cluster = None
+        self.scripts = ScriptRuns()
 
     def __enter__(self):
         self.tmp = tempfile.mkdtemp(prefix="kvbm-compare-")
@@ -33,6 +42,8 @@ class Context:
         if self.redis:
             self.redis.terminate()
             self.redis.wait(timeout=10)
+        if self.redis_cluster:
+            self.redis_cluster.stop()
         for d in (self.tmp, self.disk_dir):
             if d:
                 shutil.rmtree(d, ignore_errors=True)
@@ -61,6 +72,12 @@ class Context:
                 raise RuntimeError("redis-server did not answer PING")
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
+    def cluster(self):
+        """Starts a 3-primary Redis Cluster on loopback (once) and returns it."""
+        if self.redis_cluster is None:
+            self.redis_cluster = RedisCluster(os.path.join(self.tmp, "cluster")).start()
+        return self.redis_cluster
+
     def disk(self):
         """A scratch directory on a real disk (KVBM_BENCH_DISK_DIR, default /var/tmp)."""
         if self.disk_dir is None:
@@ -77,7 +94,9 @@ class GBench:
         self.min_time, self.env = min_time, env or {}
         self.what = what or case.split("/")[0].removeprefix("BM_").rstrip("$")
         self.unit = {"ns_per_item": "ns", "items_per_second": "M items/s",
-                     "bytes_per_second": "MB/s", "real_time": "ms"}.get(field, field)
+                     "bytes_per_second": "MB/s", "real_time": "ms",
+                     "k_items_per_second": "k items/s",
+                     "p50_us": "us (p50)"}.get(field, field)
 
     def missing(self, ctx):
         path = ctx.bin(f"benchmarks/{self.binary}")
@@ -101,6 +120,8 @@ class GBench:
             return 1e9 / b["items_per_second"]
         if self.field == "items_per_second":
             return b["items_per_second"] / 1e6
+        if self.field == "k_items_per_second":
+            return b["items_per_second"] / 1e3
         if self.field == "bytes_per_second":
             return b["bytes_per_second"] / 1e6
         if self.field == "real_time":
@@ -112,10 +133,11 @@ class GBench:
 class Fio:
     """fio on the disk directory, with the engine, queue depth and I/O size given."""
 
-    def __init__(self, rw, engine, depth, bs, size, runtime=4):
+    def __init__(self, rw, engine, depth, bs, size, runtime=4, fdatasync=0):
         self.rw, self.engine, self.depth, self.bs, self.size = rw, engine, depth, bs, size
-        self.runtime = runtime
-        self.what = f"fio {engine} {rw} qd {depth}"
+        self.runtime, self.fdatasync = runtime, fdatasync
+        self.what = f"fio {engine} {rw} qd {depth}" + (
+            f", fdatasync every {fdatasync} writes a job" if fdatasync else "")
         self.unit = "MB/s"
 
     def missing(self, ctx):
@@ -129,7 +151,7 @@ class Fio:
                f"--ioengine={self.engine}", f"--numjobs={self.depth if sync else 1}",
                f"--iodepth={1 if sync else self.depth}", "--group_reporting", "--time_based",
                f"--runtime={self.runtime}", "--fallocate=native", "--randrepeat=0",
-               "--output-format=json"]
+               f"--fdatasync={self.fdatasync}", "--output-format=json"]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         job = json.loads(out[out.index("{"):])["jobs"][0]
         return job["read" if "read" in self.rw else "write"]["bw_bytes"] / 1e6
@@ -138,20 +160,26 @@ class Fio:
 class RedisBenchmark:
     """redis-benchmark against the context's server: SET or GET of `size` bytes."""
 
-    def __init__(self, op, size, pipeline=16, clients=2, requests=None):
+    def __init__(self, op, size, pipeline=16, clients=2, requests=None, cluster=False):
         self.op, self.size, self.pipeline, self.clients = op, size, pipeline, clients
         self.requests = requests or (2000 if size >= 1 << 20 else 20000)
-        self.what = f"redis-benchmark {op} -P {pipeline} -c {clients}"
+        self.cluster = cluster
+        self.what = f"redis-benchmark {op} -P {pipeline} -c {clients}" + (
+            " --cluster" if cluster else "")
         self.unit = "MB/s"
 
     def missing(self, ctx):
         return None if shutil.which("redis-benchmark") else "redis-benchmark not installed"
 
     def measure(self, ctx):
-        ctx.redis_url()
+        if self.cluster:
+            port, where = ctx.cluster().ports[0], ["--cluster"]
+        else:
+            ctx.redis_url()
+            port, where = ctx.redis_port, []
         # -t set,get: the SET pass writes the key the GET pass then reads (a hit).
         out = subprocess.run(
-            ["redis-benchmark", "-h", "127.0.0.1", "-p", str(ctx.redis_port),
+            ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), *where,
              "-c", str(self.clients), "-t", "set,get", "-d", str(self.size),
              "-n", str(self.requests), "-P", str(self.pipeline), "--csv"],
             capture_output=True, text=True, check=True).stdout
@@ -163,28 +191,39 @@ class RedisBenchmark:
 
 
 class Replay:
-    """kvbm-replay --metadata-only on the shipped trace: M blocks per second."""
+    """kvbm-replay on the shipped trace: M blocks per second, metadata only by default; with
+    bytes (metadata_only=False), k blocks per second, and a round fails if any onboarded
+    block fails its verification."""
 
-    what = "kvbm-replay --metadata-only"
-    unit = "M blocks/s"
-
-    def __init__(self, args=()):
-        self.args = list(args)
+    def __init__(self, args=(), metadata_only=True):
+        self.args, self.metadata_only = list(args), metadata_only
+        self.what = " ".join(["kvbm-replay"] + (["--metadata-only"] if metadata_only else [])
+                             + self.args)
+        self.unit = "M blocks/s" if metadata_only else "k blocks/s"
 
     def missing(self, ctx):
         path = ctx.bin("tools/replay/kvbm-replay")
         return None if os.path.exists(path) else f"{path} not built"
 
     def measure(self, ctx):
-        out = subprocess.run([ctx.bin("tools/replay/kvbm-replay"), "--metadata-only", "--json",
-                              *self.args], capture_output=True, text=True, check=True).stdout
-        return json.loads(out)["result"]["blocks_per_second"] / 1e6
+        mode = ["--metadata-only"] if self.metadata_only else []
+        out = subprocess.run([ctx.bin("tools/replay/kvbm-replay"), *mode, "--json", *self.args],
+                             capture_output=True, text=True, check=True).stdout
+        result = json.loads(out)["result"]
+        if not self.metadata_only and result["verification"]["failures"]:
+            raise RuntimeError(f"{self.what}: {result['verification']['failures']} blocks "
+                               "failed their verification")
+        return result["blocks_per_second"] / (1e6 if self.metadata_only else 1e3)
 
 
 class Comparison:
-    def __init__(self, name, what, kvbm, baseline, target=None):
+    """`target` is judged on the median ratio kvbm / baseline (on kvbm's median where there is
+    no baseline); `kvbm_target`, where given, on kvbm's own median as well (an absolute mark,
+    such as a recovery under 2 s, beside a ratio to a baseline)."""
+
+    def __init__(self, name, what, kvbm, baseline, target=None, kvbm_target=None):
         self.name, self.what, self.kvbm, self.baseline = name, what, kvbm, baseline
-        self.target = target
+        self.target, self.kvbm_target = target, kvbm_target
 
     def missing(self, ctx):
         for m in (self.kvbm, self.baseline):
@@ -242,6 +281,163 @@ def remote_comparisons():
     return out
 
 
+def remote_cluster_comparisons():
+    """The remote tier on a 3-primary Redis Cluster (batches of 32 split by slot, 2 worker
+    connections per primary) beside redis-benchmark --cluster, 2 clients per primary."""
+    out = []
+    for kib in (64, 1024, 2048):
+        for op, case in (("SET", "BM_RemoteStore_Put"), ("GET", "BM_RemoteStore_Get")):
+            kvbm = GBench("remote_bench", f"{case}/kib:{kib}/", "bytes_per_second", min_time=1.0,
+                          env={"KVBM_REDIS_URL": lambda ctx: ctx.cluster().url()},
+                          what=f"RemoteStore {op}, cluster")
+            base = RedisBenchmark(op, kib * 1024, clients=6, cluster=True)
+            out.append(Comparison(f"remote-cluster-{op.lower()}-{kib}k",
+                                  f"G4 {op} of {kib} KiB blocks, 3-primary Redis Cluster", kvbm,
+                                  base, ">= 0.8"))
+    return out
+
+
+def host_engine_comparisons():
+    """The host engine (default threads) beside one memcpy of the same bytes, contiguous to
+    contiguous on the calling thread, for batches of 16, 32 and 64 blocks of 2 MiB: offload
+    (G1 layer-separated -> G2 contiguous), onboard (G2 -> G1), separated -> separated."""
+    out = []
+    for label, case, what, target in (
+            ("offload", "SeparatedToContiguous", "G1 layer-separated -> G2 contiguous", ">= 0.9"),
+            ("onboard", "ContiguousToSeparated", "G2 contiguous -> G1 layer-separated", ">= 0.9"),
+            ("separated", "SeparatedToSeparated", "layer-separated -> layer-separated", None)):
+        for blocks in (16, 32, 64):
+            kvbm = f"BM_HostEngine_{case}/blocks:{blocks}/threads:0/"
+            out.append(gb_pair(f"host-{label}-{blocks}",
+                               f"host engine, {what}, {blocks} blocks ({2 * blocks} MiB)",
+                               "host_engine_bench", kvbm, f"BM_Memcpy_Baseline/blocks:{blocks}/",
+                               "bytes_per_second", target))
+    return out
+
+
+def recovery_comparisons():
+    """The persistent disk pool: recover() of 100,000 slots of 4 KiB blocks beside the same
+    file read whole in 4 MiB preads by 8 threads (times: the ratio is recover / bare); the
+    price of durability (persistent / scratch writes, batches of 8 and 64 2 MiB blocks); fio's
+    random writes with an fdatasync every 16 writes a job beside none."""
+    rb = "disk_recovery_bench"
+    env = {"KVBM_BENCH_DISK_DIR": lambda ctx: ctx.disk()}
+    bare = GBench(rb, "BM_BarePread_WholeFile/8/", "real_time", env=env,
+                  what="bare pread of the file, 8 threads")
+    out = []
+    for mode, case, threads in (("runs", "Recover", 1), ("runs", "Recover", 8),
+                                ("headers", "RecoverHeaders", 8),
+                                ("headers", "RecoverHeaders", 32)):
+        kvbm = GBench(rb, f"BM_DiskRecovery_{case}/{threads}/", "real_time", env=env,
+                      what=f"recover(), {mode}, {threads} threads")
+        how = "runs of whole slots" if mode == "runs" else "a 4 KiB header pread per slot"
+        out.append(Comparison(f"recovery-{mode}-{threads}",
+                              f"recover() of 100,000 slots, {how}, {threads} thread"
+                              + ("s" if threads > 1 else ""), kvbm, bare,
+                              kvbm_target="<= 2000" if mode == "runs" else None))
+    # The write cases need no large pool to recover: a small one keeps each process short.
+    wenv = dict(env, KVBM_BENCH_RECOVERY_SLOTS="4096")
+    for batch in (8, 64):
+        out.append(Comparison(
+            f"durability-{batch}", f"persistent pool writes beside scratch, batches of {batch}",
+            GBench(rb, f"BM_DiskWriteEngine_WritePersistent/{batch}/", "bytes_per_second",
+                   env=wenv, what="persistent (3 stages, 3 fdatasyncs)"),
+            GBench(rb, f"BM_DiskWriteEngine_WriteScratch/{batch}/", "bytes_per_second",
+                   env=wenv, what="scratch (no sync)")))
+    out.append(Comparison(
+        "durability-fio", "fio psync random writes, 4 jobs, fdatasync every 16 beside none",
+        Fio("randwrite", "psync", 4, DISK_SLOT, 64 * DISK_SLOT, fdatasync=16),
+        Fio("randwrite", "psync", 4, DISK_SLOT, 64 * DISK_SLOT)))
+    return out
+
+
+def offload_comparisons():
+    """offload_bench (512 KiB blocks, G1 emulated in host memory): the pipeline beside the host
+    engine alone on the same batches, onboarding a 1,000-block prefix beside the raw engines."""
+    ob = "offload_bench"
+    env = {"KVBM_BENCH_DIR": lambda ctx: ctx.disk()}
+
+    def gb(case, what):
+        return GBench(ob, f"{case}/", "k_items_per_second", env=env, what=what)
+    return [
+        Comparison("offload-pipeline", "pipeline G1 -> G2 (blocks/s), host engine",
+                   gb("BM_Pipeline_HostEngine", "pipeline"),
+                   gb("BM_Engine_HostEngine_Alone", "host engine alone"), ">= 0.9"),
+        Comparison("offload-pipeline-null", "pipeline G1 -> G2 (blocks/s), engine copying nothing",
+                   gb("BM_Pipeline_NullEngine", "pipeline, null engine"), None),
+        Comparison("onboard-g2", "onboard a 1,000-block prefix from G2 (blocks/s)",
+                   gb("BM_Onboard_FromHost", "onboard from G2"),
+                   gb("BM_Engine_HostToDevice_Raw", "G2 -> G1 host engine, one batch")),
+        Comparison("onboard-g3", "onboard a 1,000-block prefix from G3 (blocks/s)",
+                   gb("BM_Onboard_FromDisk", "onboard from G3"),
+                   gb("BM_Engine_DiskRead_Raw", "disk read engine, 1,000 slots")),
+    ]
+
+
+def replay_comparisons():
+    wt = ["--offload-mode", "write_through"]
+    return [
+        Comparison("replay-metadata", "replay of the shipped trace, metadata only",
+                   Replay(), None, ">= 5"),
+        Comparison("replay-write-through", "replay, metadata only, write-through / on-eviction",
+                   Replay(wt), Replay()),
+        Comparison("replay-bytes", "replay of the shipped trace, bytes moved and verified",
+                   Replay(metadata_only=False), None),
+        Comparison("replay-bytes-write-through",
+                   "replay, bytes moved and verified, write-through / on-eviction",
+                   Replay(wt, metadata_only=False), Replay(metadata_only=False)),
+    ]
+
+
+def router_comparisons():
+    rb = "router_bench"
+    out = [gb_pair("router-apply", "KvIndexer::apply, 64 instances (per block)", rb,
+                   "BM_KvIndexer_Apply$", "BM_Baseline_HashMapInsert$")]
+    for instances in (64, 8, 1):
+        for blocks in (256, 16):
+            arg = f"instances:{instances}/blocks:{blocks}$"
+            out.append(gb_pair(f"router-overlaps-{instances}-{blocks}",
+                               f"KvIndexer::overlaps, {instances} instance"
+                               f"{'s' if instances > 1 else ''}, {blocks} blocks "
+                               "(per block)", rb, f"BM_KvIndexer_Overlaps/{arg}",
+                               f"BM_Baseline_HashMapFind/{arg}"))
+    out.append(gb_pair("router-route", "KvRouter route + finish, 64 instances, 256 blocks "
+                       "(per block)", rb, "BM_KvRouter_Route/instances:64/blocks:256$",
+                       "BM_Baseline_HashMapFind/instances:64/blocks:256$"))
+    out.append(Comparison(
+        "router-process", "kvbm-router POST /route, 32 blocks over 8 instances (p50)",
+        GBench("router_process_bench", "BM_RouterProcess_Route/", "p50_us"),
+        GBench("router_process_bench", "BM_Baseline_HttpRoundTrip/", "p50_us",
+               what="bare HTTP round trip")))
+    return out
+
+
+# The Python benchmarks' figures (benchmarks/python/): key in their --json, unit, target.
+SGLANG_FIGURES = (("set", "GB/s", None), ("get", "GB/s", ">= 1.0"), ("exists", "us", None))
+VLLM_FIGURES = tuple((k, "GB/s") for k in ("store", "store_disk", "promote", "promote_old")) + \
+    tuple((f"{w}_{p}", "us") for w in ("present", "present_key", "absent", "absent_key")
+          for p in ("p50", "p99")) + (("present_steps", "steps"), ("absent_steps", "steps"))
+
+
+def engine_comparisons():
+    """SGLang's HiCacheFile beside KvbmStorage (32 pages of 2 MiB), vLLM's fs tier beside
+    KvbmTier (64 chunks of 2 MiB); each round is one run of the script (script_measure.py)."""
+    out = []
+    sg, vl = "sglang_storage_bench.py", "vllm_tier_bench.py"
+    for key, unit, target in SGLANG_FIGURES:
+        out.append(Comparison(f"sglang-{key}", f"SGLang storage backend, batch_{key} ({unit})",
+                              ScriptFigure(sg, "kvbm", key, unit, "KvbmStorage", ["--pages", "32"]),
+                              ScriptFigure(sg, "file", key, unit, "HiCacheFile", ["--pages", "32"]),
+                              target))
+    for key, unit in VLLM_FIGURES:
+        args = ["--chunks", "64"]
+        out.append(Comparison(f"vllm-{key.replace('_', '-')}",
+                              f"vLLM secondary tier, {key} ({unit})",
+                              ScriptFigure(vl, "kvbm", key, unit, "KvbmTier", args),
+                              ScriptFigure(vl, "fs", key, unit, "vLLM fs tier", args)))
+    return out
+
+
 def all_comparisons():
     bm, hb = "block_manager_bench", "hashing_bench"
     base = "BM_Baseline_UnorderedMapLookup$"
@@ -269,13 +465,15 @@ def all_comparisons():
                              f"BM_HashBlocks_Batch/tokens:4096/block:{tokens}$",
                              f"BM_Xxh3_RawBlocks/tokens:4096/block:{tokens}$",
                              "items_per_second", ">= 0.9" if tokens == 16 else None))
-    comps.append(Comparison("replay-metadata", "replay of the shipped trace, metadata only",
-                            Replay(), None, ">= 5"))
+    comps += replay_comparisons()
     comps += disk_comparisons()
     comps += remote_comparisons()
-    comps.append(gb_pair("router-overlaps", "KvIndexer::overlaps, 64 instances, 256 blocks",
-                         "router_bench", "BM_KvIndexer_Overlaps/instances:64/blocks:256$",
-                         "BM_Baseline_HashMapFind/instances:64/blocks:256$"))
+    comps += remote_cluster_comparisons()
+    comps += host_engine_comparisons()
+    comps += recovery_comparisons()
+    comps += offload_comparisons()
+    comps += router_comparisons()
+    comps += engine_comparisons()
     return comps
 
 

@@ -10,7 +10,7 @@ host memory, written through to a persistent, checksummed G3 file); HiCacheFile 
 file per page into the same file system. Run in the engines venv (scripts/engines_env.sh):
 
     PYTHONWARNINGS=ignore::DeprecationWarning build/engines-venv/bin/python \
-        benchmarks/python/sglang_storage_bench.py [--rounds 5] [--pages 32] [--dir DIR]
+        benchmarks/python/sglang_storage_bench.py [--rounds 5] [--pages 32] [--dir DIR] [--json F]
 
 Timing figures: they depend on the machine and its load (printed with them).
 """
@@ -18,6 +18,7 @@ Timing figures: they depend on the machine and its load (printed with them).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -87,6 +88,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--pages", type=int, default=32)
     ap.add_argument("--dir", default=None, help="directory for both backends (default: a temp)")
+    ap.add_argument("--json", default=None, help="write each round's figures to this file")
     a = ap.parse_args()
     directory = a.dir or tempfile.mkdtemp(prefix="kvbm-sglang-bench-")
     host = host_pool(a.pages)
@@ -126,6 +128,10 @@ def main():
         f, k = res["file"][key], res["kvbm"][key]
         ratio = [y / x for x, y in zip(f, k)]
         print(f"{label:<28}{fmt(f):>26}{fmt(k):>26}{fmt(ratio):>26}")
+    if a.json:
+        with open(a.json, "w") as out:
+            json.dump({"rounds": a.rounds, "pages": a.pages, "page_bytes": page_bytes,
+                       "loadavg": load, "per_round": res}, out, indent=1)
 
 
 if __name__ == "__main__":
