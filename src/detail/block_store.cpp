@@ -18,7 +18,7 @@ namespace {
 void hint_removals(const EvictionBackend& backend, const Slot* slots,
                    std::span<const BlockId> ids) noexcept {
   constexpr std::size_t kChunk = 64;
-  std::array<BlockId, kChunk> inactive{};
+  std::array<BlockId, kChunk> inactive;  // filled before it is read: not cleared
   std::size_t n = 0;
   for (const BlockId id : ids) {
     if (slots[id].state != SlotState::kInactive) continue;
@@ -372,7 +372,9 @@ std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> has
     prefetch_for_write(&slots_[*it]);
     out.push_back(*it);
   }
-  hint_removals(*backend_, slots_.data(), std::span(out).subspan(first));
+  if (out.size() != first) {  // a call that found nothing (a miss) pays nothing for the hint
+    hint_removals(*backend_, slots_.data(), std::span(out).subspan(first));
+  }
   for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
   if (out.size() != first) publish_gauges_locked();
   return out.size() - first;
