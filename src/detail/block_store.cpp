@@ -1,12 +1,37 @@
 #include "kvbm/detail/block_store.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "kvbm/error.h"
 #include "kvbm/frequency_tracker.h"
 
 namespace kvbm::detail {
+
+namespace {
+
+// Reviving an inactive block takes it out of the eviction backend, whose entry
+// for it is one more random line: names the inactive blocks among `ids` to the
+// backend (prefetch_remove, a hint), a chunk per call, before any is revived,
+// so that those misses overlap too. Blocks in use have no entry: left out.
+void hint_removals(const EvictionBackend& backend, const Slot* slots,
+                   std::span<const BlockId> ids) noexcept {
+  constexpr std::size_t kChunk = 64;
+  std::array<BlockId, kChunk> inactive;  // filled before it is read: not cleared
+  std::size_t n = 0;
+  for (const BlockId id : ids) {
+    if (slots[id].state != SlotState::kInactive) continue;
+    inactive[n++] = id;
+    if (n == kChunk) {
+      backend.prefetch_remove(std::span(inactive.data(), n));
+      n = 0;
+    }
+  }
+  if (n != 0) backend.prefetch_remove(std::span(inactive.data(), n));
+}
+
+}  // namespace
 
 BlockStore::BlockStore(Options options)
     : block_size_(options.block_size),
@@ -351,6 +376,9 @@ std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> has
     if (out.size() == first) out.reserve(first + hashes.size());  // a miss allocates nothing
     prefetch_for_write(&slots_[*it]);
     out.push_back(*it);
+  }
+  if (out.size() != first) {  // a call that found nothing (a miss) pays nothing for the hint
+    hint_removals(*backend_, slots_.data(), std::span(out).subspan(first));
   }
   for (std::size_t i = first; i < out.size(); ++i) revive_locked(out[i]);
   if (out.size() != first) publish_gauges_locked();

@@ -152,6 +152,29 @@ TEST(MakeEvictionBackend, BuildsEachPolicy) {
   EXPECT_NE(make_eviction_backend(EvictionPolicy::kLineage, 16, nullptr), nullptr);
 }
 
+// prefetch_remove is a hint: on every backend (lineage keeps the default no-op) it changes
+// nothing, for blocks in the pool, blocks out of it and ids out of range alike, so the
+// hinted backend gives up the same blocks in the same order as an untouched twin.
+TEST(MakeEvictionBackend, PrefetchRemoveChangesNothing) {
+  auto tracker = std::make_shared<const FrequencyTracker>(64);
+  for (auto policy :
+       {EvictionPolicy::kLru, EvictionPolicy::kMultiLevelLru, EvictionPolicy::kLineage}) {
+    const auto hinted = make_eviction_backend(policy, 16, tracker);
+    const auto twin = make_eviction_backend(policy, 16, tracker);
+    for (BlockId id : {9U, 2U, 14U, 5U, 0U, 11U}) {
+      hinted->insert(id, hash_of(id + 1000));
+      twin->insert(id, hash_of(id + 1000));
+    }
+    const std::vector<BlockId> ids = {2, 0, 3, 15, 16, 1'000'000, detail::IntrusiveLists::kNil};
+    hinted->prefetch_remove(ids);
+    hinted->prefetch_remove({});
+    EXPECT_EQ(hinted->size(), twin->size()) << to_string(policy);
+    hinted->remove(14);
+    twin->remove(14);
+    EXPECT_EQ(drain(*hinted), drain(*twin)) << to_string(policy);
+  }
+}
+
 TEST(MakeEvictionBackend, MultiLevelWithoutTrackerTellsWhatToDo) {
   try {
     (void)make_eviction_backend(EvictionPolicy::kMultiLevelLru, 16, nullptr);

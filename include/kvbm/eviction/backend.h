@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "kvbm/blocks/block_id.h"
@@ -59,6 +60,13 @@ class EvictionBackend {
   /// Removes a block that a match or upgrade takes back. Precondition: the
   /// block is in the pool.
   virtual void remove(BlockId id) noexcept = 0;
+
+  /// Hint: remove() may follow soon for each of `ids` (a match found them;
+  /// some may not be in the pool). A backend may start loading what those
+  /// calls will touch; it must change nothing and should not wait on memory
+  /// (prefetches, not loads). The default does nothing, so a custom backend
+  /// need not override it.
+  virtual void prefetch_remove(std::span<const BlockId> /*ids*/) const noexcept {}
 
   /// Removes and returns the next block to evict, or nullopt when no block
   /// may be evicted now.

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -96,6 +97,13 @@ class MultiLevelLruBackend final : public EvictionBackend {
     lists_.unlink(id);
     --level_size_[level_[id]];
     --size_;
+  }
+
+  /// Starts loading the blocks' links, which remove(id) reads first.
+  void prefetch_remove(std::span<const BlockId> ids) const noexcept override {
+    for (const BlockId id : ids) {
+      if (id < lists_.capacity()) lists_.prefetch(id);
+    }
   }
 
   /// Removes and returns the least recent block of the lowest non-empty level.
