@@ -70,10 +70,10 @@ void RedisRequest::add_command(std::initializer_list<std::string_view> args) {
   ++replies_;
 }
 
-void RedisRequest::add_set(std::string_view key, std::span<const std::byte> header,
+void RedisRequest::add_set(std::string_view key, std::size_t header_bytes,
                            std::span<const std::span<const std::byte>> regions,
                            std::uint64_t ttl_seconds) {
-  std::size_t value_bytes = header.size();
+  std::size_t value_bytes = header_bytes;
   for (auto r : regions) value_bytes += r.size();
   std::string head = ttl_seconds != 0 ? "*5\r\n$3\r\nSET\r\n$" : "*3\r\n$3\r\nSET\r\n$";
   head += std::to_string(key.size());
@@ -83,7 +83,8 @@ void RedisRequest::add_set(std::string_view key, std::span<const std::byte> head
   head += std::to_string(value_bytes);
   head += "\r\n";
   append_internal(head);
-  append_internal(std::string_view(reinterpret_cast<const char*>(header.data()), header.size()));
+  blanks_.push_back({segments_.size() - 1, bytes_.size(), header_bytes});
+  append_internal(std::string(header_bytes, '\0'));
   for (auto r : regions) {
     if (!r.empty()) segments_.push_back({r.data(), 0, r.size()});
   }
@@ -99,6 +100,7 @@ void RedisRequest::add_set(std::string_view key, std::span<const std::byte> head
 void RedisRequest::clear() noexcept {
   bytes_.clear();
   segments_.clear();
+  blanks_.clear();
   replies_ = 0;
 }
 
@@ -296,11 +298,39 @@ RemoteStatus RedisConnection::read_available(ReplySink& sink, std::size_t expect
   }
 }
 
-RemoteStatus RedisConnection::exchange(const RedisRequest& request, ReplySink& sink,
-                                       Clock::time_point deadline) {
+namespace {
+
+/// Sends what it can of iov[next, limit) without waiting; moves `next` (and the partly sent
+/// iovec) past what went out. Returns false on a failure of the socket (errno set).
+bool send_some(int fd, std::vector<iovec>& iov, std::size_t& next, std::size_t limit) {
+  msghdr m{};
+  m.msg_iov = &iov[next];
+  m.msg_iovlen = std::min<std::size_t>(limit - next, IOV_MAX);
+  const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  auto left = static_cast<std::size_t>(n);
+  while (left > 0) {
+    if (left >= iov[next].iov_len) {
+      left -= iov[next].iov_len;
+      ++next;
+    } else {
+      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+      iov[next].iov_len -= left;
+      left = 0;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+RemoteStatus RedisConnection::exchange(RedisRequest& request, ReplySink& sink,
+                                       Clock::time_point deadline, RequestFiller* filler) {
   replies_read_ = 0;
   reply_ = {};
   if (ctx_ == nullptr) return fail(RemoteStatus::kConnectionLost, "not connected");
+  KVBM_CHECK(filler != nullptr || request.blanks_.empty(),
+             "RedisConnection::exchange: a request with blank headers needs a RequestFiller");
   sink_ = &sink;
   std::vector<iovec> iov;
   iov.reserve(request.segments_.size());
@@ -310,41 +340,40 @@ RemoteStatus RedisConnection::exchange(const RedisRequest& request, ReplySink& s
                            : static_cast<const void*>(request.bytes_.data() + s.offset);
     iov.push_back({const_cast<void*>(base), s.size});
   }
-  std::size_t next = 0;
+  // Segments before `ready` may go out: those before the first header not yet filled.
+  std::size_t filled = 0, next = 0;
+  const auto ready = [&] {
+    return filled < request.blanks_.size() ? request.blanks_[filled].segment : iov.size();
+  };
+  const auto fill_next = [&] {
+    const auto& b = request.blanks_[filled];
+    filler->fill(filled,
+                 std::as_writable_bytes(std::span(request.bytes_)).subspan(b.offset, b.size));
+    ++filled;
+  };
   const std::size_t expected = request.replies();
   while (replies_read_ < expected) {
     if (Clock::now() >= deadline)
       return fail(RemoteStatus::kTimeout, "no answer within the command timeout");
-    pollfd p{ctx_->fd, static_cast<short>(POLLIN | (next < iov.size() ? POLLOUT : 0)), 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (next == ready() && filled < request.blanks_.size()) {
+      fill_next();  // nothing to send until it is filled
+      continue;
+    }
+    // With headers left to fill, look without waiting: a socket that cannot take more (or has
+    // nothing to read) leaves time to fill the next one.
+    const bool work = filled < request.blanks_.size();
+    pollfd p{ctx_->fd, static_cast<short>(POLLIN | (next < ready() ? POLLOUT : 0)), 0};
+    const int rc = ::poll(&p, 1, work ? 0 : remaining_ms(deadline));
     if (rc < 0) {
       if (errno == EINTR) continue;
       return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
     }
-    if (rc == 0) continue;
-    if ((p.revents & POLLOUT) != 0 && next < iov.size()) {
-      msghdr m{};
-      m.msg_iov = &iov[next];
-      m.msg_iovlen = std::min<std::size_t>(iov.size() - next, IOV_MAX);
-      ssize_t n = ::sendmsg(ctx_->fd, &m, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
-        }
-      } else {
-        auto left = static_cast<std::size_t>(n);
-        while (left > 0) {
-          if (left >= iov[next].iov_len) {
-            left -= iov[next].iov_len;
-            ++next;
-          } else {
-            iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
-            iov[next].iov_len -= left;
-            left = 0;
-          }
-        }
-      }
+    if (rc == 0) {
+      if (work) fill_next();
+      continue;
     }
+    if ((p.revents & POLLOUT) != 0 && next < ready() && !send_some(ctx_->fd, iov, next, ready()))
+      return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
     if ((p.revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
       if (auto st = read_available(sink, expected); st != RemoteStatus::kOk) return st;
     }

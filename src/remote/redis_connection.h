@@ -9,7 +9,8 @@
 //     is a poll() bounded by the time left;
 //   - SET values written straight from the caller's regions with sendmsg
 //     (hiredis would copy each value twice: formatting, then its output
-//     buffer);
+//     buffer), each value's header filled only when the bytes before it are
+//     on their way (a RequestFiller), so computing it overlaps the sending;
 //   - replies read from the socket straight into the reader's buffer, and
 //     bulk replies handed to a sink while still there (the reply functions
 //     are replaced), so a GET's bytes are verified in place and copied once,
@@ -62,16 +63,28 @@ class ReplySink {
   virtual void on_reply(std::size_t index, const RedisReply& reply) = 0;
 };
 
+/// Fills the headers a request left blank (RedisRequest::add_set), in order, during the
+/// exchange: header k just before its bytes are due, while the bytes before it go out.
+class RequestFiller {
+ public:
+  virtual ~RequestFiller() = default;
+  /// Writes blank header `k` (the k-th add_set of the request) into `out`.
+  virtual void fill(std::size_t k, std::span<std::byte> out) = 0;
+};
+
 /// The bytes of a pipelined request: commands formatted here, and SET values
 /// pointing at the caller's memory (which must outlive the exchange).
 class RedisRequest {
  public:
   /// Appends a command of small arguments (formatted by hiredis).
   void add_command(std::initializer_list<std::string_view> args);
-  /// Appends SET key <header + regions> [EX ttl_seconds].
-  void add_set(std::string_view key, std::span<const std::byte> header,
+  /// Appends SET key <header + regions> [EX ttl_seconds], the header `header_bytes` long and
+  /// blank: the exchange's RequestFiller writes it before it is sent.
+  void add_set(std::string_view key, std::size_t header_bytes,
                std::span<const std::span<const std::byte>> regions, std::uint64_t ttl_seconds);
   [[nodiscard]] std::size_t replies() const noexcept { return replies_; }
+  /// The number of blank headers (one per add_set).
+  [[nodiscard]] std::size_t blanks() const noexcept { return blanks_.size(); }
   void clear() noexcept;
 
  private:
@@ -81,9 +94,15 @@ class RedisRequest {
     std::size_t offset = 0;
     std::size_t size = 0;
   };
+  struct Blank {
+    std::size_t segment = 0;  ///< the segment that holds it: none from there on may go out
+    std::size_t offset = 0;   ///< in bytes_
+    std::size_t size = 0;
+  };
   void append_internal(std::string_view s);
   std::string bytes_{};
   std::vector<Segment> segments_{};
+  std::vector<Blank> blanks_{};
   std::size_t replies_ = 0;
 };
 
@@ -103,8 +122,11 @@ class RedisConnection {
   /// Sends the request and reads its replies, all before `deadline`. Returns
   /// kOk when every reply was read; otherwise the failure (kTimeout,
   /// kConnectionLost, kServerError for a protocol error), the connection is
-  /// closed and replies_read() says how many replies the sink saw.
-  RemoteStatus exchange(const RedisRequest& request, ReplySink& sink, Clock::time_point deadline);
+  /// closed and replies_read() says how many replies the sink saw. The request's blank
+  /// headers are written by `filler` (required when it has any), each before its segment is
+  /// sent: while the socket cannot take more, the next ones are filled instead of waiting.
+  RemoteStatus exchange(RedisRequest& request, ReplySink& sink, Clock::time_point deadline,
+                        RequestFiller* filler = nullptr);
   [[nodiscard]] std::size_t replies_read() const noexcept { return replies_read_; }
   /// Closes the connection (nothing happens when it is closed).
   void close() noexcept;

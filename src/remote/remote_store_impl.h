@@ -166,6 +166,7 @@ struct RemoteStore::Impl {
 
   // the workers (remote_store_worker.cpp)
   struct TaskSink;
+  struct PutFiller;
   void build(const RemoteTask& t, remote::RedisRequest& req,
              std::vector<std::size_t>& reply_items) const;
   void run(Server& s, remote::RedisConnection& conn, remote::RedisRequest& req, RemoteTask& t);

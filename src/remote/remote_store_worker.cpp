@@ -3,14 +3,13 @@
 // (a cluster's redirects noted for the caller's next round), and each
 // server's state, logged once per change (remote_store_impl.h).
 
-#include <spdlog/spdlog.h>
-#define XXH_INLINE_ALL
 #include <algorithm>
 #include <cstring>
 
-#include <xxhash.h>
+#include <spdlog/spdlog.h>
 
 #include "kvbm/logging.h"
+#include "payload_checksum.h"
 #include "redis_cluster.h"
 #include "remote_store_impl.h"
 
@@ -220,27 +219,32 @@ void RemoteStore::Impl::build(const RemoteTask& t, RedisRequest& req,
       case RemoteOp::kGet:
         req.add_command({"GET", key_of(b.gets[i].hash)});
         break;
-      case RemoteOp::kPut: {
-        const RemotePut& p = b.puts[i];
-        XXH3_state_t state;
-        XXH3_64bits_reset(&state);
-        for (auto r : p.regions) XXH3_64bits_update(&state, r.data(), r.size());
-        RemoteHeader h;
-        h.fingerprint = fingerprint;
-        h.sequence_hash = p.hash;
-        h.prefix_hash = p.prefix_hash;
-        h.has_prefix_hash = p.prefix_hash != 0;
-        h.payload_bytes = block_bytes;
-        h.payload_checksum = XXH3_64bits_digest(&state);
-        std::array<std::byte, kRemoteHeaderBytes> header;
-        encode_remote_header(h, header);
-        req.add_set(key_of(p.hash), header, p.regions,
+      case RemoteOp::kPut:  // the header is filled while the exchange sends (PutFiller)
+        req.add_set(key_of(b.puts[i].hash), kRemoteHeaderBytes, b.puts[i].regions,
                     static_cast<std::uint64_t>(options.ttl.count()));
         break;
-      }
     }
   }
 }
+
+// The header of a put's k-th SET: its checksum computed while the SETs before it go out.
+struct RemoteStore::Impl::PutFiller final : remote::RequestFiller {
+  const Impl* impl = nullptr;
+  const RemoteBatch* batch = nullptr;
+  const std::vector<std::size_t>* items = nullptr;  // the task's items, in request order
+
+  void fill(std::size_t k, std::span<std::byte> out) override {
+    const RemotePut& p = batch->puts[(*items)[k]];
+    RemoteHeader h;
+    h.fingerprint = impl->fingerprint;
+    h.sequence_hash = p.hash;
+    h.prefix_hash = p.prefix_hash;
+    h.has_prefix_hash = p.prefix_hash != 0;
+    h.payload_bytes = impl->block_bytes;
+    h.payload_checksum = remote::payload_checksum(p.regions);
+    encode_remote_header(h, out.first<kRemoteHeaderBytes>());
+  }
+};
 
 void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req, RemoteTask& t) {
   RemoteBatch& b = *t.batch;
@@ -258,9 +262,13 @@ void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req,
   sink.batch = &b;
   sink.server = &s;
   sink.reply_items = &reply_items;
+  PutFiller filler;
+  filler.impl = this;
+  filler.batch = &b;
+  filler.items = &left.items;
   for (int attempt = 0;; ++attempt) {
     build(left, req, reply_items);
-    const RemoteStatus st = conn.exchange(req, sink, b.deadline);
+    const RemoteStatus st = conn.exchange(req, sink, b.deadline, &filler);
     if (st == RemoteStatus::kOk) {
       server_succeeded(s);
       break;

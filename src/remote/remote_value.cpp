@@ -5,6 +5,8 @@
 
 #include <xxhash.h>
 
+#include "payload_checksum.h"
+
 namespace kvbm {
 namespace {
 
@@ -73,7 +75,7 @@ std::string_view to_string(RemoteValueError e) noexcept {
 }
 
 std::uint64_t remote_checksum(std::span<const std::byte> bytes) noexcept {
-  return XXH3_64bits(bytes.data(), bytes.size());
+  return remote::payload_checksum(bytes);
 }
 
 void encode_remote_header(const RemoteHeader& h,
