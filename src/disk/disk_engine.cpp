@@ -177,8 +177,7 @@ std::shared_ptr<TransferCompletion> DiskEngineImpl::submit(std::span<const Trans
   return completion;
 }
 
-void DiskEngineImpl::next_stage(const std::shared_ptr<DiskBatch>& batch,
-                                DiskStage stage) noexcept {
+void DiskEngineImpl::next_stage(const std::shared_ptr<DiskBatch>& batch, DiskStage stage) noexcept {
   const DiskStage next = end_stage(*batch, stage);
   if (next == DiskStage::kOnce) {
     finish(*batch);

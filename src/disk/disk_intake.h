@@ -12,8 +12,8 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "disk/disk_format.h"
+#include "io/bulk_xxh3.h"
 #include "kvbm/logging.h"
 
 namespace kvbm {
@@ -44,7 +45,7 @@ Layout DiskStorage::layout() const {
 }
 
 std::uint64_t DiskStorage::checksum(std::span<const std::byte> data) noexcept {
-  return XXH3_64bits(data.data(), data.size());
+  return io::bulk_xxh3(data);
 }
 
 void DiskStorage::check_writable() const {
@@ -142,13 +143,12 @@ void DiskStorage::seal_header(BlockId block, std::uint64_t data_checksum,
 }
 
 std::uint64_t DiskStorage::checksum(std::span<const Region> regions) noexcept {
-  if (regions.size() == 1)
-    return XXH3_64bits(reinterpret_cast<const void*>(regions[0].addr), regions[0].size);
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  for (const Region& r : regions)
-    XXH3_64bits_update(&state, reinterpret_cast<const void*>(r.addr), r.size);
-  return XXH3_64bits_digest(&state);
+  if (regions.size() == 1) {
+    return io::bulk_xxh3({reinterpret_cast<const std::byte*>(regions[0].addr), regions[0].size});
+  }
+  io::BulkXxh3 h;
+  for (const Region& r : regions) h.update(reinterpret_cast<const void*>(r.addr), r.size);
+  return h.digest();
 }
 
 bool DiskStorage::can_write_from(std::span<const Region> regions) const noexcept {

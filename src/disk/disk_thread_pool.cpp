@@ -127,8 +127,7 @@ class DiskThreadPool final : public DiskEngineImpl {
       } else {
         run_stage(*batch, stage, i, staging, regions);
       }
-      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
-        next_stage(batch, stage);
+      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) next_stage(batch, stage);
     }
   }
 

@@ -8,8 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "io/bulk_xxh3.h"
 #include "kvbm/logging.h"
-#include "payload_checksum.h"
 #include "redis_cluster.h"
 #include "remote_store_impl.h"
 
@@ -241,7 +241,7 @@ struct RemoteStore::Impl::PutFiller final : remote::RequestFiller {
     h.prefix_hash = p.prefix_hash;
     h.has_prefix_hash = p.prefix_hash != 0;
     h.payload_bytes = impl->block_bytes;
-    h.payload_checksum = remote::payload_checksum(p.regions);
+    h.payload_checksum = io::bulk_xxh3(p.regions);
     encode_remote_header(h, out.first<kRemoteHeaderBytes>());
   }
 };

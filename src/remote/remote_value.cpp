@@ -5,7 +5,7 @@
 
 #include <xxhash.h>
 
-#include "payload_checksum.h"
+#include "io/bulk_xxh3.h"
 
 namespace kvbm {
 namespace {
@@ -75,7 +75,7 @@ std::string_view to_string(RemoteValueError e) noexcept {
 }
 
 std::uint64_t remote_checksum(std::span<const std::byte> bytes) noexcept {
-  return remote::payload_checksum(bytes);
+  return io::bulk_xxh3(bytes);
 }
 
 void encode_remote_header(const RemoteHeader& h,

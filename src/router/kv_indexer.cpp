@@ -547,9 +547,7 @@ std::size_t KvIndexer::shared_blocks(TierId tier) const {
   return m.index.is_shared(tier) ? m.index.tier_blocks()[static_cast<std::size_t>(tier)] : 0;
 }
 
-const char* to_string(BlockKey k) noexcept {
-  return k == BlockKey::kTokens ? "tokens" : "hashes";
-}
+const char* to_string(BlockKey k) noexcept { return k == BlockKey::kTokens ? "tokens" : "hashes"; }
 
 BlockKey parse_block_key(std::string_view s) {
   for (auto k : {BlockKey::kEngineHash, BlockKey::kTokens}) {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,8 +18,12 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "disk/disk_test_util.h"
 #include "test_util.h"
@@ -32,6 +37,35 @@ using test::TempDir;
 
 LayoutConfig small_config() {
   return {.num_layers = 3, .outer_dim = 2, .page_size = 5, .inner_dim = 7, .dtype_bytes = 2};
+}
+
+// The payload checksum is XXH3-64 whatever vector width computes it (AVX2
+// where the CPU has it): every size around XXH3's internal boundaries (the
+// short paths, a stripe, a block of stripes, a 64 KiB and a 2 MiB block), whole
+// and cut into regions at random points, against xxhash's own result.
+TEST(DiskStorageChecksum, IsXxh3OfTheBytesAtEverySizeWholeAndInRegions) {
+  std::mt19937_64 rng(27);
+  std::vector<std::byte> data((2 << 20) + 129);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  std::vector<std::size_t> sizes;
+  for (std::size_t n = 0; n <= 260; ++n) sizes.push_back(n);
+  for (std::size_t n : {1023U, 1024U, 1025U, 4096U, 65536U, 65537U, 1U << 20, 2U << 20}) {
+    sizes.push_back(n);
+  }
+  sizes.push_back(data.size());
+  for (std::size_t n : sizes) {
+    const std::span<const std::byte> bytes(data.data(), n);
+    const std::uint64_t want = XXH3_64bits(bytes.data(), n);
+    ASSERT_EQ(DiskStorage::checksum(bytes), want) << n << " bytes";
+    std::vector<Region> regions;
+    std::size_t at = 0;
+    while (at < n) {
+      const std::size_t piece = std::min<std::size_t>(n - at, 1 + rng() % (n / 3 + 64));
+      regions.push_back({reinterpret_cast<std::uintptr_t>(data.data() + at), piece});
+      at += piece;
+    }
+    ASSERT_EQ(DiskStorage::checksum(regions), want) << n << " bytes in " << regions.size();
+  }
 }
 
 class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
