@@ -3,8 +3,11 @@
 // A transfer has copied bytes into fresh destination blocks (MutableBlock<T>);
 // stage_and_register_copies() stages each copy under the hash it was copied
 // for and registers it in the destination pool, so that it becomes matchable.
-// The offload pipeline's executor, the on-eviction copier and onboarding all
-// end this way; this is the one place it is written.
+// The offload pipeline's executor and the remote tier's landing end this way.
+// The on-eviction copier (src/facade/eviction_copier.h) and onboarding
+// (src/facade/onboard_state.cpp) stage every copy first and register them in
+// one batch (BlockManager::register_copies: one lock, the index's misses
+// overlapped); folding that batch into this function would serve all four.
 //
 // A copy that failed (failed[i]) is not registered: its block is dropped,
 // back to the destination's reset pool. A copy that cannot be staged (a
