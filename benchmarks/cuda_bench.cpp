@@ -90,15 +90,15 @@ Setup& setup_for(std::size_t region_kib) {
     s.h2d.push_back({static_cast<BlockId>(i), static_cast<BlockId>(2 * i)});
   }
   static_cast<void>(cudaMemset(reinterpret_cast<void*>(s.device->base()), 1, s.device->size()));
+  static_cast<void>(cudaDeviceSynchronize());  // the engines' streams do not wait for it
   return setups.emplace(region_kib, std::move(s)).first->second;
 }
 
 /// Bytes per second of one contiguous cudaMemcpyAsync of `bytes` between the
-/// pinned and the device buffer of `s`, measured once per (direction, bytes).
+/// pinned and the device buffer of `s`, measured afresh at each call: each
+/// engine run is paired with its own baseline, taken just before it (with
+/// --benchmark_repetitions, each repetition's ratio stands on its own).
 double contiguous_rate(Setup& s, bool h2d) {
-  static std::map<std::pair<bool, std::size_t>, double> rates;
-  const auto key = std::make_pair(h2d, s.batch_bytes());
-  if (auto it = rates.find(key); it != rates.end()) return it->second;
   cudaStream_t stream = nullptr;
   static_cast<void>(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t start = nullptr;
@@ -121,9 +121,7 @@ double contiguous_rate(Setup& s, bool h2d) {
   static_cast<void>(cudaEventDestroy(start));
   static_cast<void>(cudaEventDestroy(stop));
   static_cast<void>(cudaStreamDestroy(stream));
-  const double rate = ms > 0 ? kReps * static_cast<double>(s.batch_bytes()) / (ms / 1e3) : 0.0;
-  rates.emplace(key, rate);
-  return rate;
+  return ms > 0 ? kReps * static_cast<double>(s.batch_bytes()) / (ms / 1e3) : 0.0;
 }
 
 void BM_CudaMemcpy_Contiguous(benchmark::State& state) {

@@ -14,7 +14,8 @@
 // wait, take the blocks):
 //   BM_Onboard_FromHost         every block in G2 only
 //   BM_Onboard_FromDisk         every block in G3 only (through the pinned bounce buffer)
-//   BM_Engine_HostToDevice_Raw  the G2 -> G1 host engine alone, one batch of 1,000
+//   BM_Engine_HostToDevice_Raw  the G2 -> G1 engine alone (the CUDA engine on a GPU, the
+//                               host engine where G1 is emulated), one batch of 1,000
 //   BM_Engine_DiskRead_Raw      the disk read engine alone, 1,000 slots into host memory
 //
 // Block model: 8 layers x K,V x 16 tokens x 8 heads x 128 x 2 bytes
@@ -39,6 +40,7 @@
 #include "kvbm/logging.h"
 #include "kvbm/offload/offload.h"
 #include "kvbm/storage/storage.h"
+#include "kvbm/transfer/cuda_engine.h"
 #include "kvbm/transfer/host_engine.h"
 
 namespace {
@@ -192,11 +194,14 @@ struct OnboardFixture {
     c.disk_directory = dir;
     kv = KvBlockManager::build(c);
     // The forward pass writes every G1 block (and so faults its pages in), as
-    // the raw engine's destination is written before it is timed.
-    std::vector<Region> regions;
-    for (BlockId b = 0; b < kv->device().total_blocks(); ++b)
-      kv->device_layout().append_regions(b, regions);
-    for (const Region& r : regions) std::memset(reinterpret_cast<void*>(r.addr), 1, r.size);
+    // the raw engine's destination is written before it is timed. On a GPU
+    // (cudaMalloc) there is nothing to fault in.
+    if (kv->device_emulated()) {
+      std::vector<Region> regions;
+      for (BlockId b = 0; b < kv->device().total_blocks(); ++b)
+        kv->device_layout().append_regions(b, regions);
+      for (const Region& r : regions) std::memset(reinterpret_cast<void*>(r.addr), 1, r.size);
+    }
     auto mut = kv->device().allocate_blocks(kPrefix).value();
     std::vector<CompleteBlock<G1>> complete;
     for (std::size_t i = 0; i < kPrefix; ++i) {
@@ -240,13 +245,23 @@ void BM_Engine_HostToDevice_Raw(benchmark::State& state) {
   auto src = make_pinned_storage(kPrefix * c.block_bytes());
   auto dst = make_device_storage(kPrefix * c.block_bytes());
   std::memset(reinterpret_cast<void*>(src->base()), 3, src->size());
-  std::memset(reinterpret_cast<void*>(dst->base()), 4,
-              dst->size());  // fault the pages in, as in G1
+  if (dst->host_accessible()) {
+    std::memset(reinterpret_cast<void*>(dst->base()), 4,
+                dst->size());  // fault the pages in, as in G1
+  }
   std::vector<std::uintptr_t> bases;
   for (std::size_t r = 0; r < c.regions_per_block(); ++r)
     bases.push_back(dst->base() + r * kPrefix * c.region_bytes());
-  HostTransferEngine engine(Layout::fully_contiguous(c, kPrefix, src->base()),
-                            Layout::layer_separated(c, kPrefix, bases));
+  Layout from = Layout::fully_contiguous(c, kPrefix, src->base());
+  Layout to = Layout::layer_separated(c, kPrefix, bases);
+  // The engine the facade uses for G2 -> G1: CUDA on a GPU, host copies where G1 is emulated.
+  std::unique_ptr<TransferEngine> owned;
+  if (dst->emulated()) {
+    owned = std::make_unique<HostTransferEngine>(from, to);
+  } else {
+    owned = std::make_unique<CudaTransferEngine>(from, to, CudaDirection::kHostToDevice);
+  }
+  TransferEngine& engine = *owned;
   std::vector<TransferPair> pairs;
   for (std::size_t i = 0; i < kPrefix; ++i)
     pairs.push_back({static_cast<BlockId>(i), static_cast<BlockId>(i)});

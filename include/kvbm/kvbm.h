@@ -21,6 +21,7 @@
 #include "kvbm/metrics.h"
 #include "kvbm/partial_block.h"
 #include "kvbm/sequence_hash.h"
+#include "kvbm/storage/host_access.h"
 #include "kvbm/tier.h"
 #include "kvbm/token_block.h"
 #include "kvbm/token_block_sequence.h"

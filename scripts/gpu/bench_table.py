@@ -8,7 +8,34 @@ the log (and the device tool's output) beside the JSON. Standard library only.
 """
 
 import json
+import statistics
 import sys
+
+
+def spread(values: list) -> str:
+    """ "median (min..max)" of `values`."""
+    v = sorted(values)
+    return f"{statistics.median(v):.3g} ({v[0]:.3g}..{v[-1]:.3g})"
+
+
+def print_repeated(runs: list) -> None:
+    """One line per case: the median and range over its repetitions of GB/s and vs_contiguous."""
+    cases: dict = {}
+    for b in runs:
+        cases.setdefault(b["run_name"], []).append(b)
+    print(f"# {len(next(iter(cases.values())))} repetitions each: median (min..max)")
+    for name, reps in cases.items():
+        ok = [b for b in reps if not b.get("error_occurred")]
+        if not ok:
+            print(f"{name:<58} ERROR {reps[0].get('error_message', '')}")
+            continue
+        line = f"{name:<58} GB/s " + spread([b.get("bytes_per_second", 0) / 1e9 for b in ok])
+        if all("vs_contiguous" in b for b in ok):
+            line += "  vs_contiguous " + spread([b["vs_contiguous"] for b in ok])
+        labels = sorted({b.get("label", "") for b in ok} - {""})
+        if labels:
+            line += f"  [{','.join(labels)}]"
+        print(line)
 
 
 def main() -> int:
@@ -24,7 +51,11 @@ def main() -> int:
             "iterations", "real_time", "cpu_time", "time_unit", "family_index",
             "per_family_instance_index", "aggregate_name", "aggregate_unit",
             "bytes_per_second", "items_per_second", "label", "error_occurred", "error_message"}
-    for b in data.get("benchmarks", []):
+    runs = [b for b in data.get("benchmarks", []) if b.get("run_type") != "aggregate"]
+    if any(b.get("repetitions", 1) > 1 for b in runs):
+        print_repeated(runs)
+        return 0
+    for b in runs:
         line = f"{b['name']:<58} "
         if b.get("error_occurred"):
             print(line + "ERROR " + b.get("error_message", ""))

@@ -17,7 +17,7 @@
 //
 // G1 memory is host memory when device_emulated; on a GPU it is device memory:
 // views are then DLPack tensors on that device (torch.from_dlpack reads them)
-// and copies go through cudaMemcpy (CUDA builds only).
+// and copies go through host_write / host_read (CUDA copies, complete on return).
 
 #include <algorithm>
 #include <cstring>
@@ -29,13 +29,10 @@
 
 #include "kvbm/config.h"
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/storage/host_access.h"
 #include "python/bindings.h"
 #include "python/host_bytes.h"
 #include "python/integers.h"
-
-#if KVBM_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace kvbm::python {
 
@@ -60,24 +57,6 @@ template <TierMarker T>
 bool host_accessible(KvBlockManager& kv) {
   if constexpr (std::is_same_v<T, G1>) return kv.device_emulated();
   return true;
-}
-
-/// Copies n bytes; `device` when either side may be device memory.
-void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
-  if (!device) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-#if KVBM_HAVE_CUDA
-  const cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
-  if (err != cudaSuccess) {
-    throw RuntimeError(
-        ErrorKind::kDevice, static_cast<int>(err),
-        std::string("copy to or from G1: cudaMemcpy failed: ") + cudaGetErrorString(err));
-  }
-#else
-  KVBM_CHECK(false, "G1 is device memory but this build has no CUDA");
-#endif
 }
 
 /// Where each block's bytes go or come from: one row of block_bytes per block.
@@ -181,10 +160,15 @@ void copy_block(const Layout& layout, BlockId id, std::span<const std::span<std:
       }
       const std::size_t n = std::min(r.size - off, row[seg].size() - seg_off);
       std::uint8_t* user = row[seg].data() + seg_off;
-      if (into_block) {
-        copy_bytes(mem + off, user, n, device);
+      // G1 in device memory: host_write/host_read (a CUDA copy, complete on return).
+      if (!device && into_block) {
+        std::memcpy(mem + off, user, n);
+      } else if (!device) {
+        std::memcpy(user, mem + off, n);
+      } else if (into_block) {
+        host_write(r.addr + off, user, n);
       } else {
-        copy_bytes(user, mem + off, n, device);
+        host_read(user, r.addr + off, n);
       }
       off += n;
       seg_off += n;

@@ -20,7 +20,9 @@
 #if KVBM_HAVE_CUDA
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <charconv>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -130,6 +132,36 @@ bool host_layout_device_accessible(const Layout& layout) noexcept {
   return true;
 }
 
+/// "0x" and `addr` in hexadecimal.
+std::string hex_address(std::uintptr_t addr) {
+  std::array<char, 2 * sizeof addr> digits{};
+  const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), addr, 16).ptr;
+  return "0x" + std::string(digits.data(), end);
+}
+
+/// Throws UsageError unless each base of `layout`, from its first byte to its last, is CUDA
+/// device (or managed) memory. cudaMemcpyBatchAsync infers each pointer's kind, and copies an
+/// address CUDA does not know as host memory: with a device layout that is not device memory
+/// it would fault in the CPU, not fail the copy.
+void check_device_layout(const Layout& layout, const char* side) {
+  const std::size_t span = layout.bytes_per_base();
+  for (const std::uintptr_t base : layout.bases()) {
+    for (const std::uintptr_t addr : {base, base + span - 1}) {
+      cudaPointerAttributes attr{};
+      const cudaError_t err = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(addr));
+      if (err != cudaSuccess) static_cast<void>(cudaGetLastError());
+      KVBM_CHECK(err == cudaSuccess &&
+                     (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
+                 "CudaTransferEngine: the ", side,
+                 " layout is device memory by its direction, but ",
+                 addr == base ? "its base " : "the last byte of its base ", hex_address(addr),
+                 " is not CUDA device memory (", span,
+                 " bytes per base); build it over make_device_storage() or cudaMalloc memory "
+                 "of at least that size");
+    }
+  }
+}
+
 bool memcpy_batch_supported() noexcept {
 #if CUDART_VERSION >= 12080
   int driver = 0;
@@ -236,8 +268,9 @@ struct CudaTransferEngine::Impl {
     if (options.mode != CudaCopyMode::kAuto) return options.mode;
     if (n == 0) return CudaCopyMode::kMemcpyLoop;
     const std::size_t mean = total / n;
-    if (n < options.kernel_min_regions || mean >= options.loop_min_region_bytes) {
-      return CudaCopyMode::kMemcpyLoop;
+    if (n < options.kernel_min_regions) return CudaCopyMode::kMemcpyLoop;
+    if (mean >= options.loop_min_region_bytes) {
+      return batch_ok ? CudaCopyMode::kMemcpyBatch : CudaCopyMode::kMemcpyLoop;
     }
     if (kernel_ok && mean <= options.kernel_max_region_bytes) return CudaCopyMode::kKernel;
     if (batch_ok) return CudaCopyMode::kMemcpyBatch;
@@ -460,9 +493,12 @@ struct CudaTransferEngine::Impl {
     return event;
   }
 
-  // Finds which copy modes the layouts and the CUDA version allow; throws
-  // UsageError when options.mode names one they do not. On the engine's device.
+  // Checks that the device side is device memory, then finds which copy modes the layouts
+  // and the CUDA version allow; throws UsageError when options.mode names one they do not.
+  // On the engine's device.
   void probe_copy_modes() {
+    if (direction != CudaDirection::kHostToDevice) check_device_layout(src, "source");
+    if (direction != CudaDirection::kDeviceToHost) check_device_layout(dst, "destination");
     kernel_ok = kernel_reaches(direction, src, dst);
     batch_ok = memcpy_batch_supported();
     KVBM_CHECK(options.mode != CudaCopyMode::kKernel || kernel_ok,

@@ -3,7 +3,8 @@
 //   TempDir            a fresh directory for the G3 file, removed with its contents
 //   small_layout()     2 KiB blocks of 4 tokens (2 layers x 2 outer x 64 x 2 bytes)
 //   config(g1, g2, g3) a small config: direct I/O off, 1 ms flushes, 4 bounce blocks
-//   write_block / read_block   a block's bytes through a layout's host pointers
+//   write_block / read_block   a block's bytes, through host_write/host_read (G1 may be real
+//                      device memory)
 //   pattern / compute  bytes that are a function of the hash; blocks computed into G1 and
 //   registered
 
@@ -24,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/storage/host_access.h"
 #include "kvbm/storage/layout.h"
 
 namespace kvbm::test {
@@ -70,25 +72,26 @@ inline KvBlockManagerConfig config(std::size_t g1, std::size_t g2, std::size_t g
   return c;
 }
 
-/// Writes `bytes` into block `id` of `l` through host pointers.
+/// Writes `bytes` into block `id` of `l` (host or device memory).
 inline void write_block(const Layout& l, BlockId id, const Bytes& bytes) {
   std::vector<Region> regions;
   l.append_regions(id, regions);
   std::size_t off = 0;
   for (const Region& r : regions) {
-    std::memcpy(reinterpret_cast<void*>(r.addr), bytes.data() + off, r.size);
+    host_write(r.addr, bytes.data() + off, r.size);
     off += r.size;
   }
 }
 
-/// Reads block `id` of `l` through host pointers.
+/// Reads block `id` of `l` (host or device memory).
 inline Bytes read_block(const Layout& l, BlockId id) {
   std::vector<Region> regions;
   l.append_regions(id, regions);
   Bytes out;
   for (const Region& r : regions) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(r.addr);
-    out.insert(out.end(), p, p + r.size);
+    const std::size_t at = out.size();
+    out.resize(at + r.size);
+    host_read(out.data() + at, r.addr, r.size);
   }
   return out;
 }

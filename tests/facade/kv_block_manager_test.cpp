@@ -131,10 +131,6 @@ TEST(KvBlockManagerConfigTest, BytesAreRoundedDownToBlocks) {
 // Write-through all the way down, then G1 and G2 emptied: onboarding comes
 // from G3 through the bounce buffer, and every byte is compared.
 TEST(KvBlockManagerTest, EndToEndOnboardFromDiskComparesEveryByte) {
-  if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {
-    // Bytes are written through host pointers; on a GPU they would need a copy.
-    GTEST_SKIP() << "G1 is real device memory here; this test writes G1 through host pointers";
-  }
   TempDir dir;
   auto kv = KvBlockManager::build(config(32, 24, 40, dir.path()));
   const auto hashes = chain(20, 7);
@@ -178,7 +174,6 @@ TEST(KvBlockManagerTest, EndToEndOnboardFromDiskComparesEveryByte) {
 // A prefix spread over the tiers: some in G1, then G2, then G3, then G2; the
 // onboarding brings back the whole prefix in order.
 TEST(KvBlockManagerTest, OnboardsAPrefixInterleavedAcrossTiers) {
-  if (cuda_device_available()) GTEST_SKIP() << "writes G1 through host pointers";
   TempDir dir;
   auto c = config(16, 16, 16, dir.path());
   auto kv = KvBlockManager::build(c);
@@ -347,7 +342,6 @@ TEST(KvBlockManagerTest, CancelledOnboardReleasesEverything) {
 // A G3 slot corrupted behind the library's back: its block fails the
 // checksum, is not registered in G1, and the prefix ends before it.
 TEST(KvBlockManagerTest, CorruptDiskBlockIsNeverServed) {
-  if (cuda_device_available()) GTEST_SKIP() << "writes G1 through host pointers";
   TempDir dir;
   auto kv = KvBlockManager::build(config(16, 8, 16, dir.path()));
   const auto hashes = chain(6, 9);
@@ -394,7 +388,6 @@ TEST(KvBlockManagerTest, CorruptDiskBlockIsNeverServed) {
 // On-eviction: nothing moves at registration; a G1 block is copied to G2
 // when an allocation evicts it, and G2 -> G3 likewise.
 TEST(KvBlockManagerTest, OnEvictionCopiesOnlyWhatLeavesTheUpperTier) {
-  if (cuda_device_available()) GTEST_SKIP() << "writes G1 through host pointers";
   TempDir dir;
   auto c = config(4, 4, 16, dir.path());
   c.device_to_host = OffloadMode::kOnEviction;

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -66,8 +65,6 @@ std::size_t onboard_and_check(KvBlockManager& kv, const std::vector<std::uint64_
   return from_disk;
 }
 
-bool skip_on_gpu() { return !std::getenv("KVBM_FORCE") && cuda_device_available(); }
-
 std::vector<SequenceHash> roots(std::uint64_t first, std::size_t n) {
   std::vector<SequenceHash> out;
   for (std::size_t i = 0; i < n; ++i) out.push_back(test::root(first + i));
@@ -75,7 +72,6 @@ std::vector<SequenceHash> roots(std::uint64_t first, std::size_t n) {
 }
 
 TEST(PersistentDiskTest, BlocksSurviveARestartWithEveryByte) {
-  if (skip_on_gpu()) GTEST_SKIP() << "this test writes G1 through host pointers";
   TempDir dir;
   const auto hashes = roots(0x5000, 20);
   {
@@ -117,7 +113,6 @@ TEST(PersistentDiskTest, OneProcessOwnsTheDirectory) {
 }
 
 TEST(PersistentDiskTest, AnotherNamespaceIsNeverServed) {
-  if (skip_on_gpu()) GTEST_SKIP() << "this test writes G1 through host pointers";
   TempDir dir;
   const auto hashes = roots(0x6000, 4);
   {
@@ -142,7 +137,11 @@ TEST(PersistentDiskTest, PersistenceNeedsBytesAndADiskTier) {
 }
 
 TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
-  if (skip_on_gpu()) GTEST_SKIP() << "this test writes G1 through host pointers";
+  if (cuda_device_available()) {
+    // This process has initialized CUDA (the probe), and a forked child cannot use it.
+    GTEST_SKIP() << "the writer is a forked child, which cannot use the GPU this process opened; "
+                    "the crash is tested where G1 is emulated (no CUDA device)";
+  }
   const std::uint32_t seed = test::test_seed();
   std::mt19937 rng(seed);
   for (int trial = 0; trial < 6; ++trial) {

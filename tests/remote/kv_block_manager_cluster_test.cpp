@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -35,10 +34,8 @@ using test::RedisCluster;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-#define KVBM_NEED_CLUSTER_AND_HOST_G1()                                       \
-  if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage; \
-  if (!std::getenv("KVBM_FORCE") && cuda_device_available())                  \
-  GTEST_SKIP() << "G1 is device memory here; these tests read it through host pointers"
+#define KVBM_NEED_CLUSTER() \
+  if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage
 
 constexpr std::size_t kPrefixBlocks = 8;
 /// No onboarding may take longer than this (its G4 calls are bounded by command_timeout).
@@ -255,7 +252,7 @@ void expect_settled(const std::string& url, Managers& m, Traffic& t, const char*
 }
 
 TEST(KvBlockManagerClusterTest, ReshardUnderTrafficServesOnlyVerifiedBlocks) {
-  KVBM_NEED_CLUSTER_AND_HOST_G1();
+  KVBM_NEED_CLUSTER();
   RedisCluster cluster;
   Managers m(cluster.url(), 2000ms);
   Traffic traffic(*m.a, *m.b, 1000);
@@ -277,7 +274,7 @@ TEST(KvBlockManagerClusterTest, ReshardUnderTrafficServesOnlyVerifiedBlocks) {
 }
 
 TEST(KvBlockManagerClusterTest, NodeAddedAndRebalancedUnderTrafficServesOnlyVerifiedBlocks) {
-  KVBM_NEED_CLUSTER_AND_HOST_G1();
+  KVBM_NEED_CLUSTER();
   RedisCluster cluster;
   Managers m(cluster.url(), 2000ms);
   Traffic traffic(*m.a, *m.b, 1000);
@@ -315,7 +312,7 @@ bool wait_promoted(RedisCluster& cluster, std::size_t i, std::chrono::seconds li
 // what G4 acknowledged is on the replica before the freeze (Redis replicates asynchronously)
 // and no write reaches the thawed node before it learns it was demoted.
 TEST(KvBlockManagerClusterTest, FrozenPrimaryUnderTrafficFailsOverWithoutHangsOrWrongBytes) {
-  KVBM_NEED_CLUSTER_AND_HOST_G1();
+  KVBM_NEED_CLUSTER();
   RedisCluster cluster;
   std::size_t victim = 0;
   while (!cluster.is_primary(victim)) ++victim;

@@ -374,9 +374,6 @@ TEST(RemoteStoreClusterTest, FrozenPrimaryTimesOutWithinTheDeadlineThenItsReplic
 // pool balances.
 TEST(RemoteStoreClusterTest, KvBlockManagersShareG4ThroughAFailover) {
   KVBM_NEED_CLUSTER();
-  if (!std::getenv("KVBM_FORCE") && cuda_device_available()) {
-    GTEST_SKIP() << "G1 is device memory here; this test writes it through host pointers";
-  }
   RedisCluster cluster;
   auto config = [&] {
     KvBlockManagerConfig c = test::config(16, 32, 0);

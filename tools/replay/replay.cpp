@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <random>
 #include <span>
@@ -9,6 +10,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -17,6 +19,7 @@
 
 #include "kvbm/blocks/release_order.h"
 #include "kvbm/logging.h"
+#include "kvbm/storage/host_access.h"
 #include "replay/pattern.h"
 
 namespace kvbm::replay {
@@ -105,28 +108,41 @@ bool sleep_until_or_stopped(Clock::time_point due, const std::atomic<bool>* stop
   }
 }
 
-// Writes the pattern of `hash` into every region of G1 block `id`.
-void write_block(const Layout& layout, BlockId id, std::uint64_t hash) {
+// Writes the pattern of `hash` into every region of G1 block `id`: in place when G1 is host
+// memory, through a host buffer and host_write() when it is real device memory.
+void write_block(const Layout& layout, BlockId id, std::uint64_t hash, bool on_device) {
   const auto& c = layout.config();
+  thread_local std::vector<std::byte> staging;
   for (std::uint32_t l = 0; l < c.num_layers; ++l) {
     for (std::uint32_t o = 0; o < c.outer_dim; ++o) {
       const Region r = layout.region(id, l, o);
-      fill_pattern(reinterpret_cast<void*>(r.addr), r.size, hash,
-                   std::uint64_t{l} * c.outer_dim + o);
+      const std::uint64_t index = std::uint64_t{l} * c.outer_dim + o;
+      if (!on_device) {
+        fill_pattern(reinterpret_cast<void*>(r.addr), r.size, hash, index);
+        continue;
+      }
+      staging.resize(r.size);
+      fill_pattern(staging.data(), r.size, hash, index);
+      host_write(r.addr, staging.data(), r.size);
     }
   }
 }
 
-// Returns true when every region of G1 block `id` holds the pattern of `hash`.
-bool verify_block(const Layout& layout, BlockId id, std::uint64_t hash) {
+// Returns true when every region of G1 block `id` holds the pattern of `hash` (read through
+// host_read() when G1 is real device memory).
+bool verify_block(const Layout& layout, BlockId id, std::uint64_t hash, bool on_device) {
   const auto& c = layout.config();
+  thread_local std::vector<std::byte> staging;
   for (std::uint32_t l = 0; l < c.num_layers; ++l) {
     for (std::uint32_t o = 0; o < c.outer_dim; ++o) {
       const Region r = layout.region(id, l, o);
-      if (!check_pattern(reinterpret_cast<const void*>(r.addr), r.size, hash,
-                         std::uint64_t{l} * c.outer_dim + o)) {
-        return false;
+      const void* bytes = reinterpret_cast<const void*>(r.addr);
+      if (on_device) {
+        staging.resize(r.size);
+        host_read(staging.data(), r.addr, r.size);
+        bytes = staging.data();
       }
+      if (!check_pattern(bytes, r.size, hash, std::uint64_t{l} * c.outer_dim + o)) return false;
     }
   }
   return true;
@@ -253,6 +269,7 @@ struct Instance {
   ReplayResult r;
   std::array<std::uint64_t, 2> onboarded{};  // from G2, from G3
   const Layout* g1_layout = nullptr;         // set when bytes are written and verified
+  bool g1_on_device = false;                 // G1 is real device memory: copies through the host
 };
 
 // A fresh G4 namespace: this run sees no key of an earlier run.
@@ -304,8 +321,9 @@ Instance build_instance(const Trace& trace, const ReplayConfig& config, std::siz
   r.savings_inputs = config.savings;
   r.savings_inputs.block_bytes = r.block_bytes;
   r.device_emulated = kvbm->device_emulated();
-  r.bytes_checked = config.move_bytes && kvbm->device_emulated();
+  r.bytes_checked = config.move_bytes;
   if (r.bytes_checked) in.g1_layout = &kvbm->device_layout();
+  in.g1_on_device = !kvbm->device_emulated();
   return in;
 }
 
@@ -381,10 +399,11 @@ std::vector<Instance> build_instances(const Trace& trace, const ReplayConfig& co
   for (std::size_t k = 0; k < config.instances; ++k) {
     instances.push_back(build_instance(trace, config, k, cluster));
   }
-  if (config.move_bytes && !instances[0].r.bytes_checked) {
+  if (config.move_bytes && instances[0].g1_on_device) {
     logger()->info(
-        "kvbm-replay: G1 is device memory, which this tool cannot write or read from the host; "
-        "blocks move between tiers but their bytes are neither written nor verified");
+        "kvbm-replay: G1 is device memory: each block's bytes are written and verified through "
+        "a synchronous copy from and to the host (host_write / host_read), which the timings "
+        "include");
   }
   return instances;
 }
@@ -615,13 +634,16 @@ class Replay {
     }
   }
 
-  // Checks the prefix's bytes (when G1 is host memory); returns the failures.
+  // Checks the prefix's bytes (when bytes move); returns the failures.
   std::uint64_t verify_prefix(Instance& in, const TraceRequest& req, std::size_t prefix) {
     if (in.g1_layout == nullptr) return 0;
     std::uint64_t failures = 0;
     for (std::size_t i = 0; i < prefix; ++i) {
       ++in.r.verified_blocks;
-      if (!verify_block(*in.g1_layout, held_[i]->block_id(), req.hashes[i].value())) ++failures;
+      if (!verify_block(*in.g1_layout, held_[i]->block_id(), req.hashes[i].value(),
+                        in.g1_on_device)) {
+        ++failures;
+      }
     }
     in.r.verify_failures += failures;
     return failures;
@@ -658,7 +680,9 @@ class Replay {
     staged_.reserve(need);
     for (std::size_t k = 0; k < need; ++k) {
       const SequenceHash& hash = req.hashes[missing[k]];
-      if (in.g1_layout != nullptr) write_block(*in.g1_layout, fresh[k].block_id(), hash.value());
+      if (in.g1_layout != nullptr) {
+        write_block(*in.g1_layout, fresh[k].block_id(), hash.value(), in.g1_on_device);
+      }
       auto s = std::move(fresh[k]).stage(hash, bt_);
       KVBM_CHECK(s.ok(), "kvbm-replay: staging failed: ", s.error().reason);
       staged_.push_back(std::move(s).value());
