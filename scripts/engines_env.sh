@@ -165,7 +165,17 @@ pip_install() {
   fi
   kvbm_log "downloading the missing wheels into $wheels"
   mkdir -p "$wheels"
-  "${pip[@]}" download "${opts[@]}" -d "$wheels" -r "$1"
+  # About 1.7 GB of wheels (torch and triton are most of it): the wheelhouse is the cache, so
+  # pip's own HTTP cache would only hold a second copy (--no-cache-dir). Too little room fails
+  # here, saying so, rather than in the middle of a download.
+  local need_mb=9000 free_mb
+  free_mb="$(df -Pm "$wheels" | awk 'NR == 2 { print $4 }')"
+  if [[ -n "$free_mb" ]] && ((free_mb < need_mb)); then
+    kvbm_err "only ${free_mb} MB free under $wheels; the wheels and the environment need about" \
+      "${need_mb} MB (df -h $wheels); free some, or point KVBM_ENGINES_WHEELS elsewhere"
+    return 1
+  fi
+  "${pip[@]}" download "${opts[@]}" --no-cache-dir -d "$wheels" -r "$1"
   "${pip[@]}" "${install[@]}"
 }
 

@@ -177,6 +177,32 @@ EOF
   printf '%s\n' "$probe"
 }
 
+# "N GB free under <build root>": printed at each stage, so that a full disk shows in the log.
+free_space() {
+  df -Ph "$KVBM_BUILD_ROOT" 2>/dev/null | awk 'NR == 2 { print $4 " free under " $6 }'
+}
+
+# In CI (CI=true; KVBM_KEEP_BUILDS=1 keeps them), removes the sanitizer build trees once the
+# last stage that uses them is over: build/asan and build/tsan hold 5-6 GB and 2-3 GB (debug
+# info in every test binary), which the engines stage's 6 GB of wheels and environment need.
+# A tree is used by its stage and by its python- stage (which links the extension in it).
+prune_build_trees() {
+  local done_stage="$1" tree later s seen=0
+  [[ "${CI:-}" == true && "${KVBM_KEEP_BUILDS:-0}" != 1 ]] || return 0
+  for tree in asan tsan; do
+    [[ "$done_stage" == "$tree" || "$done_stage" == "python-$tree" ]] || continue
+    later=0 seen=0
+    for s in "${stages[@]}"; do
+      if ((seen)) && [[ "$s" == "$tree" || "$s" == "python-$tree" ]]; then later=1; fi
+      [[ "$s" == "$done_stage" ]] && seen=1
+    done
+    ((later)) && continue
+    [[ -d "$KVBM_BUILD_ROOT/$tree" ]] || continue
+    rm -rf "${KVBM_BUILD_ROOT:?}/$tree"
+    kvbm_log "CI: removed $KVBM_BUILD_ROOT/$tree (no later stage uses it; $(free_space))"
+  done
+}
+
 stage_layers() {
   if python3 "$KVBM_ROOT/scripts/check_layers.py"; then
     detail="every #include of include/kvbm/ and src/ keeps the layers (docs/architecture.md)"
@@ -679,7 +705,7 @@ for stage in "${stages[@]}"; do
     record "$stage" SKIP 0 "KVBM_FAIL_FAST=1 after an earlier failure"
     continue
   fi
-  kvbm_log "===== stage: $stage ====="
+  kvbm_log "===== stage: $stage ===== ($(free_space))"
   start=$SECONDS
   detail=""
   "stage_${stage//-/_}"
@@ -688,6 +714,7 @@ for stage in "${stages[@]}"; do
     "$KVBM_SKIPPED") record "$stage" SKIP $((SECONDS - start)) "$detail" ;;
     *) record "$stage" FAIL $((SECONDS - start)) "$detail" ;;
   esac
+  prune_build_trees "$stage"
 done
 
 print_summary
