@@ -179,7 +179,9 @@ EOF
 
 # "N GB free under <build root>": printed at each stage, so that a full disk shows in the log.
 free_space() {
-  df -Ph "$KVBM_BUILD_ROOT" 2>/dev/null | awk 'NR == 2 { print $4 " free under " $6 }'
+  local d="$KVBM_BUILD_ROOT"
+  [[ -d "$d" ]] || d="$KVBM_ROOT"  # before the first build
+  df -Ph "$d" 2>/dev/null | awk 'NR == 2 { print $4 " free under " $6 }'
 }
 
 # In CI (CI=true; KVBM_KEEP_BUILDS=1 keeps them), removes the sanitizer build trees once the
