@@ -390,9 +390,11 @@ describe_machine() {
   git -C "$ROOT" status --short 2>/dev/null | head -30
 }
 
-# The test binaries whose tests need a device (G1 in device memory: the facade's).
-readonly DEVICE_TESTS=(transfer_cuda_engine_test offload_cuda_event_test
-  facade_kv_block_manager_test storage_storage_test storage_host_access_test)
+# The CUDA test binaries (they skip, saying so, without a device), and all the test binaries
+# whose tests need a device (G1 in device memory: the facade's).
+readonly CUDA_TESTS=(transfer_cuda_engine_test offload_cuda_event_test)
+readonly DEVICE_TESTS=("${CUDA_TESTS[@]}" facade_kv_block_manager_test storage_storage_test
+  storage_host_access_test)
 # What runs under compute-sanitizer (memcheck, racecheck): "binary:gtest filter". The CUDA
 # engine's tests, and the facade's tests that move and compare every byte through G1 in device
 # memory (CUDA engines both ways, the bounce buffer from G3). Not offload_cuda_event_test: its
@@ -647,7 +649,7 @@ check_relocated() {
 # Without a device the CUDA tests must skip with a message, and the benchmark exit 0 saying so.
 check_gpu_skips() {
   local dir="$1" t rc=0
-  for t in transfer_cuda_engine_test offload_cuda_event_test; do
+  for t in "${CUDA_TESTS[@]}"; do
     echo "== $t"
     "$dir/tests/$t" --gtest_brief=0 2>&1 | tee "$OUT/$t.txt" |
       grep -E 'SKIPPED|PASSED|FAILED' | head -20

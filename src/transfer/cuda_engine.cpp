@@ -20,9 +20,7 @@
 #if KVBM_HAVE_CUDA
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <charconv>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -132,13 +130,6 @@ bool host_layout_device_accessible(const Layout& layout) noexcept {
   return true;
 }
 
-/// "0x" and `addr` in hexadecimal.
-std::string hex_address(std::uintptr_t addr) {
-  std::array<char, 2 * sizeof addr> digits{};
-  const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), addr, 16).ptr;
-  return "0x" + std::string(digits.data(), end);
-}
-
 /// Throws UsageError unless each base of `layout`, from its first byte to its last, is CUDA
 /// device (or managed) memory. cudaMemcpyBatchAsync infers each pointer's kind, and copies an
 /// address CUDA does not know as host memory: with a device layout that is not device memory
@@ -154,8 +145,8 @@ void check_device_layout(const Layout& layout, const char* side) {
                      (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
                  "CudaTransferEngine: the ", side,
                  " layout is device memory by its direction, but ",
-                 addr == base ? "its base " : "the last byte of its base ", hex_address(addr),
-                 " is not CUDA device memory (", span,
+                 addr == base ? "its base " : "the last byte of its base ",
+                 fmt::format("{:#x}", addr), " is not CUDA device memory (", span,
                  " bytes per base); build it over make_device_storage() or cudaMalloc memory "
                  "of at least that size");
     }

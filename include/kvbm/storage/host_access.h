@@ -4,8 +4,10 @@
 // A Layout gives each block's regions as addresses. In host memory (pinned, pageable, or the
 // device tier emulated in host memory) the CPU reads and writes them directly; in real device
 // memory it cannot, and a plain memcpy faults. host_write() and host_read() copy between a host
-// buffer and such an address either way: a synchronous cudaMemcpy when the address is CUDA
-// device (or managed) memory, a memcpy otherwise. They are for what runs outside the transfer
+// buffer and such an address either way: a CUDA copy when the address is CUDA device memory, a
+// memcpy otherwise (managed memory is host-addressable). Either is complete when the call
+// returns: the bytes are in place for any stream's next copy, which a plain cudaMemcpy from
+// pageable memory does not promise. They are for what runs outside the transfer
 // engines (an application filling G1 before registering a block, a tool checking what an
 // onboarding brought back, tests), one region at a time; the engines move blocks in bulk.
 //
