@@ -91,8 +91,9 @@ struct KvBlockManagerStats {
   std::vector<TransferPathStats> transfers;  ///< paths whose engine counts
   OnboardStats onboarding;
   /// G4 (when configured): the store's own counters (hits, misses, bytes,
-  /// failures by kind). Its boundary from G2 is in `boundaries` (upper G2,
-  /// lower G4) and what onboarding brought from it in `onboarding`.
+  /// failures by kind) and its state: ok, down, or refused (credentials or
+  /// ACL) with the server's reply (RemoteStoreStats::state, refusal). Its boundary from G2 is in
+  /// `boundaries` (upper G2, lower G4) and what onboarding brought from it in `onboarding`.
   std::optional<RemoteStoreStats> remote;
 
   /// Returns the stats of tier `t`, or nullptr when it is absent.

@@ -93,8 +93,16 @@ constexpr std::array<Field<RS, std::uint64_t>, 6> kRemoteStats{{
     {"read_bytes", &RS::read_bytes},
     {"written_bytes", &RS::written_bytes},
 }};
-static_assert(sizeof(RS) == (kRemoteStats.size() + kRemoteStatusCount) * sizeof(std::uint64_t),
-              "RemoteStoreStats has a field kRemoteStats does not list: add it");
+// RemoteStoreStats's shape: the counters kRemoteStats lists, the two arrays, then the state
+// and the refusal (remote_dict). A field added there changes its size: list it here too.
+struct RemoteStatsShape {
+  std::array<std::uint64_t, kRemoteStats.size() + kRemoteStatusCount + kRemoteRefusalCount> n;
+  RemoteState state;
+  std::array<std::size_t, 3> servers;
+  std::array<std::string, 3> refusal;
+};
+static_assert(sizeof(RS) == sizeof(RemoteStatsShape),
+              "RemoteStoreStats has a field remote_dict does not show: add it");
 
 nb::str name_of(TierId t) { return nb::str(std::string(to_string(t)).c_str()); }
 
@@ -143,6 +151,20 @@ nb::object remote_dict(const std::optional<RemoteStoreStats>& r) {
         r->blocks_by_status[i];
   }
   d["blocks_by_status"] = by_status;
+  nb::dict refused;
+  for (std::size_t i = 0; i < kRemoteRefusalCount; ++i) {
+    refused[nb::str(std::string(to_string(static_cast<RemoteRefusal>(i))).c_str())] =
+        r->refused_by_reason[i];
+  }
+  d["refused_by_reason"] = refused;
+  // "refused" (credentials or ACL: the refusal says which), "down" or "ok".
+  d["state"] = nb::str(std::string(to_string(r->state)).c_str());
+  d["servers"] = r->servers;
+  d["servers_down"] = r->servers_down;
+  d["servers_refused"] = r->servers_refused;
+  d["refusal"] = nb::str(r->refusal.c_str());
+  d["refused_server"] = nb::str(r->refused_server.c_str());
+  d["refused_user"] = nb::str(r->refused_user.c_str());
   return d;
 }
 

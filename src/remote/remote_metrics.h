@@ -3,7 +3,7 @@
 // Built once at construction (when a registry is given), removed at
 // destruction; a call adds its counts once, never per block.
 //
-// Thread-safety: record() and set_servers_available() from any thread.
+// Thread-safety: record(), set_servers_available() and set_state() from any thread.
 
 #pragma once
 
@@ -26,6 +26,7 @@ enum class RemoteOp : std::uint8_t { kExists, kGet, kPut };
 struct RemoteCallCounts {
   std::uint64_t hits = 0, misses = 0, puts = 0, failed_puts = 0, read_bytes = 0, written_bytes = 0;
   std::array<std::uint64_t, kRemoteStatusCount> by_status{};
+  std::array<std::uint64_t, kRemoteRefusalCount> refused{};  ///< kAccessDenied blocks, by kind
 };
 
 class RemoteMetrics {
@@ -38,6 +39,8 @@ class RemoteMetrics {
 
   void record(RemoteOp op, double seconds, const RemoteCallCounts& counts) noexcept;
   void set_servers_available(std::size_t n) noexcept;
+  /// kvbm_remote_state{state}: 1 for `state`, 0 for the others.
+  void set_state(RemoteState state) noexcept;
 
  private:
   struct Series;

@@ -30,6 +30,40 @@ std::string_view to_string(RemoteStatus s) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(RemoteState s) noexcept {
+  switch (s) {
+    case RemoteState::kOk:
+      return "ok";
+    case RemoteState::kDown:
+      return "down";
+    case RemoteState::kRefused:
+      return "refused";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(RemoteRefusal r) noexcept {
+  switch (r) {
+    case RemoteRefusal::kWrongPass:
+      return "wrongpass";
+    case RemoteRefusal::kNoAuth:
+      return "noauth";
+    case RemoteRefusal::kNoPerm:
+      return "noperm";
+    case RemoteRefusal::kOther:
+      return "other";
+  }
+  return "unknown";
+}
+
+RemoteRefusal remote_refusal_of(std::string_view error) noexcept {
+  // Searched, not matched at the start: kvbm puts "AUTH refused: " or "CLUSTER SLOTS: " before it.
+  if (error.find("WRONGPASS") != std::string_view::npos) return RemoteRefusal::kWrongPass;
+  if (error.find("NOAUTH") != std::string_view::npos) return RemoteRefusal::kNoAuth;
+  if (error.find("NOPERM") != std::string_view::npos) return RemoteRefusal::kNoPerm;
+  return RemoteRefusal::kOther;
+}
+
 std::optional<ErrorKind> error_kind_of(RemoteStatus s) noexcept {
   switch (s) {
     case RemoteStatus::kOk:

@@ -106,8 +106,11 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
     for (std::size_t i : pending) {
       const std::size_t s = target[i] != kNoIndex ? target[i] : impl.server_of(hash_of(i), read);
       if (s >= n) {  // a cluster slot no node serves (not discovered yet, or uncovered)
-        b.status[i] =
-            impl.discovery_denied ? RemoteStatus::kAccessDenied : RemoteStatus::kUnavailable;
+        b.status[i] = RemoteStatus::kUnavailable;
+        if (impl.discovery_denied) {
+          b.status[i] = RemoteStatus::kAccessDenied;
+          ++b.refused[static_cast<std::size_t>(impl.discovery_refusal.load())];
+        }
         unrouted = true;
         continue;
       }
@@ -150,6 +153,11 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
     if (k == 0 || task_server[k] != task_server[k - 1]) impl.run_own_tasks(*task_server[k], b);
   }
   done.wait();
+  for (const RemoteTask& t : tasks) {  // the refused items, by the kind of their task's refusal
+    if (t.refusal.empty()) continue;
+    const auto kind = static_cast<std::size_t>(remote_refusal_of(t.refusal));
+    for (std::size_t i : t.items) b.refused[kind] += b.status[i] == RemoteStatus::kAccessDenied;
+  }
 }
 
 }  // namespace
@@ -194,6 +202,7 @@ std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t
 
 void RemoteStore::Impl::record(const RemoteBatch& b, double seconds) {
   remote::RemoteCallCounts c;
+  c.refused = b.refused;
   for (const RemoteStatus st : b.status) {
     if (st != RemoteStatus::kOk && st != RemoteStatus::kNotFound)
       ++c.by_status[static_cast<std::size_t>(st)];
@@ -220,7 +229,33 @@ void RemoteStore::Impl::record(const RemoteBatch& b, double seconds) {
   counters.read_bytes += c.read_bytes;
   counters.written_bytes += c.written_bytes;
   for (std::size_t i = 0; i < kRemoteStatusCount; ++i) counters.by_status[i] += c.by_status[i];
+  for (std::size_t i = 0; i < kRemoteRefusalCount; ++i) counters.refused[i] += c.refused[i];
   metrics.record(b.op, seconds, c);
+}
+
+// --- the tier's state ---
+
+RemoteState RemoteStore::Impl::tier_state(std::size_t& known, std::size_t& down,
+                                          std::size_t& refused) const {
+  detail::ReaderLock lock(topo_mu);
+  known = servers.size();
+  down = refused = 0;
+  for (const auto& s : servers) {
+    if (s->refused_ops.load() != 0) {
+      ++refused;
+      continue;
+    }
+    std::lock_guard state_lock(s->state_mu);
+    if (!s->available) ++(s->failure == RemoteStatus::kAccessDenied ? refused : down);
+  }
+  if (refused > 0 || discovery_denied) return RemoteState::kRefused;
+  return down > 0 ? RemoteState::kDown : RemoteState::kOk;
+}
+
+void RemoteStore::Impl::publish_state() {
+  std::lock_guard lock(state_publish_mu);  // the last change is the one left set
+  std::size_t known = 0, down = 0, refused = 0;
+  metrics.set_state(tier_state(known, down, refused));
 }
 
 // --- the public API ---
@@ -350,7 +385,7 @@ bool RemoteStore::server_available(std::size_t i) const {
   return impl_->servers[i]->available_flag.load();
 }
 
-RemoteStoreStats RemoteStore::stats() const noexcept {
+RemoteStoreStats RemoteStore::stats() const {
   const auto& c = impl_->counters;
   RemoteStoreStats s;
   s.hits = c.hits;
@@ -360,6 +395,12 @@ RemoteStoreStats RemoteStore::stats() const noexcept {
   s.read_bytes = c.read_bytes;
   s.written_bytes = c.written_bytes;
   for (std::size_t i = 0; i < kRemoteStatusCount; ++i) s.blocks_by_status[i] = c.by_status[i];
+  for (std::size_t i = 0; i < kRemoteRefusalCount; ++i) s.refused_by_reason[i] = c.refused[i];
+  s.state = impl_->tier_state(s.servers, s.servers_down, s.servers_refused);
+  detail::LockGuard lock(impl_->refusal_mu);
+  s.refusal = impl_->last_refusal.text;
+  s.refused_server = impl_->last_refusal.server;
+  s.refused_user = impl_->last_refusal.user;
   return s;
 }
 

@@ -99,10 +99,13 @@ void RemoteStore::Impl::refresh() {
     }
     if (st == RemoteStatus::kAccessDenied) {
       from = e.display;
+      discovery_refusal = remote_refusal_of(error);
+      note_refusal(error, e);
       break;  // the same credentials everywhere: another node refuses them too
     }
   }
-  discovery_denied = st == RemoteStatus::kAccessDenied;
+  const bool denied = st == RemoteStatus::kAccessDenied;
+  if (discovery_denied.exchange(denied) != denied) publish_state();
   map_expires = (remote::Clock::now() + options.backoff_max).time_since_epoch().count();
   if (st == RemoteStatus::kOk) {
     install(ranges, from);

@@ -59,6 +59,8 @@ struct RemoteBatch {
   std::vector<RemoteStatus> status;
   std::vector<std::uint8_t> present;
   std::vector<RemoteRedirect> redirects;  ///< cluster only: one per item
+  /// Items refused (kAccessDenied), by RemoteRefusal; filled by the caller after each round.
+  std::array<std::uint64_t, kRemoteRefusalCount> refused{};
   remote::Clock::time_point deadline;
   RemoteBatch(remote::RemoteOp o, std::size_t n, remote::Clock::time_point dl, bool cluster)
       : op(o), status(n, RemoteStatus::kOk), present(n, 0), deadline(dl) {
@@ -73,6 +75,8 @@ struct RemoteTask {
   std::size_t server = 0;
   bool asking = false;             ///< each command preceded by ASKING (an ASK redirect)
   std::vector<std::size_t> items;  ///< indices into the batch
+  /// The first refusal among its items: the server's reply, the command and key ("" if none).
+  std::string refusal{};
 };
 
 struct RemoteStore::Impl {
@@ -96,9 +100,12 @@ struct RemoteStore::Impl {
     bool available = true;
     bool full = false;
     RemoteStatus failure = RemoteStatus::kUnavailable;  ///< why the last attempt failed
+    std::string refusal{};  ///< the last AUTH refusal's text (failure kAccessDenied)
     std::chrono::milliseconds backoff{0};
     remote::Clock::time_point retry_at{};
     std::atomic<bool> available_flag{true};
+    /// Bit (1 << RemoteOp) set while the command's last attempt on this server was refused.
+    std::atomic<std::uint8_t> refused_ops{0};
     std::vector<std::thread> workers;
   };
 
@@ -110,10 +117,18 @@ struct RemoteStore::Impl {
   std::atomic<std::size_t> servers_available{0};
   std::atomic<bool> corrupt_logged{false};
   std::atomic<bool> access_logged{false};
+  /// The last refusal, for stats() (RemoteStoreStats::refusal and the server and user).
+  struct Refusal {
+    std::string text, server, user;
+  };
+  mutable detail::Mutex refusal_mu;
+  Refusal last_refusal KVBM_GUARDED_BY(refusal_mu);
+  std::mutex state_publish_mu;  // orders kvbm_remote_state updates; taken before topo_mu
   struct Counters {
     std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, failed_puts{0}, read_bytes{0},
         written_bytes{0};
     std::array<std::atomic<std::uint64_t>, kRemoteStatusCount> by_status{};
+    std::array<std::atomic<std::uint64_t>, kRemoteRefusalCount> refused{};
   } counters;
 
   // --- servers and, on a cluster, the slot map ---
@@ -132,6 +147,7 @@ struct RemoteStore::Impl {
   bool discovered KVBM_GUARDED_BY(discovery_mu) = false;  ///< first attempt finished
   std::atomic<bool> refresh_queued{false};
   std::atomic<bool> discovery_denied{false};
+  std::atomic<RemoteRefusal> discovery_refusal{RemoteRefusal::kOther};  ///< its kind, when denied
   /// When the map is old enough to be asked for again unprompted (steady clock ticks): a map
   /// misses replicas that were still syncing, and nodes that joined without a redirect yet.
   std::atomic<remote::Clock::rep> map_expires{
@@ -161,6 +177,16 @@ struct RemoteStore::Impl {
   void server_succeeded(Server& s);
   void server_full(Server& s, bool full, const std::string& why);
   void access_denied(const Server& s, const std::string& why);
+  /// After a task: marks its command refused on `s` (some item kAccessDenied, recording the
+  /// refusal) or accepted again (some item answered); publishes a change of the tier's state.
+  void note_access(Server& s, RemoteTask& t);
+  /// Records the last refusal (stats()).
+  void note_refusal(const std::string& text, const remote::RedisEndpoint& e);
+  /// The tier's state now, with the servers known, down and refusing (remote_store.cpp).
+  RemoteState tier_state(std::size_t& known, std::size_t& down, std::size_t& refused) const
+      KVBM_EXCLUDES(topo_mu);
+  /// Sets kvbm_remote_state to tier_state(); called after a server's state changed.
+  void publish_state();
   RemoteStatus ensure_connected(Server& s, remote::RedisConnection& conn,
                                 remote::Clock::time_point deadline);
 

@@ -27,6 +27,6 @@ std::size_t RemoteStore::server_of(std::uint64_t) const noexcept { return 0; }
 std::size_t RemoteStore::server_count() const noexcept { return 0; }
 bool RemoteStore::cluster() const noexcept { return false; }
 bool RemoteStore::server_available(std::size_t) const { return false; }
-RemoteStoreStats RemoteStore::stats() const noexcept { return {}; }
+RemoteStoreStats RemoteStore::stats() const { return {}; }
 
 }  // namespace kvbm

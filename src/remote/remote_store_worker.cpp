@@ -22,6 +22,23 @@ using remote::RemoteOp;
 
 namespace {
 constexpr std::size_t kNoItem = static_cast<std::size_t>(-1);  // a reply of no item (ASKING)
+
+// The sequence hash of a batch's item `i`.
+std::uint64_t hash_of(const RemoteBatch& b, std::size_t i) {
+  switch (b.op) {
+    case RemoteOp::kExists:
+      return b.hashes[i];
+    case RemoteOp::kGet:
+      return b.gets[i].hash;
+    case RemoteOp::kPut:
+      return b.puts[i].hash;
+  }
+  return 0;
+}
+
+const char* command_of(RemoteOp op) {
+  return op == RemoteOp::kExists ? "EXISTS" : op == RemoteOp::kGet ? "GET" : "SET";
+}
 }  // namespace
 
 // --- server state: one log line per change ---
@@ -38,6 +55,7 @@ void RemoteStore::Impl::server_failed(Server& s, RemoteStatus kind, const std::s
     }
     s.available = false;
     s.failure = kind;
+    if (kind == RemoteStatus::kAccessDenied) s.refusal = why;
     s.backoff = s.backoff.count() == 0 ? options.backoff_initial
                                        : std::min(s.backoff * 2, options.backoff_max);
     wait = s.backoff;
@@ -45,6 +63,7 @@ void RemoteStore::Impl::server_failed(Server& s, RemoteStatus kind, const std::s
   }
   if (is_cluster) request_refresh();  // a failover may be on its way
   if (!changed) return;
+  publish_state();
   if (kind == RemoteStatus::kAccessDenied) {
     logger()->error(
         "remote store {}: server {} refused access ({}); check the user and password (in the "
@@ -74,6 +93,7 @@ void RemoteStore::Impl::server_succeeded(Server& s) {
     }
   }
   if (changed) {
+    publish_state();
     logger()->info("remote store {}: server {} answers again", options.pool_name,
                    s.endpoint.display);
   }
@@ -107,6 +127,32 @@ void RemoteStore::Impl::access_denied(const Server& s, const std::string& why) {
       options.pool_name, s.endpoint.display, why);
 }
 
+void RemoteStore::Impl::note_refusal(const std::string& text, const remote::RedisEndpoint& e) {
+  detail::LockGuard lock(refusal_mu);
+  last_refusal = {text, e.display, e.user.empty() ? std::string("default") : e.user};
+}
+
+void RemoteStore::Impl::note_access(Server& s, RemoteTask& t) {
+  const RemoteBatch& b = *t.batch;
+  bool denied = false, answered = false;
+  for (std::size_t i : t.items) {
+    denied |= b.status[i] == RemoteStatus::kAccessDenied;
+    answered |= b.status[i] == RemoteStatus::kOk || b.status[i] == RemoteStatus::kNotFound;
+  }
+  const auto bit = static_cast<std::uint8_t>(1U << static_cast<unsigned>(b.op));
+  if (!denied) {  // the common case: one load, no lock
+    if (!answered || (s.refused_ops.load() & bit) == 0) return;
+    if (s.refused_ops.fetch_and(static_cast<std::uint8_t>(~bit)) == bit) publish_state();
+    return;
+  }
+  if (t.refusal.empty()) {  // refused at AUTH (now, or while in backoff after it)
+    std::lock_guard lock(s.state_mu);
+    t.refusal = s.refusal;
+  }
+  note_refusal(t.refusal, s.endpoint);
+  if (s.refused_ops.fetch_or(bit) == 0) publish_state();
+}
+
 RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& conn,
                                                  remote::Clock::time_point deadline) {
   // A server in backoff fails at once, on every connection: one still open (a caller's spare,
@@ -136,6 +182,7 @@ RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& con
 struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
   Impl* impl = nullptr;
   RemoteBatch* batch = nullptr;
+  RemoteTask* task = nullptr;
   const Server* server = nullptr;
   const std::vector<std::size_t>* reply_items = nullptr;  // reply index -> item, or kNoItem
 
@@ -177,7 +224,15 @@ struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
         return RemoteStatus::kUnavailable;
       }
     }
-    if (r.status == RemoteStatus::kAccessDenied) impl->access_denied(*server, r.error);
+    if (r.status == RemoteStatus::kAccessDenied) {
+      // The reply names the command, not always the key (Redis 7: "No permissions to access a
+      // key"): both are added, so that the user learns which pattern to grant.
+      if (task->refusal.empty()) {
+        task->refusal = r.error + " (" + command_of(batch->op) + " " +
+                        impl->key_of(hash_of(*batch, item)) + ")";
+      }
+      impl->access_denied(*server, task->refusal);
+    }
     return r.status;
   }
 
@@ -260,6 +315,7 @@ void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req,
   TaskSink sink;
   sink.impl = this;
   sink.batch = &b;
+  sink.task = &t;
   sink.server = &s;
   sink.reply_items = &reply_items;
   PutFiller filler;
@@ -308,6 +364,7 @@ void RemoteStore::Impl::run_task(Server& s, RedisConnection& conn, RedisRequest&
                                  RemoteTask& t) noexcept {
   try {
     run(s, conn, req, t);
+    note_access(s, t);
   } catch (const std::exception& e) {  // allocation failure: never out of a worker
     for (std::size_t i : t.items) t.batch->status[i] = RemoteStatus::kServerError;
     conn.close();

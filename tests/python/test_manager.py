@@ -407,6 +407,30 @@ def test_g4_two_managers_share_blocks(tmp_path, redis_url):
         b.close()
 
 
+def test_g4_refused_is_reported_in_stats(tmp_path, redis_url, monkeypatch):
+    """A user the server does not know is refused: G4 serves misses and stats() says
+    "refused" (not "down") with the server's reply, the user and the blocks by reason."""
+    monkeypatch.setenv("KVBM_TEST_G4_PASSWORD", "not-the-password")
+    cfg = small_config(tmp_path)
+    cfg.remote.urls = [redis_url]
+    cfg.remote.model = "tests-model"
+    cfg.remote.username = "kvbm"
+    cfg.remote.password_env = "KVBM_TEST_G4_PASSWORD"
+    with kvbm.KvBlockManager(cfg) as kv:
+        h = chain(4, seed=15)
+        assert kv.store(h, pages(4, kv.block_bytes, 15), chained=True) == 4
+        kv.drain()  # written through to G4: refused
+        g4 = kv.stats()["remote"]
+        assert g4["state"] == "refused"
+        assert g4["servers"] == 1 and g4["servers_refused"] == 1 and g4["servers_down"] == 0
+        assert "WRONGPASS" in g4["refusal"]
+        assert g4["refused_user"] == "kvbm"
+        assert g4["refused_by_reason"]["wrongpass"] == g4["blocks_by_status"]["access_denied"] > 0
+        assert "not-the-password" not in str(g4)
+        assert g4["puts"] == 0
+        assert kv.audit() == ""
+
+
 @pytest.mark.parametrize("url, why", [("redis://", "urls\\[0\\]: "),
                                       ("http://x:1", "urls\\[0\\]: "),
                                       ("redis://host:70000", "urls\\[0\\]: ")])

@@ -28,6 +28,7 @@
 #include "replay/metrics_server.h"
 #include "replay/model_preset.h"
 #include "replay/options.h"
+#include "replay/remote_refusal.h"
 #include "replay/replay.h"
 #include "replay/report.h"
 #include "replay/trace.h"
@@ -52,6 +53,9 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
 bool g_quiet = false;
+
+// Set when a replay's G4 still refused access at its end (replay/remote_refusal.h).
+bool g_g4_refused = false;
 
 template <class... Args>
 void note(fmt::format_string<Args...> f, Args&&... args) {
@@ -274,6 +278,10 @@ ReplayResult replay_once(Session& s, const std::string& label) {
   }
   ReplayResult r = run_replay(s.trace, s.rc);
   if (pb) pb->finish();
+  if (const std::string m = remote_refusal_message(r.remote_stats); !m.empty()) {
+    fmt::print(stderr, "kvbm-replay: {}\n", m);  // also under --quiet: the figures are wrong
+    g_g4_refused = true;
+  }
   if (g_stop.load()) note("interrupted after {} requests", r.requests);
   return r;
 }
@@ -300,14 +308,21 @@ bool write_svg(const std::string& path, const std::string& svg) {
   return true;
 }
 
-// The exit code once the replays are done.
+// The exit code once the replays are done: 1 for a failure of the replay itself, 3 when G4
+// refused access (and nothing else failed), 130 when interrupted.
 int exit_code(bool ok) {
   if (!ok) {
     fmt::print(
         stderr,
         "kvbm-replay: FAILED: verification failures, failed onboarding or unbalanced pools\n");
-    return 1;
   }
+  if (g_g4_refused) {
+    fmt::print(stderr,
+               "kvbm-replay: FAILED: G4 refused access (credentials or ACL, above); its figures "
+               "are misses, not a cold cache\n");
+  }
+  if (!ok) return 1;
+  if (g_g4_refused) return 3;
   return g_stop.load() ? 130 : 0;
 }
 

@@ -21,6 +21,7 @@
 #include "kvbm/logging.h"
 #include "kvbm/storage/host_access.h"
 #include "replay/pattern.h"
+#include "replay/remote_refusal.h"
 
 namespace kvbm::replay {
 
@@ -339,6 +340,7 @@ void add_instance(ReplayResult& total, const ReplayResult& r) {
   }
   total.remote_hit_blocks += r.remote_hit_blocks;
   total.remote_hit_tokens += r.remote_hit_tokens;
+  add_remote_stats(total.remote_stats, r.remote_stats);
   total.computed_blocks += r.computed_blocks;
   total.uncached_blocks += r.uncached_blocks;
   total.onboard_failed += r.onboard_failed;
@@ -424,6 +426,7 @@ void collect_result(Instance& in, double wall) {
     r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
   }
   collect_paths(stats, r, in.onboarded);
+  r.remote_stats = stats.remote;
 }
 
 // Several instances: the totals, with each one's figures beside them.
@@ -432,6 +435,7 @@ ReplayResult sum_instances(const std::vector<Instance>& instances) {
   sum.requests = sum.blocks = sum.tokens = 0;
   sum.hit_blocks = sum.hit_tokens = sum.evictions = {};
   sum.remote_hit_blocks = sum.remote_hit_tokens = 0;
+  sum.remote_stats.reset();
   sum.computed_blocks = sum.uncached_blocks = sum.onboard_failed = 0;
   sum.onboard_no_space = sum.verified_blocks = sum.verify_failures = 0;
   sum.lost_to_lag = {};

@@ -182,6 +182,8 @@ struct ReplayResult {
   bool remote = false;
   std::uint64_t remote_hit_blocks = 0;  ///< prefix blocks found only in G4
   std::uint64_t remote_hit_tokens = 0;
+  /// G4's stats, summed over the instances (replay/remote_refusal.h); none without G4.
+  std::optional<RemoteStoreStats> remote_stats;
   /// Per instance (only with instances > 1): what it was asked and where it found it.
   struct InstanceFigures {
     std::uint64_t requests = 0;

@@ -158,6 +158,12 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                        group_digits(r.remote_hit_blocks),
                        100 * ratio(r.remote_hit_blocks, r.blocks),
                        100 * ratio(r.remote_hit_tokens, r.tokens));
+    if (r.remote_stats && r.remote_stats->state != RemoteState::kOk) {
+      out << fmt::format(
+          "  {:<6} {} ({} block accesses refused)\n", "",
+          r.remote_stats->state == RemoteState::kRefused ? "G4 REFUSED access" : "G4 server down",
+          group_digits(r.remote_stats->count(RemoteStatus::kAccessDenied)));
+    }
   }
   out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%\n\n", "total", group_digits(r.hits()),
                      100 * r.block_hit_ratio(), 100 * r.token_hit_ratio());
@@ -249,6 +255,13 @@ nlohmann::json result_json(const ReplayResult& r) {
                   {"tokens", r.remote_hit_tokens},
                   {"block_ratio", ratio(r.remote_hit_blocks, r.blocks)},
                   {"token_ratio", ratio(r.remote_hit_tokens, r.tokens)}};
+    if (const auto& g = r.remote_stats) {  // the tier's state at the end (docs/remote.md)
+      hits["G4"]["state"] = std::string(to_string(g->state));
+      hits["G4"]["refused_blocks"] = g->count(RemoteStatus::kAccessDenied);
+      hits["G4"]["refusal"] = g->refusal;
+      hits["G4"]["refused_server"] = g->refused_server;
+      hits["G4"]["refused_user"] = g->refused_user;
+    }
   }
   hits["total"] = {{"blocks", r.hits()},
                    {"tokens", r.hit_token_count()},

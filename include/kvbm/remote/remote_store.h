@@ -20,8 +20,11 @@
 // have the store's block size throws it too; nothing else throws for a
 // server's behaviour. A server that is down, slow, restarted or full degrades
 // to misses and failed puts with a RemoteStatus naming the kind, and is retried
-// with backoff. get() reports a block found only after its header and payload
-// checksum verified; the destination of a block that is not kOk is untouched.
+// with backoff. A server that refuses the credentials or an ACL right degrades
+// the same way, but stats() and the metrics report the tier as refused (not
+// down) with the server's reply, until an attempt of the same command passes. get() reports a block
+// found only after its header and payload checksum verified; the destination of a block that is not
+// kOk is untouched.
 //
 // Lifetime: destroying the store stops its workers (after their current
 // batch, bounded by the timeout) and closes the connections.
@@ -69,6 +72,33 @@ static_assert(static_cast<std::size_t>(RemoteStatus::kAccessDenied) + 1 == kRemo
 
 /// Returns a short name ("ok", "not_found", "corrupt", "unavailable", ...).
 [[nodiscard]] std::string_view to_string(RemoteStatus s) noexcept;
+
+/// The tier's state, as each server's last attempts left it.
+enum class RemoteState : std::uint8_t {
+  kOk,       ///< every server answered its last attempt (or none was made yet)
+  kDown,     ///< a server does not answer (down, slow, restarting): its blocks are misses
+  kRefused,  ///< a server refuses the credentials, a command or kvbm's keys (ACL): misses
+};
+/// Number of RemoteState values.
+inline constexpr std::size_t kRemoteStateCount = 3;
+
+/// Returns "ok", "down" or "refused".
+[[nodiscard]] std::string_view to_string(RemoteState s) noexcept;
+
+/// Why a server refused an access: the kind of its error reply.
+enum class RemoteRefusal : std::uint8_t {
+  kWrongPass,  ///< WRONGPASS: a wrong password, an unknown or disabled user
+  kNoAuth,     ///< NOAUTH: the server needs a password and none was given
+  kNoPerm,     ///< NOPERM: the ACL user may not run the command or touch the key
+  kOther,      ///< any other refusal of AUTH (a password to a server that has none)
+};
+/// Number of RemoteRefusal values.
+inline constexpr std::size_t kRemoteRefusalCount = 4;
+
+/// Returns "wrongpass", "noauth", "noperm" or "other".
+[[nodiscard]] std::string_view to_string(RemoteRefusal r) noexcept;
+/// Returns the kind of a refusal from the server's text ("... WRONGPASS invalid ...").
+[[nodiscard]] RemoteRefusal remote_refusal_of(std::string_view error) noexcept;
 
 /// Returns the ErrorKind of a failed remote call (kCorrupt, kUnavailable,
 /// kTimeout, kNoSpace for a full server, kRefused for an access denied, kIo
@@ -131,14 +161,33 @@ struct RemoteGet {
   std::span<const std::span<std::byte>> regions{};
 };
 
-/// Counters since construction (the same as the metrics, without a registry).
+/// Counters since construction (the same as the metrics, without a registry),
+/// and the tier's state now.
 struct RemoteStoreStats {
   std::uint64_t hits = 0, misses = 0;
   std::uint64_t puts = 0, failed_puts = 0;
   std::uint64_t read_bytes = 0, written_bytes = 0;
   std::array<std::uint64_t, kRemoteStatusCount> blocks_by_status{};  ///< indexed by RemoteStatus
+  /// Blocks refused (RemoteStatus::kAccessDenied), by the kind of refusal (RemoteRefusal).
+  std::array<std::uint64_t, kRemoteRefusalCount> refused_by_reason{};
+
+  /// kRefused while a server refuses the last attempt of some command (or, on a cluster, the
+  /// slot map); else kDown while a server does not answer; else kOk.
+  RemoteState state = RemoteState::kOk;
+  std::size_t servers = 0;          ///< servers known (on a cluster: nodes discovered)
+  std::size_t servers_down = 0;     ///< of them, not answering
+  std::size_t servers_refused = 0;  ///< of them, refusing (not counted as down)
+  /// The last refusal seen (also after it ended; "" when none): the server's reply with the
+  /// command and key it refused ("NOPERM No permissions to access a key (SET kvbm:...)",
+  /// "AUTH refused: WRONGPASS ...", "NOAUTH ..."), the server's URL (user kept, never the
+  /// password) and the ACL user ("default" when the URL and options name none).
+  std::string refusal{}, refused_server{}, refused_user{};
+
   [[nodiscard]] std::uint64_t count(RemoteStatus s) const noexcept {
     return blocks_by_status[static_cast<std::size_t>(s)];
+  }
+  [[nodiscard]] std::uint64_t count(RemoteRefusal r) const noexcept {
+    return refused_by_reason[static_cast<std::size_t>(r)];
   }
 };
 
@@ -176,8 +225,8 @@ class RemoteStore {
   [[nodiscard]] std::size_t server_count() const noexcept;
   /// Returns whether the last attempt on server `i` succeeded.
   [[nodiscard]] bool server_available(std::size_t i) const;
-  /// Returns the counters.
-  [[nodiscard]] RemoteStoreStats stats() const noexcept;
+  /// Returns the counters and the tier's state (RemoteStoreStats::state).
+  [[nodiscard]] RemoteStoreStats stats() const;
 
  private:
   struct Impl;
