@@ -116,14 +116,17 @@ struct Outcome {
   RemoteStoreStats writer, reader;
   std::size_t reader_blocks = 0;  ///< blocks B's onboarding served
   std::shared_ptr<prometheus::Registry> writer_metrics, reader_metrics;
+  std::unique_ptr<KvBlockManager> a, b;  ///< alive: a store's series go with it
 };
 
 // A computes 8 blocks (written through G2 to G4), B onboards them; no call may throw or take
 // longer than the store's bounds.
 Outcome write_then_read(const std::string& url) {
   Outcome out;
-  auto a = KvBlockManager::build(refused_config(url));
-  auto b = KvBlockManager::build(refused_config(url));
+  out.a = KvBlockManager::build(refused_config(url));
+  out.b = KvBlockManager::build(refused_config(url));
+  KvBlockManager* a = out.a.get();
+  KvBlockManager* b = out.b.get();
   const auto hashes = prefix(3, 8);
   compute(*a, hashes);
   a->drain();

@@ -31,13 +31,13 @@ using test::ScratchDir;
 constexpr const char* kAdmin = "admin-Pa55";
 constexpr const char* kSecret = "kvbm-Pa55";  // must appear in no output
 
-struct Run {
+struct ReplayRun {
   int status = -1;  ///< exit status (-1: did not exit)
   std::string out, err;
 };
 
 // 24 requests sharing a 3-block prefix, each with a block of its own, through 2 instances.
-Run replay_with(const std::string& url) {
+ReplayRun replay_with(const std::string& url) {
   ScratchDir dir("kvbm-replay-refused");
   const std::string trace = (dir.path() / "trace.jsonl").string();
   {
@@ -49,10 +49,11 @@ Run replay_with(const std::string& url) {
   }
   const std::string err = (dir.path() / "stderr").string();
   const std::string cmd = std::string(KVBM_REPLAY_BINARY) + " --trace '" + trace +
-                          "' --block-tokens 4 --instances 2 --device-blocks 8 --host-blocks 16"
-                          " --disk-blocks 0 --json --quiet --remote '" +
+                          "' --block-tokens 4 --instances 2 --g1-g2 write_through"
+                          " --device-blocks 8 --host-blocks 16 --disk-blocks 0 --json --quiet"
+                          " --remote '" +
                           url + "' 2>'" + err + "'";
-  Run r;
+  ReplayRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) {
     ADD_FAILURE() << "cannot run " << cmd;
@@ -84,7 +85,7 @@ void add_kvbm_user(RedisServer& s, const std::vector<std::string>& rules) {
 std::string host_of(const RedisServer& s) { return "127.0.0.1:" + std::to_string(s.port()); }
 
 // The run failed loudly: exit 3, the message names `server`, `user`, `reply` and `fix`.
-void expect_refused(const Run& r, const std::string& server, const std::string& user,
+void expect_refused(const ReplayRun& r, const std::string& server, const std::string& user,
                     const std::string& reply, const std::string& fix) {
   EXPECT_EQ(r.status, 3) << r.err;
   EXPECT_NE(r.err.find("G4 refused access: server " + server), std::string::npos) << r.err;
@@ -104,7 +105,7 @@ void expect_refused(const Run& r, const std::string& server, const std::string& 
 }
 
 // The same replay with working credentials: exit 0, G4 ok and hit.
-void expect_served(const Run& r) {
+void expect_served(const ReplayRun& r) {
   EXPECT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
@@ -115,7 +116,8 @@ void expect_served(const Run& r) {
 TEST(ReplayRemoteRefused, AWrongPasswordExitsNonZeroNamingTheServerAndTheFix) {
   KVBM_NEED_REDIS();
   RedisServer server(admin_options());
-  const Run bad = replay_with("redis://:" + std::string(kSecret) + "@" + host_of(server) + "/0");
+  const ReplayRun bad =
+      replay_with("redis://:" + std::string(kSecret) + "@" + host_of(server) + "/0");
   expect_refused(bad, "redis://" + host_of(server) + "/0", "default", "WRONGPASS",
                  "the password or user is wrong");
   expect_served(replay_with("redis://:" + std::string(kAdmin) + "@" + host_of(server) + "/0"));
@@ -126,7 +128,7 @@ TEST(ReplayRemoteRefused, AKeyPatternWithoutKvbmsKeysExitsNonZeroNamingTheKey) {
   RedisServer server(admin_options());
   add_kvbm_user(server, {"~other:*", "+get", "+set", "+exists"});
   const std::string url = "redis://kvbm:" + std::string(kSecret) + "@" + host_of(server) + "/0";
-  const Run bad = replay_with(url);
+  const ReplayRun bad = replay_with(url);
   expect_refused(bad, "redis://kvbm@" + host_of(server) + "/0", "kvbm", "NOPERM",
                  "user 'kvbm' may not run that command or touch that key");
   EXPECT_NE(bad.err.find(" kvbm:"), std::string::npos) << "the key is not named: " << bad.err;
@@ -139,7 +141,7 @@ TEST(ReplayRemoteRefused, AUserWithoutSetExitsNonZeroNamingTheCommand) {
   RedisServer server(admin_options());
   add_kvbm_user(server, {"~kvbm:*", "+get", "+exists"});
   const std::string url = "redis://kvbm:" + std::string(kSecret) + "@" + host_of(server) + "/0";
-  const Run bad = replay_with(url);
+  const ReplayRun bad = replay_with(url);
   expect_refused(bad, "redis://kvbm@" + host_of(server) + "/0", "kvbm", "'set' command",
                  "user 'kvbm' may not run that command");
   ASSERT_EQ(server.command({"ACL", "SETUSER", "kvbm", "+set"}), "OK");
