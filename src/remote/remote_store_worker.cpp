@@ -225,8 +225,8 @@ struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
       }
     }
     if (r.status == RemoteStatus::kAccessDenied) {
-      // The reply names the command, not always the key (Redis 7: "No permissions to access a
-      // key"): both are added, so that the user learns which pattern to grant.
+      // A key refusal names no key ("NOPERM this user has no permissions to access one of the
+      // keys used as arguments"): the command and key are added, so the fix can be named.
       if (task->refusal.empty()) {
         task->refusal = r.error + " (" + command_of(batch->op) + " " +
                         impl->key_of(hash_of(*batch, item)) + ")";

@@ -156,6 +156,15 @@ TEST(RemoteStoreClusterTest, KeysSpreadOverPrimariesBySlotAsTheServerComputesIt)
   auto wrong = RemoteStore::create(options_for({cluster.url("kvbm:wrong")}));
   Destinations d(blocks.hashes, wrong->block_bytes());
   EXPECT_EQ(count(wrong->get(d.gets), RemoteStatus::kAccessDenied), n);
+  // Reported as refused (the slot map was refused), not as down, with the node's reply.
+  const RemoteStoreStats ws = wrong->stats();
+  EXPECT_EQ(ws.state, RemoteState::kRefused);
+  EXPECT_EQ(ws.count(RemoteRefusal::kWrongPass), n);
+  EXPECT_NE(ws.refusal.find("WRONGPASS"), std::string::npos) << ws.refusal;
+  EXPECT_EQ(ws.refused_user, "kvbm");
+  EXPECT_NE(ws.refused_server.find("redis+cluster://kvbm@127.0.0.1:"), std::string::npos)
+      << ws.refused_server;
+  EXPECT_EQ(second->stats().state, RemoteState::kOk);
   ::unsetenv("KVBM_TEST_CLUSTER_PASSWORD");
 }
 
