@@ -26,7 +26,9 @@ void add_remote_stats(std::optional<RemoteStoreStats>& total,
     t.refused_by_reason[i] += one->refused_by_reason[i];
   t.servers_down = std::max(t.servers_down, one->servers_down);
   t.servers_refused = std::max(t.servers_refused, one->servers_refused);
-  // RemoteState is ordered ok < down < refused: keep the worst, and its refusal.
+  // Keep the worst state (refused over down over ok) and its refusal.
+  static_assert(RemoteState::kOk < RemoteState::kDown &&
+                RemoteState::kDown < RemoteState::kRefused);
   if (one->state > t.state || (t.refusal.empty() && !one->refusal.empty())) {
     t.state = std::max(t.state, one->state);
     t.refusal = one->refusal;

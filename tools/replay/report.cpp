@@ -158,11 +158,11 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                        group_digits(r.remote_hit_blocks),
                        100 * ratio(r.remote_hit_blocks, r.blocks),
                        100 * ratio(r.remote_hit_tokens, r.tokens));
-    if (r.remote_stats && r.remote_stats->state != RemoteState::kOk) {
-      out << fmt::format(
-          "  {:<6} {} ({} block accesses refused)\n", "",
-          r.remote_stats->state == RemoteState::kRefused ? "G4 REFUSED access" : "G4 server down",
-          group_digits(r.remote_stats->count(RemoteStatus::kAccessDenied)));
+    if (r.remote_stats && r.remote_stats->state == RemoteState::kRefused) {
+      out << fmt::format("  {:<6} G4 REFUSED access: {} block accesses refused (see stderr)\n", "",
+                         group_digits(r.remote_stats->count(RemoteStatus::kAccessDenied)));
+    } else if (r.remote_stats && r.remote_stats->state == RemoteState::kDown) {
+      out << fmt::format("  {:<6} G4 down at the end: misses while it did not answer\n", "");
     }
   }
   out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%\n\n", "total", group_digits(r.hits()),
