@@ -12,8 +12,8 @@ skips by the class, the text before the first ": ". The classes allowed in CI ar
 import importlib
 import os
 
-import pytest
-
+# pytest is imported where it is used: scripts/skip_report.py imports this module for
+# ALLOWED_IN_CI with a python that may not have pytest.
 ALLOWED_IN_CI = ("no GPU:", "GPU present:", "GPU runtime too old:", "KVBM_STRESS_SCALE < 1:",
                  "sanitizer build:", "running as root:")
 
@@ -29,6 +29,8 @@ def skip_allowed_in_ci(reason):
 
 def skip_or_fail(reason, *, allow_module_level=False):
     """pytest.skip(reason), or pytest.fail under CI=true unless the reason may skip there."""
+    import pytest
+
     if in_ci() and not skip_allowed_in_ci(reason):
         pytest.fail(f"CI=true: a skip for this reason is a failure (tests/python/skips.py): "
                     f"{reason}", pytrace=False)
