@@ -53,9 +53,10 @@ EOF
 # a free port whose bus port, +10000, is free too) and asks it INFO cluster; also that redis-cli
 # has --cluster (redis-tools >= 5), with which the tests join their nodes.
 ci_redis_cluster_probe() {
-  local tmp port pid ok=1 i
+  local tmp port pid info ok=1 i
   # `--cluster help` exits 1 after printing the commands; an old redis-cli prints no "create".
-  redis-cli --cluster help 2>&1 | grep -q "^ *create " || return 1
+  # (Outputs are read whole, not piped into grep -q: test.sh runs with pipefail.)
+  [[ "$(redis-cli --cluster help 2>&1)" == *$'\n  create '* ]] || return 1
   port="$(python3 -c '
 import socket
 for _ in range(50):
@@ -75,7 +76,8 @@ for _ in range(50):
     --logfile "$tmp/redis.log" --protected-mode no >/dev/null 2>&1 &
   pid=$!
   for ((i = 0; i < 50; i++)); do
-    if redis-cli -h 127.0.0.1 -p "$port" info cluster 2>/dev/null | grep -q cluster_enabled:1; then
+    info="$(redis-cli -h 127.0.0.1 -p "$port" info cluster 2>/dev/null)"
+    if [[ "$info" == *cluster_enabled:1* ]]; then
       ok=0
       break
     fi
@@ -106,9 +108,9 @@ ci_check_cxx_suite() {
   if ci_absent io_uring; then
     ci_missing+=("io_uring not found (KVBM_CI_ABSENT): the kernel must grant io_uring_setup")
   elif ! why="$(ci_io_uring_probe)"; then
-    ci_missing+=("io_uring not found: the kernel refuses io_uring_setup (${why:-?}): run where it"
-      "is allowed (sysctl kernel.io_uring_disabled=0; a container's seccomp profile must"
-      "permit io_uring_setup/enter/register)")
+    why="io_uring not found: the kernel refuses io_uring_setup (${why:-?}): run where it is"
+    why+=" allowed (sysctl kernel.io_uring_disabled=0; a container's seccomp profile must"
+    ci_missing+=("$why permit io_uring_setup/enter/register)")
   fi
 }
 ci_check_release() { ci_check_cxx_suite; }
@@ -118,16 +120,16 @@ ci_check_tsan() { ci_check_cxx_suite; }
 # After configure: the build tree $1 has the remote tier and the io_uring engine (a tree
 # configured with KVBM_ENABLE_REMOTE=OFF, or before libhiredis-dev was installed, has not).
 ci_check_tree() {
-  local dir="$1"
+  local dir="$1" msg
   if ! grep -q '^#define KVBM_HAVE_REDIS 1' "$dir/include/kvbm/config.h" 2>/dev/null; then
-    ci_missing+=("the remote tier (hiredis) not found in $dir (KVBM_HAVE_REDIS 0: configured"
-      "without libhiredis-dev, or with KVBM_ENABLE_REMOTE=OFF): apt-get install libhiredis-dev"
-      "(scripts/deps.sh), then reconfigure")
+    msg="libhiredis-dev not found in $dir (KVBM_HAVE_REDIS 0: configured without it, or with"
+    msg+=" KVBM_ENABLE_REMOTE=OFF): apt-get install libhiredis-dev (scripts/deps.sh), reconfigure"
+    ci_missing+=("$msg")
   fi
   if ! grep -q '^KVBM_LIBURING_FOUND:INTERNAL=1' "$dir/CMakeCache.txt" 2>/dev/null ||
     grep -q '^KVBM_ENABLE_URING:STRING=OFF' "$dir/CMakeCache.txt"; then
-    ci_missing+=("liburing not found in $dir (configured without liburing-dev, or with"
-      "KVBM_ENABLE_URING=OFF): apt-get install liburing-dev (scripts/deps.sh), then reconfigure")
+    msg="liburing-dev not found in $dir (configured without it, or with KVBM_ENABLE_URING=OFF):"
+    ci_missing+=("$msg apt-get install liburing-dev (scripts/deps.sh), reconfigure")
   fi
 }
 

@@ -41,14 +41,14 @@
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
 #             part are checked again (clang -fsyntax-only) against the CUDA toolkit's headers
-#             when one is installed. SKIP when clang is missing.
+#             when one is installed. SKIP when clang is missing (FAIL when CI=true).
 #   lint      scripts/lint.sh: clang-format on every C++ file, no line over 100 columns,
 #             clang-tidy on the library sources. SKIP (FAIL when CI=true) when
 #             clang-format or clang-tidy is missing.
 #   fuzz      preset `fuzz` (clang, libFuzzer + ASan + UBSan): builds the targets in fuzz/ and
 #             runs each for KVBM_FUZZ_SECONDS from its seed corpus; any crash, leak, timeout
 #             or broken invariant fails the stage (docs/fuzzing.md). SKIP when clang or its
-#             libFuzzer runtime is missing.
+#             libFuzzer runtime is missing (FAIL when CI=true).
 #
 # Under CI=true (.ci/run) nothing may be skipped for want of an install step (docs/building.md,
 # "CI fails instead of skipping"): each stage first checks what it needs (scripts/ci_checks.sh:
