@@ -165,7 +165,11 @@ ci_check_engine_imports() {
   for pair in vllm:vllm sglang:sglang torch:torch dynamo._core:ai-dynamo-runtime kvbm:kvbm; do
     module="${pair%%:*}" wheel="${pair#*:}"
     step="$module not importable in $venv: bash scripts/engines_env.sh installs $wheel"
-    step+=" (tests/engines/requirements.txt)"
+    if [[ "$wheel" == kvbm ]]; then
+      step+=" (pip install . of this tree; not with KVBM_ENGINES_SKIP_KVBM=1)"
+    else
+      step+=" (tests/engines/requirements.txt)"
+    fi
     ci_need "$wheel" "$step" "$venv/bin/python" -c \
       "import importlib.util as u, sys; sys.exit(u.find_spec('$module') is None)"
   done
