@@ -25,15 +25,16 @@ PYTEST_SKIP = re.compile(r"^SKIPPED \[(\d+)\] (\S+?):(\d+): (.*)$")
 
 def ctest_skips(path):
     """(test, reason) for each skipped case of a ctest JUnit file; the reason is the line after
-    GoogleTest's "<file>:<line>: Skipped"."""
+    GoogleTest's "<file>:<line>: Skipped", else (a program's SKIP_RETURN_CODE) "skipped by its
+    exit code: <its last line of output>"."""
     out = []
     for case in ET.parse(path).getroot().iter("testcase"):
         if case.find("skipped") is None:
             continue
-        text = (case.findtext("system-out") or "").splitlines()
-        reason = "unknown: no skip message in the test's output"
+        text = [line for line in (case.findtext("system-out") or "").splitlines() if line.strip()]
+        reason = "skipped by its exit code: " + (text[-1].strip() if text else "no output")
         for i, line in enumerate(text[:-1]):
-            if line.endswith(": Skipped") and text[i + 1].strip():
+            if line.endswith(": Skipped"):
                 reason = text[i + 1].strip()
                 break
         out.append((case.get("name", "?"), reason))

@@ -70,9 +70,12 @@ def test_skip_report_reads_the_gtest_reason_from_ctest_junit(tmp_path):
         '<testsuite><testcase name="A.b" status="notrun"><skipped message="m"/><system-out>'
         "x.cpp:3: Skipped\nio_uring unavailable: EPERM\n[  SKIPPED ] A.b\n</system-out>"
         '</testcase><testcase name="A.c" status="run"><system-out>ok</system-out></testcase>'
-        "</testsuite>")
+        '<testcase name="ex" status="notrun"><skipped message="m"/><system-out>starting\n'
+        "no redis-server\n</system-out></testcase></testsuite>")
     report = Path(__file__).resolve().parents[2] / "scripts" / "skip_report.py"
     out = subprocess.run([sys.executable, str(report), "ctest", str(junit)],
                          env={**os.environ, "CI": "true"}, capture_output=True, text=True)
     assert out.returncode == 1
-    assert out.stdout == "skipped: 1 (io_uring unavailable 1)\nA.b: io_uring unavailable: EPERM\n"
+    assert out.stdout == ("skipped: 2 (io_uring unavailable 1, skipped by its exit code 1)\n"
+                          "A.b: io_uring unavailable: EPERM\n"
+                          "ex: skipped by its exit code: no redis-server\n")
