@@ -43,14 +43,14 @@ inline bool skip_allowed_in_ci(std::string_view reason) {
 
 }  // namespace kvbm::test
 
-// The switch keeps a following `else` of the caller's `if` from binding inside the macro.
+// A statement (do/while): `if (x) KVBM_SKIP_OR_FAIL(r); else ...` binds as written, with no
+// dangling-else warning.
 #define KVBM_SKIP_OR_FAIL(reason)                                                             \
-  switch (0)                                                                                  \
-  case 0:                                                                                     \
-  default:                                                                                    \
-    if (const std::string kvbm_skip_reason_(reason);                                          \
-        ::kvbm::test::in_ci() && !::kvbm::test::skip_allowed_in_ci(kvbm_skip_reason_))        \
+  do {                                                                                        \
+    const std::string kvbm_skip_reason_(reason);                                              \
+    if (::kvbm::test::in_ci() && !::kvbm::test::skip_allowed_in_ci(kvbm_skip_reason_))        \
       GTEST_FAIL() << "CI=true: a skip for this reason is a failure (tests/skip_or_fail.h): " \
                    << kvbm_skip_reason_;                                                      \
     else                                                                                      \
-      GTEST_SKIP() << kvbm_skip_reason_
+      GTEST_SKIP() << kvbm_skip_reason_;                                                      \
+  } while (false)
