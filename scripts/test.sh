@@ -41,14 +41,23 @@
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
 #             part are checked again (clang -fsyntax-only) against the CUDA toolkit's headers
-#             when one is installed. SKIP when clang is missing.
+#             when one is installed. SKIP when clang is missing (FAIL when CI=true).
 #   lint      scripts/lint.sh: clang-format on every C++ file, no line over 100 columns,
 #             clang-tidy on the library sources. SKIP (FAIL when CI=true) when
 #             clang-format or clang-tidy is missing.
 #   fuzz      preset `fuzz` (clang, libFuzzer + ASan + UBSan): builds the targets in fuzz/ and
 #             runs each for KVBM_FUZZ_SECONDS from its seed corpus; any crash, leak, timeout
 #             or broken invariant fails the stage (docs/fuzzing.md). SKIP when clang or its
-#             libFuzzer runtime is missing.
+#             libFuzzer runtime is missing (FAIL when CI=true).
+#
+# Under CI=true (.ci/run) nothing may be skipped for want of an install step (docs/building.md,
+# "CI fails instead of skipping"): each stage first checks what it needs (scripts/ci_checks.sh:
+# redis-server, redis-cli and a Redis Cluster node, libhiredis-dev, liburing-dev and a kernel that
+# grants io_uring, the venv tools, the engine wheels and Dynamo's runtime, clang and libFuzzer)
+# and fails naming each missing piece and its install step; scripts/deps.sh fails when it cannot
+# install a package a stage needs. Every stage that runs tests ends its summary line with its
+# skips by reason ("skipped: 12 (no GPU 12)", scripts/skip_report.py), and under CI=true fails
+# on a skip whose reason is not one of tests/python/skips.py's ALLOWED_IN_CI (no GPU, ...).
 #
 # Environment:
 #   KVBM_QUICK=1        only deps, layers, release and package (no sanitizer builds, no fuzzing)
@@ -64,6 +73,8 @@ set -uo pipefail
 
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=scripts/ci_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ci_checks.sh"
 KVBM_LOG_TAG="test"
 cd "$KVBM_ROOT" || exit 1
 
@@ -106,6 +117,42 @@ note_failures() {
   while IFS= read -r line; do failure_notes+=("  $line"); done <<<"$lines"
 }
 
+# Reports the pieces in ci_missing (scripts/ci_checks.sh) for stage $1 and empties the list:
+# under CI=true it sets $detail to the first and returns 1; outside CI they are warnings.
+ci_report() {
+  local stage="$1" line
+  ((${#ci_missing[@]})) || return 0
+  for line in "${ci_missing[@]}"; do kvbm_err "$stage: $line"; done
+  if [[ "${CI:-}" != true ]]; then
+    kvbm_err "$stage: outside CI the tests that need it skip, saying so"
+    ci_missing=()
+    return 0
+  fi
+  detail="${ci_missing[0]}"
+  ((${#ci_missing[@]} > 1)) && detail+=" (and $((${#ci_missing[@]} - 1)) more, below)"
+  failure_notes+=("[$stage] missing before the stage could start:")
+  for line in "${ci_missing[@]}"; do failure_notes+=("  $line"); done
+  ci_missing=()
+  return 1
+}
+
+# Appends the skips of stage $1 by reason to $detail ("; skipped: N (...)"), read from a ctest
+# JUnit file or a pytest -rs log ($2: ctest or pytest, $3: the file); under CI=true returns 1
+# when one of them is not allowed there, and lists them under the summary.
+skip_summary() {
+  local stage="$1" out rc line
+  out="$(python3 "$KVBM_ROOT/scripts/skip_report.py" "$2" "$3")"
+  rc=$?
+  detail+="; $(head -n 1 <<<"$out")"
+  ((rc == 0)) && return 0
+  detail+=" [CI=true: only GPU (and stage-chosen) skips are allowed]"
+  failure_notes+=("[$stage] skips CI=true does not allow:")
+  while IFS= read -r line; do
+    failure_notes+=("  $line")
+  done < <(tail -n +2 <<<"$out" | head -n 12 | cut -c1-160)
+  return 1
+}
+
 print_summary() {
   local line
   echo
@@ -129,20 +176,24 @@ build_and_test() {
   local preset="$1"
   shift
   local dir="$KVBM_BUILD_ROOT/$preset"
+  ci_check_tree "$dir"
+  ci_report "$preset" || return 1
   kvbm_log "$preset: build (-j$KVBM_JOBS)"
   if ! kvbm_build_preset "$preset"; then
     detail="build failed"
     return 1
   fi
   kvbm_log "$preset: ctest"
-  local log="$dir/ctest.log"
+  local log="$dir/ctest.log" junit="$dir/ctest-junit.xml"
+  rm -f "$junit"
   # shellcheck disable=SC2086  # KVBM_CTEST_ARGS is meant to be word-split
-  "$@" ctest --test-dir "$dir" --output-on-failure --no-tests=error \
+  "$@" ctest --test-dir "$dir" --output-on-failure --no-tests=error --output-junit "$junit" \
     --parallel "$KVBM_JOBS" ${KVBM_CTEST_ARGS:-} 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   detail="$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)"
   [[ -n "$detail" ]] || detail="ctest exited with $rc"
   ((rc == 0)) || note_failures "$preset" "$log"
+  skip_summary "$preset" ctest "$junit" || rc=1
   return "$rc"
 }
 
@@ -329,6 +380,17 @@ hash_vectors_bin() {
   if [[ -x "$vectors" ]]; then printf '%s\n' "$vectors"; fi
 }
 
+# The signature checks of tests/python/test_{vllm,sglang}.py need the engines' sources
+# (KVBM_VLLM_SOURCE, KVBM_SGLANG_SOURCE); the engines stage runs them against its venv. Without
+# both, the python stages deselect them (-k) rather than skip them. Sets signature_args.
+signature_args=()
+signature_selection() {
+  signature_args=()
+  if [[ -z "${KVBM_VLLM_SOURCE:-}" || -z "${KVBM_SGLANG_SOURCE:-}" ]]; then
+    signature_args=(-k "not test_signatures_match")
+  fi
+}
+
 # Sets $detail to pytest's summary line in log $1, or to "pytest exited with $2".
 pytest_detail() {
   detail="$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
@@ -351,11 +413,13 @@ stage_python() {
   fi
   local log="$venv/pytest.log"
   kvbm_log "python: pytest tests/python"
+  signature_selection
   (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" "$venv/bin/python" -m pytest \
-    -q -rfEs tests/python) 2>&1 | tee "$log"
+    -q -rfEs "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures python "$log"
+  skip_summary python pytest "$log" || rc=1
   return "$rc"
 }
 
@@ -428,14 +492,16 @@ EOF
   local expected log="$dir/pytest.log"
   expected="$(realpath "$site/kvbm/$(basename "$so")")"
   kvbm_log "$stage: pytest tests/python, LD_PRELOAD=$preload"
+  signature_selection
   (cd "$KVBM_ROOT" && "$@" env LD_PRELOAD="$preload" \
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" KVBM_EXPECTED_EXTENSION="$expected" \
     KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_STRESS_SCALE="$stress_scale" \
-    "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs tests/python) 2>&1 |
-    tee "$log"
+    "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs \
+    "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures "$stage" "$log"
+  skip_summary "$stage" pytest "$log" || rc=1
   if ! grep -qF "kvbm._kvbm (instrumented): $expected" "$log"; then
     detail+=" [the session did not report importing $expected]"
     ((rc)) || rc=1
@@ -487,6 +553,8 @@ stage_engines() {
     detail="scripts/engines_env.sh failed: see above"
     return 1
   fi
+  ci_check_engine_imports "$venv"
+  ci_report engines || return 1
   kvbm_log "engines: pytest tests/engines" \
     "(vllm, sglang as pinned in tests/engines/requirements.txt)"
   (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning \
@@ -496,6 +564,7 @@ stage_engines() {
   detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
   [[ -n "$detail" ]] || detail="pytest exited with $rc"
   ((rc == 0)) || note_failures engines "$log"
+  skip_summary engines pytest "$log" || rc=1
   # The signature checks of tests/python against the engines' installed interface files.
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -710,6 +779,12 @@ for stage in "${stages[@]}"; do
   kvbm_log "===== stage: $stage ===== ($(free_space))"
   start=$SECONDS
   detail=""
+  ci_missing=()
+  if declare -F "ci_check_${stage//-/_}" >/dev/null; then "ci_check_${stage//-/_}"; fi
+  if ! ci_report "$stage"; then
+    record "$stage" FAIL $((SECONDS - start)) "$detail"
+    continue
+  fi
   "stage_${stage//-/_}"
   case $? in
     0) record "$stage" PASS $((SECONDS - start)) "$detail" ;;

@@ -76,9 +76,9 @@ class DiskEngineTest
   void SetUp() override {
     std::string why;
     auto base = test::target_base(target(), why);
-    if (!base) GTEST_SKIP() << why;
+    if (!base) KVBM_SKIP_OR_FAIL(why);
     if (engine() == DiskIoEngine::kIoUring && !DiskEngine::io_uring_available(&why))
-      GTEST_SKIP() << why;
+      KVBM_SKIP_OR_FAIL(test::io_uring_missing(why));
     dir_ = std::make_unique<TempDir>(*base);
     seed_ = test::test_seed();
     rng_.seed(seed_);
@@ -91,9 +91,6 @@ class DiskEngineTest
     o.io_engine = engine();
     return o;
   }
-  /// Skips a test that injects faults through the syscall table: io_uring's
-  /// I/O does not pass through it (disk_uring_test.cpp breaks real files instead).
-  [[nodiscard]] bool injects_syscalls() const { return engine() == DiskIoEngine::kIoUring; }
 
   /// Creates a pool; on a file system without O_DIRECT (for kRequired) sets skip_.
   std::unique_ptr<DiskStorage> make_storage(const LayoutConfig& config, std::size_t blocks) {
@@ -108,7 +105,7 @@ class DiskEngineTest
     }
     auto r = DiskStorage::create(o);
     if (!r.ok() && r.error().code == EINVAL && o.direct_io == DirectIo::kRequired) {
-      skip_ = "no O_DIRECT on " + dir_->path().string();
+      skip_ = "no O_DIRECT: " + dir_->path().string() + test::kNoDirectIoHint;
       return nullptr;
     }
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
@@ -138,9 +135,13 @@ class DiskEngineTest
   std::mt19937_64 rng_;
 };
 
-#define KVBM_STORAGE_OR_SKIP(var, config, blocks)    \
-  auto var = make_storage(config, blocks);           \
-  if (!var && !skip_.empty()) GTEST_SKIP() << skip_; \
+/// The tests that inject faults through the syscall table: only the thread pool's I/O passes
+/// through it (io_uring's goes to the kernel), so they are instantiated for the thread pool alone.
+class DiskEngineFaultTest : public DiskEngineTest {};
+
+#define KVBM_STORAGE_OR_SKIP(var, config, blocks)       \
+  auto var = make_storage(config, blocks);              \
+  if (!var && !skip_.empty()) KVBM_SKIP_OR_FAIL(skip_); \
   ASSERT_TRUE(var)
 
 /// Round trip host -> disk -> host for one config: random bytes, a random
@@ -252,8 +253,7 @@ struct WritePath {
 };
 const WritePath kWritePaths[] = {{"unaligned", kOdd, false}, {"page_aligned", kAligned, true}};
 
-TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
-  if (injects_syscalls()) GTEST_SKIP() << "syscall injection reaches the thread pool only";
+TEST_P(DiskEngineFaultTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
   const FaultCase cases[] = {
       {Fault::kEio, true, EIO},
       {Fault::kEnospc, true, ENOSPC},
@@ -316,8 +316,7 @@ TEST_P(DiskEngineTest, EveryWriteFaultFailsExactlyTheAffectedPairs) {
   }
 }
 
-TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
-  if (injects_syscalls()) GTEST_SKIP() << "syscall injection reaches the thread pool only";
+TEST_P(DiskEngineFaultTest, MixedWriteFaultsInOneBatch) {
   const std::size_t n = 10;
   for (const WritePath& path : kWritePaths) {
     SCOPED_TRACE(std::string("host memory ") + path.name);
@@ -360,8 +359,7 @@ TEST_P(DiskEngineTest, MixedWriteFaultsInOneBatch) {
 
 // ---- injected read faults ----
 
-TEST_P(DiskEngineTest, EveryReadFaultFailsExactlyTheAffectedPairsAndLeavesThemUntouched) {
-  if (injects_syscalls()) GTEST_SKIP() << "syscall injection reaches the thread pool only";
+TEST_P(DiskEngineFaultTest, EveryReadFaultFailsExactlyTheAffectedPairsAndLeavesThemUntouched) {
   const FaultCase cases[] = {
       {Fault::kEio, true, EIO},
       {Fault::kEintrOnce, false, 0},
@@ -539,16 +537,26 @@ TEST_P(DiskEngineTest, ReadingASlotForAnotherSequenceHashFailsThatPairAndLeavesI
   EXPECT_EQ(dst.block(2), src.block(2));
 }
 
+std::string engine_param_name(
+    const ::testing::TestParamInfo<std::tuple<StorageTarget, LayoutKind, DiskIoEngine>>& info) {
+  return std::string(std::get<0>(info.param).name) + "_" +
+         std::string(to_string(std::get<1>(info.param))) + "_" +
+         std::string(to_string(std::get<2>(info.param)));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Targets, DiskEngineTest,
     ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
                        ::testing::Values(LayoutKind::kFullyContiguous, LayoutKind::kLayerSeparated),
                        ::testing::Values(DiskIoEngine::kThreadPool, DiskIoEngine::kIoUring)),
-    [](const auto& param_info) {
-      return std::string(std::get<0>(param_info.param).name) + "_" +
-             std::string(to_string(std::get<1>(param_info.param))) + "_" +
-             std::string(to_string(std::get<2>(param_info.param)));
-    });
+    engine_param_name);
+
+INSTANTIATE_TEST_SUITE_P(Targets, DiskEngineFaultTest,
+                         ::testing::Combine(::testing::ValuesIn(test::kEngineTargets),
+                                            ::testing::Values(LayoutKind::kFullyContiguous,
+                                                              LayoutKind::kLayerSeparated),
+                                            ::testing::Values(DiskIoEngine::kThreadPool)),
+                         engine_param_name);
 
 // ---- concurrency, lifetime and misuse (one target is enough) ----
 
@@ -557,7 +565,7 @@ class DiskEngineBehaviourTest : public ::testing::Test {
   void SetUp() override {
     std::string why;
     auto base = test::target_base(test::kTargets[1], why);  // a real file system, buffered or not
-    if (!base) GTEST_SKIP() << why;
+    if (!base) KVBM_SKIP_OR_FAIL(why);
     dir_ = std::make_unique<TempDir>(*base);
     auto r = DiskStorage::create(
         {.directory = dir_->path(), .config = kOdd, .num_blocks = kBlocks, .file_name = {}});

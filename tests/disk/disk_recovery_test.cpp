@@ -73,7 +73,7 @@ class DiskRecoveryTest : public ::testing::Test {
   void SetUp() override {
     std::string why;
     auto base = test::target_base(test::kTargets[1], why);
-    if (!base) GTEST_SKIP() << why;
+    if (!base) KVBM_SKIP_OR_FAIL(why);
     tmp_ = std::make_unique<TempDir>(*base);
     dir_ = tmp_->path() / "cache";
   }

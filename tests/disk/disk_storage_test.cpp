@@ -73,7 +73,7 @@ class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
   void SetUp() override {
     std::string why;
     auto base = test::target_base(GetParam(), why);
-    if (!base) GTEST_SKIP() << why;
+    if (!base) KVBM_SKIP_OR_FAIL(why);
     dir_ = std::make_unique<TempDir>(*base);
   }
   DiskStorageOptions options(std::size_t blocks = 4, LayoutConfig config = small_config()) const {
@@ -86,7 +86,7 @@ class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
   std::unique_ptr<DiskStorage> make(const DiskStorageOptions& o) {
     auto r = DiskStorage::create(o);
     if (!r.ok() && r.error().code == EINVAL && o.direct_io == DirectIo::kRequired) {
-      skip_reason_ = "the file system of " + o.directory.string() + " does not support O_DIRECT";
+      skip_reason_ = "no O_DIRECT: " + o.directory.string() + test::kNoDirectIoHint;
       return nullptr;
     }
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
@@ -96,9 +96,9 @@ class DiskStorageTest : public ::testing::TestWithParam<test::StorageTarget> {
   std::string skip_reason_;
 };
 
-#define KVBM_MAKE_OR_SKIP(var, opts)                               \
-  auto var = make(opts);                                           \
-  if (!var && !skip_reason_.empty()) GTEST_SKIP() << skip_reason_; \
+#define KVBM_MAKE_OR_SKIP(var, opts)                                  \
+  auto var = make(opts);                                              \
+  if (!var && !skip_reason_.empty()) KVBM_SKIP_OR_FAIL(skip_reason_); \
   ASSERT_TRUE(var)
 
 TEST_P(DiskStorageTest, CreatesAPreallocatedFileWithMode0600) {
@@ -431,7 +431,7 @@ class DiskStorageCreationTest : public ::testing::Test {
   void SetUp() override {
     std::string why;
     auto base = test::target_base(test::kTargets[0], why);
-    if (!base) GTEST_SKIP() << why;
+    if (!base) KVBM_SKIP_OR_FAIL(why);
     dir_ = std::make_unique<TempDir>(*base);
   }
   DiskStorageOptions options(DirectIo d = DirectIo::kPreferred) const {
@@ -474,7 +474,7 @@ TEST_F(DiskStorageCreationTest, ODirectRequiredButRefusedFailsAndLeavesNothing) 
 TEST_F(DiskStorageCreationTest, TmpfsWorksWithOrWithoutODirect) {
   // tmpfs refuses O_DIRECT before Linux 6.6 (the real fallback) and accepts it
   // since; either way the pool works and says which it got.
-  if (!test::is_tmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  if (!test::is_tmpfs("/dev/shm")) KVBM_SKIP_OR_FAIL("no tmpfs: /dev/shm is not a tmpfs here");
   TempDir shm("/dev/shm");
   test::LogCapture log;
   auto o = options();
@@ -532,7 +532,7 @@ TEST_F(DiskStorageCreationTest, NoSpaceIsAnIoErrorAndTheFileIsRemoved) {
 }
 
 TEST_F(DiskStorageCreationTest, UnreadableDirectoryIsAnIoError) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  if (::geteuid() == 0) KVBM_SKIP_OR_FAIL("running as root: root ignores directory permissions");
   fs::create_directory(dir_->path() / "locked");
   fs::permissions(dir_->path() / "locked", fs::perms::owner_read | fs::perms::owner_exec);
   auto o = options();

@@ -46,6 +46,7 @@
 #include "kvbm/io/syscalls.h"
 #include "kvbm/logging.h"
 #include "kvbm/storage/layout.h"
+#include "skip_or_fail.h"
 
 namespace kvbm::test {
 
@@ -131,6 +132,18 @@ inline const StorageTarget kEngineTargets[] = {
     {"persistent", DirectIo::kPreferred, false, true},
 };
 
+/// Appended to "no O_DIRECT: <directory>" (KVBM_SKIP_OR_FAIL's reason).
+inline constexpr const char* kNoDirectIoHint =
+    " refuses O_DIRECT; set KVBM_TEST_DISK_DIR to a directory on a file system that takes it";
+
+/// The reason an io_uring test cannot run (KVBM_SKIP_OR_FAIL), from
+/// DiskEngine::io_uring_available()'s `why`, with the two ways to get one.
+inline std::string io_uring_missing(const std::string& why) {
+  return "io_uring unavailable: " + why +
+         "; install liburing-dev (bash scripts/deps.sh) and reconfigure, and run where the "
+         "kernel allows io_uring_setup (kernel.io_uring_disabled=0, no seccomp filter on it)";
+}
+
 /// Returns the base directory for a target, or nullopt (with the reason in
 /// `why`) when this machine has none. A real file system: $KVBM_TEST_DISK_DIR,
 /// else /var/tmp, else /tmp, whichever is not tmpfs. tmpfs: /dev/shm.
@@ -138,7 +151,7 @@ inline std::optional<std::filesystem::path> target_base(const StorageTarget& t, 
   if (t.tmpfs) {
     if (std::filesystem::is_directory("/dev/shm") && is_tmpfs("/dev/shm"))
       return std::filesystem::path("/dev/shm");
-    why = "/dev/shm is not a tmpfs here";
+    why = "no tmpfs: /dev/shm is not a tmpfs here";
     return std::nullopt;
   }
   std::vector<std::filesystem::path> candidates;
@@ -149,7 +162,7 @@ inline std::optional<std::filesystem::path> target_base(const StorageTarget& t, 
   for (const auto& c : candidates) {
     if (std::filesystem::is_directory(c) && !is_tmpfs(c)) return c;
   }
-  why = "no directory on a real (non-tmpfs) file system: set KVBM_TEST_DISK_DIR";
+  why = "no real file system: no directory off tmpfs; set KVBM_TEST_DISK_DIR to one";
   return std::nullopt;
 }
 

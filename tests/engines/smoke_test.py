@@ -37,11 +37,14 @@ import time
 
 import pytest
 
+from skips import import_or_skip, skip_or_fail  # tests/python/skips.py (on the path: conftest.py)
+
 # Outside the engines venv (e.g. `pytest tests/` in build/venv) there is nothing to prove: skip.
 # Inside it, where vllm and sglang are installed, every import below must work.
 if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("sglang") is None:
-    pytest.skip(
-        "vllm/sglang not installed: run in the venv of scripts/engines_env.sh",
+    skip_or_fail(
+        "engine wheel missing: vllm/sglang not importable; run in the venv of "
+        "scripts/engines_env.sh (tests/engines/requirements.txt)",
         allow_module_level=True,
     )
 
@@ -664,7 +667,8 @@ def test_sglang_cache_controller_drives_a_dynamic_backend(published_scheduler, i
 
 
 def test_kvbm_integrations_subclass_the_real_engine_classes():
-    pytest.importorskip("kvbm", reason="kvbm is not installed in this venv")
+    import_or_skip(
+        "kvbm", "kvbm not importable: bash scripts/engines_env.sh installs it into its venv")
     from kvbm.integrations.sglang import KvbmStorage
     from kvbm.integrations.vllm import KvbmTier
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage

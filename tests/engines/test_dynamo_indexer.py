@@ -15,11 +15,13 @@ refuses many, which shows the test can tell the two apart.
 import json
 from pathlib import Path
 
-import pytest
+from skips import import_or_skip  # tests/python/skips.py (on the path: conftest.py)
 
 import kvbm
 
-dynamo_core = pytest.importorskip("dynamo._core", reason="ai-dynamo-runtime is not installed")
+dynamo_core = import_or_skip(
+    "dynamo._core", "Dynamo runtime missing: ai-dynamo-runtime not importable; bash "
+    "scripts/engines_env.sh installs it (tests/engines/requirements.txt)")
 
 TRACE = Path(__file__).resolve().parents[2] / "examples" / "data" / "conversation_trace.jsonl"
 REQUESTS = 1500

@@ -21,9 +21,11 @@ import threading
 
 import pytest
 
+from skips import skip_or_fail  # tests/python/skips.py (on the path: conftest.py)
+
 if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch") is None:
-    pytest.skip("sglang/torch not installed: run in the venv of scripts/engines_env.sh",
-                allow_module_level=True)
+    skip_or_fail("engine wheel missing: sglang/torch not importable; run in the venv of "
+                 "scripts/engines_env.sh (tests/engines/requirements.txt)", allow_module_level=True)
 
 import torch  # noqa: E402
 

@@ -26,9 +26,11 @@ import time
 
 import pytest
 
+from skips import skip_or_fail  # tests/python/skips.py (on the path: conftest.py)
+
 if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("kvbm") is None:
-    pytest.skip("vllm/kvbm not installed: run in the venv of scripts/engines_env.sh",
-                allow_module_level=True)
+    skip_or_fail("engine wheel missing: vllm/kvbm not importable; run in the venv of "
+                 "scripts/engines_env.sh (tests/engines/requirements.txt)", allow_module_level=True)
 
 import numpy as np  # noqa: E402
 from vllm_util import make_vllm_config, offloading_config, step, write_model  # noqa: E402

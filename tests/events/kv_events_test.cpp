@@ -32,6 +32,7 @@
 #include <zmq.hpp>
 #endif
 
+#include "skip_or_fail.h"
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::events {
@@ -922,7 +923,9 @@ TEST(ZmqEventSink, ReplayResendsKeptBatches) {
 
 TEST(ZmqEventSink, NotBuilt) {
   EXPECT_THROW(ZmqEventSink(ZmqEventSinkOptions{}), UsageError);
-  GTEST_SKIP() << "kvbm was built without ZeroMQ (KVBM_HAVE_ZMQ=0); the subscriber tests need it";
+  KVBM_SKIP_OR_FAIL(
+      "kvbm built without ZeroMQ: the subscriber tests need it; install libzmq3-dev "
+      "and cppzmq-dev (bash scripts/deps.sh)");
 }
 
 #endif  // KVBM_HAVE_ZMQ

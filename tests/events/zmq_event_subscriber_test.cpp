@@ -33,6 +33,7 @@
 #include <zmq.hpp>
 #endif
 
+#include "skip_or_fail.h"
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::events {
@@ -447,7 +448,8 @@ TEST(ZmqEventSubscriber, RejectsMisuse) {
 TEST(ZmqEventSubscriber, NotBuilt) {
   EXPECT_THROW(ZmqEventSubscriber({[](std::size_t, std::uint64_t, const KvEventBatch&, bool) {}}),
                UsageError);
-  GTEST_SKIP() << "kvbm was built without ZeroMQ (KVBM_HAVE_ZMQ=0)";
+  KVBM_SKIP_OR_FAIL(
+      "kvbm built without ZeroMQ: install libzmq3-dev and cppzmq-dev (bash scripts/deps.sh)");
 }
 
 #endif  // KVBM_HAVE_ZMQ

@@ -16,6 +16,7 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/setup.h"
 #include "scheduler/workload.h"
+#include "skip_or_fail.h"
 
 namespace kvbm_example {
 namespace {
@@ -120,7 +121,7 @@ TEST(BlockTableTest, ForkSharesAndCopyOnWriteCopiesOnlyTheTail) {
   tiers.g2_blocks = 16;
   tiers.g3_blocks = 0;
   auto kv = kvbm::KvBlockManager::build(make_config(tiers, dir.path()));
-  if (!kv->device_emulated()) GTEST_SKIP() << "writes G1 through host pointers";
+  if (!kv->device_emulated()) KVBM_SKIP_OR_FAIL("GPU present: writes G1 through host pointers");
   KvBytes bytes(&kv->device_layout());
 
   kvbm::TokenBlockSequence seq(kv->block_size());
@@ -199,7 +200,7 @@ TEST(KvBytesTest, CheckCatchesOneWrongByte) {
   tiers.g2_blocks = 4;
   tiers.g3_blocks = 0;
   auto kv = kvbm::KvBlockManager::build(make_config(tiers, dir.path()));
-  if (!kv->device_emulated()) GTEST_SKIP() << "writes G1 through host pointers";
+  if (!kv->device_emulated()) KVBM_SKIP_OR_FAIL("GPU present: writes G1 through host pointers");
   KvBytes bytes(&kv->device_layout());
   std::vector<kvbm::Token> tokens(kv->block_size());
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<kvbm::Token>(7 * i + 1);

@@ -19,6 +19,7 @@
 #include "facade/facade_test_util.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/storage/storage.h"
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -139,8 +140,9 @@ TEST(PersistentDiskTest, PersistenceNeedsBytesAndADiskTier) {
 TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
   if (cuda_device_available()) {
     // This process has initialized CUDA (the probe), and a forked child cannot use it.
-    GTEST_SKIP() << "the writer is a forked child, which cannot use the GPU this process opened; "
-                    "the crash is tested where G1 is emulated (no CUDA device)";
+    KVBM_SKIP_OR_FAIL(
+        "GPU present: the writer is a forked child, which cannot use the GPU this process "
+        "opened; the crash is tested where G1 is emulated (no CUDA device)");
   }
   const std::uint32_t seed = test::test_seed();
   std::mt19937 rng(seed);

@@ -45,9 +45,9 @@ using test::RedisServer;
 using test::write_block;
 using Clock = std::chrono::steady_clock;
 
-#define KVBM_NEED_REDIS()                                                     \
-  do {                                                                        \
-    if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage; \
+#define KVBM_NEED_REDIS()                                                        \
+  do {                                                                           \
+    if (!RedisServer::installed()) KVBM_SKIP_OR_FAIL(RedisServer::kSkipMessage); \
   } while (0)
 
 constexpr const char* kModel = "model-a@1";
@@ -563,8 +563,9 @@ TEST(RemoteTier, FourInstancesShareOverlappingPrefixesEveryByteVerified) {
 TEST(RemoteTier, AnotherProcessOnboardsWhatOneProcessOffloaded) {
   KVBM_NEED_REDIS();
   if (cuda_device_available()) {
-    GTEST_SKIP() << "process A is a forked child, which cannot use the GPU this process opened; "
-                    "examples.remote_two_instances runs the same with a GPU";
+    KVBM_SKIP_OR_FAIL(
+        "GPU present: process A is a forked child, which cannot use the GPU this process "
+        "opened; examples.remote_two_instances runs the same with a GPU");
   }
   RedisServer server;
   const auto hashes = prefix(10, 16);

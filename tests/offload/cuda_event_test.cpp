@@ -12,6 +12,7 @@
 #include "kvbm/config.h"
 #include "kvbm/error.h"
 #include "kvbm/storage/storage.h"
+#include "skip_or_fail.h"
 
 #if KVBM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -21,7 +22,7 @@ namespace kvbm {
 namespace {
 
 TEST(CudaEventPrecondition, RefusedWithoutADevice) {
-  if (cuda_device_available()) GTEST_SKIP() << "a CUDA device is present";
+  if (cuda_device_available()) KVBM_SKIP_OR_FAIL("GPU present: a CUDA device is present");
   int dummy = 0;
   EXPECT_THROW(CudaEventPrecondition(&dummy, 0), UsageError);
 }
@@ -35,7 +36,8 @@ TEST(CudaEventPrecondition, RejectsANullEvent) {
 void CUDART_CB block_on(void* p) { static_cast<std::shared_future<void>*>(p)->wait(); }
 
 TEST(CudaEventPrecondition, IsMetOnlyAfterTheEventCompletes) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no usable CUDA device: GPU test skipped";
+  if (!cuda_device_available())
+    KVBM_SKIP_OR_FAIL("no GPU: no usable CUDA device: GPU test skipped");
   cudaStream_t stream = nullptr;
   cudaEvent_t event = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);

@@ -12,6 +12,8 @@ import pytest
 
 import kvbm
 
+from skips import skip_or_fail
+
 
 def remote_available():
     """True when the kvbm imported here has the remote tier (hiredis)."""
@@ -35,9 +37,11 @@ def redis_server(tmp_path_factory):
     """Generator for a pytest fixture: yields the server's URL (unix://...)."""
     server = shutil.which("redis-server")
     if server is None:
-        pytest.skip("redis-server not installed (bash scripts/deps.sh installs it)")
+        skip_or_fail("redis-server is not installed: bash scripts/deps.sh installs it "
+                     "(apt-get install redis-server)")
     if not remote_available():
-        pytest.skip("kvbm was built without the remote tier (install libhiredis-dev)")
+        skip_or_fail("kvbm built without the remote tier: install libhiredis-dev "
+                     "(bash scripts/deps.sh), then reinstall kvbm")
     d = tmp_path_factory.mktemp("redis")
     sock = d / "redis.sock"
     proc = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--save", "",

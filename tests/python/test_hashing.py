@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import kvbm
 
 from conftest import HERE, small_config
+from skips import skip_or_fail
 
 
 def read_cases(path):
@@ -55,7 +56,8 @@ def test_vectors_file_equals_python():
 def test_fresh_random_cases_from_cpp(tmp_path):
     binary = os.environ.get("KVBM_HASH_VECTORS_BIN")
     if not binary or not os.path.exists(binary):
-        pytest.skip("KVBM_HASH_VECTORS_BIN not set (the C++ test binary python_hash_vectors_test)")
+        skip_or_fail("hash vectors binary missing: KVBM_HASH_VECTORS_BIN not set (the C++ test "
+                     "python_hash_vectors_test; scripts/test.sh sets it after the release stage)")
     out = tmp_path / "vectors.txt"
     proc = subprocess.run([binary], env={**os.environ, "KVBM_WRITE_HASH_VECTORS": str(out)},
                           capture_output=True, text=True, timeout=120)

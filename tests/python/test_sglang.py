@@ -23,6 +23,7 @@ from kvbm.integrations.sglang import KvbmStorage
 
 from conftest import run_python
 from interface_check import abstract_interface, mismatches
+from skips import skip_or_fail
 
 PAGE_BYTES = 2 * 32 * 1024  # 2 layers x 32 KiB, flat
 
@@ -208,7 +209,8 @@ def test_signatures_match_sglang():
     src = os.environ.get("KVBM_SGLANG_SOURCE")
     path = src and os.path.join(src, "sglang", "srt", "mem_cache", "hicache_storage.py")
     if not path or not os.path.exists(path):
-        pytest.skip("KVBM_SGLANG_SOURCE not set (a directory holding an unpacked sglang wheel)")
+        skip_or_fail("engine sources missing: KVBM_SGLANG_SOURCE not set (a directory holding an "
+                     "unpacked sglang wheel; the engines stage sets it)")
     iface = abstract_interface(path, "HiCacheStorage")
     for name, (_, abstract, _) in iface.items():
         if abstract:

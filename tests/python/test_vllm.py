@@ -23,6 +23,7 @@ from kvbm.integrations.vllm import JobResult, KvbmTier, LookupResult, TransferJo
 
 from conftest import run_python
 from interface_check import abstract_interface, mismatches
+from skips import skip_or_fail
 
 CHUNK_BYTES = 64 << 10
 N_CHUNKS = 32
@@ -237,7 +238,8 @@ def test_signatures_match_vllm():
     src = os.environ.get("KVBM_VLLM_SOURCE")
     path = src and os.path.join(src, "vllm", "v1", "kv_offload", "tiering", "base.py")
     if not path or not os.path.exists(path):
-        pytest.skip("KVBM_VLLM_SOURCE not set (a directory holding an unpacked vllm wheel)")
+        skip_or_fail("engine sources missing: KVBM_VLLM_SOURCE not set (a directory holding an "
+                     "unpacked vllm wheel; the engines stage sets it)")
     iface = abstract_interface(path, "SecondaryTierManager")
     abstract = [n for n, (_, a, _) in iface.items() if a]
     for name in abstract:

@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 #define KVBM_NEED_CLUSTER() \
-  if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage
+  if (!RedisCluster::installed()) KVBM_SKIP_OR_FAIL(RedisCluster::kSkipMessage)
 
 constexpr std::size_t kPrefixBlocks = 8;
 /// No onboarding may take longer than this (its G4 calls are bounded by command_timeout).

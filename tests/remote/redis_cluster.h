@@ -9,7 +9,7 @@
 // node(i) (RedisServer::kill(), pause(), resume()); add_primary() adds one;
 // cli() runs redis-cli.
 //
-//   if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage;
+//   if (!RedisCluster::installed()) KVBM_SKIP_OR_FAIL(RedisCluster::kSkipMessage);
 
 #pragma once
 

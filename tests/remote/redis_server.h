@@ -6,7 +6,7 @@
 // start() again brings it back on the same port, empty. raw() is a plain
 // hiredis connection for planting values behind the library's back.
 //
-//   if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;
+//   if (!RedisServer::installed()) KVBM_SKIP_OR_FAIL(RedisServer::kSkipMessage);
 
 #pragma once
 
@@ -28,6 +28,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "skip_or_fail.h"
 
 namespace kvbm::test {
 

@@ -33,7 +33,7 @@ using namespace test;  // NOLINT(google-build-using-namespace): the shared test 
 using Clock = std::chrono::steady_clock;
 
 #define KVBM_NEED_CLUSTER() \
-  if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage
+  if (!RedisCluster::installed()) KVBM_SKIP_OR_FAIL(RedisCluster::kSkipMessage)
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();

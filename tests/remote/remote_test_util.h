@@ -23,7 +23,7 @@ namespace kvbm::test {
 using namespace std::chrono_literals;
 
 #define KVBM_NEED_REDIS() \
-  if (!test::RedisServer::installed()) GTEST_SKIP() << test::RedisServer::kSkipMessage
+  if (!test::RedisServer::installed()) KVBM_SKIP_OR_FAIL(test::RedisServer::kSkipMessage)
 
 inline RemoteNamespace test_namespace(std::string user = "test") {
   RemoteNamespace ns;

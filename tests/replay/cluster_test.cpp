@@ -54,7 +54,7 @@ void expect_same_figures(const ReplayResult& a, const ReplayResult& b) {
 
 TEST(ReplayCluster, TheIndexKnowsExactlyWhatEachInstanceHolds) {
   const auto trace = first_requests(1'500);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   const ReplayResult r = run_replay(*trace, cluster(4, router::RoutePolicy::kKv));
   ASSERT_TRUE(r.cluster);
   const ClusterFigures& f = *r.cluster;
@@ -74,7 +74,7 @@ TEST(ReplayCluster, TheIndexKnowsExactlyWhatEachInstanceHolds) {
 
 TEST(ReplayCluster, KvRoutingFindsMoreThanRoundRobinAndRandom) {
   const auto trace = first_requests(2'000);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   const ReplayResult kv = run_replay(*trace, cluster(4, router::RoutePolicy::kKv));
   const ReplayResult rr = run_replay(*trace, cluster(4, router::RoutePolicy::kRoundRobin));
   const ReplayResult rnd = run_replay(*trace, cluster(4, router::RoutePolicy::kRandom));
@@ -89,7 +89,7 @@ TEST(ReplayCluster, KvRoutingFindsMoreThanRoundRobinAndRandom) {
 
 TEST(ReplayCluster, RoundRobinThroughTheRouterPlacesRequestsAsAssignDoes) {
   const auto trace = first_requests(600);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   ReplayConfig plain = cluster(3, router::RoutePolicy::kRoundRobin);
   plain.router.reset();
   const ReplayResult a = run_replay(*trace, plain);
@@ -104,7 +104,7 @@ TEST(ReplayCluster, RoundRobinThroughTheRouterPlacesRequestsAsAssignDoes) {
 
 TEST(ReplayCluster, TheFiguresRepeatRunToRun) {
   const auto trace = first_requests(800);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   for (const auto policy : {router::RoutePolicy::kKv, router::RoutePolicy::kRandom}) {
     SCOPED_TRACE(router::to_string(policy));
     expect_same_figures(run_replay(*trace, cluster(4, policy)),
@@ -114,7 +114,7 @@ TEST(ReplayCluster, TheFiguresRepeatRunToRun) {
 
 TEST(ReplayCluster, LoadWeightTradesReuseForBalance) {
   const auto trace = first_requests(1'500);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   // A slow prefill makes queues; with no load term kv chases prefixes alone.
   ReplayConfig greedy = cluster(4, router::RoutePolicy::kKv);
   greedy.router->prefill_tokens_per_s = 2'000;
@@ -129,7 +129,7 @@ TEST(ReplayCluster, LoadWeightTradesReuseForBalance) {
 
 TEST(ReplayCluster, TheRouterSeriesGoToTheReplaysRegistry) {
   const auto trace = first_requests(300);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   for (int run = 0; run < 2; ++run) {  // a sweep builds one cluster after another on one registry
     ReplayConfig c = cluster(2, router::RoutePolicy::kKv);
     auto registry = std::make_shared<prometheus::Registry>();
@@ -157,7 +157,7 @@ TEST(ReplayCluster, TheRouterSeriesGoToTheReplaysRegistry) {
 
 TEST(ReplayCluster, WithoutEventsTheRouterFindsLessThanFedButMoreThanRoundRobin) {
   const auto trace = first_requests(1500);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   ReplayConfig none = cluster(4, router::RoutePolicy::kKv);
   none.router->transport = EventTransport::kNone;
   const ReplayResult fed = run_replay(*trace, cluster(4, router::RoutePolicy::kKv));
@@ -175,7 +175,7 @@ TEST(ReplayCluster, WithoutEventsTheRouterFindsLessThanFedButMoreThanRoundRobin)
 #if KVBM_HAVE_ZMQ
 TEST(ReplayCluster, ZeroMqEventsGiveTheSameFiguresAsInProcess) {
   const auto trace = first_requests(500);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   ReplayConfig zmq = cluster(3, router::RoutePolicy::kKv);
   zmq.router->transport = EventTransport::kZmq;
   const ReplayResult a = run_replay(*trace, cluster(3, router::RoutePolicy::kKv));

@@ -23,7 +23,7 @@ constexpr std::uint64_t kUnlimitedHits = 105'710;
 
 #define KVBM_REQUIRE_TRACE()                     \
   const Trace* const tr = test::shipped_trace(); \
-  if (tr == nullptr) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay"
+  if (tr == nullptr) KVBM_SKIP_OR_FAIL(test::kTraceMissing)
 
 ReplayConfig g1_only(std::size_t blocks, EvictionPolicy policy) {
   ReplayConfig c;
@@ -61,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, ReplayFiguresUnlimited,
 // With G2 and G3 below an unlimited G1, nothing is ever found below G1.
 TEST(ReplayFigures, UnlimitedG1WithLowerTiersStillHits105710InG1) {
   KVBM_REQUIRE_TRACE();
-  if (test::stress_scale() < 1.0) GTEST_SKIP() << "KVBM_STRESS_SCALE < 1";
+  if (test::stress_scale() < 1.0) KVBM_SKIP_OR_FAIL("KVBM_STRESS_SCALE < 1: full trace only");
   test::ScratchDir dir("kvbm-replay-figures");
   ReplayConfig c = g1_only(200'000, EvictionPolicy::kLru);
   c.host = TierConfig{.blocks = 10'000};
@@ -85,7 +85,8 @@ class ReplayFiguresLru : public ::testing::TestWithParam<Capacity> {};
 TEST_P(ReplayFiguresLru, WithinOnePointOfTheReference) {
   KVBM_REQUIRE_TRACE();
   const Capacity cap = GetParam();
-  if (test::stress_scale() < 1.0 && cap.blocks != 1'000) GTEST_SKIP() << "KVBM_STRESS_SCALE < 1";
+  if (test::stress_scale() < 1.0 && cap.blocks != 1'000)
+    KVBM_SKIP_OR_FAIL("KVBM_STRESS_SCALE < 1: 1000 blocks only");
   const ReplayResult r = run_replay(*tr, g1_only(cap.blocks, EvictionPolicy::kLru));
   const double reference = static_cast<double>(cap.reference_hits) / static_cast<double>(kBlocks);
   std::cout << "[replay figures] lru " << cap.blocks << " blocks: " << r.hits() << " / " << r.blocks

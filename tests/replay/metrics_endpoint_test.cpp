@@ -84,7 +84,7 @@ double series(const std::map<std::string, double>& m, const std::string& key) {
 }
 
 TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
-  if (!test::shipped_trace_path()) GTEST_SKIP() << "conversation_trace.jsonl not found";
+  if (!test::shipped_trace_path()) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const std::size_t requests =
       std::max<std::size_t>(300, static_cast<std::size_t>(1'500 * test::stress_scale()));
@@ -155,7 +155,7 @@ TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
 #else
 
 TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
-  GTEST_SKIP() << "built without libcurl (install libcurl4-openssl-dev)";
+  KVBM_SKIP_OR_FAIL("built without libcurl: install libcurl4-openssl-dev (bash scripts/deps.sh)");
 }
 
 #endif

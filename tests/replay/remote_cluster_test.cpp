@@ -37,9 +37,9 @@ ReplayConfig shared_cluster(const RedisServer& server, router::RoutePolicy polic
 }
 
 TEST(ReplayRemoteCluster, TheIndexKnowsWhatG4HoldsAndKvFetchesLess) {
-  if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;
+  if (!RedisServer::installed()) KVBM_SKIP_OR_FAIL(RedisServer::kSkipMessage);
   const auto trace = first_requests(1'200);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   RedisServer server;
   const ReplayResult kv = run_replay(*trace, shared_cluster(server, router::RoutePolicy::kKv));
   const ReplayResult rr =

@@ -45,7 +45,7 @@ void expect_sum_of_instances(const ReplayResult& r) {
 
 TEST(ReplayInstances, RoundRobinSplitsTheRequestsAndTheTotalsAddUp) {
   const auto trace = first_requests(400);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   ReplayConfig c = small(3);
   c.move_bytes = false;
   const ReplayResult r = run_replay(*trace, c);
@@ -74,7 +74,7 @@ TEST(ReplayInstances, RoundRobinSplitsTheRequestsAndTheTotalsAddUp) {
 
 TEST(ReplayInstances, RandomAssignmentIsTheSameOnEveryRun) {
   const auto trace = first_requests(300);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   ReplayConfig c = small(4);
   c.move_bytes = false;
   c.assign_random = true;
@@ -90,9 +90,9 @@ TEST(ReplayInstances, RandomAssignmentIsTheSameOnEveryRun) {
 }
 
 TEST(ReplayInstances, SharedG4ServesOtherInstancesBlocksVerifiedAndRepeatable) {
-  if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;
+  if (!RedisServer::installed()) KVBM_SKIP_OR_FAIL(RedisServer::kSkipMessage);
   const auto trace = first_requests(600);
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   RedisServer server;
   ReplayConfig apart = small(2);
   const ReplayResult without = run_replay(*trace, apart);

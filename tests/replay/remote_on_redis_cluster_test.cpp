@@ -68,9 +68,9 @@ nlohmann::json figures(nlohmann::json j) {
 }
 
 TEST(ReplayOnRedisCluster, EightInstancesShowTheSameFiguresOnAClusterAsOnOneServer) {
-  if (!RedisCluster::installed()) GTEST_SKIP() << RedisCluster::kSkipMessage;
+  if (!RedisCluster::installed()) KVBM_SKIP_OR_FAIL(RedisCluster::kSkipMessage);
   const auto trace = test::shipped_trace_path();
-  if (!trace) GTEST_SKIP() << "conversation_trace.jsonl not found; nothing to replay";
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   constexpr std::size_t kRequests = 1'500;
   RedisServer server;
   const nlohmann::json one = replay_on(*trace, server.url(), kRequests);

@@ -62,7 +62,7 @@ struct Modes {
 class ReplayBytes : public ::testing::TestWithParam<Modes> {};
 
 TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
-  if (!test::shipped_trace_path()) GTEST_SKIP() << "conversation_trace.jsonl not found";
+  if (!test::shipped_trace_path()) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   const std::size_t requests =
       std::max<std::size_t>(400, static_cast<std::size_t>(3'000 * test::stress_scale()));
   Trace trace;
@@ -115,7 +115,7 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
 // each pass checked; the passes see the same requests, so the manager's state
 // must carry from one to the next without leaking blocks.
 TEST(ReplaySoak, PassesRepeatUntilTheDeadlineThroughOneManager) {
-  if (!test::shipped_trace_path()) GTEST_SKIP() << "conversation_trace.jsonl not found";
+  if (!test::shipped_trace_path()) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   Trace trace;
   prefix_of_shipped_trace(200, trace);
   test::ScratchDir dir("kvbm-replay-soak");

@@ -11,11 +11,17 @@
 #include <string>
 
 #include "replay/trace.h"
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 namespace kvbm::replay::test {
 
 using kvbm::test::stress_scale;
+
+/// The reason a test that replays the shipped trace gives when it is missing (KVBM_SKIP_OR_FAIL).
+inline constexpr const char* kTraceMissing =
+    "shipped trace missing: conversation_trace.jsonl is in neither " KVBM_SOURCE_DIR
+    "/examples/data/ nor " KVBM_SHARED_DIR "/data/; nothing to replay";
 
 /// The shipped trace (examples/data first, then ../shared/data), or nullopt.
 inline std::optional<std::string> shipped_trace_path() {

@@ -285,7 +285,7 @@ TEST(ReplayTrace, UnreadableFileThrowsWithTheReason) {
   std::ofstream(p) << R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
                    << "\n";
   std::filesystem::permissions(p, std::filesystem::perms::none);
-  if (std::ifstream(p)) GTEST_SKIP() << "running as root: a mode-000 file is still readable";
+  if (std::ifstream(p)) KVBM_SKIP_OR_FAIL("running as root: a mode-000 file is still readable");
   try {
     (void)read_trace_file(p, TraceOptions{});
     FAIL() << "an unreadable file did not throw";
@@ -308,7 +308,7 @@ TEST(ReplayTrace, OpenFailureSaysWhy) {
 
 TEST(ReplayTrace, ShippedTraceHasTheDocumentedShape) {
   const std::filesystem::path p = KVBM_SOURCE_DIR "/examples/data/conversation_trace.jsonl";
-  if (!std::filesystem::exists(p)) GTEST_SKIP() << p << " not found";
+  if (!std::filesystem::exists(p)) KVBM_SKIP_OR_FAIL("shipped trace missing: " + p.string());
   const Trace t = read_trace_file(p, TraceOptions{});
   EXPECT_EQ(t.error_count, 0u);
   EXPECT_EQ(t.requests.size(), 12'031u);

@@ -29,6 +29,7 @@
 #include "kvbm/events/kv_events.h"
 #include "kvbm/router/kv_router.h"
 #include "router_test_util.h"
+#include "skip_or_fail.h"
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 #if KVBM_HAVE_ZMQ
@@ -423,7 +424,8 @@ TEST(KvEventFeed, AnInstanceThatVanishesTurnsStaleAndTheRouterSaysSo) {
 TEST(KvEventFeed, NeedsZeroMq) {
   KvIndexer index;
   EXPECT_THROW(KvEventFeed feed(index), UsageError);
-  GTEST_SKIP() << "kvbm was built without ZeroMQ";
+  KVBM_SKIP_OR_FAIL(
+      "kvbm built without ZeroMQ: install libzmq3-dev and cppzmq-dev (bash scripts/deps.sh)");
 }
 
 #endif

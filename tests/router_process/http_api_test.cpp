@@ -19,6 +19,7 @@
 #include "router/http_server.h"
 #include "router/router_service.h"
 #include "router_process_test_util.h"
+#include "skip_or_fail.h"
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::router_process {
@@ -357,7 +358,8 @@ TEST(RouterProcessHttp, ABusyPortIsReported) {
 #else
 
 TEST(RouterProcessHttp, RoutesToTheInstanceHoldingThePrefixAndFinishes) {
-  GTEST_SKIP() << "built without ZeroMQ (install libzmq3-dev and cppzmq-dev)";
+  KVBM_SKIP_OR_FAIL(
+      "kvbm built without ZeroMQ: install libzmq3-dev and cppzmq-dev (bash scripts/deps.sh)");
 }
 
 #endif

@@ -19,6 +19,7 @@
 #include "kvbm/storage/storage.h"
 #include "kvbm/transfer/cuda_engine.h"
 #include "kvbm/transfer/transfer_engine.h"
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -79,7 +80,8 @@ TEST(HostAccess, HostMemoryIsAddressable) {
 // write is over when it returns (a plain cudaMemcpy from pageable memory returns once the bytes
 // are staged; the engine's non-blocking stream would not wait for the rest).
 TEST(HostAccess, AWriteIsCompleteForTheNextEngineCopy) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no usable CUDA device: GPU test skipped";
+  if (!cuda_device_available())
+    KVBM_SKIP_OR_FAIL("no GPU: no usable CUDA device: GPU test skipped");
   std::mt19937_64 rng(test::test_seed());
   const LayoutConfig config{4, 2, 16, 1024, 2};  // 32 KiB regions, 256 KiB blocks
   constexpr std::size_t kBlocks = 32;

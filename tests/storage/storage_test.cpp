@@ -21,6 +21,7 @@
 
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
+#include "skip_or_fail.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define KVBM_TEST_SANITIZED 1
@@ -139,7 +140,7 @@ TEST(PinnedStorage, RejectsBadArguments) {
 
 TEST_F(StorageLogTest, DeviceStorageWithoutGpuIsEmulatedAndSaysSoOnce) {
   if (cuda_device_available()) {
-    GTEST_SKIP() << "a CUDA device is usable here: device storage is real, not emulated";
+    KVBM_SKIP_OR_FAIL("GPU present: a CUDA device is usable here: device storage is real");
   }
   const auto s = make_device_storage(12345, 0);
   EXPECT_EQ(s->kind(), MemoryKind::kDevice);
@@ -161,7 +162,7 @@ TEST_F(StorageLogTest, DeviceStorageWithoutGpuIsEmulatedAndSaysSoOnce) {
 
 TEST(DeviceStorage, RealDeviceIsNotHostAccessible) {
   if (!cuda_device_available())
-    GTEST_SKIP() << "no usable CUDA device here (emulated tier tested above)";
+    KVBM_SKIP_OR_FAIL("no GPU: no usable CUDA device here (emulated tier tested above)");
   const auto s = make_device_storage(1 << 20, 0);
   EXPECT_EQ(s->kind(), MemoryKind::kDevice);
   EXPECT_FALSE(s->emulated());
@@ -189,7 +190,7 @@ std::size_t rss_bytes() {
 
 TEST_F(StorageLogTest, RepeatedAllocationsKeepMemoryFlat) {
 #ifdef KVBM_TEST_SANITIZED
-  GTEST_SKIP() << "sanitizer allocators hold freed memory in quarantine; RSS is not flat there";
+  KVBM_SKIP_OR_FAIL("sanitizer build: its allocator holds freed memory in quarantine");
 #else
   constexpr std::size_t kBytes = std::size_t{64} << 20;
   auto touch = [](const Storage& s) {

@@ -49,6 +49,7 @@
 #include "kvbm/block_manager.h"
 #include "kvbm/block_registry.h"
 #include "kvbm/frequency_tracker.h"
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -135,11 +136,12 @@ const Trace* trace() {
   return t ? &*t : nullptr;
 }
 
-#define KVBM_REQUIRE_TRACE()                                                           \
-  const Trace* const tr = trace();                                                     \
-  if (tr == nullptr) {                                                                 \
-    GTEST_SKIP() << "conversation_trace.jsonl not found in " KVBM_SOURCE_DIR           \
-                    "/examples/data/ or " KVBM_SHARED_DIR "/data/; nothing to replay"; \
+#define KVBM_REQUIRE_TRACE()                                                             \
+  const Trace* const tr = trace();                                                       \
+  if (tr == nullptr) {                                                                   \
+    KVBM_SKIP_OR_FAIL(                                                                   \
+        "shipped trace missing: conversation_trace.jsonl is in neither " KVBM_SOURCE_DIR \
+        "/examples/data/ nor " KVBM_SHARED_DIR "/data/; nothing to replay");             \
   }
 
 enum class Mode { kAllocateMisses, kTouchCachedTail };
@@ -276,7 +278,7 @@ class TraceReplayLru : public ::testing::TestWithParam<Capacity> {
  protected:
   void check(Mode mode, const char* mode_name) {
     KVBM_REQUIRE_TRACE();
-    if (stress_scale() < 1.0) GTEST_SKIP() << "KVBM_STRESS_SCALE < 1: only the unlimited case";
+    if (stress_scale() < 1.0) KVBM_SKIP_OR_FAIL("KVBM_STRESS_SCALE < 1: only the unlimited case");
     const Capacity c = GetParam();
     auto m = make_manager(c.blocks, EvictionPolicy::kLru);
     const ReplayResult r = replay(*tr, m, mode);

@@ -34,6 +34,7 @@
 #include "kvbm/error.h"
 #include "kvbm/storage/layout.h"
 #include "kvbm/storage/storage.h"
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 #if KVBM_HAVE_CUDA
@@ -44,13 +45,14 @@ namespace kvbm {
 namespace {
 
 /// Skips the current test unless a CUDA device is usable.
-#define KVBM_REQUIRE_CUDA_DEVICE()                                                         \
-  do {                                                                                     \
-    if (!KVBM_HAVE_CUDA) GTEST_SKIP() << "no CUDA device: kvbm was built without CUDA";    \
-    if (!cuda_device_available()) {                                                        \
-      GTEST_SKIP() << "no CUDA device: no usable CUDA device at run time; the CUDA tests " \
-                      "run on a machine with a GPU";                                       \
-    }                                                                                      \
+#define KVBM_REQUIRE_CUDA_DEVICE()                                                        \
+  do {                                                                                    \
+    if (!KVBM_HAVE_CUDA) KVBM_SKIP_OR_FAIL("no GPU: no CUDA device: built without CUDA"); \
+    if (!cuda_device_available()) {                                                       \
+      KVBM_SKIP_OR_FAIL(                                                                  \
+          "no GPU: no usable CUDA device at run time; the CUDA tests run on "             \
+          "a machine with a GPU");                                                        \
+    }                                                                                     \
   } while (false)
 
 // 4 layers x K,V x 16 tokens x 64 x 2 bytes: 2 KiB regions.
@@ -70,7 +72,8 @@ TEST(CudaEngineNoDevice, NamesOfDirectionsAndModes) {
 }
 
 TEST(CudaEngineNoDevice, ConstructionFailsLoudlyWithoutCudaOrDevice) {
-  if (KVBM_HAVE_CUDA && cuda_device_available()) GTEST_SKIP() << "a CUDA device is present";
+  if (KVBM_HAVE_CUDA && cuda_device_available())
+    KVBM_SKIP_OR_FAIL("GPU present: a CUDA device is present");
   const LayoutConfig config = aligned_config();
   const Layout a = Layout::fully_contiguous(config, 4, 0x100000);
   const Layout b = Layout::fully_contiguous(config, 4, 0x200000);
@@ -229,7 +232,9 @@ TEST_P(CudaRoundTrip, HostToDeviceToHostPreservesEveryByte) {
     CudaTransferEngine probe(host_src, device, CudaDirection::kHostToDevice,
                              CudaEngineOptions{.mode = CudaCopyMode::kMemcpyLoop});
     if (!probe.memcpy_batch_available()) {
-      GTEST_SKIP() << "cudaMemcpyBatchAsync is not available (needs CUDA 12.8 runtime and driver)";
+      KVBM_SKIP_OR_FAIL(
+          "GPU runtime too old: no cudaMemcpyBatchAsync (needs CUDA 12.8 runtime "
+          "and driver)");
     }
   }
   CudaTransferEngine h2d(host_src, device, CudaDirection::kHostToDevice, options);
@@ -469,7 +474,8 @@ TEST_P(CudaInjectedError, FailsEveryPairAndLeavesTheSourceIntact) {
   };
   if (c.mode == CudaCopyMode::kMemcpyBatch) {
     CudaTransferEngine probe(src, dst, c.direction, {.mode = CudaCopyMode::kMemcpyLoop});
-    if (!probe.memcpy_batch_available()) GTEST_SKIP() << "cudaMemcpyBatchAsync is not available";
+    if (!probe.memcpy_batch_available())
+      KVBM_SKIP_OR_FAIL("GPU runtime too old: no cudaMemcpyBatchAsync");
   }
   CudaTransferEngine engine(src, dst, c.direction, options);
 
@@ -581,8 +587,9 @@ TEST_F(CudaEngineTest, DeviceSideThatIsNotDeviceMemoryIsRefusedAtConstruction) {
 #else  // !KVBM_HAVE_CUDA
 
 TEST(CudaEngineDevice, AllDeviceTests) {
-  GTEST_SKIP() << "no CUDA device: kvbm was built without CUDA (KVBM_ENABLE_CUDA=OFF or no nvcc); "
-                  "the device tests are not compiled";
+  KVBM_SKIP_OR_FAIL(
+      "no GPU: no CUDA device: kvbm was built without CUDA (KVBM_ENABLE_CUDA=OFF or no nvcc); "
+      "the device tests are not compiled");
 }
 
 #endif  // KVBM_HAVE_CUDA

@@ -27,6 +27,7 @@
 
 #include "kvbm/error.h"
 #include "kvbm/storage/storage.h"
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -314,7 +315,8 @@ TEST(HostEngine, EmulatedDeviceTierToPinnedAndBack) {
   const auto c = config(4, 2, 16, 32, 2);  // 1 KiB regions, 8 KiB blocks
   const std::size_t n = 6;
   auto g1 = make_device_storage(n * c.block_bytes());
-  if (!g1->host_accessible()) GTEST_SKIP() << "real device memory: covered by the CUDA engine";
+  if (!g1->host_accessible())
+    KVBM_SKIP_OR_FAIL("GPU present: real device memory: covered by the CUDA engine");
   auto g2 = make_pinned_storage(n * c.block_bytes());
   std::mt19937_64 rng(test::test_seed());
   auto* p = reinterpret_cast<std::uint8_t*>(g1->base());
