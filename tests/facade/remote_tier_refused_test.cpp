@@ -30,9 +30,9 @@ using test::RedisServer;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-#define KVBM_NEED_REDIS()                                                     \
-  do {                                                                        \
-    if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage; \
+#define KVBM_NEED_REDIS()                                                        \
+  do {                                                                           \
+    if (!RedisServer::installed()) KVBM_SKIP_OR_FAIL(RedisServer::kSkipMessage); \
   } while (0)
 
 constexpr const char* kAdmin = "admin-Pa55";

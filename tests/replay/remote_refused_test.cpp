@@ -26,7 +26,7 @@ using kvbm::test::RedisServer;
 using test::ScratchDir;
 
 #define KVBM_NEED_REDIS() \
-  if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage
+  if (!RedisServer::installed()) KVBM_SKIP_OR_FAIL(RedisServer::kSkipMessage)
 
 constexpr const char* kAdmin = "admin-Pa55";
 constexpr const char* kSecret = "kvbm-Pa55";  // must appear in no output
