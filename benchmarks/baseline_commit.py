@@ -7,6 +7,8 @@ its kvbm measure run from this build and from that one, alternately, a round eac
 regression shows as a ratio before it lands (above 1 is faster for a rate, slower for a cost).
 Only measures of a built binary (Google Benchmark cases, kvbm-replay) can be compared so; the
 others (fio, redis-benchmark, the Python engine scripts) do not depend on the commit.
+The worktree and its build stay for the next run against the same commit;
+`git worktree remove --force build/baseline-<hash>` removes them.
 """
 import os
 import subprocess
