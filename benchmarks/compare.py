@@ -5,6 +5,7 @@
     python3 benchmarks/compare.py --only hashing,match --rounds 9
     python3 benchmarks/compare.py --list
     python3 benchmarks/compare.py --markdown out.md --json out.json
+    python3 benchmarks/compare.py --only replay-metadata --baseline-commit main
 
 Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two
 Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy,
@@ -32,10 +33,18 @@ replay-bytes-write-through about 1.5 and 3.5 min; vllm-* 5 min for all 14 togeth
 up to 12 min for the 3 together (a run of the script a round serves all of them; most of a
 run is importing the engine).
 
+Two commits: --baseline-commit REV checks REV out in a worktree under build/baseline-<hash>,
+builds there the binaries the selected comparisons run (benchmarks/baseline_commit.py), and
+compares each comparison's kvbm measure of this build with the same measure of REV's, in
+interleaved rounds (this tree, then REV, in each): the ratio is this tree / REV, so a
+regression shows before it lands. --baseline-build DIR does the same with a tree already built.
+
 Options: --build DIR (default build/release), --rounds N (default 5, at least 5 for a figure
-in docs/benchmarks.md), --only a,b (names or prefixes), --markdown FILE, --json FILE.
+in docs/benchmarks.md), --only a,b (names or prefixes), --markdown FILE, --json FILE,
+--baseline-commit REV, --baseline-build DIR.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -44,6 +53,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baseline_commit  # noqa: E402
 import comparisons  # noqa: E402  (benchmarks/comparisons.py, beside this file)
 
 
@@ -64,8 +74,20 @@ def judge(target, ratio, low, high):
     return f"{target}: met" + ("" if ok(low) and ok(high) else ", range crosses it")
 
 
+def round_ratios(kvbm, base):
+    """The ratio of each round (kvbm / baseline, rounds paired in order) and their median,
+    min and max: only the two sides of one round ran under the same load."""
+    if len(kvbm) != len(base) or not kvbm:
+        raise ValueError(f"{len(kvbm)} kvbm figures and {len(base)} baseline figures: "
+                         "one of each a round")
+    if any(b <= 0 for b in base):
+        raise ValueError(f"a baseline figure is not positive ({base}): no ratio to it")
+    ratios = [a / b for a, b in zip(kvbm, base)]
+    return ratios, statistics.median(ratios), min(ratios), max(ratios)
+
+
 def run_one(comp, rounds, ctx):
-    kvbm, base, ratios, loads = [], [], [], []
+    kvbm, base, loads = [], [], []
     for i in range(rounds):
         loads.append(loadavg())
         a = comp.kvbm.measure(ctx)
@@ -74,7 +96,6 @@ def run_one(comp, rounds, ctx):
         kvbm.append(a)
         if b is not None:
             base.append(b)
-            ratios.append(a / b)
         print(f"  round {i + 1}: kvbm {a:.4g} {comp.kvbm.unit}"
               + (f", baseline {b:.4g} {comp.baseline.unit}, ratio {a / b:.3f}" if b else ""),
               file=sys.stderr, flush=True)
@@ -83,12 +104,11 @@ def run_one(comp, rounds, ctx):
         "kvbm": statistics.median(kvbm), "kvbm_min": min(kvbm), "kvbm_max": max(kvbm),
         "rounds": rounds, "load_min": min(loads), "load_max": max(loads),
     }
-    if ratios:
+    if base:
+        _, median, low, high = round_ratios(kvbm, base)
         row.update(baseline=statistics.median(base), baseline_what=comp.baseline.what,
-                   baseline_unit=comp.baseline.unit, ratio=statistics.median(ratios),
-                   ratio_min=min(ratios), ratio_max=max(ratios),
-                   verdict=judge(comp.target, statistics.median(ratios), min(ratios),
-                                 max(ratios)))
+                   baseline_unit=comp.baseline.unit, ratio=median, ratio_min=low,
+                   ratio_max=high, verdict=judge(comp.target, median, low, high))
     else:
         row["verdict"] = judge(comp.target, row["kvbm"], row["kvbm_min"], row["kvbm_max"])
     if comp.kvbm_target:
@@ -115,6 +135,23 @@ def markdown(rows, header):
     return "\n".join(out) + "\n"
 
 
+def baseline_of(args, root, comps):
+    """(build directory, label) of --baseline-commit or --baseline-build, or (None, None)."""
+    if not (args.baseline_commit or args.baseline_build):
+        return None, None
+    if args.baseline_commit and args.baseline_build:
+        sys.exit("compare: give --baseline-commit or --baseline-build, not both")
+    other = [c.name for c in comps if baseline_commit.targets_of(c) is None]
+    if other:
+        sys.exit(f"compare: {', '.join(other)} run no binary of this tree, so another commit "
+                 "cannot change them; leave them out with --only")
+    if args.baseline_build:
+        return os.path.abspath(args.baseline_build), args.baseline_build
+    targets = sorted({t for c in comps for t in baseline_commit.targets_of(c)})
+    build, commit = baseline_commit.prepare(root, args.baseline_commit, targets, sys.stderr)
+    return build, commit[:12]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build/release")
@@ -123,6 +160,8 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--markdown")
     ap.add_argument("--json")
+    ap.add_argument("--baseline-commit")
+    ap.add_argument("--baseline-build")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = os.path.join(root, args.build) if not os.path.isabs(args.build) else args.build
@@ -141,8 +180,12 @@ def main():
             sys.exit(f"compare: no comparison matches --only {args.only}; see --list")
     if args.rounds < 1:
         sys.exit("compare: --rounds must be at least 1 (5 or more for a published figure)")
+    base_build, label = baseline_of(args, root, comps)
     rows = []
-    with comparisons.Context(build) as ctx:
+    base_ctx = comparisons.Context(base_build) if base_build else contextlib.nullcontext()
+    with comparisons.Context(build) as ctx, base_ctx as bctx:
+        if base_build:
+            comps = baseline_commit.against(comps, bctx, label)
         for c in comps:
             missing = c.missing(ctx)
             if missing:
@@ -151,9 +194,11 @@ def main():
             print(f"[compare] {c.name}: {args.rounds} rounds", file=sys.stderr, flush=True)
             rows.append(run_one(c, args.rounds, ctx))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    against = (f" --baseline-commit {args.baseline_commit}" if args.baseline_commit else
+               f" --baseline-build {args.baseline_build}" if args.baseline_build else "")
     header = (f"{date}, {platform.node()}, {os.cpu_count()} CPUs, {args.rounds} rounds "
               f"(kvbm then baseline in each), `python3 benchmarks/compare.py "
-              f"--rounds {args.rounds}{' --only ' + args.only if args.only else ''}`")
+              f"--rounds {args.rounds}{' --only ' + args.only if args.only else ''}{against}`")
     text = markdown(rows, header)
     print(text)
     if args.markdown:

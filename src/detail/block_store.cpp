@@ -327,16 +327,15 @@ void BlockStore::register_blocks(std::span<Registration> batch) {
   }
 }
 
-void BlockStore::release_last_reference(BlockId id) noexcept {
-  std::shared_ptr<BlockStore> keepalive;
-  LockGuard lock(mu_);
+bool BlockStore::drop_reference_locked(BlockId id,
+                                       std::shared_ptr<BlockStore>& keepalive) noexcept {
   Slot& s = slots_[id];
   // Only a holder adds a reference without the lock; when ours is the only
   // one left nobody else can, so a plain store ends it.
   if (s.refs.load(std::memory_order_acquire) == 1) {
     s.refs.store(0, std::memory_order_relaxed);
   } else if (s.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
-    return;  // revived meanwhile, or copied by another holder
+    return false;  // revived meanwhile, or copied by another holder
   }
   if (s.state == SlotState::kDuplicate) {
     return_to_reset_locked(id);
@@ -345,7 +344,22 @@ void BlockStore::release_last_reference(BlockId id) noexcept {
     backend_->insert(id, s.hash);
   }
   leave_in_use_locked(keepalive);
-  publish_gauges_locked();
+  return true;
+}
+
+void BlockStore::release_last_reference(BlockId id) noexcept {
+  std::shared_ptr<BlockStore> keepalive;
+  LockGuard lock(mu_);
+  if (drop_reference_locked(id, keepalive)) publish_gauges_locked();
+}
+
+void BlockStore::release_immutable_batch(std::span<const BlockId> ids) noexcept {
+  std::shared_ptr<BlockStore> keepalive;  // destroyed after the lock is released
+  LockGuard lock(mu_);
+  bool left_use = false;
+  for (const BlockId id : ids) left_use |= drop_reference_locked(id, keepalive);
+  // Gauges are levels: one update per call, not per block (STYLE habit 8).
+  if (left_use) publish_gauges_locked();
 }
 
 std::size_t BlockStore::find_and_revive_locked(std::span<const SequenceHash> hashes,

@@ -35,6 +35,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/blocks/release_order.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/logging.h"
 #include "kvbm/offload/offload_metrics.h"
@@ -118,7 +119,7 @@ class EvictionCopier final : public PoolListener {
     if (on_registered_ && !registered.empty()) {
       on_registered_(std::move(registered));
     } else {
-      for (auto& b : registered) ImmutableBlock<Dst> release = std::move(b);  // in order
+      release_in_order(registered);
     }
     metrics_->add_blocks(BlockOutcome::kTransferred, copied);
     metrics_->add_blocks(BlockOutcome::kCopyFailed, got - copied);

@@ -53,7 +53,11 @@ class HeldBlocks final : public Hold {
   HeldBlocks(const HeldBlocks&) = delete;
   HeldBlocks& operator=(const HeldBlocks&) = delete;
   void keep_first(std::size_t n) noexcept override {
-    while (blocks_.size() > n) blocks_.pop_back();
+    if (n >= blocks_.size()) return;
+    detail::ReleaseBatch batch;
+    for (std::size_t i = blocks_.size(); i > n; --i) batch.add(blocks_[i - 1]);
+    batch.flush();
+    blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(n), blocks_.end());
   }
 
  private:

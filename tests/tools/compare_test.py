@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """benchmarks/compare.py against the real benchmark binaries of this build: each comparison it
 names still exists in its binary (Google Benchmark cases, kvbm-replay's options, the Python
-benchmarks' figures), the Redis Cluster it starts serves and goes away, and a run writes one row
-per comparison with a ratio per round.
+benchmarks' figures), the Redis Cluster it starts serves and goes away, a run writes one row
+per comparison with a ratio per round, each round's ratio pairs that round's two figures, and
+a comparison against another build (--baseline-build, as --baseline-commit uses) runs this
+build's measure on both sides.
 
     KVBM_BUILD_DIR=build/release python3 tests/tools/compare_test.py
 """
@@ -17,6 +19,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPARE = os.path.join(ROOT, "benchmarks", "compare.py")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import compare  # noqa: E402
 import comparisons  # noqa: E402
 import redis_cluster  # noqa: E402
 
@@ -92,12 +95,49 @@ def check_cluster():
     return True
 
 
+def check_round_ratios():
+    """A round's ratio is its own two figures' (not a median of one side over the other's),
+    and figures that cannot give a ratio are refused."""
+    ratios, median, low, high = compare.round_ratios([2.0, 9.0, 3.0], [1.0, 3.0, 6.0])
+    assert ratios == [2.0, 3.0, 0.5] and (median, low, high) == (2.0, 0.5, 3.0), ratios
+    for kvbm, base in (([1.0, 2.0], [1.0]), ([], []), ([1.0], [0.0])):
+        try:
+            compare.round_ratios(kvbm, base)
+        except ValueError:
+            continue
+        raise AssertionError(f"round_ratios({kvbm}, {base}) gave a ratio")
+
+
+def check_against_build(build):
+    """--baseline-build: each selected comparison becomes this build / that build, a measure
+    of the same binary on both sides (here the same build: the ratio only measures noise);
+    a comparison that runs no binary of the tree is refused with what to do."""
+    if not os.path.exists(os.path.join(build, "tools", "replay", "kvbm-replay")):
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.json")
+        subprocess.run([sys.executable, COMPARE, "--build", build, "--rounds", "2", "--only",
+                        "replay-metadata", "--baseline-build", build, "--json", out],
+                       check=True, capture_output=True, text=True)
+        rows = json.load(open(out))["rows"]
+    assert [r["name"] for r in rows] == ["replay-metadata"], rows
+    r = rows[0]
+    assert r["baseline_what"] == f"{build}: kvbm-replay --metadata-only", r
+    assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"] and r["ratio"] > 0, r
+    refused = subprocess.run([sys.executable, COMPARE, "--build", build, "--only", "sglang-set",
+                              "--baseline-build", build], capture_output=True, text=True)
+    assert refused.returncode != 0 and "leave them out with --only" in refused.stderr, refused
+    return True
+
+
 def main():
     build = os.environ["KVBM_BUILD_DIR"]
     comparisons.check_names()
     cases = check_gbench_cases(build)
     check_replay_options(build)
     check_script_figures()
+    check_round_ratios()
+    against = check_against_build(build)
     cluster = check_cluster()
     # A run of quick comparisons: a row each, medians within their ranges; on the cluster
     # too where remote_bench is built (the G4 GET of 64 KiB blocks: the cluster's measures
@@ -117,7 +157,8 @@ def main():
         assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"], r
         assert r["verdict"].startswith(("<= 3", ">= 0.9", ">= 0.8")), r
     print(f"compare.py: {cases} cases listed, {len(rows)} comparisons run, cluster "
-          f"{'checked' if cluster else 'not checked (no redis-server)'}")
+          f"{'checked' if cluster else 'not checked (no redis-server)'}, against another build "
+          f"{'checked' if against else 'not checked (no kvbm-replay)'}")
 
 if __name__ == "__main__":
     main()

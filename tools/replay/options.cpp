@@ -10,6 +10,7 @@
 
 #include "kvbm/remote/remote_store.h"
 #include "replay/model_preset.h"
+#include "replay/option_checks.h"
 
 namespace kvbm::replay {
 
@@ -514,12 +515,6 @@ std::string apply_argument(Parsing& p, int argc, const char* const* argv, int& i
   return spec->apply(p, Given{.name = name, .value = value, .what = spec->what});
 }
 
-std::string check_soak(const Options& o) {
-  if (o.soak_seconds > 0 && (o.realtime || !o.sweep.empty()))
-    return "--soak replays as fast as possible, once per pass: not with --realtime or --sweep";
-  return {};
-}
-
 // The inner dimension from --kv-heads/--head-dim, or the whole layout from --model.
 std::string resolve_layout(Parsing& p) {
   Options& o = p.o;
@@ -539,53 +534,11 @@ std::string resolve_layout(Parsing& p) {
   return {};
 }
 
-// --persist and --remote against the tiers.
-std::string check_storage(const Options& o) {
-  if (o.persist && o.disk_dir.empty())
-    return "--persist keeps G3 in a directory that outlives the run: add --disk-dir DIR";
-  if (o.persist && o.metadata_only)
-    return "--persist keeps G3's bytes: not with --metadata-only, which writes none";
-  if (!o.remote.empty() && o.metadata_only)
-    return "--remote stores bytes in Redis: not with --metadata-only, which moves none";
-  if (!o.remote.empty() && o.host.blocks == 0 && o.host.bytes == 0 && !o.host.unlimited)
-    return "--remote goes through G2 both ways: give G2 some blocks (--host-blocks)";
-  return {};
-}
-
-// The instance, router and sweep options together.
-std::string check_cluster(const Options& o) {
-  if (o.instances > 1 && o.soak_seconds > 0)
-    return "--soak replays through one instance: not with --instances";
-  const bool clustered = o.router.has_value() || !o.sweep_instances.empty();
-  if (clustered && o.assign_given)
-    return "--assign places requests without a router: give --router or --assign, not both";
-  if (clustered && o.soak_seconds > 0)
-    return "--soak replays through one instance: not with --router or --sweep-instances";
-  if (!o.sweep_instances.empty() && !o.sweep.empty())
-    return "--sweep varies G1 and --sweep-instances the cluster: give one of them";
-  if (!o.sweep_instances.empty() && o.instances != 1)
-    return "--sweep-instances gives the instance counts: leave out --instances";
-  if (!clustered &&
-      (o.router_zmq || o.router_no_events || o.router_tier_cost ||
-       o.router_load_weight != router::KvRouterOptions{}.load_weight || !o.sweep_routers.empty()))
-    return "the --router-* and --sweep-routers options need --router or --sweep-instances";
-  return {};
-}
-
-std::string check_overlap(const Options& o) {
-  if (o.overlap_offload && o.g1_g2 != OffloadMode::kWriteThrough &&
-      o.g2_g3 != OffloadMode::kWriteThrough)
-    return "--overlap-offload applies to write-through copies: add --offload-mode write_through";
-  return {};
-}
-
 // After the last argument: derived values and the options that do not go together.
 std::string finish(Parsing& p) {
   std::string e = check_soak(p.o);
   if (e.empty()) e = resolve_layout(p);
-  if (e.empty()) e = check_storage(p.o);
-  if (e.empty()) e = check_cluster(p.o);
-  if (e.empty()) e = check_overlap(p.o);
+  if (e.empty()) e = check_together(p.o);
   if (e.empty() && !p.o.sweep_instances.empty() && p.o.sweep_routers.empty())
     p.o.sweep_routers = {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin,
                          router::RoutePolicy::kRandom};

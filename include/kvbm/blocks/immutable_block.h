@@ -23,6 +23,10 @@
 
 namespace kvbm {
 
+namespace detail {
+class ReleaseBatch;
+}  // namespace detail
+
 /// A strong, shared reference to a registered block of tier T.
 template <TierMarker T>
 class [[nodiscard]] ImmutableBlock {
@@ -79,6 +83,7 @@ class [[nodiscard]] ImmutableBlock {
  private:
   friend class BlockManager<T>;
   friend class WeakBlock<T>;
+  friend class detail::ReleaseBatch;
   // Adopts a strong reference the store already counted.
   ImmutableBlock(detail::BlockStore* store, BlockId id) noexcept : store_(store), id_(id) {}
 

@@ -174,6 +174,10 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
     }
     release_last_reference(id);
   }
+  /// Drops one strong reference to each of `ids`, in order, under one lock
+  /// acquisition, and sets the gauges once: the same transitions as
+  /// release_immutable() on each in turn (kvbm/blocks/release_order.h).
+  void release_immutable_batch(std::span<const BlockId> ids) noexcept;
   /// Current strong reference count of a block (diagnostics).
   [[nodiscard]] std::uint32_t ref_count(BlockId id) const noexcept {
     return slots_[id].refs.load(std::memory_order_relaxed);
@@ -206,6 +210,9 @@ class BlockStore : public std::enable_shared_from_this<BlockStore> {
 
  private:
   void release_last_reference(BlockId id) noexcept;
+  // Drops one strong reference; returns true when it was the last (the block left use).
+  bool drop_reference_locked(BlockId id, std::shared_ptr<BlockStore>& keepalive) noexcept
+      KVBM_REQUIRES(mu_);
   void return_to_reset_locked(BlockId id) noexcept KVBM_REQUIRES(mu_);
   std::optional<BlockId> evict_one_locked() noexcept KVBM_REQUIRES(mu_);
   bool evict_locked(std::size_t n, BlockId* victims) noexcept KVBM_REQUIRES(mu_);

@@ -1,0 +1,81 @@
+#include "replay/result_paths.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace kvbm::replay {
+
+namespace {
+
+// Normalised path names for the engines' `path` labels.
+std::string path_name(const std::string& engine_path) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"device_to_host", "G1->G2"}, {"G1_to_G2", "G1->G2"},       {"host_to_disk", "G2->G3"},
+      {"G2_to_G3", "G2->G3"},       {"host_to_device", "G2->G1"}, {"G2_to_G1", "G2->G1"},
+      {"disk_to_device", "G3->G1"}, {"G3_to_G1", "G3->G1"},
+  };
+  for (const auto& [from, to] : kNames) {
+    if (engine_path == from) return to;
+  }
+  return {};
+}
+
+}  // namespace
+
+void collect_paths(const KvBlockManagerStats& stats, ReplayResult& r,
+                   const std::array<std::uint64_t, 2>& onboarded_blocks) {
+  for (const TransferPathStats& t : stats.transfers) {
+    auto& p = r.engine_paths[t.path];
+    p.name = t.path;
+    p.blocks += t.counts.blocks;
+    p.bytes += t.counts.bytes;
+    p.failed_blocks += t.counts.failed_blocks;
+  }
+
+  // The four tier paths. Offloads: what the engines counted on the path (or
+  // the boundary's transferred blocks when no engine counts it); onboarding:
+  // the OnboardHandle counts.
+  r.paths.clear();
+  for (const char* name : {"G1->G2", "G2->G3", "G2->G1", "G3->G1"})
+    r.paths.push_back({name, 0, 0, 0});
+  bool engine_named[4] = {false, false, false, false};
+  for (const auto& [engine, p] : r.engine_paths) {
+    const std::string n = path_name(engine);
+    for (std::size_t i = 0; i < r.paths.size(); ++i) {
+      if (r.paths[i].name == n) {
+        r.paths[i].blocks += p.blocks;
+        r.paths[i].bytes += p.bytes;
+        r.paths[i].failed_blocks += p.failed_blocks;
+        engine_named[i] = true;
+      }
+    }
+  }
+  // Without counting engines (metadata only), the offloads every mechanism of
+  // the boundary made: write-through, on-eviction and explicit.
+  const TierId uppers[2] = {TierId::kG1, TierId::kG2};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const BoundaryStats* b = stats.boundary(uppers[i]);
+    if (!engine_named[i]) {
+      r.paths[i].blocks = b != nullptr ? b->counts.transferred : 0;
+      r.paths[i].bytes = r.paths[i].blocks * r.block_bytes;
+    }
+    r.lost_to_lag[i] = b != nullptr ? b->counts.evicted : 0;
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    // Onboarding may share an engine with another path (G2->G1 and G1->G2 on
+    // one host engine); the handle counts are exact for each direction.
+    auto& p = r.paths[2 + i];
+    if (!engine_named[2 + i] || p.blocks != onboarded_blocks[i]) {
+      p.blocks = onboarded_blocks[i];
+      p.bytes = onboarded_blocks[i] * r.block_bytes;
+    }
+  }
+  if (!r.move_bytes) {
+    for (auto& p : r.paths) p.bytes = 0;  // nothing was copied
+  }
+}
+
+}  // namespace kvbm::replay
