@@ -92,7 +92,9 @@ class DiskEngineTest
     return o;
   }
   /// Skips a test that injects faults through the syscall table: io_uring's
-  /// I/O does not pass through it (disk_uring_test.cpp breaks real files instead).
+  /// I/O does not pass through it. The kIoUring instances of the tests that
+  /// break real files instead (FileCorruptedBehindTheLibrarysBack...,
+  /// FileTruncatedBehindTheLibrarysBack..., ReadingASlot...) cover its faults.
   [[nodiscard]] bool injects_syscalls() const { return engine() == DiskIoEngine::kIoUring; }
 
   /// Creates a pool; on a file system without O_DIRECT (for kRequired) sets skip_.
