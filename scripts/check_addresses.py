@@ -7,9 +7,10 @@ docs name hosts (tcp://engine-0:5557), never addresses. This check reads every f
 (and untracked files it does not ignore) under the directories of code that runs and reports
 each IPv4 or IPv6 literal that is not loopback:
 
-  - 0.0.0.0 and :: (the unspecified addresses) pass only where the code binds or listens (the
-    line or one of the three above it says bind, bound or listen): they name where a server
-    listens, never where a client connects.
+  - 0.0.0.0 (the unspecified address) passes only where the code binds or listens (the line
+    or one of the three above it says bind, bound or listen): it names where a server
+    listens, never where a client connects. A bare :: is not checked (C++'s scope operator
+    far more often than an address; it names this machine either way).
   - A dotted quad after a version operator (==, >=, <=, ~=, !=: requirements files) is a
     version, not an address.
   - An IPv6 candidate counts when Python's ipaddress parses it and it has two groups
@@ -78,16 +79,17 @@ def findings_in_line(line: str, context: str) -> list[str]:
     for m in IPV4.finditer(line):
         if VERSION_OPERATOR.search(line[:m.start()]):
             continue
-        try:
-            address = ipaddress.IPv4Address(m.group(1))
-        except ValueError:
+        octets = [int(o) for o in m.group(1).split(".")]
+        if max(octets) > 255:
             continue  # 999.1.2.3 and such: not an address
+        # Built from the numbers: "010.0.0.1" (which ipaddress refuses) is an address too.
+        address = ipaddress.IPv4Address(".".join(map(str, octets)))
         if not allowed(address, context):
             found.append(m.group(1))
     for m in IPV6.finditer(line):
         text = m.group(1)
-        if text.count(":") < 2:
-            continue
+        if text.count(":") < 2 or text.strip(":") == "":
+            continue  # a bare "::" is C++'s scope operator far more often than an address
         try:
             address = ipaddress.IPv6Address(text)
         except ValueError:
@@ -149,6 +151,7 @@ def self_test(root: str) -> int:
         'PEER = "[fe80::1]:6379"': "fe80::1",
         'ALONE = "::2"': "::2",
         'CONNECT = ("0.0.0.0", 80)  # connect': "0.0.0.0",
+        'ZEROS = "redis://010.000.000.001:6379"': "010.000.000.001",
     }
     passes = [
         'OK = "redis://127.0.0.2:6379"', 'OK6 = "redis://[::1]:6379"',

@@ -11,7 +11,7 @@
 # Loopback only (scripts/check_addresses.py, Python only, no clang): no IP address literal other
 # than loopback (127.0.0.0/8, ::1) in code that runs (tests, benchmarks, scripts, tools,
 # examples, fuzz, src, include, python, cuda, cmake, .ci); where the code binds or listens,
-# also 0.0.0.0 and ::. Its self-test plants addresses in a temporary copy of a test file and
+# also 0.0.0.0. Its self-test plants addresses in a temporary copy of a test file and
 # checks that each is reported.
 #
 # Function length (scripts/check_function_length.py, Python only, no clang): no function body
