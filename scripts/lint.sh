@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # Style and static checks; scripts/test.sh runs them as its stage `lint`.
 #
-#   bash scripts/lint.sh           clang-format check + clang-tidy; non-zero on findings
-#   bash scripts/lint.sh --fix     reformat every C++ file in place, then clang-tidy
-#   bash scripts/lint.sh --format  clang-format check only
-#   bash scripts/lint.sh --tidy    clang-tidy only
+#   bash scripts/lint.sh             the checks below; non-zero on findings
+#   bash scripts/lint.sh --fix       reformat every C++ file in place, then the other checks
+#   bash scripts/lint.sh --format    clang-format check only
+#   bash scripts/lint.sh --tidy      clang-tidy only
+#   bash scripts/lint.sh --addresses loopback-only check (and its self-test) only
+#   bash scripts/lint.sh --functions function-length check only
+#
+# Loopback only (scripts/check_addresses.py, Python only, no clang): no IP address literal other
+# than loopback (127.0.0.0/8, ::1) in code that runs (tests, benchmarks, scripts, tools,
+# examples, fuzz, src, include, python, cuda, cmake, .ci); where the code binds or listens,
+# also 0.0.0.0. Its self-test plants addresses in a temporary copy of a test file and
+# checks that each is reported.
+#
+# Function length (scripts/check_function_length.py, Python only, no clang): no function body
+# longer than 80 lines in the library (include/, src/, cuda/) and 120 in tools/ (counted as
+# clang-tidy's readability-function-size counts them: closing line minus opening line).
 #
 # clang-format (.clang-format) checks every tracked C++ file as a whole (tests/compile_fail/
 # excepted: those sources must fail to compile and are kept as written), and every tracked C++,
@@ -24,8 +36,8 @@ cd "$KVBM_ROOT" || exit 1
 
 mode="${1:-check}"
 case "$mode" in
-  check | --fix | --format | --tidy) ;;
-  *) echo "usage: $0 [--fix|--format|--tidy]" >&2; exit 2 ;;
+  check | --fix | --format | --tidy | --addresses | --functions) ;;
+  *) echo "usage: $0 [--fix|--format|--tidy|--addresses|--functions]" >&2; exit 2 ;;
 esac
 
 find_tool() {  # prefer the unversioned name, then the newest versioned one
@@ -38,11 +50,42 @@ find_tool() {  # prefer the unversioned name, then the newest versioned one
 }
 
 status=0
+# A missing tool skips (77) what is left, unless a check that ran has failed already.
+missing_tool_exit() { if ((status != 0)); then echo 1; else echo 77; fi; }
+
+python="$(command -v python3)" ||
+  { kvbm_err "python3 not found (apt-get install python3)"; exit 77; }
+
+if [[ "$mode" == check || "$mode" == --fix || "$mode" == --addresses ]]; then
+  kvbm_log "loopback-only check (scripts/check_addresses.py) and its self-test"
+  if ! "$python" scripts/check_addresses.py; then
+    kvbm_err "non-loopback addresses above: talk to 127.0.0.1 or ::1; name hosts in docs"
+    status=1
+  fi
+  if ! "$python" scripts/check_addresses.py --self-test; then
+    kvbm_err "scripts/check_addresses.py --self-test: a planted address was not reported"
+    status=1
+  fi
+  [[ "$mode" == --addresses ]] && exit "$status"
+fi
+
+if [[ "$mode" == check || "$mode" == --fix || "$mode" == --functions ]]; then
+  kvbm_log "function-length check (scripts/check_function_length.py)"
+  if ! "$python" scripts/check_function_length.py; then
+    kvbm_err "functions above are too long: split them (80 lines in the library, 120 in tools)"
+    status=1
+  fi
+  if ! "$python" scripts/check_function_length.py --self-test; then
+    kvbm_err "scripts/check_function_length.py --self-test failed"
+    status=1
+  fi
+  [[ "$mode" == --functions ]] && exit "$status"
+fi
 
 if [[ "$mode" != --tidy ]]; then
   clang_format="$(find_tool clang-format)" || {
     kvbm_err "clang-format not found (apt-get install clang-format)"
-    exit 77
+    exit "$(missing_tool_exit)"
   }
   mapfile -t cxx < <(git ls-files -- '*.h' '*.hpp' '*.cpp' '*.cc' '*.cu' '*.cuh' \
     ':!tests/compile_fail/**')
@@ -69,8 +112,9 @@ if [[ "$mode" != --tidy ]]; then
 fi
 
 clang_tidy="$(find_tool clang-tidy)" ||
-  { kvbm_err "clang-tidy not found (apt-get install clang-tidy)"; exit 77; }
-command -v clang++ >/dev/null 2>&1 || { kvbm_err "clang++ not found"; exit 77; }
+  { kvbm_err "clang-tidy not found (apt-get install clang-tidy)"; exit "$(missing_tool_exit)"; }
+command -v clang++ >/dev/null 2>&1 ||
+  { kvbm_err "clang++ not found"; exit "$(missing_tool_exit)"; }
 dir="$KVBM_BUILD_ROOT/threadsafety"
 if [[ ! -f "$dir/compile_commands.json" ]]; then
   kvbm_log "configure preset threadsafety for compile_commands.json"

@@ -1,4 +1,12 @@
-// kvbm/clock.h: the injectable time source of kvbm (the offload pipeline, the KV event publisher).
+// kvbm/clock.h: the injectable time source of kvbm.
+//
+// Its users: the offload pipelines (batcher, policy evaluator, transfer
+// executor, cancel sweeper; KvBlockManagerConfig::clock), the KV event
+// publisher's flusher, every detail::PeriodicWorker loop, and the router side:
+// the indexer's silence, the KvRouter's approximate TTL, the event feed and
+// the ZMQ subscriber. kvbm-replay's cluster model drives a ManualClock in
+// trace time. (The remote store's deadlines are I/O timeouts on
+// std::chrono::steady_clock, remote::Clock: no test needs to move them.)
 //
 // Every timed decision of the pipeline (a batch flushed after flush_interval,
 // a sweep every sweep_interval, a policy over policy_timeout) reads a Clock,

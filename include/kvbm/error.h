@@ -48,7 +48,8 @@ enum class ErrorKind : std::uint8_t {
   kTimeout,      ///< a server (G4) did not answer within the call's deadline
 };
 
-/// Returns "io", "no_space", "corrupt", "device", "no_memory", "refused" or "internal".
+/// Returns the kind's name: "io", "no_space", "corrupt", "device", "no_memory",
+/// "refused", "internal", "unavailable" or "timeout".
 [[nodiscard]] std::string_view to_string(ErrorKind kind) noexcept;
 
 /// Returns the kind of a failed syscall's errno value: kNoSpace for ENOSPC,

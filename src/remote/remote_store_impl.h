@@ -146,12 +146,11 @@ struct RemoteStore::Impl {
   std::condition_variable discovery_cv;
   bool discovered KVBM_GUARDED_BY(discovery_mu) = false;  ///< first attempt finished
   std::atomic<bool> refresh_queued{false};
-  std::atomic<bool> discovery_denied{false};
+  std::atomic<bool> discovery_denied{false};  ///< the last CLUSTER SLOTS was refused (AUTH, ACL)
   std::atomic<RemoteRefusal> discovery_refusal{RemoteRefusal::kOther};  ///< its kind, when denied
   /// When the map is old enough to be asked for again unprompted (steady clock ticks): a map
   /// misses replicas that were still syncing, and nodes that joined without a redirect yet.
-  std::atomic<remote::Clock::rep> map_expires{
-      0};                                     ///< the last CLUSTER SLOTS was refused (AUTH, ACL)
+  std::atomic<remote::Clock::rep> map_expires{0};
   remote::Clock::time_point last_refresh{};   // the refresher's own
   std::string last_layout{};                  // the refresher's own: primaries, for the log
   bool discovery_failing = false;             // the refresher's own

@@ -1,11 +1,11 @@
 // src/router/block_slot_map.h: the router's map from block hash to its entry.
 //
 // A ProbingTable (kvbm/detail/probing_table.h), like the pool's HashIndex, but
-// growing: the router
-// cannot know how many blocks a cluster will hold. It doubles when it is 3/4
-// full, so a lookup stays one multiply, a shift and almost always one cache
-// line. A slot is 16 bytes: the key, the row of the block's per-instance bits
-// (BlockIndex) and the mask of shared tiers that hold the block.
+// growing: the router cannot know how many blocks a cluster will hold. It
+// doubles when it is 3/4 full, so a lookup stays one multiply, a shift and
+// almost always one cache line. A slot is 16 bytes: the key, the row of the
+// block's per-instance bits (BlockIndex) and the mask of shared tiers that
+// hold the block.
 //
 // Not thread-safe: the KvIndexer's lock guards it.
 

@@ -33,6 +33,7 @@ if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("kvbm") 
                  "scripts/engines_env.sh (tests/engines/requirements.txt)", allow_module_level=True)
 
 import numpy as np  # noqa: E402
+from silent_peers import accepts_never_answers, never_accepts  # noqa: E402
 from vllm_util import make_vllm_config, offloading_config, step, write_model  # noqa: E402
 
 import kvbm  # noqa: E402
@@ -453,13 +454,25 @@ def test_partial_promotion_only_the_corrupt_chunk_misses(models, tmp_path):
 # --------------------------------------------------------------------------- 6: G4 down
 
 
-@pytest.mark.parametrize("url", ["redis://127.0.0.1:1",  # refused at once
-                                 "redis://10.255.255.1:6379"])  # unroutable: never answers
-def test_g4_down_never_delays_engine_start(models, tmp_path, url):
-    """With G4 configured and Redis down, vLLM's manager (and KvbmTier in it) is built in
-    under a second, and the engine works on its local tiers: a stored chunk is a HIT, bytes
-    equal; a chunk nobody stored is a MISS once G4 has been asked (RETRY meanwhile)."""
+@contextlib.contextmanager
+def refuses():
+    """Port 1 of 127.0.0.1, where nothing listens: connect() is refused at once."""
+    yield 1
+
+
+@pytest.mark.parametrize("peer", [refuses, accepts_never_answers, never_accepts])
+def test_g4_down_never_delays_engine_start(models, tmp_path, peer):
+    """With G4 configured and Redis down (refused; a listener on 127.0.0.1 that accepts and never
+    answers; one whose handshake never completes: tests/python/silent_peers.py), vLLM's manager
+    (and KvbmTier in it) is built in under a second, and the engine works on its local tiers: a
+    stored chunk is a HIT, bytes equal; a chunk nobody stored is a MISS once G4 has been asked
+    (RETRY meanwhile)."""
     keys = keys_of(2, "g4-down")
+    with peer() as port:
+        g4_down_engine_works(models, tmp_path, f"redis://127.0.0.1:{port}", keys)
+
+
+def g4_down_engine_works(models, tmp_path, url, keys):
     _, oc = build_config(models[0], tier_config(tmp_path, remote_urls=[url]))
     start = time.monotonic()
     with engine(oc) as (manager, _):

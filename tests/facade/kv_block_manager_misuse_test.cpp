@@ -306,7 +306,7 @@ TEST(KvBlockManagerMisuse, RemoteOptions) {
        "'redis://host:70000' has port 70000, out of range; give a number from 1 to 65535"},
       {"redis://host:0", "has port 0, out of range"},
       {"redis://host:6379/x", "has a bad database number 'x'; give 0 or more"},
-      {"redis://[::1:6379", "unclosed '['"},
+      {"redis://[localhost:6379", "unclosed '['"},
       {"unix://relative.sock", "needs an absolute socket path; use unix:///"},
       {"unix:///r.sock?x=1", "?db=N"},
       {"", "is empty; use redis://"},

@@ -94,7 +94,7 @@ TEST(ReplayOptions, ParsesEveryOption) {
                            "--metrics-port",
                            "0",
                            "--metrics-address",
-                           "0.0.0.0"},
+                           "::1"},
                           error);
   ASSERT_EQ(error, "");
   EXPECT_EQ(o.trace, "t.jsonl");
@@ -123,7 +123,7 @@ TEST(ReplayOptions, ParsesEveryOption) {
   EXPECT_EQ(o.plot, "p.svg");
   EXPECT_TRUE(o.json && o.quiet && o.strict);
   EXPECT_EQ(o.metrics_port, 0);
-  EXPECT_EQ(o.metrics_address, "0.0.0.0");
+  EXPECT_EQ(o.metrics_address, "::1");
 
   const Options both = parse({"--offload-mode", "none"}, error);
   EXPECT_EQ(both.g1_g2, OffloadMode::kNone);

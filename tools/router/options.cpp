@@ -78,7 +78,7 @@ events::EventSource parse_instance(std::string_view spec) {
   if (eq == std::string_view::npos || eq == 0 || eq + 1 == spec.size()) {
     bad("--instance: '" + std::string(spec) +
         "' is not NAME=ENDPOINT[;replay=ENDPOINT][;topic=PREFIX] "
-        "(e.g. engine-0=tcp://10.0.0.1:5557;replay=tcp://10.0.0.1:5558)");
+        "(e.g. engine-0=tcp://engine-0:5557;replay=tcp://engine-0:5558)");
   }
   events::EventSource s;
   s.name = std::string(spec.substr(0, eq));
@@ -101,7 +101,7 @@ events::EventSource parse_instance(std::string_view spec) {
   }
   if (s.endpoint.find("://") == std::string::npos) {
     bad("--instance " + s.name + ": '" + s.endpoint +
-        "' is not a ZeroMQ endpoint (e.g. tcp://10.0.0.1:5557)");
+        "' is not a ZeroMQ endpoint (e.g. tcp://engine-0:5557)");
   }
   return s;
 }

@@ -1,8 +1,8 @@
 // router/options.h: the command line of kvbm-router (docs/router.md, "The router process").
 //
 //   kvbm-router --listen 127.0.0.1:8000 --block-size 16 --policy kv
-//       --instance 'engine-0=tcp://10.0.0.1:5557;replay=tcp://10.0.0.1:5558'
-//       --instance engine-1=tcp://10.0.0.2:5557
+//       --instance 'engine-0=tcp://engine-0:5557;replay=tcp://engine-0:5558'
+//       --instance engine-1=tcp://engine-1:5557
 //
 // parse_router_options() turns argv into RouterProcessOptions, or throws
 // std::invalid_argument with a message that names the flag and says what it

@@ -465,7 +465,7 @@ HttpReply RouterService::Impl::add_instance(const std::string& body) {
   if (s.name.empty()) throw ClientError{400, "\"name\" is empty; name the instance"};
   if (s.endpoint.find("://") == std::string::npos) {
     throw ClientError{400, "\"endpoint\": \"" + s.endpoint +
-                               "\" is not a ZeroMQ endpoint (e.g. tcp://10.0.0.1:5557)"};
+                               "\" is not a ZeroMQ endpoint (e.g. tcp://engine-0:5557)"};
   }
   const router::KvRouterStats rs = router.stats();
   std::lock_guard lock(instances_mu);

@@ -1,5 +1,6 @@
 // kvbm/detail/probing_table.h: the open-addressing table kvbm's maps from a
-// 64-bit key share (the pool's HashIndex, the router's BlockTable).
+// 64-bit key share (the pool's HashIndex, kvbm/detail/hash_index.h; the
+// router's BlockSlotMap, src/router/block_slot_map.h).
 //
 // Linear probing over a power-of-two number of slots, backward-shift deletion
 // (no tombstones), keys mixed by a Fibonacci multiply before picking the home

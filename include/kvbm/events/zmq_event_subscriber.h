@@ -42,7 +42,7 @@ namespace kvbm::events {
 /// One publisher to subscribe to.
 struct EventSource {
   std::string name;             ///< for logs
-  std::string endpoint;         ///< its PUB socket, e.g. "tcp://10.0.0.1:5557" (connected)
+  std::string endpoint;         ///< its PUB socket, e.g. "tcp://engine-0:5557" (connected)
   std::string topic;            ///< the topic prefix to subscribe to; "" for every message
   std::string replay_endpoint;  ///< its ROUTER replay socket; "" for none
 };
