@@ -89,7 +89,12 @@ struct RouterProcess {
   ::testing::AssertionResult idle(std::uint64_t decisions = 0) {
     if (!child->alive()) return ::testing::AssertionFailure() << "ended " << child->ended();
     const HttpResponse h = http.get(url + "/health");
-    if (h.status != 200) return ::testing::AssertionFailure() << h.status << " " << h.error;
+    if (h.status != 200) {
+      test::poll_until([&] { return !child->alive(); });  // how it ended, if it did
+      return ::testing::AssertionFailure()
+             << "/health: " << h.status << " " << h.error << "; exit status " << child->ended()
+             << " (1000 + N: killed by signal N, -1: still running)";
+    }
     const json j = json::parse(h.body);
     if (j["in_flight"] != 0 || j["decisions"] != decisions || j["instances"][0]["load"] != 0) {
       return ::testing::AssertionFailure() << h.body;
