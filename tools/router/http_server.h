@@ -1,7 +1,7 @@
 // router/http_server.h: a small HTTP/1.1 server on CivetWeb for kvbm-router.
 //
 // An HttpServer binds address:port (port 0: any free port; port() says
-// which) and hands every request, its body read whole, to one handler
+// which) and hands every request, its headers and body, to one handler
 // function on one of `threads` CivetWeb worker threads; the handler's reply
 // goes back with its Content-Length (keep-alive connections work). The
 // benchmark serves a trivial handler through the same class, so that the
