@@ -6,7 +6,8 @@
 // the server's limit, bit 2: the router keyed by tokens with --max-json-depth
 // 10000 instead of by hashes with 32), then a request as text:
 // "METHOD PATH\n", header lines "Name: value\n", an empty line, the body.
-// Both routers have one live instance, "engine-0"; --max-body-bytes is 4096.
+// Both routers have one live instance, "engine-0", kvbm's own publisher (a
+// ZmqEventSink with replay) on 127.0.0.1; --max-body-bytes is 4096.
 //
 // Invariants, for every request:
 //   * handle() throws nothing and never answers 500;
@@ -16,11 +17,15 @@
 //     Content-Length is refused (400 or 413) and routes nothing;
 //   * every request routed can be finished, and then no instance holds load:
 //     nothing a request does leaves load behind.
-// POST /instances endpoints that name a transport are rewritten to inproc://,
-// so that the fuzzer never connects anywhere.
+// POST /instances endpoints that name a transport are rewritten to that
+// publisher's, so that the fuzzer connects nowhere else. (Not inproc://: libzmq
+// keeps a socket connected to an inproc endpoint nobody bound, two descriptors
+// each, after it is closed, and the fuzzer ran out of them.)
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +33,7 @@
 #include <utility>
 
 #include "fuzz_check.h"
+#include "kvbm/events/event_sink.h"
 #include "kvbm/router/kv_event_feed.h"
 #include "kvbm/router/kv_indexer.h"
 #include "kvbm/router/kv_router.h"
@@ -45,12 +51,29 @@ using kvbm::router_process::RouterService;
 using nlohmann::json;
 
 constexpr std::size_t kMaxBodyBytes = 4096;
-constexpr const char* kEndpoint = "inproc://kvbm-router-fuzz";
+
+/// The one publisher every instance subscribes to, on loopback.
+const kvbm::events::ZmqEventSink& publisher() {
+  static const auto sink = [] {
+    kvbm::events::ZmqEventSinkOptions o;
+    o.endpoint = "tcp://127.0.0.1:*";
+    o.replay_endpoint = "tcp://127.0.0.1:*";
+    o.linger = std::chrono::milliseconds(0);
+    return std::make_unique<kvbm::events::ZmqEventSink>(o);
+  }();
+  return *sink;
+}
+
+json engine_0() {
+  return {{"name", "engine-0"},
+          {"endpoint", publisher().endpoint()},
+          {"replay_endpoint", publisher().replay_endpoint()}};
+}
 
 RouterService& service(bool tokens) {
   static const auto make = [](bool by_tokens) {
     RouterProcessOptions o;
-    o.instances.push_back({"engine-0", kEndpoint, "", ""});
+    o.instances.push_back({"engine-0", publisher().endpoint(), "", publisher().replay_endpoint()});
     o.max_body_bytes = kMaxBodyBytes;
     o.max_json_depth = by_tokens ? 10000 : 32;
     o.key = by_tokens ? kvbm::router::BlockKey::kTokens : kvbm::router::BlockKey::kEngineHash;
@@ -100,9 +123,11 @@ void keep_local(HttpRequest& r) {
   bool changed = false;
   for (const char* key : {"endpoint", "replay_endpoint"}) {
     const auto it = j.find(key);
+    const std::string local =
+        key[0] == 'e' ? publisher().endpoint() : publisher().replay_endpoint();
     if (it != j.end() && it->is_string() &&
-        it->get_ref<const std::string&>().find("://") != std::string::npos && *it != kEndpoint) {
-      *it = kEndpoint;
+        it->get_ref<const std::string&>().find("://") != std::string::npos && *it != local) {
+      *it = local;
       changed = true;
     }
   }
@@ -117,6 +142,8 @@ void keep_local(HttpRequest& r) {
 HttpReply handle(RouterService& s, const HttpRequest& r) {
   try {
     return s.handle(r);
+  } catch (const std::exception& e) {
+    KVBM_FUZZ_CHECK(false, e.what());  // "RouterService::handle threw"
   } catch (...) {
     KVBM_FUZZ_CHECK(false, "RouterService::handle threw");
   }
@@ -183,8 +210,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     KVBM_FUZZ_CHECK(gone.status == 200, gone.body.c_str());
   }
   if (!s.instance_id("engine-0")) {  // the input removed it
-    const HttpReply back =
-        handle(s, post("/instances", json{{"name", "engine-0"}, {"endpoint", kEndpoint}}.dump()));
+    const HttpReply back = handle(s, post("/instances", engine_0().dump()));
     KVBM_FUZZ_CHECK(back.status == 201, back.body.c_str());
   }
   for (const std::uint64_t load : s.router().stats().load) {

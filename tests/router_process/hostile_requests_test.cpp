@@ -4,7 +4,8 @@
 // the router checks (it answers 400 naming the value's type with a short
 // excerpt, and keeps answering), bodies that are not UTF-8 (400), a body
 // shorter than its Content-Length from a client that then goes away (refused:
-// nothing routed, no load left), a body over --max-body-bytes (413).
+// nothing routed, no load left), a body over --max-body-bytes (413), a
+// number beyond a double (400).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -194,6 +195,19 @@ TEST(RouterProcessHostile, ABodyThatIsNotUtf8Is400) {
   EXPECT_EQ(json::parse(ok.body)["request_id"], "é");
   EXPECT_EQ(r.http.post(r.url + "/finish", R"({"request_id": "é"})").status, 200);
   EXPECT_TRUE(r.idle(1));
+}
+
+TEST(RouterProcessHostile, ANumberBeyondADoubleIs400) {
+  // Found by router_http_fuzz: the parser throws out_of_range, not parse_error, for these.
+  RouterProcess r;
+  ASSERT_NE(r.url, "");
+  for (const std::string body :
+       {R"({"hashes": [1e400], "tokens": 16})", R"({"hashes": [1], "tokens": -1e999})",
+        R"({"name": "x", "endpoint": 1E+400})"}) {
+    const std::string path = body.starts_with(R"({"name")") ? "/instances" : "/route";
+    expect_refused(r.http.post(r.url + path, body), 400, "number overflow", body);
+    ASSERT_TRUE(r.idle()) << body;
+  }
 }
 
 TEST(RouterProcessHostile, ABodyShorterThanItsContentLengthIsRefusedAndRoutesNothing) {
