@@ -74,17 +74,25 @@ void append_excerpt(const json& v, std::string& out) {
 std::string json_text_error(std::string_view text, std::size_t max_depth) {
   std::size_t depth = 0;
   bool in_string = false;
+  bool escaped = false;  // the previous byte was a backslash in a string
   for (std::size_t i = 0; i < text.size();) {
-    const std::size_t n = utf8_length(text, i);
-    if (n == 0) {
-      return fmt::format("the body is not UTF-8 (byte {} is 0x{:02x}); send UTF-8 JSON", i,
-                         static_cast<unsigned char>(text[i]));
-    }
     const char c = text[i];
-    i += n;
+    if (static_cast<unsigned char>(c) >= 0x80) {  // never structural: only check it
+      const std::size_t n = utf8_length(text, i);
+      if (n == 0) {
+        return fmt::format("the body is not UTF-8 (byte {} is 0x{:02x}); send UTF-8 JSON", i,
+                           static_cast<unsigned char>(c));
+      }
+      i += n;
+      escaped = false;
+      continue;
+    }
+    ++i;
     if (in_string) {
-      if (c == '\\') {
-        i += i < text.size() ? utf8_length(text, i) : 0;  // an escaped character; 0: checked next
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
       } else if (c == '"') {
         in_string = false;
       }
