@@ -217,8 +217,24 @@ TEST(RouterProcessHostile, ABodyShorterThanItsContentLengthIsRefusedAndRoutesNot
   const std::string head =
       "POST /route HTTP/1.1\r\nHost: router\r\nContent-Type: "
       "application/json\r\nContent-Length: ";
-  // The client sends a whole JSON object but fewer bytes than it declared, and
-  // ends its side: the router answers 400 and routes nothing.
+  // The client sends a whole JSON object but fewer bytes than it declared and
+  // goes away without reading: the refusal is counted, and nothing was routed.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port_of(r.url));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string cut = head + std::to_string(body.size() + 100) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, cut.data(), cut.size(), MSG_NOSIGNAL), static_cast<ssize_t>(cut.size()));
+  close(fd);
+  EXPECT_TRUE(test::poll_until([&] {
+    return r.http.get(r.url + "/metrics")
+               .body.find(R"(requests_total{code="400",endpoint="route",pool="router"} 1)") !=
+           std::string::npos;
+  }));
+  EXPECT_TRUE(r.idle());
+  // The same, but the client ends only its side and reads: 400, nothing routed.
   const std::string answer =
       send_raw(port_of(r.url), head + std::to_string(body.size() + 100) + "\r\n\r\n" + body);
   EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos) << answer;
