@@ -4,12 +4,6 @@
 // a request over HTTP to the instance a real kvbm publisher says holds its
 // prefix, and exits 0 on SIGTERM.
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/config.h"
+#include "router_child.h"
 #include "router_process_test_util.h"
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
@@ -24,72 +19,7 @@ namespace kvbm::router_process {
 namespace {
 
 using nlohmann::json;
-
-/// A child process running kvbm-router with `args`; its stdout and stderr are pipes.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& args) {
-    int out[2];
-    int err[2];
-    if (pipe(out) != 0 || pipe(err) != 0) throw std::runtime_error("pipe failed");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      close(out[0]);
-      close(err[0]);
-      std::vector<char*> argv;
-      std::string bin = KVBM_ROUTER_BINARY;
-      argv.push_back(bin.data());
-      std::vector<std::string> copy = args;
-      for (auto& a : copy) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    out_ = fdopen(out[0], "r");
-    err_ = err[0];
-  }
-  ~Child() {
-    if (pid_ > 0 && status_ < 0) {
-      kill(pid_, SIGKILL);
-      wait_exit();
-    }
-    if (out_ != nullptr) fclose(out_);
-    close(err_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  /// Returns the next line of its stdout ("" at the end).
-  std::string line() {
-    char buf[4096];
-    return fgets(buf, sizeof buf, out_) != nullptr ? std::string(buf) : std::string();
-  }
-  /// Returns all of its stderr (after it exited).
-  std::string err() {
-    std::string s;
-    char buf[4096];
-    for (ssize_t n; (n = read(err_, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
-    return s;
-  }
-  void signal(int sig) { kill(pid_, sig); }
-  /// Waits for it to exit; returns its exit status (-1 when killed by a signal).
-  int wait_exit() {
-    int st = 0;
-    waitpid(pid_, &st, 0);
-    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 1000;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-  int err_ = -1;
-  int status_ = -1;
-};
+using test::Child;
 
 TEST(RouterProcessCli, BadOptionsExit2WithAMessage) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -101,6 +31,9 @@ TEST(RouterProcessCli, BadOptionsExit2WithAMessage) {
       {{"--listen", "8000"}, "is not HOST:PORT"},
       {{"--block-size", "0"}, "at least 1 token"},
       {{"--load-weight"}, "a value is missing"},
+      {{"--max-body-bytes", "1"}, "--max-body-bytes: at least 2"},
+      {{"--max-json-depth", "1"}, "--max-json-depth: 2..10000"},
+      {{"--max-json-depth", "10001"}, "--max-json-depth: 2..10000"},
   };
   for (const auto& [args, says] : cases) {
     Child c(args);
@@ -120,10 +53,8 @@ TEST(RouterProcessCli, ServesRoutesAndStopsOnSigterm) {
   b.store({11, 12, 13});  // published before the router starts: it asks for a replay
   Child c({"--listen", "127.0.0.1:0", "--instance", a.spec(), "--instance", b.spec(),
            "--block-size", "16", "--tier-cost", "G2=0.1", "--load-weight", "0.5"});
-  const std::string first = c.line();
-  const auto at = first.find("http://");
-  ASSERT_NE(at, std::string::npos) << first;
-  const std::string url = first.substr(at, first.find(' ', at) - at);
+  const std::string url = test::listening_url(c);
+  ASSERT_NE(url, "");
 
   test::HttpClient http;
   json d;

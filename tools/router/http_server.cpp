@@ -36,11 +36,12 @@ const char* reason(int status) {
   }
 }
 
-void send(mg_connection* conn, const HttpReply& r) {
+void send(mg_connection* conn, const HttpReply& r, bool close) {
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\n\r\n",
-            r.status, reason(r.status), r.content_type.c_str(), r.body.size());
+            "Cache-Control: no-store\r\n%s\r\n",
+            r.status, reason(r.status), r.content_type.c_str(), r.body.size(),
+            close ? "Connection: close\r\n" : "");
   if (!r.body.empty()) mg_write(conn, r.body.data(), r.body.size());
 }
 
@@ -48,26 +49,37 @@ std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
     if (c == '"' || c == '\\') out += '\\';
-    out += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u >= 0x7f) ? ' ' : c;  // the reply stays ASCII, hence UTF-8
   }
   return out + "\"";
 }
 
-// Reads the whole body; false when it exceeds the limit.
-bool read_body(mg_connection* conn, std::string& body) {
+// Reads the body: whole, up to `limit` + 1 bytes (then kOverLimit), or until
+// the connection ends or a chunk breaks (kEndedEarly). CivetWeb's mg_read()
+// returns 0 both at the end of a body with a Content-Length and when the
+// client closed before it, so a short body is told by its length.
+BodyRead read_body(mg_connection* conn, long long declared, std::size_t limit, std::string& body) {
+  if (declared > 0 && static_cast<unsigned long long>(declared) > limit)
+    return BodyRead::kOverLimit;
   std::array<char, 16384> buf{};
   for (;;) {
     const int n = mg_read(conn, buf.data(), buf.size());
-    if (n <= 0) return true;
-    if (body.size() + static_cast<std::size_t>(n) > HttpServer::kMaxBodyBytes) return false;
+    if (n < 0) return BodyRead::kEndedEarly;  // a broken chunked body
+    if (n == 0) {
+      const bool short_body = declared >= 0 && body.size() < static_cast<std::size_t>(declared);
+      return short_body ? BodyRead::kEndedEarly : BodyRead::kWhole;
+    }
+    if (body.size() + static_cast<std::size_t>(n) > limit) return BodyRead::kOverLimit;
     body.append(buf.data(), static_cast<std::size_t>(n));
   }
 }
 
 }  // namespace
 
-HttpServer::HttpServer(const std::string& address, int port, int threads, Handler handler)
-    : address_(address), handler_(std::move(handler)) {
+HttpServer::HttpServer(const std::string& address, int port, int threads, Handler handler,
+                       std::size_t max_body_bytes)
+    : address_(address), handler_(std::move(handler)), max_body_bytes_(max_body_bytes) {
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
   const bool v6 = address.find(':') != std::string::npos;
@@ -103,24 +115,26 @@ std::string HttpServer::url() const {
 }
 
 int HttpServer::on_request(mg_connection* conn, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
   const mg_request_info* info = mg_get_request_info(conn);
   HttpRequest req;
   req.method = info->request_method != nullptr ? info->request_method : "";
   req.path = info->local_uri != nullptr ? info->local_uri : "";
-  HttpReply reply;
-  if (!read_body(conn, req.body)) {
-    reply.status = 413;
-    reply.body = R"({"error": "the body is over 64 MiB; send fewer hashes per request"})";
-  } else {
-    try {
-      reply = static_cast<HttpServer*>(self)->handler_(req);
-    } catch (const std::exception& e) {
-      reply.status = 500;
-      reply.content_type = "application/json";
-      reply.body = std::string(R"({"error": )") + quoted(e.what()) + "}";
-    }
+  for (int i = 0; i < info->num_headers; ++i) {
+    const mg_header& h = info->http_headers[i];
+    req.headers.emplace_back(h.name != nullptr ? h.name : "", h.value != nullptr ? h.value : "");
   }
-  send(conn, reply);
+  req.body_read = read_body(conn, info->content_length, server->max_body_bytes_, req.body);
+  HttpReply reply;
+  try {
+    reply = server->handler_(req);
+  } catch (const std::exception& e) {
+    reply.status = 500;
+    reply.content_type = "application/json";
+    reply.body = std::string(R"({"error": )") + quoted(e.what()) + "}";
+  }
+  // A body not read to its end leaves the connection unusable: CivetWeb closes it.
+  send(conn, reply, req.body_read != BodyRead::kWhole);
   return reply.status;
 }
 

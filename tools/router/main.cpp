@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   try {
     RouterService service(options);
-    HttpServer server(options.listen_address, options.listen_port, options.http_threads,
-                      [&service](const HttpRequest& r) { return service.handle(r); });
+    HttpServer server(
+        options.listen_address, options.listen_port, options.http_threads,
+        [&service](const HttpRequest& r) { return service.handle(r); }, options.max_body_bytes);
     fmt::print("kvbm-router: listening on {} ({} instances, policy {})\n", server.url(),
                options.instances.size(), kvbm::router::to_string(options.router.policy));
     std::fflush(stdout);

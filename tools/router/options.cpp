@@ -155,6 +155,14 @@ RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
     } else if (flag == "--max-in-flight") {
       o.max_in_flight = number<std::size_t>(flag, v);
       if (o.max_in_flight == 0) bad("--max-in-flight: at least 1");
+    } else if (flag == "--max-body-bytes") {
+      o.max_body_bytes = number<std::size_t>(flag, v);
+      if (o.max_body_bytes < 2) bad("--max-body-bytes: at least 2 (the body {})");
+    } else if (flag == "--max-json-depth") {
+      o.max_json_depth = number<std::size_t>(flag, v);
+      if (o.max_json_depth < 2 || o.max_json_depth > 10000) {
+        bad("--max-json-depth: 2..10000 (a route body is 2 deep)");
+      }
     } else if (flag == "--http-threads") {
       o.http_threads = number<int>(flag, v);
       if (o.http_threads < 1 || o.http_threads > 1024) bad("--http-threads: 1..1024");
@@ -197,6 +205,8 @@ Options:
   --silence-timeout-ms N      an instance silent this long is stale (default 0: never)
   --replay-timeout-ms N       a replay unanswered this long is given up (default 1000)
   --max-in-flight N           routed requests awaiting /finish at most (default 1000000)
+  --max-body-bytes N          a larger request body is refused, 413 (default 67108864: 64 MiB)
+  --max-json-depth N          a body nested deeper is refused, 400 (default 32; 2..10000)
   --http-threads N            HTTP worker threads (default 4)
 )";
 }

@@ -37,6 +37,10 @@ struct RouterProcessOptions {
   std::chrono::milliseconds replay_timeout{1000};
   /// Routed requests kept for /finish at most; beyond, /route answers 503.
   std::size_t max_in_flight = 1'000'000;
+  /// A request body over this many bytes is answered 413 unread.
+  std::size_t max_body_bytes = 64u << 20;
+  /// A JSON body nested deeper (arrays and objects) is answered 400 unparsed.
+  std::size_t max_json_depth = 32;
   bool help = false;
 };
 

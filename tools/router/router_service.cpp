@@ -24,6 +24,7 @@
 #include "kvbm/router/kv_event_feed.h"
 #include "kvbm/router/kv_indexer.h"
 #include "kvbm/router/kv_router.h"
+#include "router/json_body.h"
 
 namespace kvbm::router_process {
 namespace {
@@ -36,15 +37,10 @@ constexpr std::array<const char*, 6> kEndpoints{"route",     "finish",  "health"
                                                 "instances", "metrics", "other"};
 constexpr std::array<int, 9> kCodes{200, 201, 400, 404, 405, 409, 413, 500, 503};
 constexpr std::size_t kMaxRequestIdBytes = 256;
-
-/// A client's mistake, answered with `status` and {"error": message}.
-struct ClientError {
-  int status;
-  std::string message;
-};
+constexpr std::size_t kMaxFeedMessageBytes = 300;  // of the feed's reason to refuse an instance
 
 HttpReply json_reply(int status, const json& body) {
-  return {status, "application/json", body.dump()};
+  return {status, "application/json", dump_reply(body)};
 }
 
 HttpReply error_reply(int status, std::string_view message) {
@@ -55,31 +51,6 @@ json tier_counts(const router::TierBlockCounts& c) {
   json out = json::object();
   for (const TierId t : kTiers) out[std::string(to_string(t))] = c[static_cast<std::size_t>(t)];
   return out;
-}
-
-json parse_body(const std::string& body, std::string_view shape) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw ClientError{400, fmt::format("the body is not JSON ({}); send {}", e.what(), shape)};
-  }
-  if (!j.is_object()) {
-    throw ClientError{400, fmt::format("the body must be a JSON object: {}", shape)};
-  }
-  return j;
-}
-
-std::string string_field(const json& j, const char* name, std::string_view shape, bool required) {
-  const auto it = j.find(name);
-  if (it == j.end()) {
-    if (!required) return {};
-    throw ClientError{400, fmt::format("\"{}\" is missing; send {}", name, shape)};
-  }
-  if (!it->is_string()) {
-    throw ClientError{400, fmt::format("\"{}\" must be a string, not {}", name, it->dump())};
-  }
-  return it->get<std::string>();
 }
 
 std::uint64_t hash_of(const json& v, std::size_t i) {
@@ -93,7 +64,7 @@ std::uint64_t hash_of(const json& v, std::size_t i) {
   }
   throw ClientError{400, fmt::format("\"hashes\"[{}]: {} is not a block hash (an unsigned 64-bit "
                                      "integer, or its decimal string)",
-                                     i, v.dump())};
+                                     i, describe(v))};
 }
 
 /// The feed's counters as Prometheus counters (it keeps no registry of its own).
@@ -152,6 +123,16 @@ router::KvRouterOptions router_options(const RouterProcessOptions& o,
 std::string run_prefix() {
   std::random_device rd;
   return fmt::format("{:08x}", rd());
+}
+
+// Returns the request's index in kEndpoints (its metrics label).
+std::size_t endpoint_of(std::string_view path) {
+  if (path == "/route") return 0;
+  if (path == "/finish") return 1;
+  if (path == "/health") return 2;
+  if (path == "/instances" || path.starts_with("/instances/")) return 3;
+  if (path == "/metrics") return 4;
+  return 5;
 }
 
 }  // namespace
@@ -226,15 +207,17 @@ struct RouterService::Impl {
 InstanceId RouterService::Impl::add(events::EventSource source) {
   // Called with instances_mu held.
   if (instances.contains(source.name)) {
-    throw ClientError{409, fmt::format("an instance named \"{}\" is already live; DELETE "
-                                       "/instances/{} first or pick another name",
-                                       source.name, source.name)};
+    throw ClientError{409, fmt::format("an instance named {} is already live; DELETE "
+                                       "/instances/NAME first or pick another name",
+                                       quote(source.name))};
   }
   InstanceId id = 0;
   try {
     id = feed.add_instance(source.name, source);
-  } catch (const UsageError& e) {  // the feed leaves no instance behind
-    throw ClientError{400, fmt::format("instance \"{}\": {}", source.name, e.what())};
+  } catch (const UsageError& e) {           // the feed leaves no instance behind
+    const std::string_view why = e.what();  // may name the endpoint: cut
+    throw ClientError{400, fmt::format("instance {}: {}", quote(source.name),
+                                       why.substr(0, kMaxFeedMessageBytes))};
   }
   if (names.size() <= id) names.resize(id + 1);
   names[id] = source.name;
@@ -255,7 +238,7 @@ std::uint64_t hashes_of(const json& j, std::string_view shape, std::vector<std::
   const auto hs = j.find("hashes");
   if (hs == j.end()) throw ClientError{400, fmt::format("\"hashes\" is missing; send {}", shape)};
   if (!hs->is_array()) {
-    throw ClientError{400, "\"hashes\" must be an array of block hashes, not " + hs->dump()};
+    throw ClientError{400, "\"hashes\" must be an array of block hashes, not " + describe(*hs)};
   }
   out.reserve(hs->size());
   for (std::size_t i = 0; i < hs->size(); ++i) out.push_back(hash_of((*hs)[i], i));
@@ -263,7 +246,7 @@ std::uint64_t hashes_of(const json& j, std::string_view shape, std::vector<std::
   if (tk == j.end()) throw ClientError{400, fmt::format("\"tokens\" is missing; send {}", shape)};
   if (!tk->is_number_unsigned() && !(tk->is_number_integer() && tk->get<std::int64_t>() >= 0)) {
     throw ClientError{
-        400, "\"tokens\" must be the prompt's token count (an integer >= 0), not " + tk->dump()};
+        400, "\"tokens\" must be the prompt's token count (an integer >= 0), not " + describe(*tk)};
   }
   return tk->get<std::uint64_t>();
 }
@@ -285,14 +268,15 @@ std::uint64_t token_keys_of(const json& j, std::string_view shape, std::uint32_t
     if (!t.is_number_unsigned() || t.get<std::uint64_t>() > UINT32_MAX) {
       throw ClientError{400, fmt::format("\"token_ids\"[{}] must be a token id (0 .. 2^32-1), "
                                          "not {}",
-                                         i, t.dump())};
+                                         i, describe(t))};
     }
     tokens.push_back(t.get<std::uint32_t>());
   }
   std::optional<std::int64_t> lora;
   if (const auto l = j.find("lora_id"); l != j.end() && !l->is_null()) {
     if (!l->is_number_integer()) {
-      throw ClientError{400, "\"lora_id\" must be an integer (the adapter's id), not " + l->dump()};
+      throw ClientError{400,
+                        "\"lora_id\" must be an integer (the adapter's id), not " + describe(*l)};
     }
     lora = l->get<std::int64_t>();
   }
@@ -306,7 +290,7 @@ HttpReply RouterService::Impl::route(const std::string& body) {
   static constexpr std::string_view kShape =
       R"({"hashes": [u64, ...], "tokens": N} (--key hashes) or )"
       R"({"token_ids": [u32, ...]} (--key tokens))";
-  const json j = parse_body(body, kShape);
+  const json j = parse_body(body, kShape, options.max_json_depth);
   std::vector<std::uint64_t> hashes;
   std::uint64_t tokens = 0;
   if (options.key == router::BlockKey::kTokens) {
@@ -335,9 +319,8 @@ HttpReply RouterService::Impl::route(const std::string& body) {
     if (in_flight.size() >= options.max_in_flight || !in_flight.emplace(id, d).second) {
       router.finish(d);
       if (in_flight.contains(id)) {
-        throw ClientError{409, "\"request_id\" \"" + id +
-                                   "\" is in flight already; finish it "
-                                   "or pick another id"};
+        throw ClientError{409, "\"request_id\" " + quote(id) +
+                                   " is in flight already; finish it or pick another id"};
       }
       throw ClientError{503, fmt::format("{} requests are in flight (--max-in-flight): POST "
                                          "/finish the requests that have ended",
@@ -365,15 +348,15 @@ HttpReply RouterService::Impl::route(const std::string& body) {
 
 HttpReply RouterService::Impl::finish(const std::string& body) {
   static constexpr std::string_view kShape = R"({"request_id": "..."})";
-  const json j = parse_body(body, kShape);
+  const json j = parse_body(body, kShape, options.max_json_depth);
   const std::string id = string_field(j, "request_id", kShape, true);
   router::RouteDecision d;
   {
     std::lock_guard lock(flight_mu);
     const auto it = in_flight.find(id);
     if (it == in_flight.end()) {
-      throw ClientError{404, "unknown \"request_id\" \"" + id +
-                                 "\": never routed by this router run, or finished already "
+      throw ClientError{404, "unknown \"request_id\" " + quote(id) +
+                                 ": never routed by this router run, or finished already "
                                  "(finish each routed request once)"};
     }
     d = it->second;
@@ -456,7 +439,7 @@ HttpReply RouterService::Impl::metrics() {
 HttpReply RouterService::Impl::add_instance(const std::string& body) {
   static constexpr std::string_view kShape =
       R"({"name": "...", "endpoint": "tcp://host:port", "replay_endpoint": "...", "topic": ""})";
-  const json j = parse_body(body, kShape);
+  const json j = parse_body(body, kShape, options.max_json_depth);
   events::EventSource s;
   s.name = string_field(j, "name", kShape, true);
   s.endpoint = string_field(j, "endpoint", kShape, true);
@@ -464,8 +447,8 @@ HttpReply RouterService::Impl::add_instance(const std::string& body) {
   s.topic = string_field(j, "topic", kShape, false);
   if (s.name.empty()) throw ClientError{400, "\"name\" is empty; name the instance"};
   if (s.endpoint.find("://") == std::string::npos) {
-    throw ClientError{400, "\"endpoint\": \"" + s.endpoint +
-                               "\" is not a ZeroMQ endpoint (e.g. tcp://engine-0:5557)"};
+    throw ClientError{400, "\"endpoint\": " + quote(s.endpoint) +
+                               " is not a ZeroMQ endpoint (e.g. tcp://engine-0:5557)"};
   }
   const router::KvRouterStats rs = router.stats();
   std::lock_guard lock(instances_mu);
@@ -478,7 +461,7 @@ HttpReply RouterService::Impl::remove_instance(const std::string& name) {
   std::lock_guard lock(instances_mu);
   const auto it = instances.find(name);
   if (it == instances.end()) {
-    throw ClientError{404, "no instance named \"" + name + "\" (GET /instances lists them)"};
+    throw ClientError{404, "no instance named " + quote(name) + " (GET /instances lists them)"};
   }
   feed.remove_instance(it->second.id);
   const InstanceId id = it->second.id;
@@ -489,45 +472,40 @@ HttpReply RouterService::Impl::remove_instance(const std::string& name) {
 HttpReply RouterService::Impl::dispatch(const HttpRequest& r, std::size_t& endpoint) {
   const auto method = [&r](const char* want, std::string_view what) {
     if (r.method != want) {
-      throw ClientError{405, fmt::format("{} takes {}, not {}", what, want, r.method)};
+      throw ClientError{405, fmt::format("{} takes {}, not {}", what, want, quote(r.method))};
     }
   };
+  endpoint = endpoint_of(r.path);
+  check_body(r, options.max_body_bytes);  // before anything is done with it
   if (r.path == "/route") {
-    endpoint = 0;
     method("POST", "/route");
     return route(r.body);
   }
   if (r.path == "/finish") {
-    endpoint = 1;
     method("POST", "/finish");
     return finish(r.body);
   }
   if (r.path == "/health") {
-    endpoint = 2;
     method("GET", "/health");
     return health();
   }
   if (r.path == "/instances") {
-    endpoint = 3;
     if (r.method == "POST") return add_instance(r.body);
     method("GET", "/instances");
     return list_instances();
   }
   if (r.path.starts_with("/instances/")) {
-    endpoint = 3;
     method("DELETE", "/instances/NAME");
     return remove_instance(r.path.substr(11));
   }
   if (r.path == "/metrics") {
-    endpoint = 4;
     method("GET", "/metrics");
     return metrics();
   }
-  endpoint = 5;
   throw ClientError{404, fmt::format("no endpoint {} {}: the endpoints are POST /route, POST "
                                      "/finish, GET /health, GET /metrics, GET|POST /instances, "
                                      "DELETE /instances/NAME",
-                                     r.method, r.path)};
+                                     quote(r.method), quote(r.path))};
 }
 
 RouterService::RouterService(const RouterProcessOptions& options)

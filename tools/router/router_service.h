@@ -6,7 +6,10 @@
 // Prometheus registry. handle() answers one HTTP request; HttpServer calls it
 // on its worker threads. docs/router.md ("The router process") lists the
 // endpoints, their JSON and their errors: 400 for a body that is not the
-// JSON asked for (the message names the field and what it wants), 404 for an
+// JSON asked for (the message names the field and what it wants, quoting at
+// most 64 bytes of a bad value), not UTF-8, nested over --max-json-depth, or
+// cut short of its Content-Length (http_request.h, json_body.h), 413 for one
+// over --max-body-bytes; nothing is routed for a refused request; 404 for an
 // unknown request id, instance or endpoint, 405 for a wrong method, 409 for a
 // duplicate instance name or request id, 503 when no instance is live.
 //
