@@ -6,7 +6,12 @@
 // costs on top of the disk. benchmarks/disk_vs_fio.sh compares with fio.
 //
 //   KVBM_BENCH_DISK_DIR     directory of the pool files (default /var/tmp; use a real disk, not
-//   tmpfs) KVBM_BENCH_DISK_BLOCKS  blocks in the pool and per batch (default 256: a 513 MiB file)
+//                           tmpfs)
+//   KVBM_BENCH_DISK_BLOCKS  blocks in the pool and per batch (default 256: a 513 MiB file)
+//   KVBM_BENCH_DISK_KEEP    a file name: the pool file is moved to KVBM_BENCH_DISK_DIR/NAME
+//                           at exit (replacing one there), whole and written, so that a
+//                           baseline (fio in benchmarks/compare.py) reads the very file the
+//                           engine read, in the same state, with the same flags
 //
 // Each iteration moves every block once, in a random slot order, as one batch.
 
@@ -117,9 +122,16 @@ struct Env {
         pool->block_bytes(), dir.c_str(), pool->slot_bytes(), pool->direct_io() ? "on" : "off");
   }
   ~Env() {
+    std::error_code ec;
+    if (const char* keep = std::getenv("KVBM_BENCH_DISK_KEEP"); keep != nullptr && *keep != '\0') {
+      // A link made before the scratch pool removes its file on destruction.
+      const std::filesystem::path kept = dir.parent_path() / keep;
+      std::filesystem::remove(kept, ec);
+      std::filesystem::create_hard_link(pool->path(), kept, ec);
+      if (ec) std::fprintf(stderr, "disk_bench: keeping the pool file: %s\n", ec.message().c_str());
+    }
     pool.reset();
     bare.reset();
-    std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
   std::unique_ptr<DiskStorage> make(const char* name) const {
