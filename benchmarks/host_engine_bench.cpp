@@ -120,8 +120,8 @@ void BM_Memcpy_Baseline(benchmark::State& state) {
 
 /// The engine's worker count for `threads` (0: its default), as the engine reports it.
 std::size_t engine_threads(std::size_t threads) {
-  const LayoutConfig c{.num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 1,
-                       .dtype_bytes = 1};
+  const LayoutConfig c{
+      .num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 1, .dtype_bytes = 1};
   auto a = kvbm::make_host_storage(c.block_bytes());
   auto b = kvbm::make_host_storage(c.block_bytes());
   kvbm::HostEngineOptions options;
