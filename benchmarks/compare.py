@@ -8,7 +8,7 @@
     python3 benchmarks/compare.py --only replay-metadata --baseline-commit main
 
 Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two
-Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy,
+Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy at equal threads,
 recovery beside bare pread, persistent beside scratch writes, offload pipeline and onboarding
 beside the raw engines, router index and router process beside bare maps and a bare HTTP round
 trip), kvbm's disk engine and fio at the same engine, queue depth and I/O size, the remote

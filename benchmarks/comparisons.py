@@ -131,13 +131,23 @@ class GBench:
 
 
 class Fio:
-    """fio on the disk directory, with the engine, queue depth and I/O size given."""
+    """fio on the disk directory, with the engine, queue depth and I/O size given.
 
-    def __init__(self, rw, engine, depth, bs, size, runtime=4, fdatasync=0):
+    With `file` (reads only), fio reads that file of the disk directory instead of its own
+    fio.dat: the pool file the kvbm side of the same round wrote and read (disk_bench,
+    KVBM_BENCH_DISK_KEEP), so both sides read the same written extents in the same state.
+    With `fixedbufs`, io_uring reads go into registered buffers, as kvbm's do. With `payload`,
+    the bytes counted are the payload of each I/O (the 2 MiB block of each 2 MiB + 4 KiB
+    slot), as kvbm counts them."""
+
+    def __init__(self, rw, engine, depth, bs, size, runtime=4, fdatasync=0, file=None,
+                 fixedbufs=False, payload=None):
         self.rw, self.engine, self.depth, self.bs, self.size = rw, engine, depth, bs, size
-        self.runtime, self.fdatasync = runtime, fdatasync
+        self.runtime, self.fdatasync, self.file = runtime, fdatasync, file
+        self.fixedbufs, self.payload = fixedbufs, payload
         self.what = f"fio {engine} {rw} qd {depth}" + (
-            f", fdatasync every {fdatasync} writes a job" if fdatasync else "")
+            f", fdatasync every {fdatasync} writes a job" if fdatasync else "") + (
+            ", kvbm's pool file" if file else "") + (", fixedbufs" if fixedbufs else "")
         self.unit = "MB/s"
 
     def missing(self, ctx):
@@ -146,15 +156,23 @@ class Fio:
     def measure(self, ctx):
         # psync reaches a queue depth of N with N jobs; io_uring/libaio with one job N deep.
         sync = self.engine == "psync"
-        cmd = ["fio", "--name=cmp", f"--filename={os.path.join(ctx.disk(), 'fio.dat')}",
+        path = os.path.join(ctx.disk(), self.file or "fio.dat")
+        if self.file and os.path.getsize(path) < self.size:  # never let fio lay it out anew
+            raise RuntimeError(f"{path} is smaller than {self.size} bytes")
+        cmd = ["fio", "--name=cmp", f"--filename={path}",
                f"--size={self.size}", f"--bs={self.bs}", f"--rw={self.rw}", "--direct=1",
                f"--ioengine={self.engine}", f"--numjobs={self.depth if sync else 1}",
                f"--iodepth={1 if sync else self.depth}", "--group_reporting", "--time_based",
-               f"--runtime={self.runtime}", "--fallocate=native", "--randrepeat=0",
-               f"--fdatasync={self.fdatasync}", "--output-format=json"]
+               f"--runtime={self.runtime}", "--randrepeat=0", f"--fdatasync={self.fdatasync}",
+               "--output-format=json"]
+        if not self.file:
+            cmd.append("--fallocate=native")
+        if self.fixedbufs:
+            cmd.append("--fixedbufs")
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         job = json.loads(out[out.index("{"):])["jobs"][0]
-        return job["read" if "read" in self.rw else "write"]["bw_bytes"] / 1e6
+        bw = job["read" if "read" in self.rw else "write"]["bw_bytes"]
+        return bw * (self.payload / self.bs if self.payload else 1) / 1e6
 
 
 class RedisBenchmark:
@@ -246,9 +264,24 @@ DISK_BLOCKS = int(os.environ.get("KVBM_BENCH_DISK_BLOCKS", "256"))
 DISK_QD = int(os.environ.get("KVBM_BENCH_QD", "4"))
 
 
+def registers_buffers(slots):
+    """Whether io_uring_register_buffers of `slots` slots succeeds here (as root, or within
+    RLIMIT_MEMLOCK): kvbm's io_uring engine then reads with READ_FIXED, so fio gets --fixedbufs."""
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    return os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= slots * DISK_SLOT
+
+
+# The file a kvbm read round leaves in the disk directory (disk_bench, KVBM_BENCH_DISK_KEEP),
+# which the fio read of the same round reads.
+DISK_KEPT = "kvbm-pool.slots"
+
+
 def disk_comparisons():
     """Each engine beside fio with the same engine: psync (N jobs, one I/O each) against the
-    thread pool, io_uring (one job, N deep) against kvbm's io_uring engine."""
+    thread pool, io_uring (one job, N deep) against kvbm's io_uring engine. Reads: fio reads the
+    pool file kvbm's side wrote and read just before in the same round (the same extents, both
+    O_DIRECT), with registered buffers where kvbm's ring has them, counting payload bytes."""
     env = {"KVBM_BENCH_DISK_DIR": lambda ctx: ctx.disk(),
            "KVBM_BENCH_DISK_BLOCKS": str(DISK_BLOCKS)}
     size = DISK_BLOCKS * DISK_SLOT
@@ -256,14 +289,21 @@ def disk_comparisons():
     for engine, fio_engine, label in ((0, "psync", "thread pool"), (1, "io_uring", "io_uring")):
         for op, case, rw in (("write", "BM_DiskWriteEngine_Write", "randwrite"),
                              ("read", "BM_DiskReadEngine_Read", "randread")):
+            kvbm_env = dict(env, KVBM_BENCH_DISK_KEEP=DISK_KEPT) if op == "read" else env
             kvbm = GBench("disk_bench", f"{case}/qd:{DISK_QD}/engine:{engine}/",
-                          "bytes_per_second", min_time=1.0, env=env,
+                          "bytes_per_second", min_time=1.0, env=kvbm_env,
                           what=f"kvbm {label} {op}")
+            if op == "read":
+                fio = Fio(rw, fio_engine, DISK_QD, DISK_SLOT, size, file=DISK_KEPT,
+                          fixedbufs=engine == 1 and registers_buffers(2 * DISK_QD),
+                          payload=DISK_BLOCK)
+            else:
+                fio = Fio(rw, fio_engine, DISK_QD, DISK_SLOT, size)
             target = {(1, "read"): ">= 0.95", (1, "write"): ">= 0.95",
                       (0, "read"): ">= 0.9"}.get((engine, op))
             out.append(Comparison(f"disk-{op}-{fio_engine.replace('_', '')}",
-                                  f"G3 {op} (checksums included), {label}, qd {DISK_QD}", kvbm,
-                                  Fio(rw, fio_engine, DISK_QD, DISK_SLOT, size), target))
+                                  f"G3 {op} (checksums included), {label}, qd {DISK_QD}"
+                                  + (", one file" if op == "read" else ""), kvbm, fio, target))
     return out
 
 
@@ -298,20 +338,24 @@ def remote_cluster_comparisons():
 
 
 def host_engine_comparisons():
-    """The host engine (default threads) beside one memcpy of the same bytes, contiguous to
-    contiguous on the calling thread, for batches of 16, 32 and 64 blocks of 2 MiB: offload
-    (G1 layer-separated -> G2 contiguous), onboard (G2 -> G1), separated -> separated."""
+    """The host engine beside memcpy of the same bytes (contiguous to contiguous) at equal
+    threads, for batches of 16, 32 and 64 blocks of 2 MiB: one engine worker beside one memcpy
+    thread (-1), and the engine's default worker count N beside N memcpy threads, each copying
+    1/N of the bytes (-n); both baselines run on worker threads the caller starts and waits for,
+    as the engine's. Paths: offload (G1 layer-separated -> G2 contiguous), onboard (G2 -> G1),
+    separated -> separated."""
     out = []
     for label, case, what, target in (
             ("offload", "SeparatedToContiguous", "G1 layer-separated -> G2 contiguous", ">= 0.9"),
             ("onboard", "ContiguousToSeparated", "G2 contiguous -> G1 layer-separated", ">= 0.9"),
             ("separated", "SeparatedToSeparated", "layer-separated -> layer-separated", None)):
         for blocks in (16, 32, 64):
-            kvbm = f"BM_HostEngine_{case}/blocks:{blocks}/threads:0/"
-            out.append(gb_pair(f"host-{label}-{blocks}",
-                               f"host engine, {what}, {blocks} blocks ({2 * blocks} MiB)",
-                               "host_engine_bench", kvbm, f"BM_Memcpy_Baseline/blocks:{blocks}/",
-                               "bytes_per_second", target))
+            for threads, tag, says in ((1, "1", "1 thread"), (0, "n", "N threads")):
+                args = f"blocks:{blocks}/threads:{threads}/"
+                out.append(gb_pair(f"host-{label}-{blocks}-{tag}",
+                                   f"host engine, {what}, {blocks} blocks ({2 * blocks} MiB), "
+                                   f"{says}", "host_engine_bench", f"BM_HostEngine_{case}/{args}",
+                                   f"BM_Memcpy_Threads/{args}", "bytes_per_second", target))
     return out
 
 

@@ -6,11 +6,19 @@
 // costs on top of the disk. benchmarks/disk_vs_fio.sh compares with fio.
 //
 //   KVBM_BENCH_DISK_DIR     directory of the pool files (default /var/tmp; use a real disk, not
-//   tmpfs) KVBM_BENCH_DISK_BLOCKS  blocks in the pool and per batch (default 256: a 513 MiB file)
+//                           tmpfs)
+//   KVBM_BENCH_DISK_BLOCKS  blocks in the pool and per batch (default 256: a 513 MiB file)
+//   KVBM_BENCH_DISK_NO_FLUSH  1: the read cases read the pool without the fdatasync that
+//                           otherwise follows its writing (the state sitting D measured)
+//   KVBM_BENCH_DISK_KEEP    a file name: the pool file is moved to KVBM_BENCH_DISK_DIR/NAME
+//                           at exit (replacing one there), whole and written, so that a
+//                           baseline (fio in benchmarks/compare.py) reads the very file the
+//                           engine read, in the same state, with the same flags
 //
 // Each iteration moves every block once, in a random slot order, as one batch.
 
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +32,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -117,9 +126,16 @@ struct Env {
         pool->block_bytes(), dir.c_str(), pool->slot_bytes(), pool->direct_io() ? "on" : "off");
   }
   ~Env() {
+    std::error_code ec;
+    if (const char* keep = std::getenv("KVBM_BENCH_DISK_KEEP"); keep != nullptr && *keep != '\0') {
+      // A link made before the scratch pool removes its file on destruction.
+      const std::filesystem::path kept = dir.parent_path() / keep;
+      std::filesystem::remove(kept, ec);
+      std::filesystem::create_hard_link(pool->path(), kept, ec);
+      if (ec) std::fprintf(stderr, "disk_bench: keeping the pool file: %s\n", ec.message().c_str());
+    }
     pool.reset();
     bare.reset();
-    std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
   std::unique_ptr<DiskStorage> make(const char* name) const {
@@ -193,6 +209,16 @@ void BM_DiskReadEngine_Read(benchmark::State& state) {
     const TransferOutcome o = writer.submit(e.pairs(true))->wait();
     if (!o.ok()) {
       state.SkipWithError(std::string(o.message()).c_str());
+      return;
+    }
+    // Flushed before it is read (a FLUSH to the device: on a VM, the host writes its cache of
+    // the disk image back), so that no read benefits from, or waits behind, write-back of the
+    // pool just written; fio's read of the same file (benchmarks/compare.py) finds it flushed too.
+    // KVBM_BENCH_DISK_NO_FLUSH=1 reads it unflushed, as sitting D did (docs/benchmarks.md).
+    const char* no_flush = std::getenv("KVBM_BENCH_DISK_NO_FLUSH");
+    const bool flush = no_flush == nullptr || std::string_view(no_flush) != "1";
+    if (flush && ::fdatasync(e.pool->fd()) != 0) {
+      state.SkipWithError("fdatasync of the pool file failed");
       return;
     }
     written = true;

@@ -15,7 +15,11 @@
 #         (BLOCKS slots), randwrite then randread, time based.
 #   With KVBM_FIO_LIBAIO=1 also fio --ioengine=libaio --iodepth=QD --numjobs=1.
 #   With KVBM_BENCH_ENGINE=io_uring: ours is the io_uring engine (engine:1) and fio runs
-#   --ioengine=io_uring --iodepth=QD --numjobs=1 (one ring, QD in flight, as ours).
+#   --ioengine=io_uring --iodepth=QD --numjobs=1 (one ring, QD in flight, as ours), its reads
+#   with --fixedbufs (ours read into registered buffers; as root or within RLIMIT_MEMLOCK).
+#   fio's reads read the pool file ours wrote and read just before in the same round
+#   (disk_bench KVBM_BENCH_DISK_KEEP), so both sides read the same extents in the same state;
+#   fio's writes write its own file.
 #
 # Rounds: ours and fio alternate (A B A B ...) ROUNDS times; each round gives a
 # ratio per direction, and the summary is the median ratio with its min..max
@@ -89,14 +93,27 @@ echo "== engine $engine: fio --ioengine=$fio_engine --numjobs=$fio_jobs --iodept
 echo "== load before: $(cat /proc/loadavg)"
 cat /proc/loadavg > "$work/load_before"
 
+fixedbufs=()
+if [[ $engine == io_uring ]] &&
+  { [[ $(id -u) -eq 0 ]] || [[ $(ulimit -l) == unlimited ]] ||
+    (($(ulimit -l) * 1024 >= 2 * qd * slot)); }; then
+  fixedbufs=(--fixedbufs)
+fi
 fio_run() {  # name rw ioengine numjobs iodepth
-  fio --name="$1" --filename="$work/fio.dat" --size="$size" --bs="$slot" --rw="$2" --direct=1 \
+  local file=$work/fio.dat extra=(--fallocate=native)
+  if [[ $2 == randread ]]; then
+    file=$work/kvbm-pool.slots
+    extra=()
+    [[ $3 == io_uring ]] && extra=("${fixedbufs[@]}")
+  fi
+  fio --name="$1" --filename="$file" --size="$size" --bs="$slot" --rw="$2" --direct=1 \
     --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting --time_based \
-    --runtime="$runtime" --fallocate=native --randrepeat=0 --output-format=json > "$work/$1.json"
+    --runtime="$runtime" --randrepeat=0 "${extra[@]}" --output-format=json > "$work/$1.json"
 }
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r/$rounds: ours ($bench), then fio"
-  KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks "$bench" \
+  KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks KVBM_BENCH_DISK_KEEP=kvbm-pool.slots \
+    "$bench" \
     --benchmark_filter="^BM_Disk(WriteEngine_Write|ReadEngine_Read)/qd:$qd/engine:$engine_arg/" \
     --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
     --benchmark_out="$work/ours-$r.json" --benchmark_out_format=json > /dev/null

@@ -6,7 +6,12 @@
 // `blocks` source and destination ids from fixed random permutations, so no two
 // blocks of a batch are adjacent (nothing merges across blocks).
 //
-//   BM_Memcpy_Baseline                 one memcpy of blocks x 2 MiB, contiguous to contiguous
+//   BM_Memcpy_Baseline                 one memcpy of blocks x 2 MiB, contiguous to contiguous,
+//                                      on the calling thread
+//   BM_Memcpy_Threads                  the same bytes split in T equal pieces, one memcpy each
+//                                      on T worker threads that the calling thread starts and
+//                                      waits for (threads:0: T = the engine's default count),
+//                                      the baseline at equal threads for the engine's rows
 //   BM_MemcpyPerRegion_Baseline        the engine's plan, memcpy'd region by region on the
 //                                      calling thread (separated -> contiguous)
 //   BM_HostEngine_SeparatedToContiguous   G1 (layer separated) -> G2 (offload)
@@ -16,15 +21,17 @@
 //
 // Arguments: {blocks per batch, engine threads (0: the default, min(4, cores))}.
 // Bytes/s counts the bytes of the blocks moved. Real time: the copies run on
-// the engine's workers. Figure of merit: engine bytes/s over
-// BM_Memcpy_Baseline bytes/s at the same batch size (target >= 0.9).
+// the engine's workers. Figure of merit: engine bytes/s over BM_Memcpy_Threads
+// bytes/s at the same batch size and the same number of threads (target >= 0.9).
 
 #include <algorithm>
+#include <barrier>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -111,6 +118,56 @@ void BM_Memcpy_Baseline(benchmark::State& state) {
   set_bytes(state, blocks);
 }
 
+/// The engine's worker count for `threads` (0: its default), as the engine reports it.
+std::size_t engine_threads(std::size_t threads) {
+  const LayoutConfig c{
+      .num_layers = 1, .outer_dim = 1, .page_size = 1, .inner_dim = 1, .dtype_bytes = 1};
+  auto a = kvbm::make_host_storage(c.block_bytes());
+  auto b = kvbm::make_host_storage(c.block_bytes());
+  kvbm::HostEngineOptions options;
+  options.threads = threads;
+  return kvbm::HostTransferEngine(Layout::fully_contiguous(c, 1, a->base()),
+                                  Layout::fully_contiguous(c, 1, b->base()), options)
+      .threads();
+}
+
+/// memcpy of blocks x 2 MiB split in equal pieces over T worker threads, started and awaited
+/// by the calling thread each iteration (as the engine's workers are by submit() and wait()).
+void BM_Memcpy_Threads(benchmark::State& state) {
+  const auto blocks = static_cast<std::size_t>(state.range(0));
+  const std::size_t threads = engine_threads(static_cast<std::size_t>(state.range(1)));
+  const std::size_t bytes = blocks * model().block_bytes();
+  auto src = kvbm::make_host_storage(bytes);
+  auto dst = kvbm::make_host_storage(bytes);
+  std::memset(reinterpret_cast<void*>(src->base()), 1, bytes);
+  std::memset(reinterpret_cast<void*>(dst->base()), 2, bytes);
+  std::barrier sync(static_cast<std::ptrdiff_t>(threads + 1));
+  bool stop = false;  // written before a barrier phase, read after it
+  std::vector<std::thread> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      const std::size_t begin = bytes * t / threads, end = bytes * (t + 1) / threads;
+      for (;;) {
+        sync.arrive_and_wait();
+        if (stop) return;
+        std::memcpy(reinterpret_cast<void*>(dst->base() + begin),
+                    reinterpret_cast<const void*>(src->base() + begin), end - begin);
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  for (auto _ : state) {
+    sync.arrive_and_wait();  // start
+    sync.arrive_and_wait();  // every piece copied
+    benchmark::ClobberMemory();
+  }
+  stop = true;
+  sync.arrive_and_wait();
+  for (auto& w : workers) w.join();
+  set_bytes(state, blocks);
+  state.counters["threads"] = static_cast<double>(threads);
+}
+
 void BM_MemcpyPerRegion_Baseline(benchmark::State& state) {
   const auto blocks = static_cast<std::size_t>(state.range(0));
   Pool src = make_pool(LayoutKind::kLayerSeparated, 1);
@@ -177,6 +234,7 @@ void engine_sweep(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Memcpy_Baseline)->Apply(batch_sizes);
+BENCHMARK(BM_Memcpy_Threads)->Apply(engine_sweep);
 BENCHMARK(BM_MemcpyPerRegion_Baseline)->Apply(batch_sizes);
 BENCHMARK(BM_HostEngine_SeparatedToContiguous)->Apply(engine_sweep);
 BENCHMARK(BM_HostEngine_ContiguousToSeparated)->Apply(engine_sweep);

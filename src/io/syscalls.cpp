@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -50,6 +51,9 @@ int real_fstat(int fd, struct stat* st) { return ::fstat(fd, st); }
 int real_mkdirat(int dirfd, const char* path, unsigned mode) {
   return ::mkdirat(dirfd, path, static_cast<mode_t>(mode));
 }
+std::int64_t real_sendmsg(int fd, const struct msghdr* msg, int flags) {
+  return ::sendmsg(fd, msg, flags);
+}
 
 constexpr SyscallTable kRealTable{
     .openat = real_openat,
@@ -65,6 +69,7 @@ constexpr SyscallTable kRealTable{
     .flock = real_flock,
     .fstat = real_fstat,
     .mkdirat = real_mkdirat,
+    .sendmsg = real_sendmsg,
 };
 
 std::atomic<const SyscallTable*> g_table{&kRealTable};

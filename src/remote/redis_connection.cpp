@@ -17,11 +17,17 @@ extern "C" {  // sds.h (which hiredis.h includes first) has no C++ guard
 #include <hiredis/hiredis.h>
 
 #include "kvbm/error.h"
+#include "kvbm/io/syscalls.h"
 
 namespace kvbm::remote {
 namespace {
 
 constexpr std::size_t kReadChunk = std::size_t{256} * 1024;  // least room offered to one read()
+// Least bytes offered to one sendmsg() while headers are left to fill: small values (64 KiB)
+// go out several to a call, as a pipelining client sends them, rather than one call (and one
+// TCP push) per value, which costs the server and the loopback stack CPU per byte; a value of
+// this size or more still goes out as soon as its own header is filled.
+constexpr std::size_t kSendChunk = std::size_t{512} * 1024;
 
 // An error reply's status: a full server, an access refused, or any other error.
 RemoteStatus classify_error(std::string_view e) {
@@ -301,14 +307,17 @@ RemoteStatus RedisConnection::read_available(ReplySink& sink, std::size_t expect
 namespace {
 
 /// Sends what it can of iov[next, limit) without waiting; moves `next` (and the partly sent
-/// iovec) past what went out. Returns false on a failure of the socket (errno set).
-bool send_some(int fd, std::vector<iovec>& iov, std::size_t& next, std::size_t limit) {
+/// iovec) past what went out and adds it to `sent`. Returns false on a failure of the socket
+/// (errno set).
+bool send_some(int fd, std::vector<iovec>& iov, std::size_t& next, std::size_t limit,
+               std::size_t& sent) {
   msghdr m{};
   m.msg_iov = &iov[next];
   m.msg_iovlen = std::min<std::size_t>(limit - next, IOV_MAX);
-  const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+  const std::int64_t n = io::syscalls().sendmsg(fd, &m, MSG_NOSIGNAL);
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
   auto left = static_cast<std::size_t>(n);
+  sent += left;
   while (left > 0) {
     if (left >= iov[next].iov_len) {
       left -= iov[next].iov_len;
@@ -333,17 +342,26 @@ RemoteStatus RedisConnection::exchange(RedisRequest& request, ReplySink& sink,
              "RedisConnection::exchange: a request with blank headers needs a RequestFiller");
   sink_ = &sink;
   std::vector<iovec> iov;
+  std::vector<std::size_t> ends;  // ends[i]: the request's bytes up to the end of segment i
   iov.reserve(request.segments_.size());
+  ends.reserve(request.segments_.size());
   for (const auto& s : request.segments_) {
     const void* base = s.external != nullptr
                            ? static_cast<const void*>(s.external)
                            : static_cast<const void*>(request.bytes_.data() + s.offset);
     iov.push_back({const_cast<void*>(base), s.size});
+    ends.push_back((ends.empty() ? 0 : ends.back()) + s.size);
   }
   // Segments before `ready` may go out: those before the first header not yet filled.
-  std::size_t filled = 0, next = 0;
+  std::size_t filled = 0, next = 0, sent = 0;
   const auto ready = [&] {
     return filled < request.blanks_.size() ? request.blanks_[filled].segment : iov.size();
+  };
+  // Bytes that may go out and have not: fewer than kSendChunk makes the next header worth
+  // filling before anything is sent.
+  const auto sendable = [&] {
+    const std::size_t r = ready();
+    return (r == 0 ? 0 : ends[r - 1]) - sent;
   };
   const auto fill_next = [&] {
     const auto& b = request.blanks_[filled];
@@ -355,8 +373,8 @@ RemoteStatus RedisConnection::exchange(RedisRequest& request, ReplySink& sink,
   while (replies_read_ < expected) {
     if (Clock::now() >= deadline)
       return fail(RemoteStatus::kTimeout, "no answer within the command timeout");
-    if (next == ready() && filled < request.blanks_.size()) {
-      fill_next();  // nothing to send until it is filled
+    if (filled < request.blanks_.size() && sendable() < kSendChunk) {
+      fill_next();  // too little to send until it is filled
       continue;
     }
     // With headers left to fill, look without waiting: a socket that cannot take more (or has
@@ -372,7 +390,8 @@ RemoteStatus RedisConnection::exchange(RedisRequest& request, ReplySink& sink,
       if (work) fill_next();
       continue;
     }
-    if ((p.revents & POLLOUT) != 0 && next < ready() && !send_some(ctx_->fd, iov, next, ready()))
+    if ((p.revents & POLLOUT) != 0 && next < ready() &&
+        !send_some(ctx_->fd, iov, next, ready(), sent))
       return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
     if ((p.revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
       if (auto st = read_available(sink, expected); st != RemoteStatus::kOk) return st;

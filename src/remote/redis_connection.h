@@ -9,8 +9,10 @@
 //     is a poll() bounded by the time left;
 //   - SET values written straight from the caller's regions with sendmsg
 //     (hiredis would copy each value twice: formatting, then its output
-//     buffer), each value's header filled only when the bytes before it are
-//     on their way (a RequestFiller), so computing it overlaps the sending;
+//     buffer), each value's header filled during the exchange (a
+//     RequestFiller), only so far ahead that each sendmsg offers at least
+//     512 KiB (several small values a call, a large one alone), so computing
+//     it overlaps the sending;
 //   - replies read from the socket straight into the reader's buffer, and
 //     bulk replies handed to a sink while still there (the reply functions
 //     are replaced), so a GET's bytes are verified in place and copied once,
@@ -124,7 +126,8 @@ class RedisConnection {
   /// kConnectionLost, kServerError for a protocol error), the connection is
   /// closed and replies_read() says how many replies the sink saw. The request's blank
   /// headers are written by `filler` (required when it has any), each before its segment is
-  /// sent: while the socket cannot take more, the next ones are filled instead of waiting.
+  /// sent, and ahead of the sending until at least 512 KiB can go out in one sendmsg (or all
+  /// are filled): while the socket cannot take more, the next ones are filled instead of waiting.
   RemoteStatus exchange(RedisRequest& request, ReplySink& sink, Clock::time_point deadline,
                         RequestFiller* filler = nullptr);
   [[nodiscard]] std::size_t replies_read() const noexcept { return replies_read_; }

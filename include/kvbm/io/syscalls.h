@@ -1,4 +1,5 @@
-// kvbm/io/syscalls.h: the one indirection every disk syscall goes through.
+// kvbm/io/syscalls.h: the one indirection every disk syscall goes through
+// (and the remote tier's sendmsg, so a test can see how its values are sent).
 //
 // The disk tier never calls open, pread, pwrite, fallocate, ... directly: it
 // calls through the SyscallTable in force, which holds plain function
@@ -34,8 +35,9 @@
 
 #include "kvbm/error.h"
 
-struct iovec;  // <sys/uio.h>
-struct stat;   // <sys/stat.h>
+struct iovec;   // <sys/uio.h>
+struct msghdr;  // <sys/socket.h>
+struct stat;    // <sys/stat.h>
 
 namespace kvbm::io {
 
@@ -58,6 +60,8 @@ struct SyscallTable {
   int (*fstat)(int fd, struct stat* st);
   /// mkdirat(2).
   int (*mkdirat)(int dirfd, const char* path, unsigned mode);
+  /// sendmsg(2): the remote tier's requests (src/remote/redis_connection.cpp).
+  std::int64_t (*sendmsg)(int fd, const struct msghdr* msg, int flags);
 };
 
 /// Returns the table of the real syscalls.
