@@ -329,6 +329,12 @@ hash_vectors_bin() {
   if [[ -x "$vectors" ]]; then printf '%s\n' "$vectors"; fi
 }
 
+# The release tree's kvbm-replay, when built (tests/python/test_router_model.py runs it).
+replay_bin() {
+  local replay="$KVBM_BUILD_ROOT/release/tools/replay/kvbm-replay"
+  if [[ -x "$replay" ]]; then printf '%s\n' "$replay"; fi
+}
+
 # Sets $detail to pytest's summary line in log $1, or to "pytest exited with $2".
 pytest_detail() {
   detail="$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
@@ -351,8 +357,8 @@ stage_python() {
   fi
   local log="$venv/pytest.log"
   kvbm_log "python: pytest tests/python"
-  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" "$venv/bin/python" -m pytest \
-    -q -rfEs tests/python) 2>&1 | tee "$log"
+  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_REPLAY="$(replay_bin)" \
+    "$venv/bin/python" -m pytest -q -rfEs tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures python "$log"
