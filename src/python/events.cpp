@@ -114,9 +114,9 @@ void bind_events(nb::module_& m) {
       .def(
           "__init__",
           [](BlockRemoved* self, nb::handle block_hashes, std::string medium) {
-            new (self) BlockRemoved{
-                integers_of<std::uint64_t>(block_hashes, "BlockRemoved: block_hashes"),
-                std::move(medium)};
+            new (self)
+                BlockRemoved{integers_of<std::uint64_t>(block_hashes, "BlockRemoved: block_hashes"),
+                             std::move(medium)};
           },
           "block_hashes"_a, "medium"_a = "GPU")
       .def_ro("block_hashes", &BlockRemoved::block_hashes)
