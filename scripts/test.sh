@@ -391,6 +391,12 @@ signature_selection() {
   fi
 }
 
+# The release tree's kvbm-replay, when built (tests/python/test_router_model.py runs it).
+replay_bin() {
+  local replay="$KVBM_BUILD_ROOT/release/tools/replay/kvbm-replay"
+  if [[ -x "$replay" ]]; then printf '%s\n' "$replay"; fi
+}
+
 # Sets $detail to pytest's summary line in log $1, or to "pytest exited with $2".
 pytest_detail() {
   detail="$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
@@ -414,8 +420,8 @@ stage_python() {
   local log="$venv/pytest.log"
   kvbm_log "python: pytest tests/python"
   signature_selection
-  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" "$venv/bin/python" -m pytest \
-    -q -rfEs "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
+  (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_REPLAY="$(replay_bin)" \
+    "$venv/bin/python" -m pytest -q -rfEs "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures python "$log"
@@ -495,8 +501,8 @@ EOF
   signature_selection
   (cd "$KVBM_ROOT" && "$@" env LD_PRELOAD="$preload" \
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" KVBM_EXPECTED_EXTENSION="$expected" \
-    KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_STRESS_SCALE="$stress_scale" \
-    "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs \
+    KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_REPLAY="$(replay_bin)" \
+    KVBM_STRESS_SCALE="$stress_scale" "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs \
     "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"

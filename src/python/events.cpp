@@ -20,6 +20,7 @@
 #include "kvbm/events/event_sink.h"
 #include "kvbm/events/kv_events.h"
 #include "python/bindings.h"
+#include "python/integers.h"
 
 namespace kvbm::python {
 
@@ -75,8 +76,30 @@ void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::st
 
 void bind_events(nb::module_& m) {
   using namespace events;
+  using namespace nb::literals;
   nb::class_<BlockStored>(m, "BlockStored",
                           "Blocks registered under new hashes (one parent chain).")
+      .def(
+          "__init__",
+          [](BlockStored* self, nb::handle block_hashes, std::optional<std::uint64_t> parent,
+             std::string medium, std::uint32_t block_size, nb::handle token_ids,
+             std::optional<std::int64_t> lora_id) {
+            BlockStored e;
+            e.block_hashes = integers_of<std::uint64_t>(block_hashes, "BlockStored: block_hashes");
+            e.parent_block_hash = parent;
+            if (!token_ids.is_none()) {
+              e.token_ids = integers_of<std::uint32_t>(token_ids, "BlockStored: token_ids");
+            }
+            e.block_size = block_size;
+            e.lora_id = lora_id;
+            e.medium = std::move(medium);
+            new (self) BlockStored(std::move(e));
+          },
+          "block_hashes"_a, "parent_block_hash"_a = nb::none(), "medium"_a = "GPU",
+          "block_size"_a = 0, "token_ids"_a = nb::none(), "lora_id"_a = nb::none(),
+          "An event as a pool publishes it: `block_hashes` in chain order under "
+          "`parent_block_hash` (None for a root), in `medium` ('GPU', 'CPU', 'STORAGE', "
+          "'REMOTE').")
       .def_ro("block_hashes", &BlockStored::block_hashes)
       .def_ro("parent_block_hash", &BlockStored::parent_block_hash)
       .def_ro("token_ids", &BlockStored::token_ids)
@@ -88,6 +111,14 @@ void bind_events(nb::module_& m) {
                ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
       });
   nb::class_<BlockRemoved>(m, "BlockRemoved", "Registered blocks that left their pool.")
+      .def(
+          "__init__",
+          [](BlockRemoved* self, nb::handle block_hashes, std::string medium) {
+            new (self)
+                BlockRemoved{integers_of<std::uint64_t>(block_hashes, "BlockRemoved: block_hashes"),
+                             std::move(medium)};
+          },
+          "block_hashes"_a, "medium"_a = "GPU")
       .def_ro("block_hashes", &BlockRemoved::block_hashes)
       .def_ro("medium", &BlockRemoved::medium)
       .def("__repr__", [](const BlockRemoved& e) {
@@ -95,6 +126,12 @@ void bind_events(nb::module_& m) {
                ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
       });
   nb::class_<AllBlocksCleared>(m, "AllBlocksCleared", "Everything a pool held is gone.")
+      .def(
+          "__init__",
+          [](AllBlocksCleared* self, std::string medium) {
+            new (self) AllBlocksCleared{std::move(medium)};
+          },
+          "medium"_a = "")
       .def_ro("medium", &AllBlocksCleared::medium);
 }
 

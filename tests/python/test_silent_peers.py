@@ -13,6 +13,7 @@ import kvbm
 from conftest import pages, small_config
 from redis_server import remote_available
 from silent_peers import accepts_never_answers, connects_within, never_accepts
+from skips import skip_or_fail
 
 
 def test_accepts_never_answers_connects_and_stays_silent():
@@ -36,7 +37,7 @@ def test_never_accepts_never_completes_a_handshake():
 @pytest.mark.parametrize("peer", [accepts_never_answers, never_accepts])
 def test_g4_on_a_silent_peer_never_delays_the_manager(peer):
     if not remote_available():
-        pytest.skip("kvbm was built without the remote tier (install libhiredis-dev)")
+        skip_or_fail("kvbm was built without the remote tier (install libhiredis-dev)")
     with peer() as port:
         cfg = small_config(disk=0)
         cfg.remote.urls = [f"redis://127.0.0.1:{port}"]

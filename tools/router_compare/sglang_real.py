@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """SGLang's real router (sglang-router 0.3.2, `--policy cache_aware`, its
-defaults) in front of router_compare.py's cluster model.
+defaults) in front of the cluster model of router_compare.py (cluster_model.py).
 
 Starts N tiny HTTP workers in this process, the router binary in front of
 them (`python -m sglang_router.launch_router`, from a venv that has the
-wheel), and replays the trace through router_compare.simulate: each request
+wheel), and replays the trace through cluster_model.simulate: each request
 goes to the router's /generate, the worker that receives it is the choice,
 and the worker holds its answer until the request's simulated prefill ends
 (in simulated time: the driver releases it when the next arrival passes its
@@ -29,7 +29,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import router_compare  # noqa: E402
+import cluster_model  # noqa: E402
 
 
 def free_port():
@@ -95,7 +95,7 @@ def worker(index, shared):
 
 
 class SglangReal:
-    """A router for router_compare.simulate: the real SGLang router over HTTP."""
+    """A router for cluster_model.simulate: the real SGLang router over HTTP."""
 
     def __init__(self, base, shared):
         self.base = base
@@ -147,7 +147,7 @@ class SglangReal:
 
 
 def text_of(length, hashes):
-    return "".join(chr(0x10000 + h) * router_compare.tokens_in_block(length, i)
+    return "".join(chr(0x10000 + h) * cluster_model.tokens_in_block(length, i)
                    for i, h in enumerate(hashes))
 
 
@@ -181,30 +181,31 @@ def start_router(n, shared, log_path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--replay", default=os.path.join(router_compare.ROOT, "build", "release",
+    p.add_argument("--replay", default=os.path.join(cluster_model.ROOT, "build", "release",
                                                     "tools", "replay", "kvbm-replay"))
     p.add_argument("--trace", default=None)
-    p.add_argument("--instances", default="4,8")
+    p.add_argument("--instances", default="2,4,8")
     p.add_argument("--requests", type=int, default=0, help="the trace's first N (0: all)")
     p.add_argument("--log", default="/tmp/sglang-router.log", help="the router's output")
     p.add_argument("--json", help="the figures, as JSON")
     args = p.parse_args(argv)
-    trace_path = args.trace or router_compare.default_trace()
-    trace = router_compare.load_trace(trace_path)
+    trace_path = args.trace or cluster_model.default_trace()
+    trace = cluster_model.load_trace(trace_path)
     if args.requests:
         trace = trace[:args.requests]
     assert max(h for _, _, hs in trace for h in hs) < 0x10FFFF - 0x10000
     out = []
     for n in map(int, args.instances.split(",")):
-        for tiers, g2 in router_compare.TIERS.items():
-            rate = router_compare.kvbm_replay(args.replay, trace_path, n, g2,
-                                              ["--router", "round_robin"])[2]
+        for tiers, g2 in cluster_model.TIERS.items():
+            rate = cluster_model.run_replay(args.replay, trace_path, n, g2,
+                                            "round_robin")["cluster"]["prefill_tokens_per_s"]
             shared = Shared()
             router, workers, base = start_router(n, shared, args.log)
             real = SglangReal(base, shared)
             try:
                 t0 = time.time()
-                hits, p99, _ = router_compare.simulate(trace, n, g2, rate, real)
+                result = cluster_model.simulate(trace, n, g2, rate, real)
+                hits, p99 = result.hit_ratio, result.p99
                 real.release_all()
             finally:
                 router.terminate()
