@@ -2,7 +2,7 @@
 // program, run as a child) checks the shared G4 on a real redis-server started
 // by the test on a loopback port, and GET /health says what it found: "ok" with
 // an ACL user that has kvbm's rights; "refused" with the reason wrongpass for a
-// wrong password (the password in no answer nor log line) and noperm for a user
+// wrong password (the password in no answer nor log line), noauth for none, and noperm for a user
 // whose key pattern leaves out kvbm's keys, with the server (its URL without the
 // password), the user and the server's reply; "down", not refused, once the
 // server is killed, and "ok" again when it is back. /metrics carries the
@@ -149,6 +149,17 @@ TEST(RouterRemoteHealth, WrongPasswordIsRefusedWithoutThePassword) {
   const std::string err = r.child.err();
   EXPECT_NE(err.find("WRONGPASS"), std::string::npos) << err;  // logged, once
   EXPECT_EQ(err.find(kWrong), std::string::npos) << err;
+}
+
+TEST(RouterRemoteHealth, NoPasswordIsRefusedNoAuth) {
+  KVBM_NEED_REDIS();
+  auto s = server_with_user("~kvbm:*");
+  Router r("redis://127.0.0.1:" + std::to_string(s->port()) + "/0");
+  ASSERT_FALSE(r.url.empty());
+  const json g4 = r.g4_when("refused");
+  EXPECT_EQ(g4["reason"], "noauth") << g4.dump();
+  EXPECT_EQ(g4["user"], "default") << g4.dump();
+  EXPECT_NE(g4["refusal"].get<std::string>().find("NOAUTH"), std::string::npos) << g4.dump();
 }
 
 TEST(RouterRemoteHealth, KeyPatternWithoutKvbmKeysIsRefusedNoPerm) {
