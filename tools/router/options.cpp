@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kvbm/remote/remote_store.h"
 #include "kvbm/tier.h"
 
 namespace kvbm::router_process {
@@ -69,6 +70,17 @@ void parse_listen(std::string_view text, RouterProcessOptions& o) {
   o.listen_address = std::string(host);
   o.listen_port = number<int>("--listen", text.substr(colon + 1));
   if (o.listen_port < 0 || o.listen_port > 65535) bad("--listen: the port is 0..65535");
+}
+
+// "--remote URL": kvbm-replay's grammar and rule (a cluster URL given once and alone).
+void add_remote(std::string_view url, RouterProcessOptions& o) {
+  if (const std::string why = remote_url_error(url); !why.empty()) bad("--remote: " + why);
+  const auto cluster = [](std::string_view u) { return u.starts_with("redis+cluster://"); };
+  if (!o.remote.empty() && (cluster(url) || cluster(o.remote.front()))) {
+    bad("--remote: a redis+cluster:// URL is given once and alone (list more nodes in it, "
+        "comma-separated)");
+  }
+  o.remote.emplace_back(url);
 }
 
 }  // namespace
@@ -163,6 +175,11 @@ RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
       if (o.max_json_depth < 2 || o.max_json_depth > 10000) {
         bad("--max-json-depth: 2..10000 (a route body is 2 deep)");
       }
+    } else if (flag == "--remote") {
+      add_remote(v, o);
+    } else if (flag == "--remote-check-ms") {
+      o.remote_check = std::chrono::milliseconds(number<std::uint32_t>(flag, v));
+      if (o.remote_check.count() == 0) bad("--remote-check-ms: at least 1");
     } else if (flag == "--http-threads") {
       o.http_threads = number<int>(flag, v);
       if (o.http_threads < 1 || o.http_threads > 1024) bad("--http-threads: 1..1024");
@@ -182,7 +199,7 @@ format) and answers over HTTP/JSON (docs/router.md, "The router process"):
   POST   /route            {"hashes": [u64...], "tokens": N}  -> the instance chosen
                            ({"token_ids": [u32...]} with --key tokens)
   POST   /finish           {"request_id": "..."}              -> its load taken off
-  GET    /health           instances, staleness, in-flight requests
+  GET    /health           instances, staleness, in-flight requests, G4 (with --remote)
   GET    /metrics          Prometheus text
   GET    /instances        the instances
   POST   /instances        {"name": ..., "endpoint": ..., "replay_endpoint": ..., "topic": ...}
@@ -208,6 +225,11 @@ Options:
   --max-body-bytes N          a larger request body is refused, 413 (default 67108864: 64 MiB)
   --max-json-depth N          a body nested deeper is refused, 400 (default 32; 2..10000)
   --http-threads N            HTTP worker threads (default 4)
+  --remote URL                G4 to check for /health: redis://[user:password@]host:port/db
+                              (repeat per shard) or redis+cluster://host:port[,host:port...];
+                              kvbm-replay's syntax; the password is never printed
+  --remote-check-ms N         between two G4 checks (SET, GET, EXISTS of a probe key
+                              under kvbm:; default 1000)
 )";
 }
 

@@ -41,6 +41,10 @@ struct RouterProcessOptions {
   std::size_t max_body_bytes = 64u << 20;
   /// A JSON body nested deeper (arrays and objects) is answered 400 unparsed.
   std::size_t max_json_depth = 32;
+  /// G4's servers, checked for /health (--remote, as kvbm-replay's; g4_health.h);
+  /// empty: no check.
+  std::vector<std::string> remote;
+  std::chrono::milliseconds remote_check{1000};  ///< between two G4 checks
   bool help = false;
 };
 

@@ -24,6 +24,7 @@
 #include "kvbm/router/kv_event_feed.h"
 #include "kvbm/router/kv_indexer.h"
 #include "kvbm/router/kv_router.h"
+#include "router/g4_health.h"
 #include "router/json_body.h"
 
 namespace kvbm::router_process {
@@ -166,6 +167,7 @@ struct RouterService::Impl {
                            .Help("Requests routed and not yet finished")
                            .Register(*registry)
                            .Add({{"pool", "router"}});
+    if (!o.remote.empty()) g4 = std::make_unique<G4Health>(o.remote, o.remote_check, registry);
   }
 
   HttpReply dispatch(const HttpRequest& r, std::size_t& endpoint);
@@ -202,6 +204,7 @@ struct RouterService::Impl {
   std::mutex flight_mu;  // guards the next two
   std::unordered_map<std::string, router::RouteDecision> in_flight;
   std::uint64_t next_request = 0;
+  std::unique_ptr<G4Health> g4;  // --remote: G4 checked for /health; first destroyed
 };
 
 InstanceId RouterService::Impl::add(events::EventSource source) {
@@ -419,14 +422,18 @@ HttpReply RouterService::Impl::health() {
     flying = in_flight.size();
   }
   const int code = list.empty() ? 503 : 200;
-  const char* status = list.empty() ? "no_instances" : fresh > 0 ? "ok" : "degraded";
-  return json_reply(code, json{{"status", status},
-                               {"policy", router::to_string(options.router.policy)},
-                               {"block_size", options.router.block_size},
-                               {"instances", std::move(list)},
-                               {"fresh_instances", fresh},
-                               {"in_flight", flying},
-                               {"decisions", rs.decisions}});
+  json g4_state = g4 ? g4->json() : json();  // a G4 down or refused degrades, as a stale instance
+  const bool g4_ok = !g4 || g4_state["state"] == "ok";
+  const char* status = list.empty() ? "no_instances" : fresh > 0 && g4_ok ? "ok" : "degraded";
+  json body{{"status", status},
+            {"policy", router::to_string(options.router.policy)},
+            {"block_size", options.router.block_size},
+            {"instances", std::move(list)},
+            {"fresh_instances", fresh},
+            {"in_flight", flying},
+            {"decisions", rs.decisions}};
+  if (g4) body["g4"] = std::move(g4_state);
+  return json_reply(code, body);
 }
 
 HttpReply RouterService::Impl::metrics() {

@@ -3,7 +3,8 @@
 // A RouterService owns the cluster's KvIndexer, the KvEventFeed that keeps it
 // (one ZeroMQ subscription per engine instance, kvbm's or vLLM's publisher),
 // a KvRouter, the routed requests not yet finished (by request id) and one
-// Prometheus registry. handle() answers one HTTP request; HttpServer calls it
+// Prometheus registry, and with --remote the G4 check /health reports
+// (g4_health.h). handle() answers one HTTP request; HttpServer calls it
 // on its worker threads. docs/router.md ("The router process") lists the
 // endpoints, their JSON and their errors: 400 for a body that is not the
 // JSON asked for (the message names the field and what it wants, quoting at
