@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include "disk/disk_test_util.h"
+#include "permission_checks.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -532,11 +533,13 @@ TEST_F(DiskStorageCreationTest, NoSpaceIsAnIoErrorAndTheFileIsRemoved) {
 }
 
 TEST_F(DiskStorageCreationTest, UnreadableDirectoryIsAnIoError) {
-  if (::geteuid() == 0) KVBM_SKIP_OR_FAIL("running as root: root ignores directory permissions");
   fs::create_directory(dir_->path() / "locked");
   fs::permissions(dir_->path() / "locked", fs::perms::owner_read | fs::perms::owner_exec);
   auto o = options();
   o.directory = dir_->path() / "locked";
+  // Root too: without CAP_DAC_OVERRIDE on this thread the directory's bits apply.
+  const test::PermissionChecksOn checks;
+  ASSERT_TRUE(checks.active()) << checks.why_not();
   auto r = DiskStorage::create(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, EACCES);

@@ -62,7 +62,9 @@ nlohmann::json replay_on(const std::string& trace, const std::string& url, std::
 /// The result's figures without what depends on the clock.
 nlohmann::json figures(nlohmann::json j) {
   nlohmann::json r = j["result"];
-  for (const char* k : {"wall_seconds", "requests_per_second", "blocks_per_second"}) r.erase(k);
+  for (const char* k : {"wall_seconds", "requests_per_second", "blocks_per_second", "cpu_seconds",
+                        "blocks_per_cpu_second"})
+    r.erase(k);
   for (auto& [name, path] : r["paths"].items()) path.erase("gb_per_s");
   return r;
 }

@@ -13,6 +13,7 @@
 
 #include "kvbm/hashing.h"
 #include "kvbm/token_block_sequence.h"
+#include "permission_checks.h"
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
@@ -285,7 +286,10 @@ TEST(ReplayTrace, UnreadableFileThrowsWithTheReason) {
   std::ofstream(p) << R"({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]})"
                    << "\n";
   std::filesystem::permissions(p, std::filesystem::perms::none);
-  if (std::ifstream(p)) KVBM_SKIP_OR_FAIL("running as root: a mode-000 file is still readable");
+  // Root too: without CAP_DAC_OVERRIDE on this thread a mode-000 file cannot be opened.
+  const kvbm::test::PermissionChecksOn checks;
+  ASSERT_TRUE(checks.active()) << checks.why_not();
+  ASSERT_FALSE(std::ifstream(p)) << "a mode-000 file opened with permission checks on";
   try {
     (void)read_trace_file(p, TraceOptions{});
     FAIL() << "an unreadable file did not throw";

@@ -49,7 +49,7 @@ def without_times(value):
     if isinstance(value, dict):
         return {k: without_times(v) for k, v in value.items()
                 if k not in ("wall_seconds", "requests_per_second", "blocks_per_second", "gb_per_s",
-                             "plot", "trace", "source")}
+                             "cpu_seconds", "blocks_per_cpu_second", "plot", "trace", "source")}
     if isinstance(value, list):
         return [without_times(v) for v in value]
     return value

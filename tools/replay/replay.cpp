@@ -1,5 +1,7 @@
 #include "replay/replay.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -349,10 +351,18 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// The CPU time this process has used so far, every thread, in seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // Fills what an instance's manager counted: evictions, paths and the audit.
-void collect_result(Instance& in, double wall) {
+void collect_result(Instance& in, double wall, double cpu) {
   ReplayResult& r = in.r;
   r.wall_seconds = wall;
+  r.cpu_seconds = cpu;
   r.audit = in.kvbm->audit();
   const KvBlockManagerStats stats = in.kvbm->stats();
   for (std::size_t t = 0; t < 3; ++t) {
@@ -441,10 +451,12 @@ class Replay {
 
   ReplayResult run() {
     start_ = Clock::now();
+    const double cpu_start = process_cpu_seconds();
     run_passes();
     for (auto& in : instances_) in.kvbm->drain();
     const double wall = seconds_since(start_);
-    for (auto& in : instances_) collect_result(in, wall);
+    const double cpu = process_cpu_seconds() - cpu_start;
+    for (auto& in : instances_) collect_result(in, wall, cpu);
     if (config_.on_finished) config_.on_finished(*instances_[0].kvbm);
     for (auto& in : instances_) in.kvbm->shutdown();
     if (cluster_) instances_[0].r.cluster = cluster_->figures();

@@ -196,6 +196,9 @@ struct ReplayResult {
   /// The router's figures (ReplayConfig::router).
   std::optional<ClusterFigures> cluster;
   double wall_seconds = 0;
+  /// CPU time of the whole process (every thread) over the same span as wall_seconds: the
+  /// work the replay did, which a loaded machine stretches far less than the wall time.
+  double cpu_seconds = 0;
   std::string audit;  ///< KvBlockManager::audit() at the end ("" = balanced)
 
   [[nodiscard]] std::uint64_t hits() const noexcept {

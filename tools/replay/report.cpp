@@ -227,6 +227,9 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   out << fmt::format("  wall time {:.2f} s   {:.0f} requests/s   {:.0f} blocks/s\n", r.wall_seconds,
                      r.wall_seconds > 0 ? static_cast<double>(r.requests) / r.wall_seconds : 0.0,
                      r.wall_seconds > 0 ? static_cast<double>(r.blocks) / r.wall_seconds : 0.0);
+  out << fmt::format("  CPU time {:.2f} s (every thread)   {:.0f} blocks per CPU second\n",
+                     r.cpu_seconds,
+                     r.cpu_seconds > 0 ? static_cast<double>(r.blocks) / r.cpu_seconds : 0.0);
   out << fmt::format("  audit: {}\n", r.audit.empty() ? "every pool balanced" : r.audit);
 }
 
@@ -346,6 +349,9 @@ nlohmann::json result_json(const ReplayResult& r) {
        r.wall_seconds > 0 ? static_cast<double>(r.requests) / r.wall_seconds : 0.0},
       {"blocks_per_second",
        r.wall_seconds > 0 ? static_cast<double>(r.blocks) / r.wall_seconds : 0.0},
+      {"cpu_seconds", r.cpu_seconds},
+      {"blocks_per_cpu_second",
+       r.cpu_seconds > 0 ? static_cast<double>(r.blocks) / r.cpu_seconds : 0.0},
       {"audit", r.audit},
   };
 }
