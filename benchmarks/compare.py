@@ -8,8 +8,8 @@
     python3 benchmarks/compare.py --only replay-metadata --baseline-commit main
 
 Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two
-Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy at equal threads,
-recovery beside bare pread, persistent beside scratch writes, offload pipeline and onboarding
+Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy at
+equal threads, recovery beside bare pread, persistent beside scratch writes, offload pipeline and onboarding
 beside the raw engines, router index and router process beside bare maps and a bare HTTP round
 trip), kvbm's disk engine and fio at the same engine, queue depth and I/O size, the remote
 tier and redis-benchmark on one redis-server or on a 3-primary Redis Cluster (both started on

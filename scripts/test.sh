@@ -502,8 +502,8 @@ EOF
   (cd "$KVBM_ROOT" && "$@" env LD_PRELOAD="$preload" \
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" KVBM_EXPECTED_EXTENSION="$expected" \
     KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_REPLAY="$(replay_bin)" \
-    KVBM_STRESS_SCALE="$stress_scale" "$venv/bin/python" -m pytest -p kvbm_sanitized_check --capture=sys -rfEs \
-    "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
+    KVBM_STRESS_SCALE="$stress_scale" "$venv/bin/python" -m pytest -p kvbm_sanitized_check \
+    --capture=sys -rfEs "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures "$stage" "$log"
