@@ -7,22 +7,22 @@
     python3 benchmarks/compare.py --markdown out.md --json out.json
     python3 benchmarks/compare.py --only replay-metadata --baseline-commit main
 
-Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two
-Google Benchmark cases of one binary (block manager, hashing, host engine beside memcpy at
-equal threads, recovery beside bare pread, persistent beside scratch writes, offload pipeline and onboarding
+Each comparison (benchmarks/comparisons.py) names a kvbm measure and its baseline: two Google
+Benchmark cases of one binary (block manager, hashing, host engine beside memcpy at equal threads,
+recovery beside bare pread, persistent beside scratch writes, offload pipeline and onboarding
 beside the raw engines, router index and router process beside bare maps and a bare HTTP round
-trip), kvbm's disk engine and fio at the same engine, queue depth and I/O size, the remote
-tier and redis-benchmark on one redis-server or on a 3-primary Redis Cluster (both started on
-loopback by the script), kvbm-replay runs (write-through beside on-eviction), and the Python
-benchmarks of benchmarks/python/ (SGLang's HiCacheFile beside KvbmStorage, vLLM's fs tier
-beside KvbmTier: one run of the script a round, which alternates the two sides itself; skipped
-without build/engines-venv or KVBM_ENGINES_VENV). A round runs kvbm once, then the baseline
-once (A B A B ...), each in its own process, reads the load average before each, and keeps the
-ratio of the two. The report gives, per comparison, the median of each side, the median ratio
-with its min..max over the rounds, the load average over the rounds, and the target judged on
-the median ratio ("range crosses" where one round falls on the other side of it); an
-absolute mark on kvbm's own median (e.g. recovery <= 2000 ms) is judged beside it. The
-machine is shared: only ratios within one round compare.
+trip), kvbm's disk engine and fio at the same engine, queue depth and I/O size, the remote tier and
+redis-benchmark on one redis-server or on a 3-primary Redis Cluster (both started on loopback by
+the script), kvbm-replay runs (write-through beside on-eviction), and the Python benchmarks of
+benchmarks/python/ (SGLang's HiCacheFile beside KvbmStorage, vLLM's fs tier beside KvbmTier: one
+run of the script a round, which alternates the two sides itself; skipped without
+build/engines-venv or KVBM_ENGINES_VENV). A round runs kvbm once, then the baseline once (A B A B
+...), each in its own process, reads the load average before each, and keeps the ratio of the two.
+The report gives, per comparison, the median of each side, the median ratio with its min..max over
+the rounds, the load average over the rounds, and the target judged on the median ratio ("range
+crosses" where one round falls on the other side of it); an absolute mark on kvbm's own median
+(e.g. recovery <= 2000 ms) is judged beside it. The machine is shared: only ratios within one round
+compare.
 
 How long --rounds 5 takes, as measured with --rounds 2 on the 2 shared cores at load 10-17
 (quieter, less): hashing-*, match-*, lifecycle-*, router-apply/-overlaps-*/-route and host-* about
