@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -43,29 +44,53 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
   return n;
 }
 
-// Appends v's JSON text to `out` until `out` is over kExcerptBytes. Each
-// level appends a byte before it descends, so the recursion stops within
-// kExcerptBytes + 1 levels whatever the value's depth.
-void append_excerpt(const json& v, std::string& out) {
+// Appends a scalar's (or a key's) JSON text to `out`, unless `out` is over kExcerptBytes.
+void append_leaf(const json& v, std::string& out) {
   if (out.size() > kExcerptBytes) return;
-  if (v.is_array() || v.is_object()) {
-    out += v.is_array() ? '[' : '{';
-    bool first = true;
-    for (auto it = v.begin(); it != v.end() && out.size() <= kExcerptBytes; ++it) {
-      if (!first) out += ',';
-      first = false;
-      if (v.is_object()) {
-        append_excerpt(json(it.key().substr(0, kExcerptBytes + 1)), out);
-        out += ':';
-      }
-      append_excerpt(*it, out);
-    }
-    out += v.is_array() ? ']' : '}';
-  } else if (v.is_string()) {
+  if (v.is_string()) {
     const auto& s = v.get_ref<const std::string&>();
     out += json(s.substr(0, kExcerptBytes + 1)).dump(-1, ' ', true, json::error_handler_t::replace);
   } else {
     out += v.dump(-1, ' ', true, json::error_handler_t::replace);  // a scalar: short
+  }
+}
+
+// Appends v's JSON text to `out` until `out` is over kExcerptBytes, then closes what it opened.
+// A loop over an explicit stack, not a recursion: a worker thread's stack can be small
+// (civetweb's, under ASan a few dozen frames), and each container opened appends a byte first,
+// so the stack holds at most kExcerptBytes + 1 entries whatever the value's depth.
+void append_excerpt(const json& root, std::string& out) {
+  struct Open {
+    const json* v;
+    json::const_iterator it;
+    bool first;
+  };
+  std::vector<Open> stack;
+  const auto enter = [&](const json& v) {
+    if (out.size() > kExcerptBytes) return;
+    if (v.is_array() || v.is_object()) {
+      out += v.is_array() ? '[' : '{';
+      stack.push_back({&v, v.cbegin(), true});
+    } else {
+      append_leaf(v, out);
+    }
+  };
+  enter(root);
+  while (!stack.empty()) {
+    Open& top = stack.back();
+    if (top.it == top.v->cend() || out.size() > kExcerptBytes) {
+      out += top.v->is_array() ? ']' : '}';
+      stack.pop_back();
+      continue;
+    }
+    if (!top.first) out += ',';
+    top.first = false;
+    const auto it = top.it++;
+    if (top.v->is_object()) {
+      append_leaf(json(it.key().substr(0, kExcerptBytes + 1)), out);
+      out += ':';
+    }
+    enter(*it);  // may grow the stack: `top` is not used after it
   }
 }
 
