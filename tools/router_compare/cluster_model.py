@@ -35,9 +35,13 @@ import math
 import os
 import subprocess
 import sys
-from collections import OrderedDict
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The LRU tier of the reference model (tools/tier_model/tier_model.py), whose rules this model
+# follows: one class, so the two cannot drift apart.
+sys.path.insert(0, os.path.join(ROOT, "tools", "tier_model"))
+from tier_model import Tier  # noqa: E402
+
 BLOCK_TOKENS = 512
 G1_BLOCKS = 1000
 TIERS = {"G1": 0, "G1+G2": 10000}  # configuration name -> G2 blocks per instance
@@ -71,32 +75,6 @@ def tokens_in_block(length, i):
     return 0 if start >= length else min(BLOCK_TOKENS, length - start)
 
 
-class Tier:
-    """An LRU tier of tools/tier_model/tier_model.py: blocks not in use in LRU
-    order (`free`, least recent first), blocks in use apart, never evicted."""
-
-    def __init__(self, capacity):
-        self.capacity = capacity
-        self.free = OrderedDict()
-        self.in_use = set()
-
-    def __contains__(self, key):
-        return key in self.free or key in self.in_use
-
-    def take(self, key):
-        del self.free[key]
-        self.in_use.add(key)
-
-    def release(self, key):
-        self.in_use.discard(key)
-        self.free[key] = None
-
-    def evict_for(self, count):
-        """Evicts least recent free blocks so that `count` more fit; returns them, oldest first."""
-        need = min(len(self.free) + len(self.in_use) + count - self.capacity, len(self.free))
-        return [self.free.popitem(last=False)[0] for _ in range(max(0, need))]
-
-
 class Instance:
     """One kvbm-replay instance in metadata-only mode: G1 of `g1` blocks and G2
     of `g2` (0: none), G2 filled on G1 eviction, blocks released last block
@@ -121,8 +99,8 @@ class Instance:
     parent, hashes), G1 as "GPU", G2 as "CPU"."""
 
     def __init__(self, g1, g2, events=None):
-        self.g1 = Tier(g1)
-        self.g2 = Tier(g2)
+        self.g1 = Tier("G1", g1)
+        self.g2 = Tier("G2", g2)
         self.events = events
 
     def _event(self, *event):
