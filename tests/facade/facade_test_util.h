@@ -7,6 +7,7 @@
 //                      device memory)
 //   pattern / compute  bytes that are a function of the hash; blocks computed into G1 and
 //   registered
+//   prefix(seed, n)    a prefix of n blocks: hashes chained from `seed`
 
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -24,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kvbm/hashing.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/storage/host_access.h"
 #include "kvbm/storage/layout.h"
@@ -117,6 +120,17 @@ inline void compute(KvBlockManager& kv, std::span<const SequenceHash> hashes) {
     complete.push_back(std::move((*blocks)[i]).stage(hashes[i], kv.block_size()).value());
   }
   (void)kv.register_blocks(std::move(complete));
+}
+
+/// A prefix of n blocks: hashes chained from `seed`.
+inline std::vector<SequenceHash> prefix(std::uint64_t seed, std::size_t n) {
+  std::vector<SequenceHash> out;
+  std::optional<SequenceHash> parent;
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(chain(parent, seed * 1000003 + i));
+    parent = out.back();
+  }
+  return out;
 }
 
 }  // namespace kvbm::test

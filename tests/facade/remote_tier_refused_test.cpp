@@ -26,6 +26,7 @@ namespace kvbm {
 namespace {
 
 using test::compute;
+using test::prefix;
 using test::RedisServer;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -49,16 +50,6 @@ KvBlockManagerConfig refused_config(const std::string& url) {
   c.remote.backoff_initial = 20ms;
   c.remote.backoff_max = 100ms;
   return c;
-}
-
-std::vector<SequenceHash> prefix(std::uint64_t seed, std::size_t n) {
-  std::vector<SequenceHash> out;
-  std::optional<SequenceHash> parent;
-  for (std::size_t i = 0; i < n; ++i) {
-    out.push_back(chain(parent, seed * 1000003 + i));
-    parent = out.back();
-  }
-  return out;
 }
 
 // The sum of the series of `name` whose labels include `labels`.

@@ -40,6 +40,7 @@ namespace {
 using test::Bytes;
 using test::compute;
 using test::pattern;
+using test::prefix;
 using test::read_block;
 using test::RedisServer;
 using test::write_block;
@@ -64,17 +65,6 @@ KvBlockManagerConfig remote_config(const std::string& url, std::size_t g1 = 16, 
   c.remote.staging_blocks = 64;
   c.remote.max_batch_blocks = 16;
   return c;
-}
-
-// A prefix of n blocks: hashes chained from `seed`.
-std::vector<SequenceHash> prefix(std::uint64_t seed, std::size_t n) {
-  std::vector<SequenceHash> out;
-  std::optional<SequenceHash> parent;
-  for (std::size_t i = 0; i < n; ++i) {
-    out.push_back(chain(parent, seed * 1000003 + i));
-    parent = out.back();
-  }
-  return out;
 }
 
 struct Served {
