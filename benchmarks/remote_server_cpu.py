@@ -18,19 +18,12 @@ import json
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from redis_cluster import free_port  # this directory: the one free-port helper
 
 
 class Server:
