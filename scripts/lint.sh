@@ -56,31 +56,27 @@ missing_tool_exit() { if ((status != 0)); then echo 1; else echo 77; fi; }
 python="$(command -v python3)" ||
   { kvbm_err "python3 not found (apt-get install python3)"; exit 77; }
 
-if [[ "$mode" == check || "$mode" == --fix || "$mode" == --addresses ]]; then
-  kvbm_log "loopback-only check (scripts/check_addresses.py) and its self-test"
-  if ! "$python" scripts/check_addresses.py; then
-    kvbm_err "non-loopback addresses above: talk to 127.0.0.1 or ::1; name hosts in docs"
+# python_check <mode flag> <what> <script> <advice>: runs the script and its --self-test when
+# the mode includes them (check, --fix, or the flag itself); the flag alone stops there.
+python_check() {
+  local flag="$1" what="$2" script="$3" advice="$4"
+  [[ "$mode" == check || "$mode" == --fix || "$mode" == "$flag" ]] || return 0
+  kvbm_log "$what ($script) and its self-test"
+  if ! "$python" "$script"; then
+    kvbm_err "$advice"
     status=1
   fi
-  if ! "$python" scripts/check_addresses.py --self-test; then
-    kvbm_err "scripts/check_addresses.py --self-test: a planted address was not reported"
+  if ! "$python" "$script" --self-test; then
+    kvbm_err "$script --self-test failed: the check no longer finds what it must"
     status=1
   fi
-  [[ "$mode" == --addresses ]] && exit "$status"
-fi
+  if [[ "$mode" == "$flag" ]]; then exit "$status"; fi
+}
 
-if [[ "$mode" == check || "$mode" == --fix || "$mode" == --functions ]]; then
-  kvbm_log "function-length check (scripts/check_function_length.py)"
-  if ! "$python" scripts/check_function_length.py; then
-    kvbm_err "functions above are too long: split them (80 lines in the library, 120 in tools)"
-    status=1
-  fi
-  if ! "$python" scripts/check_function_length.py --self-test; then
-    kvbm_err "scripts/check_function_length.py --self-test failed"
-    status=1
-  fi
-  [[ "$mode" == --functions ]] && exit "$status"
-fi
+python_check --addresses "loopback-only check" scripts/check_addresses.py \
+  "non-loopback addresses above: talk to 127.0.0.1 or ::1; name hosts in docs"
+python_check --functions "function-length check" scripts/check_function_length.py \
+  "functions above are too long: split them (80 lines in the library, 120 in tools)"
 
 if [[ "$mode" != --tidy ]]; then
   clang_format="$(find_tool clang-format)" || {
