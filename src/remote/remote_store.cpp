@@ -91,8 +91,8 @@ namespace {
 
 /// Sends `pending` items of a batch, each to `target[i]` when set (a redirect) or to the server
 /// of its hash, split over each server's workers; returns when every worker is done.
-template <class Impl, class HashOf>
-void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pending, HashOf hash_of,
+template <class Impl>
+void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pending,
                const std::vector<std::size_t>& target, const std::vector<std::uint8_t>& asking) {
   using Server = typename Impl::Server;
   std::vector<std::vector<std::size_t>> groups;  // (server, asking) -> items
@@ -104,7 +104,7 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
     const bool read = b.op != RemoteOp::kPut;
     groups.resize(2 * n);
     for (std::size_t i : pending) {
-      const std::size_t s = target[i] != kNoIndex ? target[i] : impl.server_of(hash_of(i), read);
+      const std::size_t s = target[i] != kNoIndex ? target[i] : impl.server_of(b.hash(i), read);
       if (s >= n) {  // a cluster slot no node serves (not discovered yet, or uncovered)
         b.status[i] = RemoteStatus::kUnavailable;
         if (impl.discovery_denied) {
@@ -162,9 +162,7 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
 
 }  // namespace
 
-template <class HashOf>
-std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t n, HashOf hash_of,
-                                                        auto fill) {
+std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t n, auto fill) {
   const auto start = remote::Clock::now();
   auto b = std::make_unique<RemoteBatch>(op, n, start + options.command_timeout, is_cluster);
   fill(*b);
@@ -177,7 +175,7 @@ std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t
   std::vector<std::size_t> target(n, kNoIndex);  // a redirect's server
   std::vector<std::uint8_t> asking(n, 0);
   for (int round = 1; !pending.empty(); ++round) {
-    run_round(*this, *b, pending, hash_of, target, asking);
+    run_round(*this, *b, pending, target, asking);
     if (!is_cluster) break;
     // Items redirected go again, to the node named (ASK: after ASKING), within the deadline.
     std::vector<std::size_t> again;
@@ -334,9 +332,8 @@ std::unique_ptr<RemoteStore> RemoteStore::create(RemoteStoreOptions options) {
 }
 
 std::vector<bool> RemoteStore::exists(std::span<const std::uint64_t> hashes) {
-  auto b = impl_->execute(
-      RemoteOp::kExists, hashes.size(), [&](std::size_t i) { return hashes[i]; },
-      [&](RemoteBatch& batch) { batch.hashes = hashes; });
+  auto b = impl_->execute(RemoteOp::kExists, hashes.size(),
+                          [&](RemoteBatch& batch) { batch.hashes = hashes; });
   std::vector<bool> out(hashes.size());
   for (std::size_t i = 0; i < hashes.size(); ++i)
     out[i] = b->status[i] == RemoteStatus::kOk && b->present[i] != 0;
@@ -349,9 +346,8 @@ std::vector<RemoteStatus> RemoteStore::put(std::span<const RemotePut> blocks) {
                " has ", total_bytes(p.regions), " bytes in its regions; the store's blocks have ",
                impl_->block_bytes);
   }
-  auto b = impl_->execute(
-      RemoteOp::kPut, blocks.size(), [&](std::size_t i) { return blocks[i].hash; },
-      [&](RemoteBatch& batch) { batch.puts = blocks; });
+  auto b = impl_->execute(RemoteOp::kPut, blocks.size(),
+                          [&](RemoteBatch& batch) { batch.puts = blocks; });
   return std::move(b->status);
 }
 
@@ -361,9 +357,8 @@ std::vector<RemoteStatus> RemoteStore::get(std::span<const RemoteGet> blocks) {
                " has ", total_bytes(g.regions), " bytes of destination; the store's blocks have ",
                impl_->block_bytes);
   }
-  auto b = impl_->execute(
-      RemoteOp::kGet, blocks.size(), [&](std::size_t i) { return blocks[i].hash; },
-      [&](RemoteBatch& batch) { batch.gets = blocks; });
+  auto b = impl_->execute(RemoteOp::kGet, blocks.size(),
+                          [&](RemoteBatch& batch) { batch.gets = blocks; });
   return std::move(b->status);
 }
 

@@ -66,6 +66,18 @@ struct RemoteBatch {
       : op(o), status(n, RemoteStatus::kOk), present(n, 0), deadline(dl) {
     if (cluster) redirects.resize(n);
   }
+  /// The sequence hash of item `i`, from the span of its operation.
+  [[nodiscard]] std::uint64_t hash(std::size_t i) const {
+    switch (op) {
+      case remote::RemoteOp::kExists:
+        return hashes[i];
+      case remote::RemoteOp::kGet:
+        return gets[i].hash;
+      case remote::RemoteOp::kPut:
+        return puts[i].hash;
+    }
+    return 0;
+  }
 };
 
 /// A slice of a batch for one server; the caller waits on `done`.
@@ -204,9 +216,7 @@ struct RemoteStore::Impl {
   void run_own_tasks(Server& s, const RemoteBatch& b);
 
   // calls (remote_store.cpp)
-  template <class HashOf>
-  std::unique_ptr<RemoteBatch> execute(remote::RemoteOp op, std::size_t n, HashOf hash_of,
-                                       auto fill);
+  std::unique_ptr<RemoteBatch> execute(remote::RemoteOp op, std::size_t n, auto fill);
   void record(const RemoteBatch& b, double seconds);
 
   // the cluster (remote_store_cluster.cpp)

@@ -23,19 +23,6 @@ using remote::RemoteOp;
 namespace {
 constexpr std::size_t kNoItem = static_cast<std::size_t>(-1);  // a reply of no item (ASKING)
 
-// The sequence hash of a batch's item `i`.
-std::uint64_t hash_of(const RemoteBatch& b, std::size_t i) {
-  switch (b.op) {
-    case RemoteOp::kExists:
-      return b.hashes[i];
-    case RemoteOp::kGet:
-      return b.gets[i].hash;
-    case RemoteOp::kPut:
-      return b.puts[i].hash;
-  }
-  return 0;
-}
-
 const char* command_of(RemoteOp op) {
   return op == RemoteOp::kExists ? "EXISTS" : op == RemoteOp::kGet ? "GET" : "SET";
 }
@@ -228,8 +215,8 @@ struct RemoteStore::Impl::TaskSink final : remote::ReplySink {
       // A key refusal names no key ("NOPERM this user has no permissions to access one of the
       // keys used as arguments"): the command and key are added, so the fix can be named.
       if (task->refusal.empty()) {
-        task->refusal = r.error + " (" + command_of(batch->op) + " " +
-                        impl->key_of(hash_of(*batch, item)) + ")";
+        task->refusal =
+            r.error + " (" + command_of(batch->op) + " " + impl->key_of(batch->hash(item)) + ")";
       }
       impl->access_denied(*server, task->refusal);
     }
