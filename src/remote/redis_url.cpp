@@ -313,4 +313,13 @@ std::string remote_url_error(std::string_view url) {
   return out;
 }
 
+std::string remote_url_joins_error(std::span<const std::string> given, std::string_view url) {
+  if (std::string why = remote_url_error(url); !why.empty()) return why;
+  if (!given.empty() && (remote::is_cluster_url(url) || remote::is_cluster_url(given.front()))) {
+    return "a redis+cluster:// URL is given once and alone (list more nodes in it, "
+           "comma-separated)";
+  }
+  return {};
+}
+
 }  // namespace kvbm

@@ -93,6 +93,22 @@ TEST(RemoteStoreAclTest, UrlUserAndPasswordAreParsedAndNeverShown) {
                UsageError);
 }
 
+TEST(RemoteStoreAclTest, AUrlJoinsTheGivenOnesUnlessAClusterIsAmongThem) {
+  const std::vector<std::string> none, one{"redis://a:1/0"}, cluster{"redis+cluster://a:7000"};
+  EXPECT_EQ(remote_url_joins_error(none, "redis+cluster://a:7000"), "");
+  EXPECT_EQ(remote_url_joins_error(one, "redis://b:1/0"), "");
+  const std::string alone =
+      "a redis+cluster:// URL is given once and alone (list more nodes in "
+      "it, comma-separated)";
+  EXPECT_EQ(remote_url_joins_error(one, "redis+cluster://b:7000"), alone);
+  EXPECT_EQ(remote_url_joins_error(cluster, "redis://b:1/0"), alone);
+  // A URL that is wrong on its own says so first, its password masked.
+  const std::string why =
+      remote_url_joins_error(cluster, std::string("redis://kvbm:") + kSecret + "@host:x/0");
+  EXPECT_EQ(why, remote_url_error(std::string("redis://kvbm:") + kSecret + "@host:x/0"));
+  EXPECT_EQ(why.find(kSecret), std::string::npos) << why;
+}
+
 TEST(RemoteStoreAclTest, RequirepassAcceptsThePasswordAndRefusesOthersWithOneError) {
   KVBM_NEED_REDIS();
   RedisServer server({.extra_args = {"--requirepass", kSecret}, .password = kSecret});

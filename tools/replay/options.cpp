@@ -270,11 +270,8 @@ std::string add_remote(Parsing& p, const Given& g) {
                     g.value);
   }
   // The store's own grammar: a URL passing here is one the instances can use.
-  if (const std::string why = remote_url_error(g.value); !why.empty()) return "--remote: " + why;
-  const auto cluster = [](std::string_view u) { return u.starts_with("redis+cluster://"); };
-  if (!p.o.remote.empty() && (cluster(g.value) || cluster(p.o.remote.front()))) {
-    return "--remote: a redis+cluster:// URL is given once and alone (list more nodes in it, "
-           "comma-separated)";
+  if (const std::string why = remote_url_joins_error(p.o.remote, g.value); !why.empty()) {
+    return "--remote: " + why;
   }
   p.o.remote.emplace_back(g.value);
   return {};

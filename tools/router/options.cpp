@@ -74,11 +74,8 @@ void parse_listen(std::string_view text, RouterProcessOptions& o) {
 
 // "--remote URL": kvbm-replay's grammar and rule (a cluster URL given once and alone).
 void add_remote(std::string_view url, RouterProcessOptions& o) {
-  if (const std::string why = remote_url_error(url); !why.empty()) bad("--remote: " + why);
-  const auto cluster = [](std::string_view u) { return u.starts_with("redis+cluster://"); };
-  if (!o.remote.empty() && (cluster(url) || cluster(o.remote.front()))) {
-    bad("--remote: a redis+cluster:// URL is given once and alone (list more nodes in it, "
-        "comma-separated)");
+  if (const std::string why = remote_url_joins_error(o.remote, url); !why.empty()) {
+    bad("--remote: " + why);
   }
   o.remote.emplace_back(url);
 }

@@ -145,6 +145,13 @@ struct RemoteStoreOptions {
 /// works in a kvbm built without the remote tier.
 [[nodiscard]] std::string remote_url_error(std::string_view url);
 
+/// Returns "" when `url` may join the server URLs `given` (a command line's --remote options,
+/// one at a time): valid (remote_url_error()), and no redis+cluster:// URL beside another URL,
+/// since a cluster is named by one URL that lists its nodes. Otherwise what is wrong, as
+/// remote_url_error() says it.
+[[nodiscard]] std::string remote_url_joins_error(std::span<const std::string> given,
+                                                 std::string_view url);
+
 /// One block to write: its identity and its bytes, in one or more regions
 /// whose sizes add up to the store's block_bytes().
 struct RemotePut {
