@@ -29,7 +29,8 @@
 # On a virtio disk without indirect descriptors (a ring of 256 descriptors, 254 segments a
 # request), that count, not the queue depth, sets the read speed, and it depends on how many
 # physically contiguous pages each side's read buffers have (docs/benchmarks.md, "Disk engine
-# beside fio"): compare the two sides' speeds where their counts agree.
+# beside fio"): compare the two sides' speeds where their counts agree. The summary's last
+# read line is the median ratio of the rounds whose two counts agree within 25%.
 #
 # Rounds: ours and fio alternate (A B A B ...) ROUNDS times; each round gives a
 # ratio per direction, and the summary is the median ratio with its min..max
