@@ -10,6 +10,7 @@ alternate their two sides themselves, and a round is one run of the script
 start on first use and stop when the Context ends.
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -138,16 +139,20 @@ class Fio:
     KVBM_BENCH_DISK_KEEP), so both sides read the same written extents in the same state.
     With `fixedbufs`, io_uring reads go into registered buffers, as kvbm's do. With `payload`,
     the bytes counted are the payload of each I/O (the 2 MiB block of each 2 MiB + 4 KiB
-    slot), as kvbm counts them."""
+    slot), as kvbm counts them. With `replay` (a file of the disk directory: the slot order
+    kvbm's side read, one index a line, disk_bench KVBM_BENCH_DISK_ORDER), fio reads those
+    slots in that order again and again (an iolog) for its runtime instead of its own random
+    order: the same reads as kvbm's iterations."""
 
     def __init__(self, rw, engine, depth, bs, size, runtime=4, fdatasync=0, file=None,
-                 fixedbufs=False, payload=None):
+                 fixedbufs=False, payload=None, replay=None):
         self.rw, self.engine, self.depth, self.bs, self.size = rw, engine, depth, bs, size
         self.runtime, self.fdatasync, self.file = runtime, fdatasync, file
-        self.fixedbufs, self.payload = fixedbufs, payload
+        self.fixedbufs, self.payload, self.replay = fixedbufs, payload, replay
         self.what = f"fio {engine} {rw} qd {depth}" + (
             f", fdatasync every {fdatasync} writes a job" if fdatasync else "") + (
-            ", kvbm's pool file" if file else "") + (", fixedbufs" if fixedbufs else "")
+            ", kvbm's pool file" if file else "") + (", fixedbufs" if fixedbufs else "") + (
+            ", kvbm's slot order" if replay else "")
         self.unit = "MB/s"
 
     def missing(self, ctx):
@@ -159,12 +164,15 @@ class Fio:
         path = os.path.join(ctx.disk(), self.file or "fio.dat")
         if self.file and os.path.getsize(path) < self.size:  # never let fio lay it out anew
             raise RuntimeError(f"{path} is smaller than {self.size} bytes")
-        cmd = ["fio", "--name=cmp", f"--filename={path}",
-               f"--size={self.size}", f"--bs={self.bs}", f"--rw={self.rw}", "--direct=1",
+        cmd = ["fio", "--name=cmp", f"--filename={path}", f"--bs={self.bs}", "--direct=1",
                f"--ioengine={self.engine}", f"--numjobs={self.depth if sync else 1}",
-               f"--iodepth={1 if sync else self.depth}", "--group_reporting", "--time_based",
-               f"--runtime={self.runtime}", "--randrepeat=0", f"--fdatasync={self.fdatasync}",
+               f"--iodepth={1 if sync else self.depth}", "--group_reporting",
+               f"--runtime={self.runtime}", f"--fdatasync={self.fdatasync}",
                "--output-format=json"]
+        if self.replay:
+            cmd += [f"--read_iolog={self.iolog(ctx, path)}", f"--replay_redirect={path}"]
+        else:
+            cmd += [f"--size={self.size}", f"--rw={self.rw}", "--time_based", "--randrepeat=0"]
         if not self.file:
             cmd.append("--fallocate=native")
         if self.fixedbufs:
@@ -173,6 +181,18 @@ class Fio:
         job = json.loads(out[out.index("{"):])["jobs"][0]
         bw = job["read" if "read" in self.rw else "write"]["bw_bytes"]
         return bw * (self.payload / self.bs if self.payload else 1) / 1e6
+
+    def iolog(self, ctx, path):
+        """Writes the replayed reads as an fio iolog: kvbm's slot order, more passes than fio
+        reads in its runtime at 8 GB/s (--runtime ends the replay). Returns its path."""
+        order = [int(line) for line in open(os.path.join(ctx.disk(), self.replay))]
+        log = path + ".iolog"
+        with open(log, "w") as f:
+            f.write("fio version 2 iolog\npool add\npool open\n")
+            for _ in range(math.ceil(self.runtime * 8e9 / self.size)):
+                f.writelines(f"pool read {b * self.bs} {self.bs}\n" for b in order)
+            f.write("pool close\n")
+        return log
 
 
 class RedisBenchmark:
@@ -275,6 +295,9 @@ def registers_buffers(slots):
 # The file a kvbm read round leaves in the disk directory (disk_bench, KVBM_BENCH_DISK_KEEP),
 # which the fio read of the same round reads.
 DISK_KEPT = "kvbm-pool.slots"
+# The slot order that read round read (disk_bench, KVBM_BENCH_DISK_ORDER), which fio's io_uring
+# read of the same round replays.
+DISK_ORDER = "kvbm-pool.order"
 
 
 def disk_comparisons():
@@ -289,14 +312,15 @@ def disk_comparisons():
     for engine, fio_engine, label in ((0, "psync", "thread pool"), (1, "io_uring", "io_uring")):
         for op, case, rw in (("write", "BM_DiskWriteEngine_Write", "randwrite"),
                              ("read", "BM_DiskReadEngine_Read", "randread")):
-            kvbm_env = dict(env, KVBM_BENCH_DISK_KEEP=DISK_KEPT) if op == "read" else env
+            kvbm_env = dict(env, KVBM_BENCH_DISK_KEEP=DISK_KEPT,
+                            KVBM_BENCH_DISK_ORDER=DISK_ORDER) if op == "read" else env
             kvbm = GBench("disk_bench", f"{case}/qd:{DISK_QD}/engine:{engine}/",
                           "bytes_per_second", min_time=1.0, env=kvbm_env,
                           what=f"kvbm {label} {op}")
             if op == "read":
                 fio = Fio(rw, fio_engine, DISK_QD, DISK_SLOT, size, file=DISK_KEPT,
                           fixedbufs=engine == 1 and registers_buffers(2 * DISK_QD),
-                          payload=DISK_BLOCK)
+                          payload=DISK_BLOCK, replay=DISK_ORDER if engine == 1 else None)
             else:
                 fio = Fio(rw, fio_engine, DISK_QD, DISK_SLOT, size)
             target = {(1, "read"): ">= 0.95", (1, "write"): ">= 0.95",

@@ -14,6 +14,10 @@
 //                           at exit (replacing one there), whole and written, so that a
 //                           baseline (fio in benchmarks/compare.py) reads the very file the
 //                           engine read, in the same state, with the same flags
+//   KVBM_BENCH_DISK_ORDER   a file name: the slot order every iteration reads (and writes) is
+//                           written to KVBM_BENCH_DISK_DIR/NAME, one slot index a line, so that
+//                           a baseline replays the very same reads (disk_vs_fio.sh: an fio
+//                           iolog of it)
 //
 // Each iteration moves every block once, in a random slot order, as one batch.
 
@@ -121,6 +125,7 @@ struct Env {
     order.resize(blocks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
+    write_order();
     std::fprintf(
         stderr, "disk_bench: %zu blocks of %zu bytes in %s (slot %zu bytes, O_DIRECT %s)\n", blocks,
         pool->block_bytes(), dir.c_str(), pool->slot_bytes(), pool->direct_io() ? "on" : "off");
@@ -137,6 +142,16 @@ struct Env {
     pool.reset();
     bare.reset();
     std::filesystem::remove_all(dir, ec);
+  }
+  /// KVBM_BENCH_DISK_ORDER: the slot order, one index a line, beside the kept pool file.
+  void write_order() const {
+    const char* name = std::getenv("KVBM_BENCH_DISK_ORDER");
+    if (name == nullptr || *name == '\0') return;
+    const std::string path = (dir.parent_path() / name).string();
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) throw std::runtime_error("cannot write the slot order to " + path);
+    for (const BlockId b : order) std::fprintf(f, "%llu\n", static_cast<unsigned long long>(b));
+    if (std::fclose(f) != 0) throw std::runtime_error("cannot write the slot order to " + path);
   }
   std::unique_ptr<DiskStorage> make(const char* name) const {
     auto r = DiskStorage::create({.directory = dir,

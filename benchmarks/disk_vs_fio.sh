@@ -19,7 +19,18 @@
 #   with --fixedbufs (ours read into registered buffers; as root or within RLIMIT_MEMLOCK).
 #   fio's reads read the pool file ours wrote and read just before in the same round
 #   (disk_bench KVBM_BENCH_DISK_KEEP), so both sides read the same extents in the same state;
-#   fio's writes write its own file.
+#   fio's writes write its own file. With io_uring, fio's reads replay ours: the slot order
+#   disk_bench read (KVBM_BENCH_DISK_ORDER) as an fio iolog, that order again and again as
+#   each of our iterations reads it, for KVBM_FIO_RUNTIME seconds (so the same slots, in the
+#   same order, QD whole-slot reads in flight, on both sides).
+#
+# Reads in flight: while each side reads, a sampler reads the disk's /sys/class/block/DEV/inflight
+# every 2 ms; the table gives the mean reads at the device over the samples with one or more.
+# On a virtio disk without indirect descriptors (a ring of 256 descriptors, 254 segments a
+# request), that count, not the queue depth, sets the read speed, and it depends on how many
+# physically contiguous pages each side's read buffers have (docs/benchmarks.md, "Disk engine
+# beside fio"): compare the two sides' speeds where their counts agree. The summary's last
+# read line is the median ratio of the rounds whose two counts agree within 25%.
 #
 # Rounds: ours and fio alternate (A B A B ...) ROUNDS times; each round gives a
 # ratio per direction, and the summary is the median ratio with its min..max
@@ -99,21 +110,65 @@ if [[ $engine == io_uring ]] &&
     (($(ulimit -l) * 1024 >= 2 * qd * slot)); }; then
   fixedbufs=(--fixedbufs)
 fi
+# fio_iolog: an fio iolog of the slot order ours read (kvbm-pool.order), repeated more times
+# than fio can read in KVBM_FIO_RUNTIME seconds at 8 GB/s; --runtime ends the replay.
+fio_iolog() {
+  python3 - "$work/kvbm-pool.order" "$slot" "$size" "$runtime" > "$work/kvbm-pool.iolog" <<'EOF'
+import math, sys
+order = [int(line) for line in open(sys.argv[1])]
+slot, size, runtime = map(int, sys.argv[2:5])
+print("fio version 2 iolog\npool add\npool open")
+for _ in range(math.ceil(runtime * 8e9 / size)):
+    for b in order:
+        print(f"pool read {b * slot} {slot}")
+print("pool close")
+EOF
+}
+dev=$(basename "$(df --output=source "$dir" | tail -1)")
+inflight=/sys/class/block/$dev/inflight
+# sampled NAME CMD...: runs CMD, writing to $work/NAME.inflight the mean reads in flight at the
+# device over the 2 ms samples with any (empty where the disk has no inflight file).
+sampled() {
+  local name=$1 pid
+  shift
+  if [[ ! -r $inflight ]]; then "$@"; return; fi
+  python3 -c '
+import signal, sys, time
+n = s = 0
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while not stop:
+    r = int(open(sys.argv[1]).read().split()[0])
+    if r:
+        n, s = n + 1, s + r
+    time.sleep(0.002)
+print(f"{s / n:.2f}" if n else "")
+' "$inflight" > "$work/$name.inflight" &
+  pid=$!
+  "$@"
+  kill -TERM "$pid"
+  wait "$pid" || true
+}
 fio_run() {  # name rw ioengine numjobs iodepth
-  local file=$work/fio.dat extra=(--fallocate=native)
+  local file=$work/fio.dat extra=(--fallocate=native) what
+  what=(--size="$size" --rw="$2" --time_based --runtime="$runtime" --randrepeat=0)
   if [[ $2 == randread ]]; then
     file=$work/kvbm-pool.slots
     extra=()
-    [[ $3 == io_uring ]] && extra=("${fixedbufs[@]}")
+    if [[ $3 == io_uring ]]; then
+      extra=("${fixedbufs[@]}")
+      fio_iolog
+      what=(--read_iolog="$work/kvbm-pool.iolog" --replay_redirect="$file" --runtime="$runtime")
+    fi
   fi
-  fio --name="$1" --filename="$file" --size="$size" --bs="$slot" --rw="$2" --direct=1 \
-    --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting --time_based \
-    --runtime="$runtime" --randrepeat=0 "${extra[@]}" --output-format=json > "$work/$1.json"
+  sampled "$1" fio --name="$1" --filename="$file" --bs="$slot" --direct=1 "${what[@]}" \
+    --ioengine="$3" --numjobs="$4" --iodepth="$5" --group_reporting \
+    "${extra[@]}" --output-format=json > "$work/$1.json"
 }
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r/$rounds: ours ($bench), then fio"
   KVBM_BENCH_DISK_DIR=$work KVBM_BENCH_DISK_BLOCKS=$blocks KVBM_BENCH_DISK_KEEP=kvbm-pool.slots \
-    "$bench" \
+    KVBM_BENCH_DISK_ORDER=kvbm-pool.order sampled "ours-$r" "$bench" \
     --benchmark_filter="^BM_Disk(WriteEngine_Write|ReadEngine_Read)/qd:$qd/engine:$engine_arg/" \
     --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
     --benchmark_out="$work/ours-$r.json" --benchmark_out_format=json > /dev/null
@@ -137,6 +192,9 @@ def ours(r):
         if b.get("aggregate_name", "median") == "median":
             out["write" if "Write" in b["name"] else "read"] = b["bytes_per_second"]
     return out
+def inflight(name):
+    path = os.path.join(work, name + ".inflight")
+    return open(path).read().strip() if os.path.exists(path) else ""
 def fio(name, rw):
     path = os.path.join(work, name + ".json")
     if not os.path.exists(path):
@@ -144,13 +202,21 @@ def fio(name, rw):
     return json.load(open(path))["jobs"][0][rw]["bw_bytes"]
 print()
 print(f"{'':6} {'round':>5} {'kvbm MB/s':>10} {'fio ' + fio_engine + ' MB/s':>18} {'ratio':>6}"
-      f"   {'fio libaio MB/s':>15} {'ratio':>6}")
+      f"   {'reads in flight kvbm/fio':>24}   {'fio libaio MB/s':>15} {'ratio':>6}")
 ratios = {"write": [], "read": []}
+alike = []  # read ratios of the rounds whose reads in flight at the device agree within 25%
 for rw in ("write", "read"):
     for r in range(1, rounds + 1):
         o, p, a = ours(r).get(rw), fio(f"{rw}-{fio_engine}-{r}", rw), fio(f"{rw}-libaio-{r}", rw)
         ratios[rw].append(o / p)
         line = f"{rw:6} {r:5} {o / 1e6:10.0f} {p / 1e6:18.0f} {o / p:6.2f}"
+        ours_depth, fio_depth = inflight(f"ours-{r}"), inflight(f"read-{fio_engine}-{r}")
+        depth = f"{ours_depth}/{fio_depth}"
+        if rw == "read" and ours_depth and fio_depth:
+            d = sorted((float(ours_depth), float(fio_depth)))
+            if d[1] <= 1.25 * d[0]:
+                alike.append(o / p)
+        line += f"   {depth if rw == 'read' else '':>24}"
         if a:
             line += f"   {a / 1e6:15.0f} {o / a:6.2f}"
         print(line)
@@ -159,6 +225,9 @@ for rw in ("write", "read"):
     v = ratios[rw]
     print(f"{rw:6} median ratio {statistics.median(v):.2f} (range {min(v):.2f}..{max(v):.2f},"
           f" {len(v)} rounds)")
+if alike:
+    print(f"read   median ratio {statistics.median(alike):.2f} (range {min(alike):.2f}..{max(alike):.2f},"
+          f" {len(alike)} rounds whose reads in flight at the device agree within 25%)")
 load = [open(os.path.join(work, f)).read().split()[:3] for f in ("load_before", "load_after")]
 print(f"load average before {' '.join(load[0])}, after {' '.join(load[1])}")
 print(f"(queue depth {qd}, fio {fio_engine}; "
