@@ -42,7 +42,7 @@ void run(Manager& m, const std::vector<SequenceHash>& hashes, std::size_t step,
          const std::vector<std::size_t>& max_held = {}) {
   const std::size_t total = hashes.size() * m.hash_block_size();
   Request r = m.start_request(m.find_prefix(hashes, total - 1));
-  while (r.computed_tokens() < total) {
+  while (r.computed_tokens() < total && !::testing::Test::HasFailure()) {
     const std::size_t next = std::min(total, r.computed_tokens() + step);
     ASSERT_TRUE(m.allocate(r, next));
     for (std::size_t g = 0; g < max_held.size(); ++g) {
@@ -187,8 +187,10 @@ TEST(HybridBlockManager, LongRequestHoldsOWindowBlocks) {
     m.commit(r, hashes, next);
     m.release_out_of_reach(r, next);
   };
-  while (r.computed_tokens() < kPrompt) step(r.computed_tokens() + kBlock);
-  while (r.computed_tokens() < kPrompt + kDecode) step(r.computed_tokens() + 1);
+  while (r.computed_tokens() < kPrompt && !HasFailure()) step(r.computed_tokens() + kBlock);
+  while (r.computed_tokens() < kPrompt + kDecode && !HasFailure()) {
+    step(r.computed_tokens() + 1);
+  }
   EXPECT_EQ(most, 9u);
   EXPECT_EQ(r.held_blocks(0), kBlocks);
   m.finish(r, hashes);
