@@ -10,6 +10,7 @@
 
 #include "kvbm/block_manager.h"
 #include "kvbm/error.h"
+#include "kvbm/groups/hit_rules.h"
 
 namespace kvbm {
 
@@ -154,17 +155,10 @@ std::uint32_t hash_block_size(std::span<const KvCacheGroupSpec> groups) {
 
 std::uint32_t alignment_tokens(std::span<const KvCacheGroupSpec> groups) {
   KVBM_CHECK(!groups.empty(), "alignment_tokens: no groups given");
-  std::uint64_t l = 1;
-  for (const auto& s : groups) {
-    KVBM_CHECK(s.tokens_per_block > 0, "alignment_tokens: group ", to_index(s.id),
-               " has 0 tokens per block");
-    l = std::lcm(l, static_cast<std::uint64_t>(s.tokens_per_block));
-    KVBM_CHECK(l <= kMaxAlignmentTokens,
-               "KV cache groups: the common cut of the block sizes "
-               "(their least common multiple) exceeds ",
-               kMaxAlignmentTokens, " tokens; choose block sizes that divide one another");
-  }
-  return static_cast<std::uint32_t>(l);
+  std::vector<GroupRule> rules;
+  rules.reserve(groups.size());
+  for (const auto& g : groups) rules.push_back(GroupRule::of(g));
+  return alignment_tokens(std::span<const GroupRule>(rules));  // the one lcm, in hit_rules.h
 }
 
 }  // namespace kvbm
