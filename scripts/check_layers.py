@@ -26,6 +26,7 @@ LAYERS = [
               "token_block_sequence.h", "partial_block.h", "logging.h", "metrics.h", "io/"]),
     ("blocks", ["blocks/", "detail/", "eviction/", "frequency_tracker.h", "pool_listener.h"]),
     ("pools", ["block_manager.h", "block_registry.h"]),
+    ("groups", ["groups/"]),
     ("transfer", ["storage/", "transfer/", "disk/", "remote/", "events/"]),
     ("offload", ["offload/"]),
     ("router", ["router/"]),

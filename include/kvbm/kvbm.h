@@ -15,6 +15,8 @@
 #include "kvbm/events/zmq_event_subscriber.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/frequency_tracker.h"
+#include "kvbm/groups/hybrid_block_manager.h"
+#include "kvbm/groups/vllm_kv_cache_spec.h"
 #include "kvbm/hashing.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
