@@ -252,6 +252,8 @@ TEST_F(StorageLogTest, RepeatedAllocationsKeepMemoryFlat) {
   const std::size_t mapped_before = mapped_bytes();
   for (int i = 0; i < 8; ++i) touch(*make_pinned_storage(kFlatBytes));
   const std::size_t mapped_after = mapped_bytes();
+  std::cout << "live heap " << live_before << " -> " << live_after << " bytes, address space "
+            << mapped_before << " -> " << mapped_after << " bytes\n";
   EXPECT_LT(mapped_after, mapped_before + kFlatBytes / 2)
       << "address space grew from " << mapped_before << " to " << mapped_after
       << " bytes over 8 pinned allocations of " << kFlatBytes;
