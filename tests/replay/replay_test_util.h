@@ -42,12 +42,19 @@ inline const Trace* shipped_trace() {
   return t ? &*t : nullptr;
 }
 
-/// The first `n` requests of the shipped trace, or nullopt when it is missing.
+/// The first `n` requests of the shipped trace (its block and token counts theirs), or nullopt
+/// when it is missing.
 inline std::optional<Trace> first_requests(std::size_t n) {
   const Trace* tr = shipped_trace();
   if (tr == nullptr) return std::nullopt;
   Trace t = *tr;
   t.requests.resize(std::min(n, t.requests.size()));
+  t.blocks = 0;
+  t.input_tokens = 0;
+  for (const TraceRequest& r : t.requests) {
+    t.blocks += r.hashes.size();
+    t.input_tokens += r.input_length;
+  }
   return t;
 }
 

@@ -27,8 +27,13 @@
 // leaves the rest uncached; the count of such blocks is reported and must be
 // zero for the capacities below.
 //
-// KVBM_STRESS_SCALE < 1 (sanitizer builds) replays only the unlimited case.
+// The unlimited case replays the whole trace at any scale. The limited ones replay it whole
+// against the README's figures at full scale; at KVBM_STRESS_SCALE < 1 (the sanitizer stages)
+// they replay its first requests (that fraction of them) in pools scaled alike (at least the
+// smallest, 1,000 blocks) and compare with TextbookLru (tests/textbook_lru.h), the README's LRU
+// written out in the test, which the full-scale run checks against the README.
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -51,6 +56,7 @@
 #include "kvbm/frequency_tracker.h"
 #include "skip_or_fail.h"
 #include "test_util.h"
+#include "textbook_lru.h"
 
 namespace kvbm {
 namespace {
@@ -62,6 +68,7 @@ constexpr std::size_t kTotalBlocks = 288'500;
 constexpr std::size_t kUniqueBlocks = 182'790;
 constexpr std::size_t kUnlimitedHits = 105'710;
 constexpr std::uint32_t kBlockSize = 512;
+constexpr std::size_t kSmallestPool = 1'000;  // the README's smallest capacity
 
 struct Trace {
   std::string path;
@@ -155,11 +162,13 @@ struct ReplayResult {
   std::string audit;
 };
 
-ReplayResult replay(const Trace& t, BlockManager<G2>& m, Mode mode) {
+using Requests = std::span<const std::vector<SequenceHash>>;
+
+ReplayResult replay(Requests requests, BlockManager<G2>& m, Mode mode) {
   ReplayResult r;
   std::vector<std::optional<ImmutableBlock<G2>>> held;
   std::vector<std::size_t> need;  // positions to allocate
-  for (const auto& hashes : t.requests) {
+  for (const auto& hashes : requests) {
     const std::size_t n = hashes.size();
     ++r.requests;
     r.blocks += n;
@@ -239,7 +248,7 @@ class TraceReplayUnlimited : public ::testing::TestWithParam<EvictionPolicy> {};
 TEST_P(TraceReplayUnlimited, HitsExactly105710) {
   KVBM_REQUIRE_TRACE();
   auto m = make_manager(200'000, GetParam());
-  const ReplayResult r = replay(*tr, m, Mode::kAllocateMisses);
+  const ReplayResult r = replay(tr->requests, m, Mode::kAllocateMisses);
   std::cout << "[trace_replay] unlimited " << to_string(GetParam()) << ": hits " << r.hits << " of "
             << r.blocks << std::endl;
   EXPECT_EQ(r.requests, kRequests);
@@ -278,30 +287,44 @@ class TraceReplayLru : public ::testing::TestWithParam<Capacity> {
  protected:
   void check(Mode mode, const char* mode_name) {
     KVBM_REQUIRE_TRACE();
-    if (stress_scale() < 1.0) KVBM_SKIP_OR_FAIL("KVBM_STRESS_SCALE < 1: only the unlimited case");
+    // Full scale: the whole trace and the README's capacities and figures. Below: the first
+    // requests, a pool scaled alike, and the textbook model's figures.
+    const bool full = stress_scale() >= 1.0;
     const Capacity c = GetParam();
-    auto m = make_manager(c.blocks, EvictionPolicy::kLru);
-    const ReplayResult r = replay(*tr, m, mode);
+    const std::size_t pool = full ? c.blocks : test::scaled(c.blocks, kSmallestPool);
+    const Requests requests =
+        Requests(tr->requests)
+            .first(full ? tr->requests.size()
+                        : std::min(tr->requests.size(), test::scaled(kRequests, 1)));
+    test::TextbookLru model(pool);
+    for (const auto& hashes : requests) model.request(hashes);
+    if (full) {
+      EXPECT_EQ(model.hits(), c.reference_hits) << "the textbook model against the README";
+    }
+    const std::size_t expected = full ? c.reference_hits : model.hits();
+
+    auto m = make_manager(pool, EvictionPolicy::kLru);
+    const ReplayResult r = replay(requests, m, mode);
     const double ratio = static_cast<double>(r.hits) / static_cast<double>(r.blocks);
-    const double reference =
-        static_cast<double>(c.reference_hits) / static_cast<double>(kTotalBlocks);
-    std::cout << "[trace_replay] lru " << c.blocks << " blocks, " << mode_name << ": hits "
-              << r.hits << " of " << r.blocks << " (" << ratio << "; reference " << c.reference_hits
-              << ", " << reference << ")" << std::endl;
+    const double reference = static_cast<double>(expected) / static_cast<double>(model.blocks());
+    std::cout << "[trace_replay] lru " << pool << " blocks, " << requests.size() << " requests, "
+              << mode_name << ": hits " << r.hits << " of " << r.blocks << " (" << ratio << "; "
+              << (full ? "reference " : "textbook model ") << expected << ", " << reference << ")"
+              << std::endl;
     RecordProperty("hits", std::to_string(r.hits));
-    EXPECT_EQ(r.requests, kRequests);
-    EXPECT_EQ(r.blocks, kTotalBlocks);
+    EXPECT_EQ(r.requests, requests.size());
+    EXPECT_EQ(r.blocks, full ? kTotalBlocks : model.blocks());
     EXPECT_EQ(r.uncached, 0u);
-    EXPECT_NEAR(ratio, reference, 0.01)
-        << "hits " << r.hits << " vs reference " << c.reference_hits;
+    EXPECT_NEAR(ratio, reference, 0.01) << "hits " << r.hits << " vs " << expected;
     if (mode == Mode::kTouchCachedTail) {
       // Same touch and eviction order as the reference, block for block.
-      EXPECT_EQ(r.hits, c.reference_hits);
+      EXPECT_EQ(r.hits, expected);
     }
     EXPECT_EQ(r.audit, "");
     EXPECT_TRUE(r.counts.balanced());
     EXPECT_EQ(r.counts.in_use, 0u);
-    EXPECT_EQ(r.counts.inactive, c.blocks);  // the trace fills every pool here
+    EXPECT_EQ(r.counts.inactive, model.size());  // the trace fills every pool here
+    EXPECT_EQ(model.size(), pool);
   }
 };
 
