@@ -222,7 +222,9 @@ std::vector<SequenceHash> hybrid_hashes(const TraceRequest& request,
   out.reserve(n);
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t last_token = (k + 1) * std::size_t{hash_block} - 1;
-    const std::uint64_t v = mix(request.hashes[last_token / trace_block_tokens].value(), k);
+    const std::uint64_t prev = k == 0 ? 0 : out.back().value();
+    const std::uint64_t v =
+        mix(mix(request.hashes[last_token / trace_block_tokens].value(), prev), k);
     out.emplace_back(v, k == 0 ? std::nullopt : std::optional(out.back().value()),
                      static_cast<std::uint32_t>(k));
   }

@@ -23,9 +23,10 @@
 // Hashes: the trace has one hash id per trace block (512 tokens); the groups
 // are hashed at hash_block_size() (the gcd of their block sizes, 16 for the
 // presets). Hash block k of a request (tokens [k h, (k + 1) h)) takes the value
-// of a mix of k and the chained trace hash of the trace block holding its last
-// token: equal trace prefixes give equal hash blocks, and the trace's own
-// prefix sharing is kept exactly at its 512-token granularity. Only full hash
+// of a mix of k, hash block k - 1's value and the trace hash of the trace block
+// holding its last token (a chain): equal trace prefixes give equal hash
+// blocks, and the trace's own prefix sharing is kept exactly at its 512-token
+// granularity. Only full hash
 // blocks of the prompt are hashed; a partial tail is computed, never cached.
 //
 // G1's bytes: each group has its own pool (HybridBlockManager). The bytes are
