@@ -1,5 +1,6 @@
 #include "replay/hybrid_preset.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>

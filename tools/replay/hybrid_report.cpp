@@ -21,13 +21,17 @@ std::string bytes_text(long double b) {
                 : fmt::format("{:.1f} {}", static_cast<double>(b), units[u]);
 }
 
+// One row of the group table: manager, group, kind, block size, bytes per block, G1 blocks
+// and bytes, hit blocks, tokens and bytes, written, peak held, mean held.
+constexpr char kGroupRow[] =
+    "  {:<9} {:<10} {:<10} {:>4} {:>10} {:>10} {:>10} {:>11} {:>12} {:>10} {:>10} {:>17} {:>10}\n";
+
 void print_groups(std::ostream& out, const char* which, const HybridRun& run) {
   for (const auto& g : run.groups) {
     out << fmt::format(
-        "  {:<9} {:<10} {:<10} {:>4} {:>10} {:>10} {:>10} {:>12} {:>10} {:>12} {:>10} {:>10}\n",
-        which, g.spec.display_name(), g.spec.kind_label(), g.spec.tokens_per_block,
+        kGroupRow, which, g.spec.display_name(), g.spec.kind_label(), g.spec.tokens_per_block,
         bytes_text(g.spec.bytes_per_block), group_digits(g.capacity_blocks),
-        bytes_text(g.capacity_bytes()), group_digits(g.hit_blocks),
+        bytes_text(g.capacity_bytes()), group_digits(g.hit_blocks), group_digits(g.hit_tokens),
         bytes_text(g.bytes(g.hit_blocks)), bytes_text(g.bytes(g.written_blocks)),
         fmt::format("{} / {}", group_digits(g.peak_held_blocks),
                     bytes_text(g.bytes(g.peak_held_blocks))),
@@ -101,10 +105,9 @@ void print_hybrid(std::ostream& out, const TraceSummary& t, const HybridReplayRe
       "  hybrid / baseline hit tokens: {:.3f}x  (baseline: every layer as full "
       "attention, the same G1 bytes)\n\n",
       r.gain());
-  out << fmt::format(
-      "  {:<9} {:<10} {:<10} {:>4} {:>10} {:>10} {:>10} {:>12} {:>10} {:>12} {:>10} {:>10}\n",
-      "manager", "group", "kind", "tpb", "per block", "G1 blocks", "G1 bytes", "hit blocks",
-      "hit bytes", "written", "peak held", "mean held");
+  out << fmt::format(kGroupRow, "manager", "group", "kind", "tpb", "per block", "G1 blocks",
+                     "G1 bytes", "hit blocks", "hit tokens", "hit bytes", "written", "peak held",
+                     "mean held");
   print_groups(out, "hybrid", r.hybrid);
   print_groups(out, "baseline", r.baseline);
   out << fmt::format(
