@@ -146,6 +146,22 @@ TEST(HybridReplay, CachingTailsHoldsMorePrefixesInTheSameBytes) {
   }
 }
 
+// A recurrent-state group that keeps one snapshot per request (SnapshotPolicy::request_end)
+// needs a tenth of the tokens: the full-attention pool grows and finds more, even with
+// every block cached as it fills.
+TEST(HybridReplay, OneSnapshotPerRequestHoldsMorePrefixesInTheSameBytes) {
+  const auto trace = test::first_requests(600);
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
+  HybridReplayConfig c = config_for("qwen3-next-80b", 512);
+  c.snapshot = SnapshotPolicy::request_end();
+  c.model.g1_weights[1] = 0.1;
+  const HybridReplayResult r = run_hybrid_replay(*trace, c);
+  expect_balanced(r.hybrid, "request_end");
+  EXPECT_EQ(r.snapshot_policy, "request_end");
+  EXPECT_LE(r.hybrid.groups[1].peak_held_blocks, 2u);  // the live state and the last snapshot
+  EXPECT_GT(r.hybrid.hit_tokens, r.baseline.hit_tokens);
+}
+
 // Two runs, the same figures: the text table and the JSON (less its wall time).
 TEST(HybridReplay, TwoRunsGiveTheSameReport) {
   const auto trace = test::first_requests(200);

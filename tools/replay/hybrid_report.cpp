@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -134,10 +135,30 @@ nlohmann::json hybrid_json(const HybridReplayResult& r) {
           {"gain", r.gain()}};
 }
 
+namespace {
+
+// The snapshot policy of --hybrid-snapshots, or nullopt when malformed.
+std::optional<SnapshotPolicy> parse_snapshots(const std::string& text) {
+  if (text == "every_block") return SnapshotPolicy::every_block();
+  if (text == "request_end") return SnapshotPolicy::request_end();
+  if (text.rfind("every:", 0) == 0) {
+    char* end = nullptr;
+    const unsigned long k = std::strtoul(text.c_str() + 6, &end, 10);
+    if (end != text.c_str() + 6 && *end == '\0' && k >= 1 && k <= 1'000'000) {
+      return SnapshotPolicy::every_kth_block(static_cast<std::uint32_t>(k));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string check_model_groups(const Options& o) {
   if (o.model_groups.empty() && o.model_groups_file.empty()) {
-    if (o.hybrid_cache != "all" || !o.hybrid_weight.empty()) {
-      return "--hybrid-cache and --hybrid-weight go with --model-groups or --model-groups-file";
+    if (o.hybrid_cache != "all" || !o.hybrid_weight.empty() ||
+        o.hybrid_snapshots != "every_block") {
+      return "--hybrid-cache, --hybrid-weight and --hybrid-snapshots go with --model-groups or "
+             "--model-groups-file";
     }
     return {};
   }
@@ -164,6 +185,10 @@ std::string check_model_groups(const Options& o) {
     if (end != o.hybrid_weight.c_str() + o.hybrid_weight.size() || !(w > 0) || !std::isfinite(w)) {
       return "--hybrid-weight: expected a number > 0, got '" + o.hybrid_weight + "'";
     }
+  }
+  if (!parse_snapshots(o.hybrid_snapshots)) {
+    return "--hybrid-snapshots: expected every_block, every:K (K >= 1) or request_end, got '" +
+           o.hybrid_snapshots + "'";
   }
   if (o.eviction == EvictionPolicy::kMultiLevelLru) {
     return std::string(flag) + ": the groups' pools have no frequency tracker; use --eviction " +
@@ -193,6 +218,7 @@ HybridReplayConfig hybrid_config(const Options& o, std::uint32_t trace_block_tok
                    : baseline_bytes_for_blocks(c.model, o.device.blocks, trace_block_tokens);
   c.eviction = o.eviction;
   c.register_at_end = o.hybrid_cache == "tails";
+  c.snapshot = parse_snapshots(o.hybrid_snapshots).value_or(SnapshotPolicy::every_block());
   if (!o.hybrid_weight.empty()) {
     const double w = std::strtod(o.hybrid_weight.c_str(), nullptr);
     for (std::size_t g = 0; g < c.model.groups.size(); ++g) {

@@ -461,6 +461,7 @@ constexpr OptionSpec kOptionTable[] = {
     {"--model-groups-file", "", Takes::kValue, "a path", set_text<&Options::model_groups_file>},
     {"--hybrid-cache", "", Takes::kValue, "all or tails", set_text<&Options::hybrid_cache>},
     {"--hybrid-weight", "", Takes::kValue, "a number > 0", set_text<&Options::hybrid_weight>},
+    {"--hybrid-snapshots", "", Takes::kValue, "a policy", set_text<&Options::hybrid_snapshots>},
     {"--prefill-tokens-per-s", "", Takes::kValue, "a positive number",
      set_rate<&Options::prefill_tokens_per_s>},
     {"--g2-gbps", "", Takes::kValue, "a positive number", set_rate<&Options::g2_gb_per_s>},
@@ -591,6 +592,8 @@ model layout (bytes per block = layers x outer-dim x block-tokens x inner-dim x 
                          only what is in reach when the prefill ends (a window's tail)
   --hybrid-weight X      G1 share of every window, chunk and state group, in tokens
                          relative to the full groups (default 1)
+  --hybrid-snapshots P   recurrent-state snapshots kept: every_block (default, vLLM's
+                         "all"), every:K (every K-th block) or request_end
 what kvbm saves (an estimate: prefill time avoided minus the time to load the hits)
   --prefill-tokens-per-s N   the model's prefill throughput (default: assumed from
                          its size, 50% of an H100's BF16 peak; 31k tokens/s for
