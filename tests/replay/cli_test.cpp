@@ -310,5 +310,40 @@ TEST(ReplayCli, PersistNeedsADiskDirectory) {
       << r.err;
 }
 
+// --model-groups: two runs of the program print the same table, byte for byte.
+TEST(ReplayCli, HybridReplayPrintsTheSameTableTwice) {
+  const auto trace = test::shipped_trace_path();
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
+  const test::ScratchDir dir("kvbm-cli-hybrid");
+  const std::vector<std::string> args = {"--trace",        *trace,  "--model-groups", "gpt-oss-20b",
+                                         "--hybrid-cache", "tails", "--limit",        "100",
+                                         "--quiet"};
+  const Outcome a = run(args, dir.path());
+  const Outcome b = run(args, dir.path());
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(a.out.find("swa128"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("every pool balanced"), std::string::npos) << a.out;
+  EXPECT_EQ(a.out, b.out);
+}
+
+// Bad input: an unknown preset lists the presets; a malformed file names its field.
+TEST(ReplayCli, HybridBadInputIsRefusedWithWhatToChange) {
+  const test::ScratchDir dir("kvbm-cli-hybrid-bad");
+  const fs::path trace = dir.path() / "trace.jsonl";
+  std::ofstream(trace) << kLine << "\n";
+  const Outcome unknown = run({"--trace", trace.string(), "--model-groups", "gemma4"}, dir.path());
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.err.find("known: gpt-oss-20b, gemma3-27b"), std::string::npos) << unknown.err;
+  const fs::path groups = dir.path() / "groups.json";
+  std::ofstream(groups)
+      << R"([{"kind": "full", "tokens_per_block": 4, "bytes_per_block": "lots", "layers": [0]}])";
+  const Outcome bad = run(
+      {"--trace", trace.string(), "--block-tokens", "4", "--model-groups-file", groups.string()},
+      dir.path());
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("groups[0].bytes_per_block"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace kvbm::replay

@@ -25,6 +25,7 @@
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 #include "replay/cluster_report.h"
+#include "replay/hybrid_report.h"
 #include "replay/metrics_server.h"
 #include "replay/model_preset.h"
 #include "replay/options.h"
@@ -455,6 +456,10 @@ int run(int argc, char** argv) {
   Trace trace;
   if (const auto code = load_trace(o, trace_path, trace)) return *code;
   const TraceSummary ts{trace_path, trace.lines, trace.error_count, unique_blocks(trace)};
+  if (!o.model_groups.empty() || !o.model_groups_file.empty()) {
+    std::signal(SIGINT, on_signal);
+    return run_hybrid_command(o, trace, ts, std::cout, &g_stop);
+  }
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<MetricsServer> server;

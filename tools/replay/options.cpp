@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "kvbm/remote/remote_store.h"
+#include "replay/hybrid_report.h"
 #include "replay/model_preset.h"
 #include "replay/option_checks.h"
 
@@ -456,6 +457,11 @@ constexpr OptionSpec kOptionTable[] = {
     {"--remote-namespace", "", Takes::kValue, "a namespace", set_text<&Options::remote_namespace>},
     {"--overlap-offload", "", Takes::kNothing, "", set_flag<&Options::overlap_offload>},
     {"--model", "", Takes::kValue, "a model name", set_model},
+    {"--model-groups", "", Takes::kValue, "a preset", set_text<&Options::model_groups>},
+    {"--model-groups-file", "", Takes::kValue, "a path", set_text<&Options::model_groups_file>},
+    {"--hybrid-cache", "", Takes::kValue, "all or tails", set_text<&Options::hybrid_cache>},
+    {"--hybrid-weight", "", Takes::kValue, "a number > 0", set_text<&Options::hybrid_weight>},
+    {"--hybrid-snapshots", "", Takes::kValue, "a policy", set_text<&Options::hybrid_snapshots>},
     {"--prefill-tokens-per-s", "", Takes::kValue, "a positive number",
      set_rate<&Options::prefill_tokens_per_s>},
     {"--g2-gbps", "", Takes::kValue, "a positive number", set_rate<&Options::g2_gb_per_s>},
@@ -536,6 +542,7 @@ std::string finish(Parsing& p) {
   std::string e = check_soak(p.o);
   if (e.empty()) e = resolve_layout(p);
   if (e.empty()) e = check_together(p.o);
+  if (e.empty()) e = check_model_groups(p.o);
   if (e.empty() && !p.o.sweep_instances.empty() && p.o.sweep_routers.empty())
     p.o.sweep_routers = {router::RoutePolicy::kKv, router::RoutePolicy::kRoundRobin,
                          router::RoutePolicy::kRandom};
@@ -577,6 +584,16 @@ model layout (bytes per block = layers x outer-dim x block-tokens x inner-dim x 
   --model NAME           a real model's layout instead: llama3-8b (64 MiB per
                          512-token block), qwen2.5-7b (28 MiB), llama3-70b (160 MiB);
                          use --metadata-only or tier sizes in bytes with it
+  --model-groups NAME    a hybrid model's KV cache groups through G1 alone, beside the
+                         same G1 bytes with every layer as full attention: gpt-oss-20b,
+                         gemma3-27b, llama4-scout, qwen3-next-80b, llama3.1-8b
+  --model-groups-file F  the same, the groups read from a JSON list (docs/replay.md)
+  --hybrid-cache all|tails  all (vLLM's way): every block is cached as it fills; tails:
+                         only what is in reach when the prefill ends (a window's tail)
+  --hybrid-weight X      G1 share of every window, chunk and state group, in tokens
+                         relative to the full groups (default 1)
+  --hybrid-snapshots P   recurrent-state snapshots kept: every_block (default, vLLM's
+                         "all"), every:K (every K-th block) or request_end
 what kvbm saves (an estimate: prefill time avoided minus the time to load the hits)
   --prefill-tokens-per-s N   the model's prefill throughput (default: assumed from
                          its size, 50% of an H100's BF16 peak; 31k tokens/s for

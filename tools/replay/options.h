@@ -43,6 +43,11 @@ struct Options {
   SizeOption disk{.blocks = 50'000};
   EvictionPolicy eviction = EvictionPolicy::kLru;
   std::string model;  ///< a preset (model_preset.h) fixing the layout; "" = the options above
+  std::string model_groups;          ///< a hybrid preset (hybrid_preset.h): the hybrid replay
+  std::string model_groups_file;     ///< a JSON group list (hybrid_preset.h): the hybrid replay
+  std::string hybrid_cache = "all";  ///< all or tails (hybrid_replay.h: register_at_end)
+  std::string hybrid_weight;         ///< G1 weight of every non-full group ("" = the model's)
+  std::string hybrid_snapshots = "every_block";  ///< every_block, every:K or request_end
   OffloadMode g1_g2 = OffloadMode::kOnEviction;
   OffloadMode g2_g3 = OffloadMode::kOnEviction;
   std::uint32_t min_frequency = 0;

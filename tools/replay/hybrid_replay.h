@@ -1,0 +1,166 @@
+// replay/hybrid_replay.h: a trace through HybridBlockManager<G1> for a hybrid model's groups.
+//
+// run_hybrid_replay() replays a trace, as run_replay() does for the dense path
+// (requests one after another in trace order), through a
+// HybridBlockManager<G1> built from a model's KV cache groups
+// (replay/hybrid_preset.h), and again, at the same G1 bytes, through the
+// full-attention baseline: one full-attention group whose block carries every
+// layer (the groups' bytes per block summed, at the lcm of their block sizes),
+// a manager that treats every layer as full attention. Metadata only: no bytes
+// are written; "bytes" are blocks times the group's bytes per block.
+//
+// One request:
+//
+//   1. find_prefix(hashes, prompt - 1): the longest cut every group can serve
+//      (kvbm/groups/hit_rules.h), holding only what each group reads there.
+//   2. Prefill from the cut to the prompt's end, prefill_chunk_tokens at a time
+//      (chunk boundaries are multiples of it): allocate() in every group or none
+//      (it first releases what is out of reach), commit() the blocks that became
+//      full, release_out_of_reach(). A step G1 cannot give stops the request: its
+//      remaining tokens count as uncached.
+//   3. finish(): every block released, last first.
+//
+// Hashes: the trace has one hash id per trace block (512 tokens); the groups
+// are hashed at hash_block_size() (the gcd of their block sizes, 16 for the
+// presets). Hash block k of a request (tokens [k h, (k + 1) h)) takes the value
+// of a mix of k, hash block k - 1's value and the trace hash of the trace block
+// holding its last token (a chain): equal trace prefixes give equal hash
+// blocks, and the trace's own prefix sharing is kept exactly at its 512-token
+// granularity. Only full hash
+// blocks of the prompt are hashed; a partial tail is computed, never cached.
+//
+// G1's bytes: each group has its own pool (HybridBlockManager). The bytes are
+// split so that group g's pool holds weight_g x T tokens (weight: the model's
+// g1_weights, 1 by default), T solved so that the pools' bytes sum to the
+// budget: with every weight 1, every group holds as many tokens as the
+// baseline. A weight below 1 gives a window's bytes to the full group.
+//
+// Thread-safety: a plain function; it builds and owns its managers.
+
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvbm/eviction/backend.h"
+#include "kvbm/groups/snapshot_policy.h"
+#include "replay/hybrid_preset.h"
+#include "replay/trace.h"
+
+namespace kvbm::replay {
+
+/// What a hybrid replay needs besides the trace.
+struct HybridReplayConfig {
+  HybridModel model;
+  /// G1's bytes, shared by the groups (and the baseline's one pool); ignored when unlimited.
+  std::uint64_t g1_bytes = 0;
+  /// Room for every block of the trace in every pool (nothing is evicted).
+  bool g1_unlimited = false;
+  /// Tokens prefilled per step (a window's blocks are released between steps).
+  std::uint32_t prefill_chunk_tokens = 512;
+  SnapshotPolicy snapshot = SnapshotPolicy::every_block();
+  /// false (vLLM's way): blocks are registered as they fill, every step; out-of-reach
+  /// window and chunk blocks stay cached. true: a request registers its blocks once its
+  /// prefill ends, so only what is still in reach then (a window's tail, the current
+  /// chunk, the last snapshot, every full-attention block) is cached; the rest goes
+  /// back to the free pool as it falls out of reach.
+  bool register_at_end = false;
+  EvictionPolicy eviction = EvictionPolicy::kLru;
+  /// Called every 256 requests and at the end of each of the two replays.
+  std::function<void(std::size_t done, std::size_t total)> progress;
+  /// When set and true, each replay stops before its next request.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+/// One group's figures in one replay.
+struct GroupFigures {
+  KvCacheGroupSpec spec;
+  double g1_weight = 1;
+  std::size_t capacity_blocks = 0;  ///< its G1 pool
+  std::uint64_t hit_blocks = 0;  ///< blocks the cuts read from it (a window's tail, one snapshot)
+  std::uint64_t hit_tokens = 0;  ///< their tokens: hit_blocks x tokens per block
+  std::uint64_t written_blocks = 0;     ///< blocks prefilled into G1 (allocated and computed)
+  std::size_t peak_held_blocks = 0;     ///< most blocks the running request held (after a step)
+  double mean_held_blocks = 0;          ///< mean over every prefill step of the replay
+  std::uint64_t cached_blocks_end = 0;  ///< blocks left in the inactive pool at the end
+  [[nodiscard]] std::uint64_t bytes(std::uint64_t blocks) const noexcept {
+    return blocks * spec.bytes_per_block;
+  }
+  [[nodiscard]] std::uint64_t capacity_bytes() const noexcept { return bytes(capacity_blocks); }
+};
+
+/// One manager's replay (the hybrid one or the baseline).
+struct HybridRun {
+  std::vector<GroupFigures> groups;
+  std::uint64_t requests = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t hit_tokens = 0;       ///< the cuts: tokens not recomputed
+  std::uint64_t hit_requests = 0;     ///< requests whose cut was > 0
+  std::uint64_t uncached_tokens = 0;  ///< tokens of steps G1 could not give blocks for
+  std::uint64_t prefill_steps = 0;
+  std::string audit;  ///< HybridBlockManager::audit() at the end ("" = every pool balanced)
+  double wall_seconds = 0;
+
+  [[nodiscard]] std::uint64_t g1_bytes() const noexcept {
+    std::uint64_t b = 0;
+    for (const auto& g : groups) b += g.capacity_bytes();
+    return b;
+  }
+  [[nodiscard]] double token_hit_ratio() const noexcept {
+    return prompt_tokens == 0
+               ? 0.0
+               : static_cast<double>(hit_tokens) / static_cast<double>(prompt_tokens);
+  }
+};
+
+/// Both replays.
+struct HybridReplayResult {
+  std::string trace;
+  std::uint32_t trace_block_tokens = 0;
+  std::string model;                  ///< HybridModel::name
+  std::string label;                  ///< HybridModel::label
+  std::string source;                 ///< HybridModel::source
+  std::uint64_t g1_budget_bytes = 0;  ///< 0 when unlimited
+  bool g1_unlimited = false;
+  std::uint32_t prefill_chunk_tokens = 0;
+  std::string snapshot_policy;
+  std::string eviction;
+  bool register_at_end = false;  ///< HybridReplayConfig::register_at_end ("tails")
+  HybridRun hybrid;
+  HybridRun baseline;
+  /// hybrid.hit_tokens / baseline.hit_tokens (0 when the baseline hit nothing).
+  [[nodiscard]] double gain() const noexcept {
+    return baseline.hit_tokens == 0
+               ? 0.0
+               : static_cast<double>(hybrid.hit_tokens) / static_cast<double>(baseline.hit_tokens);
+  }
+};
+
+/// Returns the baseline of `model`: one full-attention group covering every layer,
+/// at the lcm of the groups' block sizes, its bytes per block the groups' summed.
+[[nodiscard]] HybridModel full_attention_baseline(const HybridModel& model);
+
+/// Returns the bytes of `blocks` trace blocks of `trace_block_tokens` tokens in the
+/// baseline's layout: the G1 of --device-blocks N for a hybrid replay.
+[[nodiscard]] std::uint64_t baseline_bytes_for_blocks(const HybridModel& model, std::size_t blocks,
+                                                      std::uint32_t trace_block_tokens);
+
+/// Returns each group's pool size (blocks) for `bytes` of G1 (see the file comment).
+/// Throws UsageError when a pool would have no block.
+[[nodiscard]] std::vector<std::size_t> split_g1(const HybridModel& model, std::uint64_t bytes);
+
+/// Returns the request's hashes at `hash_block` tokens per block (see the file comment).
+[[nodiscard]] std::vector<SequenceHash> hybrid_hashes(const TraceRequest& request,
+                                                      std::uint32_t trace_block_tokens,
+                                                      std::uint32_t hash_block);
+
+/// Replays `trace` through the model's groups and through its baseline at the same
+/// G1 bytes. Throws UsageError for an invalid model or a G1 too small for a pool.
+[[nodiscard]] HybridReplayResult run_hybrid_replay(const Trace& trace,
+                                                   const HybridReplayConfig& config);
+
+}  // namespace kvbm::replay

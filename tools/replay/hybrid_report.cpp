@@ -1,0 +1,245 @@
+#include "replay/hybrid_report.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace kvbm::replay {
+
+namespace {
+
+std::string bytes_text(long double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::size_t u = 0;
+  while (b >= 1024.0L && u + 1 < std::size(units)) {
+    b /= 1024.0L;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", static_cast<double>(b), units[u])
+                : fmt::format("{:.1f} {}", static_cast<double>(b), units[u]);
+}
+
+// One row of the group table: manager, group, kind, block size, bytes per block, G1 blocks
+// and bytes, hit blocks, tokens and bytes, written, peak held, mean held.
+constexpr char kGroupRow[] =
+    "  {:<9} {:<10} {:<10} {:>4} {:>10} {:>10} {:>10} {:>11} {:>12} {:>10} {:>10} {:>17} {:>10}\n";
+
+void print_groups(std::ostream& out, const char* which, const HybridRun& run) {
+  for (const auto& g : run.groups) {
+    out << fmt::format(
+        kGroupRow, which, g.spec.display_name(), g.spec.kind_label(), g.spec.tokens_per_block,
+        bytes_text(g.spec.bytes_per_block), group_digits(g.capacity_blocks),
+        bytes_text(g.capacity_bytes()), group_digits(g.hit_blocks), group_digits(g.hit_tokens),
+        bytes_text(g.bytes(g.hit_blocks)), bytes_text(g.bytes(g.written_blocks)),
+        fmt::format("{} / {}", group_digits(g.peak_held_blocks),
+                    bytes_text(g.bytes(g.peak_held_blocks))),
+        bytes_text(static_cast<long double>(g.mean_held_blocks) * g.spec.bytes_per_block));
+  }
+}
+
+nlohmann::json group_json(const GroupFigures& g) {
+  return {{"name", g.spec.display_name()},
+          {"kind", std::string(to_string(g.spec.kind))},
+          {"window_tokens", g.spec.window_tokens},
+          {"tokens_per_block", g.spec.tokens_per_block},
+          {"bytes_per_block", g.spec.bytes_per_block},
+          {"layers", g.spec.layers.size()},
+          {"g1_weight", g.g1_weight},
+          {"capacity_blocks", g.capacity_blocks},
+          {"capacity_bytes", g.capacity_bytes()},
+          {"hits",
+           {{"blocks", g.hit_blocks}, {"tokens", g.hit_tokens}, {"bytes", g.bytes(g.hit_blocks)}}},
+          {"held",
+           {{"peak_blocks", g.peak_held_blocks},
+            {"peak_bytes", g.bytes(g.peak_held_blocks)},
+            {"mean_blocks", g.mean_held_blocks},
+            {"mean_bytes", g.mean_held_blocks * static_cast<double>(g.spec.bytes_per_block)}}},
+          {"moved",
+           {{"written_blocks", g.written_blocks},
+            {"written_bytes", g.bytes(g.written_blocks)},
+            {"hit_bytes", g.bytes(g.hit_blocks)}}},
+          {"cached_blocks_end", g.cached_blocks_end}};
+}
+
+nlohmann::json run_json(const HybridRun& run) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& g : run.groups) groups.push_back(group_json(g));
+  return {{"requests", run.requests},
+          {"prompt_tokens", run.prompt_tokens},
+          {"hit_tokens", run.hit_tokens},
+          {"token_hit_ratio", run.token_hit_ratio()},
+          {"hit_requests", run.hit_requests},
+          {"uncached_tokens", run.uncached_tokens},
+          {"prefill_steps", run.prefill_steps},
+          {"g1_bytes", run.g1_bytes()},
+          {"groups", groups},
+          {"audit", run.audit},
+          {"wall_seconds", run.wall_seconds}};
+}
+
+}  // namespace
+
+void print_hybrid(std::ostream& out, const TraceSummary& t, const HybridReplayResult& r) {
+  out << fmt::format("kvbm-replay: {}\n", t.source);
+  out << fmt::format("  model groups {}: {}\n", r.model, r.label);
+  if (!r.source.empty()) out << fmt::format("  geometry: {}\n", r.source);
+  out << fmt::format(
+      "  requests {}   prompt tokens {}   G1 only, metadata only; prefill {} tokens a step; "
+      "snapshots {}; eviction {}; cache {}\n",
+      group_digits(r.hybrid.requests), group_digits(r.hybrid.prompt_tokens), r.prefill_chunk_tokens,
+      r.snapshot_policy, r.eviction, r.register_at_end ? "tails" : "all");
+  out << fmt::format("  G1 {} (hybrid pools {}, baseline pool {})\n\n",
+                     r.g1_unlimited ? std::string("unlimited") : bytes_text(r.g1_budget_bytes),
+                     bytes_text(r.hybrid.g1_bytes()), bytes_text(r.baseline.g1_bytes()));
+  out << fmt::format("  {:<9} {:>14} {:>12} {:>14} {:>16}\n", "manager", "hit tokens",
+                     "token ratio", "hit requests", "uncached tokens");
+  for (const auto& [name, run] :
+       {std::pair<const char*, const HybridRun*>{"hybrid", &r.hybrid}, {"baseline", &r.baseline}}) {
+    out << fmt::format("  {:<9} {:>14} {:>11.2f}% {:>14} {:>16}\n", name,
+                       group_digits(run->hit_tokens), 100 * run->token_hit_ratio(),
+                       group_digits(run->hit_requests), group_digits(run->uncached_tokens));
+  }
+  out << fmt::format(
+      "  hybrid / baseline hit tokens: {:.3f}x  (baseline: every layer as full "
+      "attention, the same G1 bytes)\n\n",
+      r.gain());
+  out << fmt::format(kGroupRow, "manager", "group", "kind", "tpb", "per block", "G1 blocks",
+                     "G1 bytes", "hit blocks", "hit tokens", "hit bytes", "written", "peak held",
+                     "mean held");
+  print_groups(out, "hybrid", r.hybrid);
+  print_groups(out, "baseline", r.baseline);
+  out << fmt::format(
+      "\n  hit blocks: what the cuts read from the group (a window's tail, one "
+      "snapshot); written: blocks prefilled into G1;\n  held: blocks the running "
+      "request holds after each prefill step (peak blocks / bytes, and mean bytes)\n");
+  out << fmt::format("  audit: hybrid {}, baseline {}\n",
+                     r.hybrid.audit.empty() ? "every pool balanced" : r.hybrid.audit,
+                     r.baseline.audit.empty() ? "balanced" : r.baseline.audit);
+}
+
+nlohmann::json hybrid_json(const HybridReplayResult& r) {
+  return {{"model", {{"name", r.model}, {"label", r.label}, {"source", r.source}}},
+          {"config",
+           {{"trace_block_tokens", r.trace_block_tokens},
+            {"g1_budget_bytes", r.g1_budget_bytes},
+            {"g1_unlimited", r.g1_unlimited},
+            {"prefill_chunk_tokens", r.prefill_chunk_tokens},
+            {"snapshot_policy", r.snapshot_policy},
+            {"eviction", r.eviction},
+            {"cache", r.register_at_end ? "tails" : "all"}}},
+          {"hybrid", run_json(r.hybrid)},
+          {"baseline", run_json(r.baseline)},
+          {"gain", r.gain()}};
+}
+
+namespace {
+
+// The snapshot policy of --hybrid-snapshots, or nullopt when malformed.
+std::optional<SnapshotPolicy> parse_snapshots(const std::string& text) {
+  if (text == "every_block") return SnapshotPolicy::every_block();
+  if (text == "request_end") return SnapshotPolicy::request_end();
+  if (text.rfind("every:", 0) == 0) {
+    char* end = nullptr;
+    const unsigned long k = std::strtoul(text.c_str() + 6, &end, 10);
+    if (end != text.c_str() + 6 && *end == '\0' && k >= 1 && k <= 1'000'000) {
+      return SnapshotPolicy::every_kth_block(static_cast<std::uint32_t>(k));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string check_model_groups(const Options& o) {
+  if (o.model_groups.empty() && o.model_groups_file.empty()) {
+    if (o.hybrid_cache != "all" || !o.hybrid_weight.empty() ||
+        o.hybrid_snapshots != "every_block") {
+      return "--hybrid-cache, --hybrid-weight and --hybrid-snapshots go with --model-groups or "
+             "--model-groups-file";
+    }
+    return {};
+  }
+  if (!o.model_groups.empty() && !o.model_groups_file.empty()) {
+    return "give --model-groups or --model-groups-file, not both";
+  }
+  if (!o.model_groups.empty()) {
+    if (std::string e = check_hybrid_preset(o.model_groups); !e.empty()) return e;
+  }
+  const char* flag = !o.model_groups.empty() ? "--model-groups" : "--model-groups-file";
+  const std::pair<bool, const char*> refused[] = {
+      {!o.model.empty(), "--model"},      {o.instances > 1, "--instances"},
+      {o.router.has_value(), "--router"}, {!o.remote.empty(), "--remote"},
+      {!o.sweep.empty(), "--sweep"},      {!o.sweep_instances.empty(), "--sweep-instances"},
+      {o.soak_seconds > 0, "--soak"},     {o.realtime, "--realtime"},
+      {o.persist, "--persist"},
+  };
+  if (o.hybrid_cache != "all" && o.hybrid_cache != "tails") {
+    return "--hybrid-cache: expected all or tails, got '" + o.hybrid_cache + "'";
+  }
+  if (!o.hybrid_weight.empty()) {
+    char* end = nullptr;
+    const double w = std::strtod(o.hybrid_weight.c_str(), &end);
+    if (end != o.hybrid_weight.c_str() + o.hybrid_weight.size() || !(w > 0) || !std::isfinite(w)) {
+      return "--hybrid-weight: expected a number > 0, got '" + o.hybrid_weight + "'";
+    }
+  }
+  if (!parse_snapshots(o.hybrid_snapshots)) {
+    return "--hybrid-snapshots: expected every_block, every:K (K >= 1) or request_end, got '" +
+           o.hybrid_snapshots + "'";
+  }
+  if (o.eviction == EvictionPolicy::kMultiLevelLru) {
+    return std::string(flag) + ": the groups' pools have no frequency tracker; use --eviction " +
+           "lru or lineage";
+  }
+  for (const auto& [given, name] : refused) {
+    if (given) {
+      return std::string(flag) + " replays G1 alone, one instance, in trace order; leave out " +
+             name;
+    }
+  }
+  return {};
+}
+
+HybridReplayConfig hybrid_config(const Options& o, std::uint32_t trace_block_tokens) {
+  HybridReplayConfig c;
+  if (!o.model_groups_file.empty()) {
+    c.model = read_model_groups_file(o.model_groups_file);
+  } else {
+    auto m = find_hybrid_preset(o.model_groups);
+    KVBM_CHECK(m.has_value(), check_hybrid_preset(o.model_groups));
+    c.model = std::move(*m);
+  }
+  c.g1_unlimited = o.device.unlimited;
+  c.g1_bytes = o.device.bytes != 0
+                   ? o.device.bytes
+                   : baseline_bytes_for_blocks(c.model, o.device.blocks, trace_block_tokens);
+  c.eviction = o.eviction;
+  c.register_at_end = o.hybrid_cache == "tails";
+  c.snapshot = parse_snapshots(o.hybrid_snapshots).value_or(SnapshotPolicy::every_block());
+  if (!o.hybrid_weight.empty()) {
+    const double w = std::strtod(o.hybrid_weight.c_str(), nullptr);
+    for (std::size_t g = 0; g < c.model.groups.size(); ++g) {
+      if (c.model.groups[g].kind != AttentionKind::kFull) c.model.g1_weights[g] = w;
+    }
+  }
+  return c;
+}
+
+int run_hybrid_command(const Options& o, const Trace& trace, const TraceSummary& ts,
+                       std::ostream& out, const std::atomic<bool>* stop) {
+  HybridReplayConfig c = hybrid_config(o, trace.block_tokens);
+  c.stop = stop;
+  const HybridReplayResult r = run_hybrid_replay(trace, c);
+  if (o.json) {
+    out << json_text({{"trace", trace_json(ts)}, {"hybrid_replay", hybrid_json(r)}}) << "\n";
+  } else {
+    print_hybrid(out, ts, r);
+  }
+  if (!r.hybrid.audit.empty() || !r.baseline.audit.empty()) return 1;
+  return stop != nullptr && stop->load() ? 130 : 0;
+}
+
+}  // namespace kvbm::replay
