@@ -38,7 +38,6 @@ bool reads_frequency(const facade::TierSpecs& specs) {
 
 }  // namespace
 
-using facade::kTierIds;
 using facade::StorageKind;
 
 void KvBlockManagerImpl::build() {

@@ -39,7 +39,7 @@ constexpr std::uint64_t kMaxBlockBytes =
 std::vector<std::string> series_names(const KvBlockManagerConfig& c) {
   const facade::TierSpecs specs = facade::describe_tiers(c, {1, 1, 1});
   std::vector<std::string> out;
-  for (const TierId t : facade::kTierIds) {
+  for (const TierId t : kTierIds) {
     const std::string name(to_string(t));
     out.push_back(name);
     if (t == TierId::kG1) continue;

@@ -77,8 +77,8 @@ class KvBlockManagerImpl {
   facade::TierSpecs specs_{};
   std::shared_ptr<FrequencyTracker> tracker_;
   std::shared_ptr<BlockRegistry> registry_;
-  facade::TierArray<facade::TierMemory> memory_;  // first: destroyed last
-  facade::TierArray<facade::TierEngines> engines_;
+  TierArray<facade::TierMemory> memory_;  // first: destroyed last
+  TierArray<facade::TierEngines> engines_;
   facade::Rows rows_;
   std::unique_ptr<facade::Onboarding> onboarding_;
   std::optional<RecoverySummary> disk_recovery_;  // what a persistent G3 recovered at build

@@ -79,7 +79,7 @@ void OnboardState::finish() noexcept {
   const bool any_failed =
       std::find(failed_.begin(), failed_.end(), true) != failed_.end() || remote_.failed > 0;
   lock.unlock();
-  facade::TierArray<std::size_t> per_tier{};
+  TierArray<std::size_t> per_tier{};
   std::size_t failed = 0;
   std::vector<TierId> origins;
   std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
@@ -87,7 +87,7 @@ void OnboardState::finish() noexcept {
   c.failed = failed;
   c.no_space = no_space_ + remote_.no_space;
   if (counters.failed != nullptr) {
-    for (const TierId t : facade::kTierIds) {
+    for (const TierId t : kTierIds) {
       if (auto* counter = counters.from_tier[t])
         counter->Increment(static_cast<double>(per_tier[t]));
     }
@@ -145,7 +145,7 @@ std::vector<std::optional<ImmutableBlock<G1>>> OnboardState::register_arrived() 
 // Every copy that arrived is registered (it is a valid G1 block); the prefix
 // handed back ends before the first copy that did not. The remote tier's
 // copies come after the walk's positions, when every one of those arrived.
-std::vector<ImmutableBlock<G1>> OnboardState::assemble(facade::TierArray<std::size_t>& per_tier,
+std::vector<ImmutableBlock<G1>> OnboardState::assemble(TierArray<std::size_t>& per_tier,
                                                        std::size_t& failed,
                                                        std::vector<TierId>& origins) noexcept {
   std::vector<std::optional<ImmutableBlock<G1>>> arrived = register_arrived();

@@ -71,7 +71,7 @@ namespace kvbm::detail {
 class OnboardState {
  public:
   struct Counters {
-    facade::TierArray<prometheus::Counter*> from_tier{};  ///< G1: hits; null: tier absent
+    TierArray<prometheus::Counter*> from_tier{};  ///< G1: hits; null: tier absent
     prometheus::Counter* failed = nullptr;
     prometheus::Counter* cancelled = nullptr;
   };
@@ -119,8 +119,7 @@ class OnboardState {
   std::vector<std::optional<ImmutableBlock<G1>>> register_arrived() noexcept;
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
-  std::vector<ImmutableBlock<G1>> assemble(facade::TierArray<std::size_t>& per_tier,
-                                           std::size_t& failed,
+  std::vector<ImmutableBlock<G1>> assemble(TierArray<std::size_t>& per_tier, std::size_t& failed,
                                            std::vector<TierId>& origins) noexcept;
 
   mutable Mutex mu_;

@@ -1,7 +1,7 @@
 // src/facade/tiers.h (internal): the facade's tiers, as data.
 //
 // A tier is named by its TierId (kvbm/tier.h) everywhere in the facade; its
-// per-tier data is a TierArray indexed by it. describe_tiers() reads one
+// per-tier data is a TierArray (kvbm/tier_array.h) indexed by it. describe_tiers() reads one
 // TierSpec per tier from the config: its size, storage, listeners, the tier
 // above it (where its blocks come down from) and the mode of that boundary.
 // The rows that act on the tiers are in facade/tier.h.
@@ -20,25 +20,9 @@
 #include "kvbm/offload/config.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/tier.h"
+#include "kvbm/tier_array.h"
 
 namespace kvbm::facade {
-
-/// Every tier, fastest first.
-inline constexpr std::array<TierId, 4> kTierIds = {TierId::kG1, TierId::kG2, TierId::kG3,
-                                                   TierId::kG4};
-inline constexpr std::size_t kTierCount = kTierIds.size();
-
-/// Per-tier data, indexed by TierId.
-template <class T>
-struct TierArray {
-  std::array<T, kTierCount> items{};
-
-  [[nodiscard]] T& operator[](TierId t) noexcept { return items[index(t)]; }
-  [[nodiscard]] const T& operator[](TierId t) const noexcept { return items[index(t)]; }
-  [[nodiscard]] static constexpr std::size_t index(TierId t) noexcept {
-    return static_cast<std::size_t>(t) - 1;
-  }
-};
 
 /// Calls f(marker) with the marker of a pooled tier (G1, G2 or G3).
 template <class F>
