@@ -50,6 +50,7 @@
 #include "kvbm/remote/remote_store.h"
 #include "kvbm/storage/layout.h"
 #include "kvbm/tier.h"
+#include "kvbm/tier_array.h"
 
 namespace prometheus {
 class Registry;
@@ -191,15 +192,17 @@ struct KvBlockManagerConfig {
   std::vector<std::shared_ptr<PoolListener>> remote_listeners;
 };
 
-/// Where an onboarded prefix came from.
+/// Where an onboarded prefix came from: its blocks by the tier they were
+/// found in (G1: already there; G2, G3: copied up; G4: fetched through G2
+/// and verified), and what cut it short.
 struct OnboardCounts {
-  std::size_t device = 0;    ///< already in G1
-  std::size_t host = 0;      ///< copied from G2
-  std::size_t disk = 0;      ///< copied from G3
-  std::size_t remote = 0;    ///< fetched from G4 (through G2), verified
-  std::size_t failed = 0;    ///< copies that failed (the prefix ends before the first)
-  std::size_t no_space = 0;  ///< blocks found below G1 that did not fit in G1
-  [[nodiscard]] std::size_t total() const noexcept { return device + host + disk + remote; }
+  TierArray<std::size_t> found{};  ///< prefix blocks per tier they came from
+  std::size_t failed = 0;          ///< copies that failed (the prefix ends before the first)
+  std::size_t no_space = 0;        ///< blocks found below G1 that did not fit in G1
+  /// Returns the prefix blocks that came from tier `t`.
+  [[nodiscard]] std::size_t from(TierId t) const noexcept { return found[t]; }
+  /// Returns the prefix's length: its blocks from every tier.
+  [[nodiscard]] std::size_t total() const noexcept { return kvbm::total(found); }
 };
 
 namespace detail {
@@ -329,8 +332,8 @@ class KvBlockManager {
   /// What onboard(hashes) would find right now, without taking or copying
   /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the
   /// first block no tier holds, then (with G4) the blocks G4 holds after
-  /// them, asked in one round trip. An admission check: host + disk + remote
-  /// is the number of fresh G1 blocks onboard() will allocate. (A snapshot:
+  /// them, asked in one round trip. An admission check: total() minus
+  /// from(TierId::kG1) is the number of fresh G1 blocks onboard() will allocate. (A snapshot:
   /// another thread or instance may change it before the onboard.)
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
 

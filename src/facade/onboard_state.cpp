@@ -13,22 +13,6 @@
 #include "kvbm/error.h"
 #include "kvbm/transfer/stage_and_register.h"
 
-namespace kvbm::facade {
-
-// OnboardCounts names a field per tier (public API): one more tier, one more field.
-static_assert(kTierCount == 4, "to_counts: give the new tier its OnboardCounts field");
-
-OnboardCounts to_counts(const TierArray<std::size_t>& per_tier) {
-  OnboardCounts c;
-  c.device = per_tier[TierId::kG1];
-  c.host = per_tier[TierId::kG2];
-  c.disk = per_tier[TierId::kG3];
-  c.remote = per_tier[TierId::kG4];
-  return c;
-}
-
-}  // namespace kvbm::facade
-
 namespace kvbm::detail {
 
 void OnboardState::on_batch(const TransferOutcome& o,
@@ -83,7 +67,7 @@ void OnboardState::finish() noexcept {
   std::size_t failed = 0;
   std::vector<TierId> origins;
   std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
-  OnboardCounts c = facade::to_counts(per_tier);
+  OnboardCounts c{.found = per_tier};
   c.failed = failed;
   c.no_space = no_space_ + remote_.no_space;
   if (counters.failed != nullptr) {

@@ -49,9 +49,6 @@ struct OnboardRecord {
   std::size_t hold = 0;       ///< the index of the Hold keeping it (OnboardState::holds)
 };
 
-/// Returns the counts of where a prefix came from, per tier.
-[[nodiscard]] OnboardCounts to_counts(const TierArray<std::size_t>& per_tier);
-
 /// The rest of a prefix, after the walk's positions, brought by the remote
 /// stage (facade/onboarding.cpp): G4's blocks fetched into G2, then the rest
 /// onboarded from the tiers that hold it, registered in G1, in prefix order.

@@ -72,9 +72,7 @@ class ReplaySeries {
   void add(std::size_t blocks, const OnboardCounts& c, std::uint64_t verify_failures) {
     requests_->Increment();
     blocks_->Increment(static_cast<double>(blocks));
-    hits_[TierId::kG1]->Increment(static_cast<double>(c.device));
-    hits_[TierId::kG2]->Increment(static_cast<double>(c.host));
-    hits_[TierId::kG3]->Increment(static_cast<double>(c.disk));
+    for (const TierId t : kPoolTiers) hits_[t]->Increment(static_cast<double>(c.from(t)));
     if (verify_failures != 0) verify_->Increment(static_cast<double>(verify_failures));
   }
 
@@ -564,12 +562,9 @@ class Replay {
   void count_hits(Instance& in, const TraceRequest& req, const Prefix& p) const {
     ReplayResult& r = in.r;
     const OnboardCounts& counts = p.counts;
-    r.hit_blocks[TierId::kG1] += counts.device;
-    r.hit_blocks[TierId::kG2] += counts.host;
-    r.hit_blocks[TierId::kG3] += counts.disk;
-    r.hit_blocks[TierId::kG4] += counts.remote;
-    in.onboarded[0] += counts.host;
-    in.onboarded[1] += counts.disk;
+    for (const TierId t : kTierIds) r.hit_blocks[t] += counts.from(t);
+    in.onboarded[0] += counts.from(TierId::kG2);
+    in.onboarded[1] += counts.from(TierId::kG3);
     r.onboard_failed += counts.failed;
     r.onboard_no_space += counts.no_space;
     for (std::size_t i = 0; i < p.length; ++i)

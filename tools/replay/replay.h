@@ -2,7 +2,7 @@
 //
 // With instances > 1 each request goes to one of several managers (engine
 // instances), in trace order; with remote_urls they share G4, and a block one
-// instance computed is found by the others there (OnboardCounts::remote).
+// instance computed is found by the others there (OnboardCounts::from(TierId::kG4)).
 //
 // For each request, in trace order:
 //
