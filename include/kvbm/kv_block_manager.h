@@ -278,11 +278,17 @@ class KvBlockManager {
   KvBlockManager(const KvBlockManager&) = delete;
   KvBlockManager& operator=(const KvBlockManager&) = delete;
 
-  [[nodiscard]] BlockManager<G1>& device() noexcept;
-  /// The G2 pool, or nullptr when the config has none.
-  [[nodiscard]] BlockManager<G2>* host() noexcept;
-  /// The G3 pool, or nullptr when the config has none.
-  [[nodiscard]] BlockManager<G3>* disk() noexcept;
+  /// The pool of tier T (G1, G2 or G3), or nullptr when the config has none;
+  /// pool<G1>() is never null. Code generic over the tier marker calls this;
+  /// device(), host() and disk() below are the same pools by name.
+  template <PooledTier T>
+  [[nodiscard]] BlockManager<T>* pool() noexcept;
+  /// The G1 pool: *pool<G1>().
+  [[nodiscard]] BlockManager<G1>& device() noexcept { return *pool<G1>(); }
+  /// The G2 pool, or nullptr when the config has none: pool<G2>().
+  [[nodiscard]] BlockManager<G2>* host() noexcept { return pool<G2>(); }
+  /// The G3 pool, or nullptr when the config has none: pool<G3>().
+  [[nodiscard]] BlockManager<G3>* disk() noexcept { return pool<G3>(); }
   [[nodiscard]] const KvBlockManagerConfig& config() const noexcept;
   /// Tokens per block (layout.page_size).
   [[nodiscard]] std::uint32_t block_size() const noexcept;

@@ -59,6 +59,26 @@ enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3, kG4 = 4 };
   return "unknown";
 }
 
+/// The built-in markers whose tier is a pool in a KvBlockManager: G1, G2, G3
+/// (G4 has none).
+template <class T>
+concept PooledTier = std::same_as<T, G1> || std::same_as<T, G2> || std::same_as<T, G3>;
+
+/// Returns the TierId of a built-in marker (G1..G4).
+template <TierMarker T>
+requires PooledTier<T> || std::same_as<T, G4>
+constexpr TierId tier_id_of() noexcept {
+  if constexpr (std::same_as<T, G1>) {
+    return TierId::kG1;
+  } else if constexpr (std::same_as<T, G2>) {
+    return TierId::kG2;
+  } else if constexpr (std::same_as<T, G3>) {
+    return TierId::kG3;
+  } else {
+    return TierId::kG4;
+  }
+}
+
 /// Returns the default pool name of a tier marker: its kName, or "custom".
 template <TierMarker T>
 constexpr std::string_view tier_name() noexcept {

@@ -40,19 +40,6 @@ decltype(auto) with_marker(TierId t, F&& f) {
   KVBM_CHECK(false, "KvBlockManager: tier ", to_string(t), " has no pool");
 }
 
-/// The TierId of a pooled tier's marker.
-template <TierMarker T>
-constexpr TierId tier_id_of() noexcept {
-  if constexpr (std::is_same_v<T, G1>) {
-    return TierId::kG1;
-  } else if constexpr (std::is_same_v<T, G2>) {
-    return TierId::kG2;
-  } else {
-    static_assert(std::is_same_v<T, G3>, "the facade pools G1, G2 and G3");
-    return TierId::kG3;
-  }
-}
-
 /// Where a tier's blocks live.
 enum class StorageKind : std::uint8_t {
   kDevice,      ///< device memory (host memory standing in when no GPU is usable)

@@ -25,13 +25,6 @@ namespace {
 
 using namespace nb::literals;
 
-template <TierMarker T>
-constexpr const char* tier_name() {
-  if constexpr (std::is_same_v<T, G1>) return "G1";
-  if constexpr (std::is_same_v<T, G2>) return "G2";
-  return "G3";
-}
-
 template <class Handle>
 void release(Handle& h) {
   Handle gone = std::move(h);  // returns the block to its pool here
@@ -42,7 +35,7 @@ void bind_immutable(nb::module_& m, const char* name) {
   using B = ImmutableBlock<T>;
   nb::class_<B>(m, name, "A registered block (shared); see kvbm/blocks/immutable_block.h.")
       .def_prop_ro("valid", &B::valid, "False once released")
-      .def_prop_ro("tier", [](const B&) { return tier_name<T>(); })
+      .def_prop_ro("tier", [](const B&) { return std::string(tier_name<T>()); })
       .def_prop_ro("block_id", &B::block_id, "the block's index in its pool")
       .def_prop_ro("sequence_hash", [](const B& b) { return b.sequence_hash().value(); })
       .def_prop_ro("position", [](const B& b) { return b.sequence_hash().position(); })
@@ -70,7 +63,7 @@ void bind_mutable(nb::module_& m, const char* name) {
                 "An allocated block, exclusively owned and writable; KvBlockManager.register() "
                 "stages and registers it.")
       .def_prop_ro("valid", &B::valid, "False once released or registered")
-      .def_prop_ro("tier", [](const B&) { return tier_name<T>(); })
+      .def_prop_ro("tier", [](const B&) { return std::string(tier_name<T>()); })
       .def_prop_ro("block_id", &B::block_id)
       .def_prop_ro("block_size", &B::block_size, "tokens")
       .def("release", &release<B>, "Returns the block to the free pool now.");

@@ -130,6 +130,31 @@ TEST(KvBlockManagerConfigTest, BytesAreRoundedDownToBlocks) {
 
 // Write-through all the way down, then G1 and G2 emptied: onboarding comes
 // from G3 through the bounce buffer, and every byte is compared.
+// pool<T>() is the tier's pool by marker (null where the config has none), the same pool as
+// device(), host() and disk(); onboarding counts the prefix per tier id.
+TEST(KvBlockManagerTest, PoolByMarkerAndCountsByTierId) {
+  auto kv = KvBlockManager::build(config(8, 8, 0));
+  ASSERT_NE(kv->pool<G1>(), nullptr);
+  EXPECT_EQ(kv->pool<G1>(), &kv->device());
+  EXPECT_EQ(kv->pool<G2>(), kv->host());
+  EXPECT_NE(kv->pool<G2>(), nullptr);
+  EXPECT_EQ(kv->pool<G3>(), nullptr);
+  EXPECT_EQ(kv->pool<G2>()->total_blocks(), 8u);
+  const auto hashes = chain(4);
+  { auto held = compute(*kv, hashes); }
+  kv->drain();
+  kv->pool<G1>()->reset_inactive_pool();  // G1 forgets them; G2 holds them
+  OnboardHandle h = kv->onboard(hashes);
+  ASSERT_EQ(h.wait(), TransferStatus::kDone);
+  const OnboardCounts c = h.counts();
+  EXPECT_EQ(c.from(TierId::kG2), 4u);
+  EXPECT_EQ(c.found, (TierArray<std::size_t>{{0, 4, 0, 0}}));
+  EXPECT_EQ(c.total(), 4u);
+  h = OnboardHandle{};
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
 TEST(KvBlockManagerTest, EndToEndOnboardFromDiskComparesEveryByte) {
   TempDir dir;
   auto kv = KvBlockManager::build(config(32, 24, 40, dir.path()));
