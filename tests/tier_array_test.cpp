@@ -1,4 +1,5 @@
-// Tests of kvbm/tier_array.h: per-tier data indexed by TierId.
+// Tests of kvbm/tier_array.h (per-tier data indexed by TierId) and of the tier names of
+// kvbm/tier.h that go with it (copy paths, marker ids).
 
 #include "kvbm/tier_array.h"
 
@@ -50,6 +51,17 @@ TEST(TierArray, TotalEqualityAndFill) {
   TierArray<std::string> names;
   for (const TierId t : kTierIds) names[t] = std::string(to_string(t));
   EXPECT_EQ(names[TierId::kG3], "G3");
+}
+
+// Every copy path between tiers has one name, from the tier ids or the markers alike.
+TEST(TierNames, CopyPathNamesComeFromTheTierPair) {
+  EXPECT_EQ(copy_path_name(TierId::kG1, TierId::kG2), "G1_to_G2");
+  EXPECT_EQ(copy_path_name(TierId::kG3, TierId::kG1), "G3_to_G1");
+  EXPECT_EQ(copy_path_name(TierId::kG2, TierId::kG4), "G2_to_G4");
+  EXPECT_EQ((copy_path_name<G2, G3>()), copy_path_name(TierId::kG2, TierId::kG3));
+  static_assert(tier_id_of<G1>() == TierId::kG1 && tier_id_of<G4>() == TierId::kG4);
+  struct Scratch {};
+  EXPECT_EQ((copy_path_name<G1, Scratch>()), "G1_to_custom");
 }
 
 }  // namespace

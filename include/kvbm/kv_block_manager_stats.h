@@ -11,8 +11,9 @@
 //                copy, no space, copy failed), every mechanism summed: the
 //                write-through pipeline, explicit offloads, the on-eviction
 //                copier
-//   transfers    per copy path whose engine counts (by the engine's name:
-//                "G1_to_G2", "G2_to_G1", "G2_to_G3", "G3_to_G1"): blocks and
+//   transfers    per copy path whose engine counts (by the engine's name,
+//                copy_path_name(from, to) in kvbm/tier.h: "G1_to_G2",
+//                "G2_to_G1", "G2_to_G3", "G3_to_G1"): blocks and
 //                bytes moved, blocks whose copy failed; none when the manager
 //                moves no bytes (move_bytes = false)
 //   onboarding   prefix blocks found in G1 (hits), blocks copied into G1 per
@@ -124,6 +125,11 @@ struct KvBlockManagerStats {
       if (p.path == path) return &p;
     }
     return nullptr;
+  }
+  /// Returns the stats of the engine copying from tier `from` to tier `to`
+  /// (named copy_path_name(from, to)), or nullptr when none counts.
+  [[nodiscard]] const TransferPathStats* transfer(TierId from, TierId to) const {
+    return transfer(copy_path_name(from, to));
   }
   /// Returns the blocks onboarded from tier `t` (0 when absent).
   [[nodiscard]] std::uint64_t onboarded_from(TierId t) const noexcept {

@@ -43,9 +43,11 @@ std::vector<std::string> series_names(const KvBlockManagerConfig& c) {
     const std::string name(to_string(t));
     out.push_back(name);
     if (t == TierId::kG1) continue;
-    const std::string down = std::string(to_string(specs[t].above)) + "_to_" + name;
+    const std::string down = copy_path_name(specs[t].above, t);
     out.insert(out.end(), {down, down + "_explicit", down + "_on_eviction"});
-    if (specs[t].storage != facade::StorageKind::kRemote) out.push_back(name + "_to_G1");
+    if (specs[t].storage != facade::StorageKind::kRemote) {
+      out.push_back(copy_path_name(t, TierId::kG1));
+    }
   }
   return out;
 }

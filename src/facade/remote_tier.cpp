@@ -54,8 +54,10 @@ RemoteTier::RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, cons
   const bool on_eviction = spec.mode == OffloadMode::kOnEviction;
   writer_ = std::make_shared<RemoteWriter>(
       store_, above,
-      RemoteWriter::Options{c.remote.staging_blocks, c.remote.max_batch_blocks,
-                            on_eviction ? "G2_to_G4_on_eviction" : "G2_to_G4", *spec.listeners},
+      RemoteWriter::Options{
+          c.remote.staging_blocks, c.remote.max_batch_blocks,
+          copy_path_name(spec.above, spec.id) + (on_eviction ? "_on_eviction" : ""),
+          *spec.listeners},
       std::move(policies), c.metrics_registry);
   if (on_eviction) listener_ = std::make_shared<RemoteEvictionListener>(writer_);
 }
