@@ -101,6 +101,8 @@ Taken RemoteTier::take(std::span<const SequenceHash> run, Tier* landing,
   return landing->land(std::move(room), run.first(n), verified);
 }
 
-void RemoteTier::collect(KvBlockManagerStats& out) const { out.remote = store_->stats(); }
+void RemoteTier::collect(KvBlockManagerStats& out) const {
+  out.tiers.push_back({.tier = id(), .blocks = {}, .counters = {}, .store = store_->stats()});
+}
 
 }  // namespace kvbm::facade

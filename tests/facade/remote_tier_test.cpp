@@ -156,12 +156,19 @@ TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
   const KvBlockManagerStats sa = a->stats(), sb = b->stats();
   ASSERT_NE(sa.boundary(TierId::kG2, TierId::kG4), nullptr);
   EXPECT_EQ(sa.boundary(TierId::kG2, TierId::kG4)->counts.transferred, 12u);
-  ASSERT_TRUE(sa.remote.has_value());
-  EXPECT_EQ(sa.remote->puts, 12u);
+  // G4 is a row of the tiers, after the pools, with its store's stats.
+  ASSERT_EQ(sa.tiers.size(), 3u);
+  EXPECT_EQ(sa.tiers.back().tier, TierId::kG4);
+  ASSERT_NE(sa.tier(TierId::kG4), nullptr);
+  EXPECT_FALSE(sa.tier(TierId::kG4)->pooled());
+  EXPECT_TRUE(sa.tier(TierId::kG2)->pooled());
+  EXPECT_EQ(sa.store(TierId::kG2), nullptr);
+  ASSERT_NE(sa.store(TierId::kG4), nullptr);
+  EXPECT_EQ(sa.store(TierId::kG4)->puts, 12u);
   EXPECT_EQ(sb.onboarded_from(TierId::kG4), 12u);
-  ASSERT_TRUE(sb.remote.has_value());
-  EXPECT_EQ(sb.remote->hits, 12u);
-  EXPECT_EQ(sb.remote->read_bytes, 12u * b->block_bytes());
+  ASSERT_NE(sb.store(TierId::kG4), nullptr);
+  EXPECT_EQ(sb.store(TierId::kG4)->hits, 12u);
+  EXPECT_EQ(sb.store(TierId::kG4)->read_bytes, 12u * b->block_bytes());
   // Fetched blocks are G2 blocks of B now: a second onboarding finds them there.
   const Served again = onboard_and_check(*b, hashes);
   EXPECT_EQ(again.counts.from(TierId::kG4), 0u);

@@ -367,7 +367,7 @@ void collect_result(Instance& in, double wall, double cpu) {
     r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
   }
   collect_paths(stats, r, in.onboarded);
-  r.remote_stats = stats.remote;
+  if (const RemoteStoreStats* g4 = stats.store(TierId::kG4)) r.remote_stats = *g4;
 }
 
 // Several instances: the totals, with each one's figures beside them.
