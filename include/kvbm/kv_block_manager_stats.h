@@ -40,9 +40,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvbm/detail/block_store.h"  // PoolCounts
-#include "kvbm/metrics.h"             // PoolCounterDelta
+#include "kvbm/metrics.h"  // PoolCounterDelta
 #include "kvbm/offload/offload_metrics.h"
+#include "kvbm/pool_counts.h"
 #include "kvbm/remote/remote_store.h"
 #include "kvbm/tier.h"
 #include "kvbm/transfer/transfer_metrics.h"
