@@ -118,7 +118,55 @@ struct RemoteTierConfig : RemoteStoreOptions {
   std::size_t max_batch_blocks = 64;
 };
 
+/// G3's own options: its file and the engine that writes and reads it
+/// (docs/disk_tier.md).
+struct DiskTierOptions {
+  /// Existing directory for the G3 file (created 0600, removed at shutdown
+  /// unless persistent).
+  std::filesystem::path directory;
+  DirectIo direct_io = DirectIo::kPreferred;
+  /// Keep G3 across restarts and crashes: see KvBlockManagerConfig::disk_persistent.
+  bool persistent = false;
+  /// What makes blocks reusable beyond the layout (the model's name and revision, say).
+  std::string name_space;
+  /// What issues G3's I/O: kAuto (the thread pool, measured faster), kThreadPool or kIoUring.
+  DiskIoEngine io_engine = DiskIoEngine::kAuto;
+  /// Disk engine workers and queue depth (0: the engine's defaults).
+  std::size_t workers = 0;
+  std::size_t queue_depth = 0;
+};
+
+/// One tier of a KvBlockManagerConfig (KvBlockManagerConfig::tiers): its size,
+/// the boundary from the tier above it (G2: from G1; G3 and G4: from G2), its
+/// listeners, and the tier's own options.
+struct TierEntry {
+  TierId id = TierId::kG1;
+  /// A pooled tier's size and eviction (G1, G2, G3; at least one block each);
+  /// unused for G4.
+  TierConfig size;
+  /// When blocks move down into this tier (unused for G1).
+  OffloadMode mode = OffloadMode::kWriteThrough;
+  /// Which blocks move down into it (skip_present, min_frequency).
+  OffloadPolicyConfig policy;
+  /// The write-through pipeline into it; unset: KvBlockManagerConfig::pipeline.
+  /// G4 has none (its writer batches by remote.max_batch_blocks).
+  std::optional<PipelineConfig> pipeline;
+  /// Extra listeners of its pool (G4: of its writer; see remote_listeners).
+  std::vector<std::shared_ptr<PoolListener>> listeners;
+  /// G3's own options (required for G3, unused elsewhere).
+  std::optional<DiskTierOptions> disk;
+  /// G4's own options (required for G4, unused elsewhere).
+  std::optional<RemoteTierConfig> remote;
+};
+
 /// Everything KvBlockManager::build needs; see the file comment.
+///
+/// The tiers are given one of two ways: as `tiers`, one TierEntry per tier,
+/// or by the named fields below (device, host, disk and disk_*, device_to_host,
+/// host_to_disk, host_to_remote and their policies, host_to_disk_pipeline,
+/// remote and the *_listeners), which build() translates into the same
+/// entries in one place; an error names the option as it was given. After
+/// build(), KvBlockManager::config().tiers holds the entries in use.
 struct KvBlockManagerConfig {
   /// Model dimensions of one block; layout.page_size is the block size in tokens.
   LayoutConfig layout;
@@ -176,6 +224,10 @@ struct KvBlockManagerConfig {
   /// sweep_interval, policy_timeout) are measured on (kvbm/clock.h); null: the
   /// steady clock. Tests drive time with a ManualClock.
   std::shared_ptr<Clock> clock;
+  /// The tiers, one entry each, in any order (G1 required). When given, the
+  /// named tier fields (device, host, disk, disk_*, the modes, policies and
+  /// host_to_disk_pipeline, remote, the *_listeners) must stay unset.
+  std::vector<TierEntry> tiers;
   /// Extra listeners per pool (e.g. a KV event publisher).
   std::vector<std::shared_ptr<PoolListener>> device_listeners;
   std::vector<std::shared_ptr<PoolListener>> host_listeners;
@@ -289,7 +341,10 @@ class KvBlockManager {
   [[nodiscard]] BlockManager<G2>* host() noexcept { return pool<G2>(); }
   /// The G3 pool, or nullptr when the config has none: pool<G3>().
   [[nodiscard]] BlockManager<G3>* disk() noexcept { return pool<G3>(); }
+  /// The config it was built from; its `tiers` are the entries in use.
   [[nodiscard]] const KvBlockManagerConfig& config() const noexcept;
+  /// True when tier `t` is present (G1 always).
+  [[nodiscard]] bool has_tier(TierId t) const noexcept;
   /// Tokens per block (layout.page_size).
   [[nodiscard]] std::uint32_t block_size() const noexcept;
   [[nodiscard]] std::size_t block_bytes() const noexcept;

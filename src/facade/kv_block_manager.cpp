@@ -28,6 +28,7 @@ template BlockManager<G1>* KvBlockManager::pool<G1>() noexcept;
 template BlockManager<G2>* KvBlockManager::pool<G2>() noexcept;
 template BlockManager<G3>* KvBlockManager::pool<G3>() noexcept;
 const KvBlockManagerConfig& KvBlockManager::config() const noexcept { return impl_->config_; }
+bool KvBlockManager::has_tier(TierId t) const noexcept { return impl_->rows_[t] != nullptr; }
 std::uint32_t KvBlockManager::block_size() const noexcept {
   return impl_->config_.layout.page_size;
 }

@@ -64,9 +64,10 @@ void build_disk_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
   const TierMemory& self = ctx.memory[t];
   const TierMemory& device = ctx.memory[TierId::kG1];
   DiskEngineOptions w;
-  if (c.disk_queue_depth) w.queue_depth = c.disk_queue_depth;
-  w.workers = c.disk_workers;
-  w.io_engine = c.disk_io_engine;
+  const DiskTierOptions& d = *ctx.specs[t].disk;
+  if (d.queue_depth) w.queue_depth = d.queue_depth;
+  w.workers = d.workers;
+  w.io_engine = d.io_engine;
   w.name = copy_path_name(above, t);
   w.registry = c.metrics_registry;
   out.down = std::make_shared<DiskWriteEngine>(*ctx.memory[above].layout, *self.file, w);

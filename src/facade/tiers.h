@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "facade/config.h"
 #include "kvbm/error.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/config.h"
@@ -48,30 +49,46 @@ enum class StorageKind : std::uint8_t {
   kRemote,      ///< a store shared by instances; no pool (its blocks land in `above`)
 };
 
-/// One tier, read from the config.
+/// What a tier is, whatever the config: the tier description. A new kind of
+/// tier is one more row here (and its row class, facade/tier.h).
+struct TierKind {
+  std::string_view option;  ///< its named config field: "device", "host", "disk", "remote"
+  StorageKind storage = StorageKind::kDevice;
+  /// The tier its blocks come down from (and a remote tier's land in; G1: itself).
+  TierId above = TierId::kG1;
+};
+inline constexpr TierArray<TierKind> kTierKinds{{{
+    {"device", StorageKind::kDevice, TierId::kG1},
+    {"host", StorageKind::kPinnedHost, TierId::kG1},
+    {"disk", StorageKind::kDisk, TierId::kG2},
+    {"remote", StorageKind::kRemote, TierId::kG2},
+}}};
+
+/// One tier: its description and its entry of the config.
 struct TierSpec {
   TierId id = TierId::kG1;
-  std::string_view option;  ///< its config member and option prefix: "device", "host", ...
   StorageKind storage = StorageKind::kDevice;
   bool present = false;
   std::size_t blocks = 0;  ///< a pooled tier's blocks
-  const TierConfig* size = nullptr;
-  const std::vector<std::shared_ptr<PoolListener>>* listeners = nullptr;
   /// The tier its blocks come down from (and a remote tier's land in).
   TierId above = TierId::kG1;
-  /// The mode of the boundary from `above` (unused for G1).
+  /// Its entry (KvBlockManagerConfig::tiers; null when absent) and parts of it.
+  const TierEntry* entry = nullptr;
+  const TierConfig* size = nullptr;
+  const std::vector<std::shared_ptr<PoolListener>>* listeners = nullptr;
+  /// The mode of the boundary from `above` (kNone for G1 and absent tiers).
   OffloadMode mode = OffloadMode::kNone;
   const OffloadPolicyConfig* policy = nullptr;
-  PipelineConfig pipeline;  ///< the write-through pipeline's config
+  PipelineConfig pipeline;                   ///< the write-through pipeline's config
+  const DiskTierOptions* disk = nullptr;     ///< G3's own options
+  const RemoteTierConfig* remote = nullptr;  ///< G4's own options
+  detail::TierOptionNames names;             ///< how its options are named in messages
 };
 using TierSpecs = TierArray<TierSpec>;
 
-/// The blocks of G1, G2 and G3 (0: absent), as check_config() returned them.
-struct TierSizes {
-  std::size_t device = 0, host = 0, disk = 0;
-};
-
-/// Returns the table of `c`'s tiers; `blocks` from check_config().
-[[nodiscard]] TierSpecs describe_tiers(const KvBlockManagerConfig& c, const TierSizes& blocks);
+/// Returns the table of `c`'s tiers, read from its entries (`c` as
+/// check_config() left it, which also gave `checked`).
+[[nodiscard]] TierSpecs describe_tiers(const KvBlockManagerConfig& c,
+                                       const detail::CheckedTiers& checked);
 
 }  // namespace kvbm::facade
