@@ -35,6 +35,7 @@
 #include "kvbm/detail/hash_index.h"
 #include "kvbm/detail/huge_page_allocator.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/duplicate_policy.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/metrics.h"
 #include "kvbm/pool_counts.h"
@@ -44,13 +45,6 @@
 namespace kvbm {
 
 class FrequencyTracker;
-
-/// What registration does when the tier already holds a block with the same
-/// sequence hash.
-enum class DuplicatePolicy : std::uint8_t {
-  kAllow,   ///< keep the new block as a duplicate; it lives until dropped
-  kReject,  ///< return the existing block and free the new one
-};
 
 namespace detail {
 
