@@ -229,7 +229,7 @@ void run_onboard(benchmark::State& state, bool from_disk) {
     if (blocks.size() != kPrefix)
       state.SkipWithError(("onboarded " + std::to_string(blocks.size())).c_str());
     const auto counts = h.counts();
-    if ((from_disk ? counts.disk : counts.host) != kPrefix)
+    if (counts.from(from_disk ? TierId::kG3 : TierId::kG2) != kPrefix)
       state.SkipWithError("wrong source tier");
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kPrefix));

@@ -129,8 +129,9 @@ int instance_b(const std::string& url) {
   std::printf(
       "instance B (pid %d): onboarded %zu of %zu blocks (G1 %zu, G2 %zu, G4 %zu); %zu with every "
       "byte equal\n",
-      static_cast<int>(::getpid()), blocks.size(), hashes.size(), c.device, c.host, c.remote, good);
-  return good == hashes.size() && c.remote == hashes.size() ? 0 : 1;
+      static_cast<int>(::getpid()), blocks.size(), hashes.size(), c.from(kvbm::TierId::kG1),
+      c.from(kvbm::TierId::kG2), c.from(kvbm::TierId::kG4), good);
+  return good == hashes.size() && c.from(kvbm::TierId::kG4) == hashes.size() ? 0 : 1;
 }
 
 // A redis-server of our own on a free port, stopped at exit.

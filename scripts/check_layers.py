@@ -21,16 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # (layer, what belongs to it: folders end in '/', paths relative to include/kvbm/
 # or src/), lowest first. A file may include its own layer and those above it here.
 LAYERS = [
-    ("base", ["error.h", "config.h", "tier.h", "sequence_hash.h", "hashing.h", "token_block.h",
+    ("base", ["error.h", "config.h", "tier.h", "tier_array.h", "pool_counts.h",
+              "duplicate_policy.h", "sequence_hash.h", "hashing.h", "token_block.h",
               "detail/series_set.h", "clock.h",
               "token_block_sequence.h", "partial_block.h", "logging.h", "metrics.h", "io/"]),
-    ("blocks", ["blocks/", "detail/", "eviction/", "frequency_tracker.h", "pool_listener.h"]),
+    ("blocks", ["blocks/", "detail/", "pool_core/", "eviction/", "frequency_tracker.h",
+                "pool_listener.h"]),
     ("pools", ["block_manager.h", "block_registry.h"]),
     ("groups", ["groups/"]),
     ("transfer", ["storage/", "transfer/", "disk/", "remote/", "events/"]),
     ("offload", ["offload/"]),
     ("router", ["router/"]),
-    ("facade", ["kv_block_manager.h", "kv_block_manager_stats.h", "admission.h", "facade/"]),
+    ("facade", ["kv_block_manager.h", "kv_block_manager_config.h", "kv_block_manager_stats.h",
+                "admission.h", "facade/"]),
     ("umbrella", ["kvbm.h"]),
     ("bindings", ["python/"]),
 ]

@@ -80,10 +80,12 @@ int main() {
     const bool served = serve(kv.get(), seq, first);
     kv->drain();                         // the write-through copies have landed in G2 and G3
     kv->device().reset_inactive_pool();  // G1 forgets the request
-    ok = served && serve(kv.get(), seq, second) && first.total() == 0 && second.host == 12;
+    ok = served && serve(kv.get(), seq, second) && first.total() == 0 &&
+         second.from(kvbm::TierId::kG2) == 12;
     std::printf(
         "first admission: %zu blocks cached; second: %zu from G1, %zu from G2, %zu from G3\n",
-        first.total(), second.device, second.host, second.disk);
+        first.total(), second.from(kvbm::TierId::kG1), second.from(kvbm::TierId::kG2),
+        second.from(kvbm::TierId::kG3));
     kv->shutdown();
     ok = ok && kv->audit().empty();
   }

@@ -344,16 +344,16 @@ class Scheduler {
     const std::size_t computed = full - prefix.size();
     if (resume) {
       stats_.resume_blocks += full;
-      stats_.resume_g1 += counts.device;
-      stats_.resume_g2 += counts.host;
-      stats_.resume_g3 += counts.disk;
+      stats_.resume_g1 += counts.from(kvbm::TierId::kG1);
+      stats_.resume_g2 += counts.from(kvbm::TierId::kG2);
+      stats_.resume_g3 += counts.from(kvbm::TierId::kG3);
       stats_.resume_recomputed += computed;
       stats_.tail_tokens_recomputed += tail_tokens;
     } else {
       stats_.prompt_blocks += full;
-      stats_.admit_g1 += counts.device;
-      stats_.admit_g2 += counts.host;
-      stats_.admit_g3 += counts.disk;
+      stats_.admit_g1 += counts.from(kvbm::TierId::kG1);
+      stats_.admit_g2 += counts.from(kvbm::TierId::kG2);
+      stats_.admit_g3 += counts.from(kvbm::TierId::kG3);
       stats_.admit_computed += computed;
     }
     s.table.append_full(std::move(prefix));

@@ -49,7 +49,7 @@
 #include "kvbm/blocks/immutable_block.h"
 #include "kvbm/blocks/mutable_block.h"
 #include "kvbm/blocks/weak_block.h"
-#include "kvbm/detail/block_store.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/error.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/metrics.h"

@@ -20,7 +20,7 @@
 #include <typeindex>
 #include <vector>
 
-#include "kvbm/detail/block_store.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
 #include "kvbm/sequence_hash.h"

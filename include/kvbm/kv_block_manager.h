@@ -37,19 +37,14 @@
 #include <vector>
 
 #include "kvbm/block_manager.h"
-#include "kvbm/clock.h"
-#include "kvbm/disk/disk_engine.h"
 #include "kvbm/disk/disk_recovery.h"
-#include "kvbm/disk/disk_storage.h"
-#include "kvbm/eviction/backend.h"
+#include "kvbm/kv_block_manager_config.h"
 #include "kvbm/kv_block_manager_stats.h"
-#include "kvbm/offload/config.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/offload/transfer_handle.h"
-#include "kvbm/pool_listener.h"
-#include "kvbm/remote/remote_store.h"
 #include "kvbm/storage/layout.h"
 #include "kvbm/tier.h"
+#include "kvbm/tier_array.h"
 
 namespace prometheus {
 class Registry;
@@ -57,149 +52,17 @@ class Registry;
 
 namespace kvbm {
 
-/// When blocks move down a tier boundary.
-enum class OffloadMode : std::uint8_t {
-  kNone,          ///< never
-  kWriteThrough,  ///< on registration, through the offload pipeline
-  kOnEviction,    ///< when the upper pool evicts the block
-};
-/// Returns "none", "write_through" or "on_eviction".
-[[nodiscard]] std::string_view to_string(OffloadMode m) noexcept;
-/// Parses the names of to_string(); throws UsageError listing them otherwise.
-[[nodiscard]] OffloadMode parse_offload_mode(std::string_view name);
-
-/// The size and eviction of one tier. Give `blocks` or `bytes` (bytes are
-/// rounded down to whole blocks); both 0 means the tier is absent.
-struct TierConfig {
-  std::size_t blocks = 0;
-  std::size_t bytes = 0;
-  EvictionPolicy eviction = EvictionPolicy::kLru;
-};
-
-/// Which blocks move down a boundary, in either mode.
-struct OffloadPolicyConfig {
-  /// Skip blocks the destination already holds. On-eviction always skips
-  /// them (and refreshes their copy there); false is refused in that mode.
-  bool skip_present = true;
-  /// Offload only blocks seen at least this often (0: all): write-through
-  /// filters at enqueue, on-eviction drops an evicted block below it.
-  std::uint32_t min_frequency = 0;
-};
-
-/// The remote tier G4 (docs/remote.md): Redis (one server, a sharded set, or
-/// a Redis Cluster), shared by engine instances. A block is one value keyed by
-/// the namespace (model, dtype, layout, user namespace) and its sequence hash,
-/// verified by checksum before it is used. G4 has no pool here: the store
-/// evicts by its own policy (maxmemory-policy allkeys-lru) and other
-/// instances write to it.
-///
-/// The store's own options (RemoteStoreOptions: the URLs, an ACL user and
-/// where its password is, timeouts, backoff, replica reads, TTL) are set here
-/// as they are on a RemoteStore; `urls` empty means no G4, and each URL is
-/// checked by the store's grammar (remote_url_error) at build(), before
-/// anything connects. Three of them are the facade's and must stay unset:
-/// `name_space` (made from model, dtype, the layout and user_namespace),
-/// `metrics_registry` (KvBlockManagerConfig::metrics_registry) and
-/// `pool_name` ("G4").
-struct RemoteTierConfig : RemoteStoreOptions {
-  /// The model's name and revision (required with urls): blocks are shared
-  /// only between instances that name the same model, dtype and layout.
-  std::string model;
-  /// The element type, e.g. "bf16" (the layout's dtype_bytes cannot tell bf16 from fp16).
-  std::string dtype;
-  /// Any further separation (tenant, cache salt).
-  std::string user_namespace;
-  /// Host memory for blocks waiting to be written (copied out of G2 when
-  /// they are taken, so that G2 never waits for the network): this many
-  /// blocks; a block that finds it full is dropped and counted (no_space).
-  std::size_t staging_blocks = 256;
-  /// Most blocks per write batch (one pipelined round trip per server).
-  std::size_t max_batch_blocks = 64;
-};
-
-/// Everything KvBlockManager::build needs; see the file comment.
-struct KvBlockManagerConfig {
-  /// Model dimensions of one block; layout.page_size is the block size in tokens.
-  LayoutConfig layout;
-  /// How G1 memory is laid out (engines allocate per-layer tensors: separated).
-  LayoutKind device_layout = LayoutKind::kLayerSeparated;
-  TierConfig device;  ///< G1 (required)
-  TierConfig host;    ///< G2 (optional)
-  TierConfig disk;    ///< G3 (optional; needs G2 and disk_directory)
-  /// Existing directory for the G3 file (created 0600, removed at shutdown
-  /// unless disk_persistent).
-  std::filesystem::path disk_directory;
-  DirectIo disk_direct_io = DirectIo::kPreferred;
-  /// Keep G3 across restarts and crashes (docs/disk_tier.md): the file
-  /// (`kvbm.slots` in disk_directory, which this process then owns through a
-  /// lock) is kept at shutdown, and a manager built later on the same
-  /// directory recovers every intact block of this layout and namespace into
-  /// G3, as cached (inactive) blocks, before build() returns. Needs move_bytes.
-  bool disk_persistent = false;
-  /// What makes blocks reusable beyond the layout: the model's name and
-  /// revision, say. Blocks written under another namespace are never served.
-  std::string disk_namespace;
-  OffloadMode device_to_host = OffloadMode::kWriteThrough;
-  OffloadMode host_to_disk = OffloadMode::kWriteThrough;
-  OffloadPolicyConfig device_to_host_policy;
-  OffloadPolicyConfig host_to_disk_policy;
-  /// G4 (optional; needs G2, move_bytes and remote.model).
-  RemoteTierConfig remote;
-  /// When G2 blocks go to G4: kWriteThrough, as soon as they are in G2 (other
-  /// instances find them at once); kOnEviction, when G2 evicts them.
-  OffloadMode host_to_remote = OffloadMode::kWriteThrough;
-  /// skip_present asks G4 in one round trip per batch; min_frequency as elsewhere.
-  OffloadPolicyConfig host_to_remote_policy;
-  PipelineConfig pipeline;  ///< the write-through pipelines (G2 -> G3 too, unless below)
-  /// The G2 -> G3 pipeline's own config (a disk wants other batches than a
-  /// PCIe link; or hold queued blocks only above G2); unset: `pipeline`.
-  std::optional<PipelineConfig> host_to_disk_pipeline;
-  DuplicatePolicy duplicate_policy = DuplicatePolicy::kReject;
-  /// false: metadata only (no memory, copies complete at once).
-  bool move_bytes = true;
-  /// Pinned staging blocks for G3 -> G1 reads (1 ..).
-  std::size_t bounce_blocks = 32;
-  /// Host copy threads (0: the engine's default).
-  std::size_t copy_threads = 0;
-  /// Disk engine workers and queue depth (0: the engine's defaults).
-  std::size_t disk_workers = 0;
-  std::size_t disk_queue_depth = 0;
-  /// What issues G3's I/O: kAuto (the thread pool, measured faster), kThreadPool
-  /// or kIoUring (docs/disk_tier.md, "Choosing the I/O engine").
-  DiskIoEngine disk_io_engine = DiskIoEngine::kAuto;
-  /// CUDA device for G1.
-  int cuda_device = 0;
-  /// Where every series goes (default: a new registry).
-  std::shared_ptr<prometheus::Registry> metrics_registry;
-  /// The clock the offload pipelines' intervals and timeouts (flush_interval,
-  /// sweep_interval, policy_timeout) are measured on (kvbm/clock.h); null: the
-  /// steady clock. Tests drive time with a ManualClock.
-  std::shared_ptr<Clock> clock;
-  /// Extra listeners per pool (e.g. a KV event publisher).
-  std::vector<std::shared_ptr<PoolListener>> device_listeners;
-  std::vector<std::shared_ptr<PoolListener>> host_listeners;
-  std::vector<std::shared_ptr<PoolListener>> disk_listeners;
-  /// Listeners of G4 (needs `remote`): on_stored(hashes) runs on the G2 -> G4
-  /// writer's thread, once per written batch, with the hashes of the blocks
-  /// now in G4 in staging order: those written successfully and those the
-  /// presence policy (host_to_remote_policy.skip_present) found there
-  /// already (another instance wrote them: stored in the cluster all the
-  /// same). Attach KvEventPublisher::listener(events::kMediumRemote,
-  /// block_size) to publish G4 BlockStored events. G4 removals are never
-  /// reported: the store drops values by TTL and eviction without telling
-  /// anyone, so on_removed is not called.
-  std::vector<std::shared_ptr<PoolListener>> remote_listeners;
-};
-
-/// Where an onboarded prefix came from.
+/// Where an onboarded prefix came from: its blocks by the tier they were
+/// found in (G1: already there; G2, G3: copied up; G4: fetched through G2
+/// and verified), and what cut it short.
 struct OnboardCounts {
-  std::size_t device = 0;    ///< already in G1
-  std::size_t host = 0;      ///< copied from G2
-  std::size_t disk = 0;      ///< copied from G3
-  std::size_t remote = 0;    ///< fetched from G4 (through G2), verified
-  std::size_t failed = 0;    ///< copies that failed (the prefix ends before the first)
-  std::size_t no_space = 0;  ///< blocks found below G1 that did not fit in G1
-  [[nodiscard]] std::size_t total() const noexcept { return device + host + disk + remote; }
+  TierArray<std::size_t> found{};  ///< prefix blocks per tier they came from
+  std::size_t failed = 0;          ///< copies that failed (the prefix ends before the first)
+  std::size_t no_space = 0;        ///< blocks found below G1 that did not fit in G1
+  /// Returns the prefix blocks that came from tier `t`.
+  [[nodiscard]] std::size_t from(TierId t) const noexcept { return found[t]; }
+  /// Returns the prefix's length: its blocks from every tier.
+  [[nodiscard]] std::size_t total() const noexcept { return kvbm::total(found); }
 };
 
 namespace detail {
@@ -275,12 +138,21 @@ class KvBlockManager {
   KvBlockManager(const KvBlockManager&) = delete;
   KvBlockManager& operator=(const KvBlockManager&) = delete;
 
-  [[nodiscard]] BlockManager<G1>& device() noexcept;
-  /// The G2 pool, or nullptr when the config has none.
-  [[nodiscard]] BlockManager<G2>* host() noexcept;
-  /// The G3 pool, or nullptr when the config has none.
-  [[nodiscard]] BlockManager<G3>* disk() noexcept;
+  /// The pool of tier T (G1, G2 or G3), or nullptr when the config has none;
+  /// pool<G1>() is never null. Code generic over the tier marker calls this;
+  /// device(), host() and disk() below are the same pools by name.
+  template <PooledTier T>
+  [[nodiscard]] BlockManager<T>* pool() noexcept;
+  /// The G1 pool: *pool<G1>().
+  [[nodiscard]] BlockManager<G1>& device() noexcept { return *pool<G1>(); }
+  /// The G2 pool, or nullptr when the config has none: pool<G2>().
+  [[nodiscard]] BlockManager<G2>* host() noexcept { return pool<G2>(); }
+  /// The G3 pool, or nullptr when the config has none: pool<G3>().
+  [[nodiscard]] BlockManager<G3>* disk() noexcept { return pool<G3>(); }
+  /// The config it was built from; its `tiers` are the entries in use.
   [[nodiscard]] const KvBlockManagerConfig& config() const noexcept;
+  /// True when tier `t` is present (G1 always).
+  [[nodiscard]] bool has_tier(TierId t) const noexcept;
   /// Tokens per block (layout.page_size).
   [[nodiscard]] std::uint32_t block_size() const noexcept;
   [[nodiscard]] std::size_t block_bytes() const noexcept;
@@ -329,8 +201,8 @@ class KvBlockManager {
   /// What onboard(hashes) would find right now, without taking or copying
   /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the
   /// first block no tier holds, then (with G4) the blocks G4 holds after
-  /// them, asked in one round trip. An admission check: host + disk + remote
-  /// is the number of fresh G1 blocks onboard() will allocate. (A snapshot:
+  /// them, asked in one round trip. An admission check: total() minus
+  /// from(TierId::kG1) is the number of fresh G1 blocks onboard() will allocate. (A snapshot:
   /// another thread or instance may change it before the onboard.)
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
 

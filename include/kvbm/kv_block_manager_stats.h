@@ -2,17 +2,19 @@
 //
 // KvBlockManager::stats() returns a KvBlockManagerStats:
 //
-//   tiers        per tier present (fastest first): its pool's block counts
-//                now (total, reset, inactive, in use) and its counters since
-//                build (allocations, evictions, registrations, ...)
+//   tiers        per tier present (fastest first): a pooled tier's block
+//                counts now (total, reset, inactive, in use) and its counters
+//                since build (allocations, evictions, registrations, ...); a
+//                tier without a pool (G4) its store's counters and state
 //   boundaries   per tier boundary present (G1->G2, G2->G3): what its
 //                offloads did with the blocks handed to them (enqueued,
 //                transferred, already present, filtered, evicted before their
 //                copy, no space, copy failed), every mechanism summed: the
 //                write-through pipeline, explicit offloads, the on-eviction
 //                copier
-//   transfers    per copy path whose engine counts (by the engine's name:
-//                "G1_to_G2", "G2_to_G1", "G2_to_G3", "G3_to_G1"): blocks and
+//   transfers    per copy path whose engine counts (by the engine's name,
+//                copy_path_name(from, to) in kvbm/tier.h: "G1_to_G2",
+//                "G2_to_G1", "G2_to_G3", "G3_to_G1"): blocks and
 //                bytes moved, blocks whose copy failed; none when the manager
 //                moves no bytes (move_bytes = false)
 //   onboarding   prefix blocks found in G1 (hits), blocks copied into G1 per
@@ -38,9 +40,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvbm/detail/block_store.h"  // PoolCounts
-#include "kvbm/metrics.h"             // PoolCounterDelta
+#include "kvbm/metrics.h"  // PoolCounterDelta
 #include "kvbm/offload/offload_metrics.h"
+#include "kvbm/pool_counts.h"
 #include "kvbm/remote/remote_store.h"
 #include "kvbm/tier.h"
 #include "kvbm/transfer/transfer_metrics.h"
@@ -49,11 +51,18 @@ namespace kvbm {
 
 enum class OffloadMode : std::uint8_t;  // kvbm/kv_block_manager.h
 
-/// One tier's pool.
+/// One tier: its pool's counts, or, for a tier without a pool, its store's.
 struct TierStats {
   TierId tier = TierId::kG1;
-  PoolCounts blocks;          ///< now: total, reset, inactive, in use (one snapshot)
-  PoolCounterDelta counters;  ///< since build: allocations, evictions, registrations, ...
+  PoolCounts blocks;          ///< now: total, reset, inactive, in use (one snapshot; no pool: 0)
+  PoolCounterDelta counters;  ///< since build: allocations, evictions, ... (no pool: 0)
+  /// A tier without a pool (G4, docs/remote.md): the store's own counters
+  /// (hits, misses, bytes, failures by kind) and its state: ok, down, or
+  /// refused (credentials or ACL) with the server's reply
+  /// (RemoteStoreStats::state, refusal). nullopt for a pooled tier.
+  std::optional<RemoteStoreStats> store;
+  /// Returns true when the tier is a pool (its blocks and counters are its own).
+  [[nodiscard]] bool pooled() const noexcept { return !store.has_value(); }
 };
 
 /// One tier boundary: what moved down from `upper` to `lower`.
@@ -86,15 +95,13 @@ struct OnboardStats {
 
 /// What KvBlockManager::stats() returns; see the file comment.
 struct KvBlockManagerStats {
-  std::vector<TierStats> tiers;              ///< tiers present, fastest first (pools: G1-G3)
+  /// Tiers present, fastest first: the pools (G1-G3) and G4 when configured
+  /// (its store's stats in TierStats::store; its boundary from G2 is in
+  /// `boundaries`, what onboarding brought from it in `onboarding`).
+  std::vector<TierStats> tiers;
   std::vector<BoundaryStats> boundaries;     ///< boundaries present, top-down
   std::vector<TransferPathStats> transfers;  ///< paths whose engine counts
   OnboardStats onboarding;
-  /// G4 (when configured): the store's own counters (hits, misses, bytes,
-  /// failures by kind) and its state: ok, down, or refused (credentials or
-  /// ACL) with the server's reply (RemoteStoreStats::state, refusal). Its boundary from G2 is in
-  /// `boundaries` (upper G2, lower G4) and what onboarding brought from it in `onboarding`.
-  std::optional<RemoteStoreStats> remote;
 
   /// Returns the stats of tier `t`, or nullptr when it is absent.
   [[nodiscard]] const TierStats* tier(TierId t) const noexcept {
@@ -102,6 +109,12 @@ struct KvBlockManagerStats {
       if (s.tier == t) return &s;
     }
     return nullptr;
+  }
+  /// Returns the store stats of tier `t` (a tier without a pool: G4), or
+  /// nullptr when it is absent or a pool.
+  [[nodiscard]] const RemoteStoreStats* store(TierId t) const noexcept {
+    const TierStats* s = tier(t);
+    return s != nullptr && s->store ? &*s->store : nullptr;
   }
   /// Returns the stats of the boundary from `upper` down, or nullptr when absent.
   [[nodiscard]] const BoundaryStats* boundary(TierId upper) const noexcept {
@@ -124,6 +137,11 @@ struct KvBlockManagerStats {
       if (p.path == path) return &p;
     }
     return nullptr;
+  }
+  /// Returns the stats of the engine copying from tier `from` to tier `to`
+  /// (named copy_path_name(from, to)), or nullptr when none counts.
+  [[nodiscard]] const TransferPathStats* transfer(TierId from, TierId to) const {
+    return transfer(copy_path_name(from, to));
   }
   /// Returns the blocks onboarded from tier `t` (0 when absent).
   [[nodiscard]] std::uint64_t onboarded_from(TierId t) const noexcept {

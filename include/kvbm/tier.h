@@ -12,6 +12,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -59,6 +60,26 @@ enum class TierId : std::uint8_t { kG1 = 1, kG2 = 2, kG3 = 3, kG4 = 4 };
   return "unknown";
 }
 
+/// The built-in markers whose tier is a pool in a KvBlockManager: G1, G2, G3
+/// (G4 has none).
+template <class T>
+concept PooledTier = std::same_as<T, G1> || std::same_as<T, G2> || std::same_as<T, G3>;
+
+/// Returns the TierId of a built-in marker (G1..G4).
+template <TierMarker T>
+requires PooledTier<T> || std::same_as<T, G4>
+constexpr TierId tier_id_of() noexcept {
+  if constexpr (std::same_as<T, G1>) {
+    return TierId::kG1;
+  } else if constexpr (std::same_as<T, G2>) {
+    return TierId::kG2;
+  } else if constexpr (std::same_as<T, G3>) {
+    return TierId::kG3;
+  } else {
+    return TierId::kG4;
+  }
+}
+
 /// Returns the default pool name of a tier marker: its kName, or "custom".
 template <TierMarker T>
 constexpr std::string_view tier_name() noexcept {
@@ -69,6 +90,23 @@ constexpr std::string_view tier_name() noexcept {
   } else {
     return "custom";
   }
+}
+
+/// Returns the name of the copy path from tier `from` to tier `to`, e.g.
+/// "G1_to_G2": the `path` label of the engine a KvBlockManager builds for it,
+/// the `pipeline` label of the offloads along it (the facade appends
+/// "_explicit" or "_on_eviction" for those mechanisms), and its name in
+/// KvBlockManagerStats::transfers. Every place that names a path between
+/// tiers calls this (docs/metrics.md, "Names of tiers and paths").
+[[nodiscard]] inline std::string copy_path_name(TierId from, TierId to) {
+  return std::string(to_string(from)) + "_to_" + std::string(to_string(to));
+}
+
+/// Returns the name of the copy path between two tier markers' pools:
+/// copy_path_name() for the built-in markers, "<kName>_to_<kName>" for others.
+template <TierMarker From, TierMarker To>
+[[nodiscard]] std::string copy_path_name() {
+  return std::string(tier_name<From>()) + "_to_" + std::string(tier_name<To>());
 }
 
 }  // namespace kvbm

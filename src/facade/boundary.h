@@ -206,9 +206,7 @@ class TierBoundary final : public Boundary<Upper> {
   }
 
  private:
-  static std::string path() {
-    return std::string(tier_name<Upper>()) + "_to_" + std::string(tier_name<Lower>());
-  }
+  static std::string path() { return copy_path_name<Upper, Lower>(); }
 
   // The pipeline's common options: the tiers, the engine, the config and the
   // presence policy when asked for.

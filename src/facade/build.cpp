@@ -38,13 +38,12 @@ bool reads_frequency(const facade::TierSpecs& specs) {
 
 }  // namespace
 
-using facade::kTierIds;
 using facade::StorageKind;
 
 void KvBlockManagerImpl::build() {
   auto& c = config_;
-  const detail::TierBlocks n = detail::check_config(c);
-  specs_ = facade::describe_tiers(c, {n.device, n.host, n.disk});
+  const detail::CheckedTiers checked = detail::check_config(c);
+  specs_ = facade::describe_tiers(c, checked);
   std::size_t all_blocks = 0;
   for (const auto& s : specs_.items) all_blocks += s.blocks;
   // Each touch of the sketch is a random cache line, on every registration
@@ -67,16 +66,17 @@ void KvBlockManagerImpl::build() {
   build_rows();
   recover_disk();
   onboarding_ = std::make_unique<facade::Onboarding>(rows_, c.metrics_registry);
-  const bool remote = specs_[TierId::kG4].present;
+  const facade::TierSpec& g4 = specs_[TierId::kG4];
   logger()->info(
       "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "
       "G1->G2 {}, G2->G3 {}{}{}",
-      n.device, memory_[TierId::kG1].emulated ? " (emulated in host memory)" : "", n.host, n.disk,
-      c.layout.page_size, c.layout.block_bytes(), to_string(c.device_to_host),
-      to_string(c.host_to_disk), c.move_bytes ? "" : " (metadata only)",
-      remote ? fmt::format("; G4 on {}, G2->G4 {}", remote_servers(c.remote),
-                           to_string(c.host_to_remote))
-             : std::string());
+      specs_[TierId::kG1].blocks, memory_[TierId::kG1].emulated ? " (emulated in host memory)" : "",
+      specs_[TierId::kG2].blocks, specs_[TierId::kG3].blocks, c.layout.page_size,
+      c.layout.block_bytes(), to_string(specs_[TierId::kG2].mode),
+      to_string(specs_[TierId::kG3].mode), c.move_bytes ? "" : " (metadata only)",
+      g4.present
+          ? fmt::format("; G4 on {}, G2->G4 {}", remote_servers(*g4.remote), to_string(g4.mode))
+          : std::string());
 }
 
 // Bottom-up: a row is built from the rows below it, which therefore exist.
@@ -113,7 +113,7 @@ void KvBlockManagerImpl::build_rows() {
 void KvBlockManagerImpl::recover_disk() {
   auto* g3 = pool<G3>();
   const auto& file = memory_[TierId::kG3].file;
-  if (g3 == nullptr || !file || !config_.disk_persistent) return;
+  if (g3 == nullptr || !file || !specs_[TierId::kG3].disk->persistent) return;
   Recovery r = file->recover();
   std::vector<BlockId> ids;
   ids.reserve(r.slots.size());

@@ -64,9 +64,9 @@ class KvBlockManagerImpl {
   std::optional<RecoverySummary> disk_recovery() const { return disk_recovery_; }
 
   /// The pool of tier T, or null when it is absent.
-  template <TierMarker T>
+  template <PooledTier T>
   [[nodiscard]] BlockManager<T>* pool() const noexcept {
-    auto* row = static_cast<facade::PoolTier<T>*>(rows_[facade::tier_id_of<T>()].get());
+    auto* row = static_cast<facade::PoolTier<T>*>(rows_[tier_id_of<T>()].get());
     return row != nullptr ? &row->pool() : nullptr;
   }
   [[nodiscard]] facade::PoolTier<G1>& g1() const noexcept {
@@ -77,8 +77,8 @@ class KvBlockManagerImpl {
   facade::TierSpecs specs_{};
   std::shared_ptr<FrequencyTracker> tracker_;
   std::shared_ptr<BlockRegistry> registry_;
-  facade::TierArray<facade::TierMemory> memory_;  // first: destroyed last
-  facade::TierArray<facade::TierEngines> engines_;
+  TierArray<facade::TierMemory> memory_;  // first: destroyed last
+  TierArray<facade::TierEngines> engines_;
   facade::Rows rows_;
   std::unique_ptr<facade::Onboarding> onboarding_;
   std::optional<RecoverySummary> disk_recovery_;  // what a persistent G3 recovered at build

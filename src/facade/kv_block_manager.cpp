@@ -20,10 +20,15 @@ KvBlockManager::~KvBlockManager() {
   if (impl_) impl_->shutdown();
 }
 
-BlockManager<G1>& KvBlockManager::device() noexcept { return *impl_->pool<G1>(); }
-BlockManager<G2>* KvBlockManager::host() noexcept { return impl_->pool<G2>(); }
-BlockManager<G3>* KvBlockManager::disk() noexcept { return impl_->pool<G3>(); }
+template <PooledTier T>
+BlockManager<T>* KvBlockManager::pool() noexcept {
+  return impl_->pool<T>();
+}
+template BlockManager<G1>* KvBlockManager::pool<G1>() noexcept;
+template BlockManager<G2>* KvBlockManager::pool<G2>() noexcept;
+template BlockManager<G3>* KvBlockManager::pool<G3>() noexcept;
 const KvBlockManagerConfig& KvBlockManager::config() const noexcept { return impl_->config_; }
+bool KvBlockManager::has_tier(TierId t) const noexcept { return impl_->rows_[t] != nullptr; }
 std::uint32_t KvBlockManager::block_size() const noexcept {
   return impl_->config_.layout.page_size;
 }

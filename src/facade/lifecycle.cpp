@@ -9,8 +9,6 @@
 
 namespace kvbm {
 
-using facade::kTierIds;
-
 KvBlockManagerImpl::~KvBlockManagerImpl() {
   shutdown();
   if (onboarding_) onboarding_->wait_all();  // also those started after an explicit shutdown()

@@ -13,22 +13,6 @@
 #include "kvbm/error.h"
 #include "kvbm/transfer/stage_and_register.h"
 
-namespace kvbm::facade {
-
-// OnboardCounts names a field per tier (public API): one more tier, one more field.
-static_assert(kTierCount == 4, "to_counts: give the new tier its OnboardCounts field");
-
-OnboardCounts to_counts(const TierArray<std::size_t>& per_tier) {
-  OnboardCounts c;
-  c.device = per_tier[TierId::kG1];
-  c.host = per_tier[TierId::kG2];
-  c.disk = per_tier[TierId::kG3];
-  c.remote = per_tier[TierId::kG4];
-  return c;
-}
-
-}  // namespace kvbm::facade
-
 namespace kvbm::detail {
 
 void OnboardState::on_batch(const TransferOutcome& o,
@@ -79,15 +63,15 @@ void OnboardState::finish() noexcept {
   const bool any_failed =
       std::find(failed_.begin(), failed_.end(), true) != failed_.end() || remote_.failed > 0;
   lock.unlock();
-  facade::TierArray<std::size_t> per_tier{};
+  TierArray<std::size_t> per_tier{};
   std::size_t failed = 0;
   std::vector<TierId> origins;
   std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
-  OnboardCounts c = facade::to_counts(per_tier);
+  OnboardCounts c{.found = per_tier};
   c.failed = failed;
   c.no_space = no_space_ + remote_.no_space;
   if (counters.failed != nullptr) {
-    for (const TierId t : facade::kTierIds) {
+    for (const TierId t : kTierIds) {
       if (auto* counter = counters.from_tier[t])
         counter->Increment(static_cast<double>(per_tier[t]));
     }
@@ -145,7 +129,7 @@ std::vector<std::optional<ImmutableBlock<G1>>> OnboardState::register_arrived() 
 // Every copy that arrived is registered (it is a valid G1 block); the prefix
 // handed back ends before the first copy that did not. The remote tier's
 // copies come after the walk's positions, when every one of those arrived.
-std::vector<ImmutableBlock<G1>> OnboardState::assemble(facade::TierArray<std::size_t>& per_tier,
+std::vector<ImmutableBlock<G1>> OnboardState::assemble(TierArray<std::size_t>& per_tier,
                                                        std::size_t& failed,
                                                        std::vector<TierId>& origins) noexcept {
   std::vector<std::optional<ImmutableBlock<G1>>> arrived = register_arrived();

@@ -49,9 +49,6 @@ struct OnboardRecord {
   std::size_t hold = 0;       ///< the index of the Hold keeping it (OnboardState::holds)
 };
 
-/// Returns the counts of where a prefix came from, per tier.
-[[nodiscard]] OnboardCounts to_counts(const TierArray<std::size_t>& per_tier);
-
 /// The rest of a prefix, after the walk's positions, brought by the remote
 /// stage (facade/onboarding.cpp): G4's blocks fetched into G2, then the rest
 /// onboarded from the tiers that hold it, registered in G1, in prefix order.
@@ -71,7 +68,7 @@ namespace kvbm::detail {
 class OnboardState {
  public:
   struct Counters {
-    facade::TierArray<prometheus::Counter*> from_tier{};  ///< G1: hits; null: tier absent
+    TierArray<prometheus::Counter*> from_tier{};  ///< G1: hits; null: tier absent
     prometheus::Counter* failed = nullptr;
     prometheus::Counter* cancelled = nullptr;
   };
@@ -119,8 +116,7 @@ class OnboardState {
   std::vector<std::optional<ImmutableBlock<G1>>> register_arrived() noexcept;
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
-  std::vector<ImmutableBlock<G1>> assemble(facade::TierArray<std::size_t>& per_tier,
-                                           std::size_t& failed,
+  std::vector<ImmutableBlock<G1>> assemble(TierArray<std::size_t>& per_tier, std::size_t& failed,
                                            std::vector<TierId>& origins) noexcept;
 
   mutable Mutex mu_;

@@ -284,7 +284,7 @@ OnboardCounts Onboarding::probe(std::span<const SequenceHash> hashes) const {
     (void)walk_rest(hashes.subspan(tiers.size()), nullptr, from);
     for (const TierId t : from) ++per_tier[t];
   }
-  return to_counts(per_tier);
+  return OnboardCounts{.found = per_tier};
 }
 
 void Onboarding::wait_all() {

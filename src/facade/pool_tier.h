@@ -250,7 +250,7 @@ Taken PoolTier<T>::land(Room&& room, std::span<const SequenceHash> hashes, std::
 // disk read engine counts, the bounce engine around it does not).
 template <TierMarker T>
 void PoolTier<T>::collect(KvBlockManagerStats& out) const {
-  out.tiers.push_back({id(), pool_.pool_counts(), pool_.counter_totals()});
+  out.tiers.push_back({id(), pool_.pool_counts(), pool_.counter_totals(), std::nullopt});
   for (const auto& b : boundaries_)
     out.boundaries.push_back({id(), b->lower(), b->mode(), b->counts()});
   const auto add = [&out](const TransferEngine* e) {

@@ -28,9 +28,8 @@ class RemoteEvictionListener final : public PoolListener {
   std::shared_ptr<RemoteWriter> writer_;  // shared: the pool may outlive the tier
 };
 
-// The config's store options, with the three that are the facade's.
-RemoteStoreOptions store_options(const KvBlockManagerConfig& c) {
-  const RemoteTierConfig& r = c.remote;
+// The tier's store options, with the three that are the facade's.
+RemoteStoreOptions store_options(const KvBlockManagerConfig& c, const RemoteTierConfig& r) {
   RemoteStoreOptions o = r;
   o.name_space = {r.model, r.dtype, c.layout, r.user_namespace};
   o.metrics_registry = c.metrics_registry;
@@ -42,7 +41,7 @@ RemoteStoreOptions store_options(const KvBlockManagerConfig& c) {
 
 RemoteTier::RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, const Layout& above,
                        std::shared_ptr<FrequencyTracker> tracker)
-    : Tier(spec), store_(RemoteStore::create(store_options(c))) {
+    : Tier(spec), store_(RemoteStore::create(store_options(c, *spec.remote))) {
   std::vector<std::shared_ptr<OffloadPolicy>> policies;
   if (spec.policy->min_frequency > 0) {
     policies.push_back(
@@ -54,8 +53,10 @@ RemoteTier::RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, cons
   const bool on_eviction = spec.mode == OffloadMode::kOnEviction;
   writer_ = std::make_shared<RemoteWriter>(
       store_, above,
-      RemoteWriter::Options{c.remote.staging_blocks, c.remote.max_batch_blocks,
-                            on_eviction ? "G2_to_G4_on_eviction" : "G2_to_G4", *spec.listeners},
+      RemoteWriter::Options{
+          spec.remote->staging_blocks, spec.remote->max_batch_blocks,
+          copy_path_name(spec.above, spec.id) + (on_eviction ? "_on_eviction" : ""),
+          *spec.listeners},
       std::move(policies), c.metrics_registry);
   if (on_eviction) listener_ = std::make_shared<RemoteEvictionListener>(writer_);
 }
@@ -99,6 +100,8 @@ Taken RemoteTier::take(std::span<const SequenceHash> run, Tier* landing,
   return landing->land(std::move(room), run.first(n), verified);
 }
 
-void RemoteTier::collect(KvBlockManagerStats& out) const { out.remote = store_->stats(); }
+void RemoteTier::collect(KvBlockManagerStats& out) const {
+  out.tiers.push_back({.tier = id(), .blocks = {}, .counters = {}, .store = store_->stats()});
+}
 
 }  // namespace kvbm::facade

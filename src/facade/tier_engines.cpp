@@ -38,11 +38,6 @@ class NullEngine final : public TransferEngine {
   std::size_t src_blocks_, dst_blocks_;
 };
 
-// "G1_to_G2": the engine name of a copy from tier `from` to tier `to`.
-std::string path_name(TierId from, TierId to) {
-  return std::string(to_string(from)) + "_to_" + std::string(to_string(to));
-}
-
 // A copy between G1 and pinned host memory: CUDA, or host copies when G1 is
 // emulated in host memory.
 std::shared_ptr<TransferEngine> device_host_engine(const EngineContext& ctx, const Layout& src,
@@ -69,14 +64,15 @@ void build_disk_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
   const TierMemory& self = ctx.memory[t];
   const TierMemory& device = ctx.memory[TierId::kG1];
   DiskEngineOptions w;
-  if (c.disk_queue_depth) w.queue_depth = c.disk_queue_depth;
-  w.workers = c.disk_workers;
-  w.io_engine = c.disk_io_engine;
-  w.name = path_name(above, t);
+  const DiskTierOptions& d = *ctx.specs[t].disk;
+  if (d.queue_depth) w.queue_depth = d.queue_depth;
+  w.workers = d.workers;
+  w.io_engine = d.io_engine;
+  w.name = copy_path_name(above, t);
   w.registry = c.metrics_registry;
   out.down = std::make_shared<DiskWriteEngine>(*ctx.memory[above].layout, *self.file, w);
   DiskEngineOptions r = w;
-  r.name = path_name(t, TierId::kG1);
+  r.name = copy_path_name(t, TierId::kG1);
   auto& read =
       *out.parts.emplace_back(std::make_unique<DiskReadEngine>(*self.file, *self.bounce_layout, r));
   std::unique_ptr<TransferEngine> to_device;
@@ -97,7 +93,7 @@ void build_disk_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
   bo.bounce_blocks = c.bounce_blocks;
   bo.src_blocks = ctx.specs[t].blocks;
   bo.dst_blocks = ctx.specs[TierId::kG1].blocks;
-  bo.name = path_name(t, TierId::kG1);
+  bo.name = copy_path_name(t, TierId::kG1);
   out.up = std::make_shared<BounceTransferEngine>(read, copy, bo);
 }
 
@@ -109,8 +105,8 @@ void build_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
   const std::size_t self = ctx.specs[t].blocks;
   const std::size_t device = ctx.specs[TierId::kG1].blocks;
   if (!ctx.config.move_bytes) {
-    out.down = std::make_shared<NullEngine>(path_name(above, t), from, self);
-    out.up = std::make_shared<NullEngine>(path_name(t, TierId::kG1), self, device);
+    out.down = std::make_shared<NullEngine>(copy_path_name(above, t), from, self);
+    out.up = std::make_shared<NullEngine>(copy_path_name(t, TierId::kG1), self, device);
     return;
   }
   switch (ctx.specs[t].storage) {
@@ -118,9 +114,9 @@ void build_engines(const EngineContext& ctx, TierId t, TierEngines& out) {
       const Layout& g1 = *ctx.memory[TierId::kG1].layout;
       const Layout& host = *ctx.memory[t].layout;
       out.down = device_host_engine(ctx, *ctx.memory[above].layout, host,
-                                    CudaDirection::kDeviceToHost, path_name(above, t));
+                                    CudaDirection::kDeviceToHost, copy_path_name(above, t));
       out.up = device_host_engine(ctx, host, g1, CudaDirection::kHostToDevice,
-                                  path_name(t, TierId::kG1));
+                                  copy_path_name(t, TierId::kG1));
       return;
     }
     case StorageKind::kDisk:

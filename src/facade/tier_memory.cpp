@@ -69,50 +69,55 @@ bool is_config_errno(int code) noexcept {
 }
 
 // Throws RuntimeError for a disk pool the machine could not create.
-[[noreturn]] void throw_disk_runtime_error(const KvBlockManagerConfig& c, std::size_t blocks,
-                                           const io::IoError& e) {
+[[noreturn]] void throw_disk_runtime_error(const TierSpec& spec, const io::IoError& e) {
   const ErrorKind kind = error_kind_of_errno(e.code);
-  std::string what = "KvBlockManager: cannot create the G3 disk pool (" + std::to_string(blocks) +
-                     " blocks) in '" + c.disk_directory.string() + "': " + e.message;
+  const std::string directory = spec.names.own + "directory";
+  std::string what = "KvBlockManager: cannot create the G3 disk pool (" +
+                     std::to_string(spec.blocks) + " blocks) in '" + spec.disk->directory.string() +
+                     "': " + e.message;
   if (kind == ErrorKind::kNoSpace) {
     what +=
         "; the configuration is valid but the file system has no room for the pool (or a file "
         "size limit, ulimit -f, forbids it): free space there, give the disk tier fewer blocks "
-        "(KvBlockManagerConfig.disk), or name a disk_directory on a larger disk";
+        "(KvBlockManagerConfig." +
+        spec.names.size + "), or name a " + directory + " on a larger disk";
   } else {
     what +=
         "; the disk or the system failed, not the configuration: check the device, or name "
-        "another disk_directory";
+        "another " +
+        directory;
   }
   throw RuntimeError(kind, e.code, what);
 }
 
-std::unique_ptr<DiskStorage> create_disk(const KvBlockManagerConfig& c, std::size_t blocks) {
+std::unique_ptr<DiskStorage> create_disk(const KvBlockManagerConfig& c, const TierSpec& spec) {
+  const DiskTierOptions& d = *spec.disk;
+  const std::string directory = spec.names.own + "directory";
   DiskStorageOptions o;
-  o.directory = c.disk_directory;
+  o.directory = d.directory;
   o.config = c.layout;
-  o.num_blocks = blocks;
-  o.direct_io = c.disk_direct_io;
-  o.persistent = c.disk_persistent;
-  o.namespace_id = c.disk_namespace;
+  o.num_blocks = spec.blocks;
+  o.direct_io = d.direct_io;
+  o.persistent = d.persistent;
+  o.namespace_id = d.name_space;
   auto r = [&] {
     try {
       return DiskStorage::create(o);
     } catch (const UsageError& e) {
-      detail::config_error("disk_directory", e.what());
+      detail::config_error(directory, e.what());
     }
   }();
   if (!r.ok()) {
     const io::IoError& e = r.error();
-    if (!is_config_errno(e.code)) throw_disk_runtime_error(c, blocks, e);
-    detail::config_error("disk_directory", "cannot create the disk pool in '" +
-                                               c.disk_directory.string() + "': " + e.message);
+    if (!is_config_errno(e.code)) throw_disk_runtime_error(spec, e);
+    detail::config_error(
+        directory, "cannot create the disk pool in '" + d.directory.string() + "': " + e.message);
   }
   return std::move(r).value();
 }
 
 void build_disk(const KvBlockManagerConfig& c, const TierSpec& spec, TierMemory& out) {
-  out.file = create_disk(c, spec.blocks);
+  out.file = create_disk(c, spec);
   out.bounce = allocate(c, "bounce_blocks", c.bounce_blocks,
                         [](std::size_t bytes) { return make_pinned_storage(bytes); });
   out.bounce_layout.emplace(
@@ -131,7 +136,7 @@ void build_memory(const KvBlockManagerConfig& c, const TierSpec& spec, TierMemor
     }
     return;
   }
-  const std::string option = detail::tier_size_option(*spec.size, spec.option);
+  const std::string option = detail::tier_size_option(*spec.size, spec.names.size);
   switch (spec.storage) {
     case StorageKind::kDevice:
       out.memory = allocate(c, option, spec.blocks, [&](std::size_t bytes) {

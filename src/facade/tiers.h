@@ -1,7 +1,7 @@
 // src/facade/tiers.h (internal): the facade's tiers, as data.
 //
 // A tier is named by its TierId (kvbm/tier.h) everywhere in the facade; its
-// per-tier data is a TierArray indexed by it. describe_tiers() reads one
+// per-tier data is a TierArray (kvbm/tier_array.h) indexed by it. describe_tiers() reads one
 // TierSpec per tier from the config: its size, storage, listeners, the tier
 // above it (where its blocks come down from) and the mode of that boundary.
 // The rows that act on the tiers are in facade/tier.h.
@@ -15,30 +15,15 @@
 #include <string_view>
 #include <vector>
 
+#include "facade/config.h"
 #include "kvbm/error.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/tier.h"
+#include "kvbm/tier_array.h"
 
 namespace kvbm::facade {
-
-/// Every tier, fastest first.
-inline constexpr std::array<TierId, 4> kTierIds = {TierId::kG1, TierId::kG2, TierId::kG3,
-                                                   TierId::kG4};
-inline constexpr std::size_t kTierCount = kTierIds.size();
-
-/// Per-tier data, indexed by TierId.
-template <class T>
-struct TierArray {
-  std::array<T, kTierCount> items{};
-
-  [[nodiscard]] T& operator[](TierId t) noexcept { return items[index(t)]; }
-  [[nodiscard]] const T& operator[](TierId t) const noexcept { return items[index(t)]; }
-  [[nodiscard]] static constexpr std::size_t index(TierId t) noexcept {
-    return static_cast<std::size_t>(t) - 1;
-  }
-};
 
 /// Calls f(marker) with the marker of a pooled tier (G1, G2 or G3).
 template <class F>
@@ -56,19 +41,6 @@ decltype(auto) with_marker(TierId t, F&& f) {
   KVBM_CHECK(false, "KvBlockManager: tier ", to_string(t), " has no pool");
 }
 
-/// The TierId of a pooled tier's marker.
-template <TierMarker T>
-constexpr TierId tier_id_of() noexcept {
-  if constexpr (std::is_same_v<T, G1>) {
-    return TierId::kG1;
-  } else if constexpr (std::is_same_v<T, G2>) {
-    return TierId::kG2;
-  } else {
-    static_assert(std::is_same_v<T, G3>, "the facade pools G1, G2 and G3");
-    return TierId::kG3;
-  }
-}
-
 /// Where a tier's blocks live.
 enum class StorageKind : std::uint8_t {
   kDevice,      ///< device memory (host memory standing in when no GPU is usable)
@@ -77,30 +49,46 @@ enum class StorageKind : std::uint8_t {
   kRemote,      ///< a store shared by instances; no pool (its blocks land in `above`)
 };
 
-/// One tier, read from the config.
+/// What a tier is, whatever the config: the tier description. A new kind of
+/// tier is one more row here (and its row class, facade/tier.h).
+struct TierKind {
+  std::string_view option;  ///< its named config field: "device", "host", "disk", "remote"
+  StorageKind storage = StorageKind::kDevice;
+  /// The tier its blocks come down from (and a remote tier's land in; G1: itself).
+  TierId above = TierId::kG1;
+};
+inline constexpr TierArray<TierKind> kTierKinds{{{
+    {"device", StorageKind::kDevice, TierId::kG1},
+    {"host", StorageKind::kPinnedHost, TierId::kG1},
+    {"disk", StorageKind::kDisk, TierId::kG2},
+    {"remote", StorageKind::kRemote, TierId::kG2},
+}}};
+
+/// One tier: its description and its entry of the config.
 struct TierSpec {
   TierId id = TierId::kG1;
-  std::string_view option;  ///< its config member and option prefix: "device", "host", ...
   StorageKind storage = StorageKind::kDevice;
   bool present = false;
   std::size_t blocks = 0;  ///< a pooled tier's blocks
-  const TierConfig* size = nullptr;
-  const std::vector<std::shared_ptr<PoolListener>>* listeners = nullptr;
   /// The tier its blocks come down from (and a remote tier's land in).
   TierId above = TierId::kG1;
-  /// The mode of the boundary from `above` (unused for G1).
+  /// Its entry (KvBlockManagerConfig::tiers; null when absent) and parts of it.
+  const TierEntry* entry = nullptr;
+  const TierConfig* size = nullptr;
+  const std::vector<std::shared_ptr<PoolListener>>* listeners = nullptr;
+  /// The mode of the boundary from `above` (kNone for G1 and absent tiers).
   OffloadMode mode = OffloadMode::kNone;
   const OffloadPolicyConfig* policy = nullptr;
-  PipelineConfig pipeline;  ///< the write-through pipeline's config
+  PipelineConfig pipeline;                   ///< the write-through pipeline's config
+  const DiskTierOptions* disk = nullptr;     ///< G3's own options
+  const RemoteTierConfig* remote = nullptr;  ///< G4's own options
+  detail::TierOptionNames names;             ///< how its options are named in messages
 };
 using TierSpecs = TierArray<TierSpec>;
 
-/// The blocks of G1, G2 and G3 (0: absent), as check_config() returned them.
-struct TierSizes {
-  std::size_t device = 0, host = 0, disk = 0;
-};
-
-/// Returns the table of `c`'s tiers; `blocks` from check_config().
-[[nodiscard]] TierSpecs describe_tiers(const KvBlockManagerConfig& c, const TierSizes& blocks);
+/// Returns the table of `c`'s tiers, read from its entries (`c` as
+/// check_config() left it, which also gave `checked`).
+[[nodiscard]] TierSpecs describe_tiers(const KvBlockManagerConfig& c,
+                                       const detail::CheckedTiers& checked);
 
 }  // namespace kvbm::facade

@@ -95,12 +95,9 @@ class Manager {
 
 /// The pool of tier T (G1, G2 or G3); throws UsageError naming `what` when the manager
 /// has no such tier.
-template <TierMarker T>
+template <PooledTier T>
 BlockManager<T>& require_pool(KvBlockManager& kv, const char* what) {
-  BlockManager<T>* p = nullptr;
-  if constexpr (std::is_same_v<T, G1>) p = &kv.device();
-  if constexpr (std::is_same_v<T, G2>) p = kv.host();
-  if constexpr (std::is_same_v<T, G3>) p = kv.disk();
+  BlockManager<T>* p = kv.template pool<T>();
   KVBM_CHECK(p != nullptr, what,
              ": the manager has no such tier (configure it in KvBlockManagerConfig)");
   return *p;

@@ -7,6 +7,7 @@
 // manager is gone. A released handle is empty: valid is False and any other
 // use raises kvbm.UsageError naming the call.
 
+#include <array>
 #include <chrono>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -24,13 +25,6 @@ namespace {
 
 using namespace nb::literals;
 
-template <TierMarker T>
-constexpr const char* tier_name() {
-  if constexpr (std::is_same_v<T, G1>) return "G1";
-  if constexpr (std::is_same_v<T, G2>) return "G2";
-  return "G3";
-}
-
 template <class Handle>
 void release(Handle& h) {
   Handle gone = std::move(h);  // returns the block to its pool here
@@ -41,7 +35,7 @@ void bind_immutable(nb::module_& m, const char* name) {
   using B = ImmutableBlock<T>;
   nb::class_<B>(m, name, "A registered block (shared); see kvbm/blocks/immutable_block.h.")
       .def_prop_ro("valid", &B::valid, "False once released")
-      .def_prop_ro("tier", [](const B&) { return tier_name<T>(); })
+      .def_prop_ro("tier", [](const B&) { return std::string(tier_name<T>()); })
       .def_prop_ro("block_id", &B::block_id, "the block's index in its pool")
       .def_prop_ro("sequence_hash", [](const B& b) { return b.sequence_hash().value(); })
       .def_prop_ro("position", [](const B& b) { return b.sequence_hash().position(); })
@@ -69,7 +63,7 @@ void bind_mutable(nb::module_& m, const char* name) {
                 "An allocated block, exclusively owned and writable; KvBlockManager.register() "
                 "stages and registers it.")
       .def_prop_ro("valid", &B::valid, "False once released or registered")
-      .def_prop_ro("tier", [](const B&) { return tier_name<T>(); })
+      .def_prop_ro("tier", [](const B&) { return std::string(tier_name<T>()); })
       .def_prop_ro("block_id", &B::block_id)
       .def_prop_ro("block_size", &B::block_size, "tokens")
       .def("release", &release<B>, "Returns the block to the free pool now.");
@@ -92,21 +86,40 @@ void bind_enums(nb::module_& m) {
       .value("CANCELLED", TransferStatus::kCancelled);
 }
 
+/// The Python attribute of each tier's count in OnboardCounts (docs/python.md).
+struct CountName {
+  TierId tier;
+  const char* name;
+  const char* doc;
+};
+constexpr std::array<CountName, kTierCount> kCountNames = {{
+    {TierId::kG1, "device", "already in G1"},
+    {TierId::kG2, "host", "from G2"},
+    {TierId::kG3, "disk", "from G3"},
+    {TierId::kG4, "remote", "from G4 (through G2), verified"},
+}};
+
 /// OnboardCounts: where an onboarded prefix comes from.
 void bind_onboard_counts(nb::module_& m) {
-  nb::class_<OnboardCounts>(m, "OnboardCounts", "Where an onboarded (or probed) prefix comes from.")
-      .def(nb::init<>())
-      .def_rw("device", &OnboardCounts::device, "already in G1")
-      .def_rw("host", &OnboardCounts::host, "from G2")
-      .def_rw("disk", &OnboardCounts::disk, "from G3")
-      .def_rw("remote", &OnboardCounts::remote, "from G4 (through G2), verified")
+  auto cls = nb::class_<OnboardCounts>(m, "OnboardCounts",
+                                       "Where an onboarded (or probed) prefix comes from.");
+  cls.def(nb::init<>());
+  for (const CountName& n : kCountNames) {
+    const TierId t = n.tier;
+    cls.def_prop_rw(
+        n.name, [t](const OnboardCounts& c) { return c.found[t]; },
+        [t](OnboardCounts& c, std::size_t v) { c.found[t] = v; }, n.doc);
+  }
+  cls.def("from_tier", &OnboardCounts::from, "tier"_a, "The prefix blocks that came from a tier.")
       .def_rw("failed", &OnboardCounts::failed, "copies that failed (the prefix ends before)")
       .def_rw("no_space", &OnboardCounts::no_space, "found below G1 but no room in G1")
       .def_prop_ro("total", &OnboardCounts::total, "device + host + disk + remote")
       .def("__repr__", [](const OnboardCounts& c) {
-        return "OnboardCounts(device=" + std::to_string(c.device) +
-               ", host=" + std::to_string(c.host) + ", disk=" + std::to_string(c.disk) +
-               ", remote=" + std::to_string(c.remote) + ", failed=" + std::to_string(c.failed) +
+        std::string s = "OnboardCounts(";
+        for (const CountName& n : kCountNames) {
+          s += std::string(n.name) + "=" + std::to_string(c.found[n.tier]) + ", ";
+        }
+        return s + "failed=" + std::to_string(c.failed) +
                ", no_space=" + std::to_string(c.no_space) + ")";
       });
 }

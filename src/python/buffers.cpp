@@ -294,13 +294,9 @@ void def_copies(nb::class_<Manager>& cls, const char* name, bool into_block, con
 template <TierMarker T>
 std::size_t store_into(KvBlockManager& kv, const std::vector<SequenceHash>& hashes,
                        const Rows& rows) {
-  BlockManager<T>* pool = nullptr;
-  if constexpr (std::is_same_v<T, G1>) {
-    pool = &kv.device();
-  } else {
-    pool = kv.host();
-    KVBM_CHECK(pool != nullptr, "store: the manager has no G2; store into G1 (tier=TierId.G1)");
-  }
+  BlockManager<T>* pool = kv.template pool<T>();
+  KVBM_CHECK(pool != nullptr, "store: the manager has no ", tier_name<T>(),
+             "; store into G1 (tier=TierId.G1)");
   const Layout& layout = layout_of<T>(kv);
   const bool device = !host_accessible<T>(kv);
   const std::vector<bool> present = pool->registry()->template presence<T>(hashes);

@@ -32,11 +32,9 @@ namespace {
 using namespace nb::literals;
 using router::InstanceId;
 
-constexpr TierId kTiers[] = {TierId::kG1, TierId::kG2, TierId::kG3, TierId::kG4};
-
 nb::dict tier_dict(const router::TierBlockCounts& c) {
   nb::dict d;
-  for (const TierId t : kTiers) d[std::string(to_string(t)).c_str()] = c[static_cast<int>(t)];
+  for (const TierId t : kTierIds) d[std::string(to_string(t)).c_str()] = c[t];
   return d;
 }
 
@@ -70,9 +68,9 @@ router::KvRouterOptions router_options(const std::string& policy, std::uint32_t 
   for (const auto& [key, value] : tier_cost) {
     const std::string name = nb::cast<std::string>(key);
     bool known = false;
-    for (const TierId t : kTiers) {
+    for (const TierId t : kTierIds) {
       if (name == to_string(t)) {
-        o.tier_cost[static_cast<int>(t)] = nb::cast<double>(value);
+        o.tier_cost[t] = nb::cast<double>(value);
         known = true;
       }
     }

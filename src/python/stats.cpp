@@ -109,6 +109,7 @@ nb::str name_of(TierId t) { return nb::str(std::string(to_string(t)).c_str()); }
 nb::dict tiers_dict(const KvBlockManagerStats& s) {
   nb::dict tiers;
   for (const auto& t : s.tiers) {
+    if (!t.pooled()) continue;  // its store's stats: remote_dict
     nb::dict d;
     put(d, t.blocks, kPoolCounts);
     put(d, t.counters, kPoolCounters);
@@ -141,8 +142,8 @@ nb::dict onboarding_dict(const OnboardStats& o) {
   return d;
 }
 
-nb::object remote_dict(const std::optional<RemoteStoreStats>& r) {
-  if (!r) return nb::none();
+nb::object remote_dict(const RemoteStoreStats* r) {
+  if (r == nullptr) return nb::none();
   nb::dict d;
   put(d, *r, kRemoteStats);
   nb::dict by_status;
@@ -182,7 +183,7 @@ nb::dict stats_dict(const KvBlockManagerStats& s) {
   out["boundaries"] = boundaries_dict(s);
   out["transfers"] = transfers;
   out["onboarding"] = onboarding_dict(s.onboarding);
-  out["remote"] = remote_dict(s.remote);
+  out["remote"] = remote_dict(s.store(TierId::kG4));
   return out;
 }
 

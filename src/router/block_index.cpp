@@ -9,7 +9,8 @@ namespace kvbm::router::impl {
 
 namespace {
 
-constexpr std::size_t kTiers = 5;  // indexed by TierId; 0 unused
+/// Where tier `t`'s counters sit in WalkCounters::s_ (TierArray order).
+constexpr std::size_t slot_of(TierId t) noexcept { return TierArray<int>::index(t); }
 
 /// Adds one to the bit-sliced counters `s` of every lane set in `m`.
 /// Precondition: no lane's count reaches 2^slices (the caller sizes slices).
@@ -25,9 +26,9 @@ inline void add_lanes(std::uint64_t* s, std::uint64_t m) noexcept {
 
 void WalkCounters::unpack() {
   per_lane_.assign(words_ * 64, TierBlockCounts{});
-  for (std::size_t t = 1; t < kTiers; ++t) {
+  for (const TierId t : kTierIds) {
     for (std::size_t w = 0; w < words_; ++w) {
-      const std::uint64_t* s = s_.data() + ((t * words_) + w) * slices_;
+      const std::uint64_t* s = s_.data() + ((slot_of(t) * words_) + w) * slices_;
       for (std::size_t k = 0; k < slices_; ++k) {
         for (std::uint64_t m = s[k]; m != 0; m &= m - 1) {
           per_lane_[(w * 64) + static_cast<std::size_t>(std::countr_zero(m))][t] += std::size_t{1}
@@ -38,12 +39,12 @@ void WalkCounters::unpack() {
   }
 }
 
-BlockIndex::BlockIndex(std::array<bool, kTierSlots> shared) : shared_(shared) {
+BlockIndex::BlockIndex(TierArray<bool> shared) : shared_(shared) {
   local_index_.fill(-1);
-  for (std::size_t t = 1; t < kTiers; ++t) {
+  for (const TierId t : kTierIds) {
     if (!shared_[t]) {
       local_index_[t] = static_cast<int>(local_.size());
-      local_.push_back(static_cast<TierId>(t));
+      local_.push_back(t);
     }
   }
 }
@@ -94,8 +95,8 @@ bool BlockIndex::store_local(std::uint32_t lane, TierId tier, std::uint64_t hash
   const std::uint64_t bit = std::uint64_t{1} << (lane % 64);
   if ((word & bit) != 0) return false;
   word |= bit;
-  ++lane_blocks_[lane][static_cast<std::size_t>(tier)];
-  ++tier_blocks_[static_cast<std::size_t>(tier)];
+  ++lane_blocks_[lane][tier];
+  ++tier_blocks_[tier];
   return true;
 }
 
@@ -108,8 +109,8 @@ bool BlockIndex::remove_local(std::uint32_t lane, TierId tier, std::uint64_t has
   const std::uint64_t bit = std::uint64_t{1} << (lane % 64);
   if ((word & bit) == 0) return false;
   word &= ~bit;
-  --lane_blocks_[lane][static_cast<std::size_t>(tier)];
-  --tier_blocks_[static_cast<std::size_t>(tier)];
+  --lane_blocks_[lane][tier];
+  --tier_blocks_[tier];
   if (row_empty(slot->row)) {
     release_row(slot->row);
     slot->row = kNoRow;
@@ -124,7 +125,7 @@ bool BlockIndex::store_shared(TierId tier, std::uint64_t hash) {
   const auto bit = static_cast<std::uint8_t>(1U << static_cast<unsigned>(tier));
   if ((slot.shared & bit) != 0) return false;
   slot.shared |= bit;
-  ++tier_blocks_[static_cast<std::size_t>(tier)];
+  ++tier_blocks_[tier];
   return true;
 }
 
@@ -134,7 +135,7 @@ bool BlockIndex::remove_shared(TierId tier, std::uint64_t hash) {
   const auto bit = static_cast<std::uint8_t>(1U << static_cast<unsigned>(tier));
   if (slot == nullptr || (slot->shared & bit) == 0) return false;
   slot->shared &= static_cast<std::uint8_t>(~bit);
-  --tier_blocks_[static_cast<std::size_t>(tier)];
+  --tier_blocks_[tier];
   if (slot->shared == 0 && slot->row == kNoRow) table_.erase(hash);
   return true;
 }
@@ -142,9 +143,7 @@ bool BlockIndex::remove_shared(TierId tier, std::uint64_t hash) {
 void BlockIndex::clear_lane(std::uint32_t lane) {
   if (lane >= lane_blocks_.size()) return;
   TierBlockCounts& mine = lane_blocks_[lane];
-  std::size_t held = 0;
-  for (std::size_t n : mine) held += n;
-  if (held == 0) return;
+  if (total(mine) == 0) return;
   const std::size_t w = lane / 64;
   const std::uint64_t bit = std::uint64_t{1} << (lane % 64);
   std::vector<std::uint64_t> emptied;  // keys to erase after the pass (erasing moves slots)
@@ -166,7 +165,7 @@ void BlockIndex::clear_lane(std::uint32_t lane) {
     }
   });
   for (std::uint64_t key : emptied) table_.erase(key);
-  for (std::size_t t = 1; t < kTiers; ++t) {
+  for (const TierId t : kTierIds) {
     tier_blocks_[t] -= mine[t];
     mine[t] = 0;
   }
@@ -198,20 +197,19 @@ void BlockIndex::walk(std::span<const std::uint64_t> hashes, std::span<std::uint
   out.words_ = words;
   // A lane counts at most hashes.size() blocks per tier: that many bits, plus one.
   out.slices_ = static_cast<std::size_t>(std::bit_width(hashes.size())) + 1;
-  out.s_.assign(kTiers * words * out.slices_, 0);
+  out.s_.assign(kTierCount * words * out.slices_, 0);
   const std::size_t slices = out.slices_;
-  auto counters = [&](std::size_t tier, std::size_t w) {
-    return out.s_.data() + (((tier * words) + w) * slices);
+  auto counters = [&](TierId tier, std::size_t w) {
+    return out.s_.data() + (((slot_of(tier) * words) + w) * slices);
   };
   const std::size_t n_local = local_.size();
   for (std::uint64_t hash : hashes) {
     const BlockSlot* slot = table_.find(hash);
     if (slot == nullptr) break;  // no lane holds it anywhere: every walk ends here
     const std::uint64_t* row = slot->row == kNoRow ? nullptr : row_ptr(slot->row);
-    // The fastest shared tier holding the block, 0 when none does.
-    const auto shared_tier = slot->shared == 0
-                                 ? std::size_t{0}
-                                 : static_cast<std::size_t>(std::countr_zero(slot->shared));
+    // The fastest shared tier holding the block (its bit is 1 << its TierId); none: 0.
+    const bool any_shared = slot->shared != 0;
+    const auto shared_tier = static_cast<TierId>(std::countr_zero(slot->shared));
     std::uint64_t any = 0;
     for (std::size_t w = 0; w < words; ++w) {
       std::uint64_t rest = alive[w];
@@ -220,13 +218,13 @@ void BlockIndex::walk(std::span<const std::uint64_t> hashes, std::span<std::uint
         for (std::size_t i = 0; i < n_local && rest != 0; ++i) {
           const std::uint64_t here = rest & row[(i * words) + w];
           if (here != 0) {
-            add_lanes(counters(static_cast<std::size_t>(local_[i]), w), here);
+            add_lanes(counters(local_[i], w), here);
             rest &= ~here;
           }
         }
       }
       if (rest != 0) {
-        if (shared_tier != 0) {
+        if (any_shared) {
           add_lanes(counters(shared_tier, w), rest);
         } else {
           alive[w] &= ~rest;  // these lanes' prefixes end before this block

@@ -37,6 +37,7 @@
 
 #include "kvbm/router/overlap.h"
 #include "kvbm/tier.h"
+#include "kvbm/tier_array.h"
 #include "router/block_slot_map.h"
 
 namespace kvbm::router::impl {
@@ -56,14 +57,14 @@ class WalkCounters {
 
   std::size_t words_ = 0;
   std::size_t slices_ = 0;
-  std::vector<std::uint64_t> s_;  // [tier 1..4][word][slice]
+  std::vector<std::uint64_t> s_;  // [tier, TierArray order][word][slice]
   std::vector<TierBlockCounts> per_lane_;
 };
 
 class BlockIndex {
  public:
   /// `shared[t]`: tier t is indexed once for the cluster.
-  explicit BlockIndex(std::array<bool, kTierSlots> shared);
+  explicit BlockIndex(TierArray<bool> shared);
 
   /// Makes room for lanes 0 .. lanes-1 (re-lays the rows when a word is added).
   void reserve_lanes(std::size_t lanes);
@@ -80,9 +81,7 @@ class BlockIndex {
   void clear_lane(std::uint32_t lane);
 
   [[nodiscard]] bool holds(std::uint32_t lane, std::uint64_t hash, TierId tier) const noexcept;
-  [[nodiscard]] bool is_shared(TierId tier) const noexcept {
-    return shared_[static_cast<std::size_t>(tier)];
-  }
+  [[nodiscard]] bool is_shared(TierId tier) const noexcept { return shared_[tier]; }
   /// Blocks lane `lane` holds per local tier.
   [[nodiscard]] TierBlockCounts lane_blocks(std::uint32_t lane) const noexcept;
   /// Per tier: (lane, block) pairs in a local tier; blocks in a shared tier.
@@ -107,16 +106,14 @@ class BlockIndex {
     return rows_.data() + std::size_t{row} * stride();
   }
   [[nodiscard]] std::size_t stride() const noexcept { return local_.size() * words_; }
-  [[nodiscard]] int local_index(TierId tier) const noexcept {
-    return local_index_[static_cast<std::size_t>(tier)];
-  }
+  [[nodiscard]] int local_index(TierId tier) const noexcept { return local_index_[tier]; }
   std::uint32_t new_row();
   [[nodiscard]] bool row_empty(std::uint32_t row) const noexcept;
   void release_row(std::uint32_t row);
 
-  std::array<bool, kTierSlots> shared_{};
-  std::vector<TierId> local_;                  // local tiers, fastest first
-  std::array<int, kTierSlots> local_index_{};  // tier -> position in local_, -1 if shared
+  TierArray<bool> shared_{};
+  std::vector<TierId> local_;     // local tiers, fastest first
+  TierArray<int> local_index_{};  // tier -> position in local_, -1 if shared
   std::size_t words_ = 1;
   BlockSlotMap table_;
   std::vector<std::uint64_t> rows_;  // rows of stride() words

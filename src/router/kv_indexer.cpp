@@ -21,13 +21,13 @@ namespace kvbm::router {
 
 namespace {
 
-std::array<bool, kTierSlots> shared_mask(const std::vector<TierId>& tiers) {
-  std::array<bool, kTierSlots> out{};
+TierArray<bool> shared_mask(const std::vector<TierId>& tiers) {
+  TierArray<bool> out{};
   for (TierId t : tiers) {
     const auto i = static_cast<std::size_t>(t);
-    KVBM_CHECK(i >= 1 && i <= 4, "KvIndexerOptions.shared_tiers: tier ", i,
+    KVBM_CHECK(i >= 1 && i <= kTierCount, "KvIndexerOptions.shared_tiers: tier ", i,
                " is not one of G1..G4");
-    out[i] = true;
+    out[t] = true;
   }
   return out;
 }
@@ -224,8 +224,7 @@ struct KvIndexer::Impl {
   }
 
   bool held_locally(const Instance& in, std::uint64_t key) const KVBM_REQUIRES_SHARED(mu) {
-    for (std::size_t t = 1; t < kTierSlots; ++t) {
-      const auto tier = static_cast<TierId>(t);
+    for (const TierId tier : kTierIds) {
       if (!index.is_shared(tier) && index.holds(in.lane, key, tier)) return true;
     }
     return false;
@@ -496,7 +495,7 @@ OverlapScores KvIndexer::overlaps(std::span<const std::uint64_t> hashes) const {
       InstanceOverlap& o = out.instances.emplace_back();
       o.instance = id;
       o.per_tier = counters.counts(in.lane);
-      for (std::size_t n : o.per_tier) o.prefix_blocks += n;
+      o.prefix_blocks = total(o.per_tier);
       o.stale = m.reason(in, now) != StaleReason::kFresh;
       stale += o.stale ? 1 : 0;
     }
@@ -544,7 +543,7 @@ std::vector<InstanceId> KvIndexer::instances() const {
 std::size_t KvIndexer::shared_blocks(TierId tier) const {
   auto& m = *impl_;
   detail::ReaderLock lock(m.mu);
-  return m.index.is_shared(tier) ? m.index.tier_blocks()[static_cast<std::size_t>(tier)] : 0;
+  return m.index.is_shared(tier) ? m.index.tier_blocks()[tier] : 0;
 }
 
 const char* to_string(BlockKey k) noexcept { return k == BlockKey::kTokens ? "tokens" : "hashes"; }

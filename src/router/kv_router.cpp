@@ -112,7 +112,7 @@ struct KvRouter::Impl {
     e.to_compute = tokens - left;
     double copy = 0;
     if (!e.ignored_stale) {
-      for (std::size_t t = 1; t < o.per_tier.size(); ++t) {
+      for (const TierId t : kTierIds) {
         const std::uint64_t n = std::min<std::uint64_t>(left, o.per_tier[t] * bs);
         copy += options.tier_cost[t] * static_cast<double>(n);
         left -= n;
@@ -137,7 +137,7 @@ struct KvRouter::Impl {
       if (!is_approximate(o.instance)) continue;
       o.prefix_blocks = approx.prefix(o.instance, hashes, now);
       o.per_tier = {};
-      o.per_tier[static_cast<std::size_t>(TierId::kG1)] = o.prefix_blocks;
+      o.per_tier[TierId::kG1] = o.prefix_blocks;
       o.stale = false;
     }
   }

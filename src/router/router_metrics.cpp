@@ -40,12 +40,11 @@ IndexerMetrics::IndexerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                "KV event batches received, by what apply() did with them",
                                {{"outcome", kOutcomes[i]}});
   }
-  static constexpr std::array<const char*, kTierSlots> kTiers{"", "G1", "G2", "G3", "G4"};
-  for (std::size_t t = 1; t < kTiers.size(); ++t) {
+  for (const TierId t : kTierIds) {
     indexed_blocks_[t] = set_.gauge("kvbm_router_indexed_blocks",
                                     "Blocks indexed per tier: (instance, block) pairs for a local "
                                     "tier, blocks for a shared one",
-                                    {{"tier", kTiers[t]}});
+                                    {{"tier", std::string(to_string(t))}});
   }
 }
 
@@ -72,11 +71,8 @@ void IndexerMetrics::set_instances(std::size_t n) noexcept {
   instances_->Set(static_cast<double>(n));
 }
 
-void IndexerMetrics::set_indexed_blocks(
-    const std::array<std::size_t, kTierSlots>& blocks) noexcept {
-  for (std::size_t t = 1; t < blocks.size(); ++t) {
-    indexed_blocks_[t]->Set(static_cast<double>(blocks[t]));
-  }
+void IndexerMetrics::set_indexed_blocks(const TierBlockCounts& blocks) noexcept {
+  for (const TierId t : kTierIds) indexed_blocks_[t]->Set(static_cast<double>(blocks[t]));
 }
 
 RouterMetrics::RouterMetrics(std::shared_ptr<prometheus::Registry> registry,

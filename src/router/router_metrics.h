@@ -45,7 +45,7 @@ class IndexerMetrics {
   void set_stale_instances(std::size_t n) noexcept;
   void set_instances(std::size_t n) noexcept;
   /// `blocks[t]` for tiers 1..4.
-  void set_indexed_blocks(const std::array<std::size_t, kTierSlots>& blocks) noexcept;
+  void set_indexed_blocks(const TierBlockCounts& blocks) noexcept;
 
  private:
   detail::SeriesSet set_;
@@ -57,7 +57,7 @@ class IndexerMetrics {
   prometheus::Counter* unkeyed_;
   prometheus::Gauge* stale_instances_;
   prometheus::Gauge* instances_;
-  std::array<prometheus::Gauge*, kTierSlots> indexed_blocks_{};
+  TierArray<prometheus::Gauge*> indexed_blocks_{};
 };
 
 /// The KvRouter's series (label policy).

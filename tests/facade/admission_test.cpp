@@ -60,8 +60,8 @@ TEST(Admission, ReusesThePrefixFromG1AndG2) {
   auto a = admit(*kv, std::span(hashes).first(4), 6);
   ASSERT_TRUE(a);
   ASSERT_EQ(a->prefix.size(), 4u);
-  EXPECT_EQ(a->counts.device, 2u);
-  EXPECT_EQ(a->counts.host, 2u);
+  EXPECT_EQ(a->counts.from(TierId::kG1), 2u);
+  EXPECT_EQ(a->counts.from(TierId::kG2), 2u);
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(a->prefix[i].sequence_hash(), hashes[i]);
   EXPECT_EQ(a->fresh.size(), 2u);
   a.reset();

@@ -392,10 +392,10 @@ TEST(KvBlockManagerOffload, ExplicitOffloadContinuesToDiskWhenWriteThrough) {
     // again): only G3 keeps it.
     EXPECT_EQ(kv->device().reset_inactive_pool(), 4U);
     EXPECT_EQ(kv->host()->reset_inactive_pool(), 4U);
-    EXPECT_EQ(kv->probe(a).disk, 4U);
+    EXPECT_EQ(kv->probe(a).from(TierId::kG3), 4U);
     auto h = kv->onboard(a);
     ASSERT_EQ(h.wait(), TransferStatus::kDone) << h.error();
-    EXPECT_EQ(h.counts().disk, 4U);
+    EXPECT_EQ(h.counts().from(TierId::kG3), 4U);
     EXPECT_EQ(h.take_blocks().size(), 4U);
     kv->shutdown();
     expect_clean(*kv);
@@ -501,7 +501,7 @@ TEST(KvBlockManagerMetrics, SeriesLeaveASharedRegistryWithTheirManager) {
       EXPECT_EQ(kv->offload(blocks).wait(), TransferStatus::kDone);
       auto h = kv->onboard(hashes);
       ASSERT_EQ(h.wait(), TransferStatus::kDone);
-      EXPECT_EQ(h.counts().device, 4U);
+      EXPECT_EQ(h.counts().from(TierId::kG1), 4U);
     }
     EXPECT_EQ(onboard_hits(*registry), 4.0);  // this manager's count only
     kv->drain();

@@ -130,6 +130,31 @@ TEST(KvBlockManagerConfigTest, BytesAreRoundedDownToBlocks) {
 
 // Write-through all the way down, then G1 and G2 emptied: onboarding comes
 // from G3 through the bounce buffer, and every byte is compared.
+// pool<T>() is the tier's pool by marker (null where the config has none), the same pool as
+// device(), host() and disk(); onboarding counts the prefix per tier id.
+TEST(KvBlockManagerTest, PoolByMarkerAndCountsByTierId) {
+  auto kv = KvBlockManager::build(config(8, 8, 0));
+  ASSERT_NE(kv->pool<G1>(), nullptr);
+  EXPECT_EQ(kv->pool<G1>(), &kv->device());
+  EXPECT_EQ(kv->pool<G2>(), kv->host());
+  EXPECT_NE(kv->pool<G2>(), nullptr);
+  EXPECT_EQ(kv->pool<G3>(), nullptr);
+  EXPECT_EQ(kv->pool<G2>()->total_blocks(), 8u);
+  const auto hashes = chain(4);
+  { auto held = compute(*kv, hashes); }
+  kv->drain();
+  kv->pool<G1>()->reset_inactive_pool();  // G1 forgets them; G2 holds them
+  OnboardHandle h = kv->onboard(hashes);
+  ASSERT_EQ(h.wait(), TransferStatus::kDone);
+  const OnboardCounts c = h.counts();
+  EXPECT_EQ(c.from(TierId::kG2), 4u);
+  EXPECT_EQ(c.found, (TierArray<std::size_t>{{0, 4, 0, 0}}));
+  EXPECT_EQ(c.total(), 4u);
+  h = OnboardHandle{};
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
 TEST(KvBlockManagerTest, EndToEndOnboardFromDiskComparesEveryByte) {
   TempDir dir;
   auto kv = KvBlockManager::build(config(32, 24, 40, dir.path()));
@@ -150,9 +175,9 @@ TEST(KvBlockManagerTest, EndToEndOnboardFromDiskComparesEveryByte) {
   auto h = kv->onboard(hashes);
   EXPECT_EQ(h.wait(), TransferStatus::kDone) << h.error();
   const auto counts = h.counts();
-  EXPECT_EQ(counts.device, 0u);
-  EXPECT_EQ(counts.host, 0u);
-  EXPECT_EQ(counts.disk, 20u);
+  EXPECT_EQ(counts.from(TierId::kG1), 0u);
+  EXPECT_EQ(counts.from(TierId::kG2), 0u);
+  EXPECT_EQ(counts.from(TierId::kG3), 20u);
   auto blocks = h.take_blocks();
   ASSERT_EQ(blocks.size(), 20u);
   for (std::size_t i = 0; i < blocks.size(); ++i) {
@@ -165,7 +190,7 @@ TEST(KvBlockManagerTest, EndToEndOnboardFromDiskComparesEveryByte) {
   // Now G1 holds them again: a second onboarding is all hits.
   auto h2 = kv->onboard(hashes);
   EXPECT_EQ(h2.wait(), TransferStatus::kDone);
-  EXPECT_EQ(h2.counts().device, 20u);
+  EXPECT_EQ(h2.counts().from(TierId::kG1), 20u);
   EXPECT_EQ(h2.take_blocks().size(), 20u);
   kv->shutdown();
   expect_clean(*kv);
@@ -199,11 +224,11 @@ TEST(KvBlockManagerTest, OnboardsAPrefixInterleavedAcrossTiers) {
   auto h = kv->onboard(hashes);
   ASSERT_EQ(h.wait(), TransferStatus::kDone) << h.error();
   const auto counts = h.counts();
-  EXPECT_EQ(probed.device, counts.device);
-  EXPECT_EQ(probed.host, counts.host);
-  EXPECT_EQ(probed.disk, counts.disk);
-  EXPECT_EQ(counts.device, 2u);
-  EXPECT_EQ(counts.host + counts.disk, 10u);
+  EXPECT_EQ(probed.from(TierId::kG1), counts.from(TierId::kG1));
+  EXPECT_EQ(probed.from(TierId::kG2), counts.from(TierId::kG2));
+  EXPECT_EQ(probed.from(TierId::kG3), counts.from(TierId::kG3));
+  EXPECT_EQ(counts.from(TierId::kG1), 2u);
+  EXPECT_EQ(counts.from(TierId::kG2) + counts.from(TierId::kG3), 10u);
   auto blocks = h.take_blocks();
   ASSERT_EQ(blocks.size(), 12u);
   for (std::size_t i = 0; i < 12; ++i) {
@@ -225,11 +250,11 @@ TEST(KvBlockManagerTest, OnboardStopsAtTheFirstBlockNoTierHolds) {
   kv->drain();
   kv->device().reset_inactive_pool();
   {
-    EXPECT_EQ(kv->probe(hashes).host, 3u);
+    EXPECT_EQ(kv->probe(hashes).from(TierId::kG2), 3u);
     EXPECT_EQ(kv->probe(hashes).total(), 3u);
     auto h = kv->onboard(hashes);
     EXPECT_EQ(h.wait(), TransferStatus::kDone);
-    EXPECT_EQ(h.counts().host, 3u);
+    EXPECT_EQ(h.counts().from(TierId::kG2), 3u);
     EXPECT_EQ(h.take_blocks().size(), 3u);
   }
   kv->shutdown();
@@ -257,12 +282,12 @@ TEST(KvBlockManagerTest, PrefixEndsAtTheFirstMissOnEitherSideOfTheWalksChunkEdge
       auto h = kv->onboard(std::span(hashes).first(5));  // 0..4 in G1 too
       ASSERT_EQ(h.wait(), TransferStatus::kDone);
     }
-    EXPECT_EQ(kv->probe(hashes).device, 5u);
+    EXPECT_EQ(kv->probe(hashes).from(TierId::kG1), 5u);
     EXPECT_EQ(kv->probe(hashes).total(), miss);
     auto h = kv->onboard(hashes);
     ASSERT_EQ(h.wait(), TransferStatus::kDone);
-    EXPECT_EQ(h.counts().device, 5u);
-    EXPECT_EQ(h.counts().host, miss - 5);
+    EXPECT_EQ(h.counts().from(TierId::kG1), 5u);
+    EXPECT_EQ(h.counts().from(TierId::kG2), miss - 5);
     auto blocks = h.take_blocks();
     ASSERT_EQ(blocks.size(), miss);
     for (std::size_t i = 0; i < miss; ++i) EXPECT_EQ(blocks[i].sequence_hash(), hashes[i]);
@@ -308,7 +333,7 @@ TEST(KvBlockManagerTest, OnboardCutsThePrefixWhereG1IsFull) {
   ASSERT_TRUE(held);
   auto h = kv->onboard(hashes);
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
-  EXPECT_EQ(h.counts().host, 2u);
+  EXPECT_EQ(h.counts().from(TierId::kG2), 2u);
   EXPECT_EQ(h.counts().no_space, 2u);
   ASSERT_TRUE(h.error().has_value()) << "a prefix cut for want of G1 space says so";
   EXPECT_EQ(h.error()->kind, ErrorKind::kNoSpace) << h.error();
@@ -407,7 +432,7 @@ TEST(KvBlockManagerTest, OnEvictionCopiesOnlyWhatLeavesTheUpperTier) {
   EXPECT_EQ(test::present(*kv->disk(), a), std::vector<bool>(4, true));
   auto h = kv->onboard(a);
   ASSERT_EQ(h.wait(), TransferStatus::kDone) << h.error();
-  EXPECT_EQ(h.counts().disk, 4u);
+  EXPECT_EQ(h.counts().from(TierId::kG3), 4u);
   auto blocks = h.take_blocks();
   ASSERT_EQ(blocks.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
@@ -617,7 +642,7 @@ TEST(KvBlockManagerTest, OnboardedBlocksAreNotWrittenBackDown) {
   EXPECT_EQ(kv->device().reset_inactive_pool(), 4u);
   auto h = kv->onboard(hashes);
   EXPECT_EQ(h.wait(), TransferStatus::kDone);
-  EXPECT_EQ(h.counts().host, 4u);
+  EXPECT_EQ(h.counts().from(TierId::kG2), 4u);
   EXPECT_EQ(h.take_blocks().size(), 4u);
   kv->drain();
   EXPECT_EQ(enqueued(*kv, "G1_to_G2"), 4.0);

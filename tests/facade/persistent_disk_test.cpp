@@ -54,7 +54,7 @@ std::size_t onboard_and_check(KvBlockManager& kv, const std::vector<std::uint64_
     const std::vector<SequenceHash> one = {SequenceHash(v, std::nullopt, 0)};
     OnboardHandle h = kv.onboard(one);
     EXPECT_EQ(h.wait(), TransferStatus::kDone) << h.error();
-    from_disk += h.counts().disk;
+    from_disk += h.counts().from(TierId::kG3);
     const auto blocks = h.take_blocks();
     if (blocks.size() != 1) {
       ADD_FAILURE() << "block " << v << " was not served";
@@ -175,7 +175,8 @@ TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
     std::vector<std::uint64_t> values;
     for (std::uint64_t v = 0x7000; values.size() < summary.recovered && v < 0x7000 + 64 * 1024;
          ++v) {
-      if (kv->probe(std::vector<SequenceHash>{SequenceHash(v, std::nullopt, 0)}).disk == 1)
+      if (kv->probe(std::vector<SequenceHash>{SequenceHash(v, std::nullopt, 0)})
+              .from(TierId::kG3) == 1)
         values.push_back(v);
     }
     EXPECT_EQ(values.size(), summary.recovered) << "trial " << trial << " (seed " << seed << ")";

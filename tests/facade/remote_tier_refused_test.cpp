@@ -129,8 +129,8 @@ Outcome write_then_read(const std::string& url) {
   h = OnboardHandle();
   expect_every_block_accounted(*a);
   expect_every_block_accounted(*b);
-  out.writer = *a->stats().remote;
-  out.reader = *b->stats().remote;
+  out.writer = *a->stats().store(TierId::kG4);
+  out.reader = *b->stats().store(TierId::kG4);
   out.writer_metrics = a->metrics_registry();
   out.reader_metrics = b->metrics_registry();
   return out;
@@ -214,12 +214,13 @@ TEST(RemoteTierRefused, TheStateIsOkAgainOnceTheServerAcceptsTheCommand) {
   auto a = KvBlockManager::build(refused_config(kvbm_url(server)));
   compute(*a, prefix(4, 4));
   a->drain();
-  ASSERT_EQ(a->stats().remote->state, RemoteState::kRefused);
+  ASSERT_NE(a->stats().store(TierId::kG4), nullptr);
+  ASSERT_EQ(a->stats().store(TierId::kG4)->state, RemoteState::kRefused);
   // The administrator grants SET: the next write passes and the tier is ok again.
   ASSERT_EQ(server.command({"ACL", "SETUSER", "kvbm", "+set"}), "OK");
   compute(*a, prefix(5, 4));
   a->drain();
-  const RemoteStoreStats s = *a->stats().remote;
+  const RemoteStoreStats s = *a->stats().store(TierId::kG4);
   EXPECT_EQ(s.state, RemoteState::kOk);
   EXPECT_GT(s.puts, 0u);
   EXPECT_NE(s.refusal.find("NOPERM"), std::string::npos) << "the last refusal is kept";
@@ -238,7 +239,7 @@ TEST(RemoteTierRefused, AServerThatIsDownIsDownNotRefused) {
   server.kill();
   compute(*a, prefix(6, 4));
   a->drain();
-  const RemoteStoreStats s = *a->stats().remote;
+  const RemoteStoreStats s = *a->stats().store(TierId::kG4);
   EXPECT_EQ(s.state, RemoteState::kDown);
   EXPECT_EQ(s.servers_down, 1u);
   EXPECT_EQ(s.servers_refused, 0u);

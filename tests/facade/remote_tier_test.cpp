@@ -141,10 +141,10 @@ TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
   cb.device_layout = GetParam() == LayoutKind::kLayerSeparated ? LayoutKind::kFullyContiguous
                                                                : LayoutKind::kLayerSeparated;
   auto b = KvBlockManager::build(cb);
-  EXPECT_EQ(b->probe(hashes).remote, 12u);
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 12u);
   const Served s = onboard_and_check(*b, hashes);
   EXPECT_EQ(s.status, TransferStatus::kDone);
-  EXPECT_EQ(s.counts.remote, 12u);
+  EXPECT_EQ(s.counts.from(TierId::kG4), 12u);
   EXPECT_EQ(s.counts.total(), 12u);
   EXPECT_EQ(s.wrong_bytes, 0u);
   EXPECT_EQ(s.sources, std::vector<TierId>(12, TierId::kG4));
@@ -156,15 +156,22 @@ TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
   const KvBlockManagerStats sa = a->stats(), sb = b->stats();
   ASSERT_NE(sa.boundary(TierId::kG2, TierId::kG4), nullptr);
   EXPECT_EQ(sa.boundary(TierId::kG2, TierId::kG4)->counts.transferred, 12u);
-  ASSERT_TRUE(sa.remote.has_value());
-  EXPECT_EQ(sa.remote->puts, 12u);
+  // G4 is a row of the tiers, after the pools, with its store's stats.
+  ASSERT_EQ(sa.tiers.size(), 3u);
+  EXPECT_EQ(sa.tiers.back().tier, TierId::kG4);
+  ASSERT_NE(sa.tier(TierId::kG4), nullptr);
+  EXPECT_FALSE(sa.tier(TierId::kG4)->pooled());
+  EXPECT_TRUE(sa.tier(TierId::kG2)->pooled());
+  EXPECT_EQ(sa.store(TierId::kG2), nullptr);
+  ASSERT_NE(sa.store(TierId::kG4), nullptr);
+  EXPECT_EQ(sa.store(TierId::kG4)->puts, 12u);
   EXPECT_EQ(sb.onboarded_from(TierId::kG4), 12u);
-  ASSERT_TRUE(sb.remote.has_value());
-  EXPECT_EQ(sb.remote->hits, 12u);
-  EXPECT_EQ(sb.remote->read_bytes, 12u * b->block_bytes());
+  ASSERT_NE(sb.store(TierId::kG4), nullptr);
+  EXPECT_EQ(sb.store(TierId::kG4)->hits, 12u);
+  EXPECT_EQ(sb.store(TierId::kG4)->read_bytes, 12u * b->block_bytes());
   // Fetched blocks are G2 blocks of B now: a second onboarding finds them there.
   const Served again = onboard_and_check(*b, hashes);
-  EXPECT_EQ(again.counts.remote, 0u);
+  EXPECT_EQ(again.counts.from(TierId::kG4), 0u);
   EXPECT_EQ(again.counts.total(), 12u);
   EXPECT_EQ(again.wrong_bytes, 0u);
   expect_balanced(*a);
@@ -202,7 +209,7 @@ TEST(RemoteTier, AnAclUserWithItsPasswordInAFileReachesG4ThroughTheConfig) {
   cb.remote.password_file = file;
   auto b = KvBlockManager::build(cb);
   const Served s = onboard_and_check(*b, hashes);
-  EXPECT_EQ(s.counts.remote, 6u);
+  EXPECT_EQ(s.counts.from(TierId::kG4), 6u);
   EXPECT_EQ(s.wrong_bytes, 0u);
   expect_balanced(*a);
   expect_balanced(*b);
@@ -337,7 +344,7 @@ TEST(RemoteTier, CorruptedValueIsACountedMissAndNeverServed) {
   auto b = KvBlockManager::build(cb);
   const Served s = onboard_and_check(*b, hashes);
   EXPECT_EQ(s.status, TransferStatus::kDone);
-  EXPECT_EQ(s.counts.remote, 5u) << "the prefix ends before the corrupted block";
+  EXPECT_EQ(s.counts.from(TierId::kG4), 5u) << "the prefix ends before the corrupted block";
   EXPECT_EQ(s.wrong_bytes, 0u);
   ASSERT_TRUE(s.error.has_value()) << "the onboarding says why its prefix ended early";
   EXPECT_EQ(s.error->kind, ErrorKind::kCorrupt) << s.error;
@@ -362,7 +369,7 @@ TEST(RemoteTier, BlocksOfAnotherModelDtypeOrNamespaceAreNeverServed) {
   other_ns.remote.user_namespace = "tenant-2";
   for (auto* c : {&other_model, &other_dtype, &other_ns}) {
     auto b = KvBlockManager::build(*c);
-    EXPECT_EQ(b->probe(hashes).remote, 0u);
+    EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 0u);
     const Served s = onboard_and_check(*b, hashes);
     EXPECT_EQ(s.blocks, 0u);
     expect_balanced(*b);
@@ -404,12 +411,12 @@ TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
     compute(*a, fresh);
     a->drain();
     s = onboard_and_check(*b, fresh);
-    if (s.counts.remote == 8) break;
+    if (s.counts.from(TierId::kG4) == 8) break;
     // A pace, not a wait for work: A's store waits out its reconnect backoff
     // in real time, and nothing tells when it is over; each try is a fresh prefix.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_EQ(s.counts.remote, 8u) << "G4 did not come back within 15 s of the restart";
+  EXPECT_EQ(s.counts.from(TierId::kG4), 8u) << "G4 did not come back within 15 s of the restart";
   EXPECT_EQ(s.wrong_bytes, 0u);
   expect_balanced(*a);
   expect_balanced(*b);
@@ -442,7 +449,7 @@ TEST(RemoteTier, FullServerFailsOnlyTheWritesThatDoNotFit) {
          server.command({"EXISTS", key_of(ca, hashes[leading])}) == "1") {
     ++leading;
   }
-  EXPECT_EQ(s.counts.remote, leading);
+  EXPECT_EQ(s.counts.from(TierId::kG4), leading);
   EXPECT_EQ(s.wrong_bytes, 0u);
   expect_balanced(*a);
   expect_balanced(*b);
@@ -458,8 +465,8 @@ TEST(RemoteTier, CancellingAnOnboardingThatWaitsOnAFrozenServer) {
   auto cb = remote_config(server.url());
   cb.remote.command_timeout = std::chrono::milliseconds(2000);
   auto b = KvBlockManager::build(cb);
-  ASSERT_EQ(b->probe(hashes).remote, 8u);  // B's connections are up
-  server.pause();                          // connections stay open; nothing answers
+  ASSERT_EQ(b->probe(hashes).from(TierId::kG4), 8u);  // B's connections are up
+  server.pause();                                     // connections stay open; nothing answers
   const auto t0 = Clock::now();
   OnboardHandle h = b->onboard(hashes);
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200)) << "onboard() waited for G4";
@@ -498,13 +505,13 @@ TEST(RemoteTier, OnEvictionWritesWhatG2EvictsAndTheWalkCrossesTiers) {
   }
   // G1 holds the last 8 blocks, G2 the last 4; G2 evicted the first 8 into G4.
   const OnboardCounts p = a->probe(hashes);
-  EXPECT_EQ(p.remote, 4u) << "G4 is asked only for what no local tier holds";
-  EXPECT_EQ(p.device, 8u);
-  EXPECT_EQ(p.host, 0u);
+  EXPECT_EQ(p.from(TierId::kG4), 4u) << "G4 is asked only for what no local tier holds";
+  EXPECT_EQ(p.from(TierId::kG1), 8u);
+  EXPECT_EQ(p.from(TierId::kG2), 0u);
 
   auto b = KvBlockManager::build(remote_config(server.url(), 16, 16));
   const Served s = onboard_and_check(*b, hashes);
-  EXPECT_EQ(s.counts.remote, 8u) << "B finds what A's G2 evicted, and only that";
+  EXPECT_EQ(s.counts.from(TierId::kG4), 8u) << "B finds what A's G2 evicted, and only that";
   EXPECT_EQ(s.wrong_bytes, 0u);
 
   // A's own prefix crosses the tiers: 4 blocks from G4, then 4 G1 hits.
@@ -537,7 +544,7 @@ TEST(RemoteTier, FourInstancesShareOverlappingPrefixesEveryByteVerified) {
         }
         const Served s = onboard_and_check(*kv, request);
         wrong += s.wrong_bytes;
-        from_g4 += s.counts.remote;
+        from_g4 += s.counts.from(TierId::kG4);
         compute(*kv, std::span(request).subspan(s.blocks));
         kv->drain();
       }
@@ -579,7 +586,7 @@ TEST(RemoteTier, AnotherProcessOnboardsWhatOneProcessOffloaded) {
   ASSERT_EQ(WEXITSTATUS(status), 0);
   auto b = KvBlockManager::build(remote_config(server.url(), 32, 32));  // process B
   const Served s = onboard_and_check(*b, hashes);
-  EXPECT_EQ(s.counts.remote, 16u);
+  EXPECT_EQ(s.counts.from(TierId::kG4), 16u);
   EXPECT_EQ(s.wrong_bytes, 0u);
   expect_balanced(*b);
 }

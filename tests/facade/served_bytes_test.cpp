@@ -107,8 +107,8 @@ class ServedBytesTest : public ::testing::TestWithParam<Scenario> {
       EXPECT_EQ(blocks.size(), probed.total()) << "probe and onboard disagree";
     }
     EXPECT_EQ(blocks.size(), h.counts().total());
-    from_host_ += h.counts().host;
-    from_disk_ += h.counts().disk;
+    from_host_ += h.counts().from(TierId::kG2);
+    from_disk_ += h.counts().from(TierId::kG3);
     for (std::size_t j = 0; j < blocks.size(); ++j) {
       const std::span<const Token> prefix(tokens.data(), (j + 1) * kBlockTokens);
       EXPECT_EQ(blocks[j].sequence_hash(), hashes[j]);

@@ -50,13 +50,13 @@ TEST(TierOrderTest, OnboardTakesEachBlockFromTheFastestTierHoldingIt) {
   ASSERT_TRUE(in_host(*kv, h[0]) && in_host(*kv, h[1]));
 
   const OnboardCounts probed = kv->probe(h);
-  EXPECT_EQ(probed.host, 2U);
-  EXPECT_EQ(probed.device, 2U) << "after the first G1 miss, G1 must still be asked";
+  EXPECT_EQ(probed.from(TierId::kG2), 2U);
+  EXPECT_EQ(probed.from(TierId::kG1), 2U) << "after the first G1 miss, G1 must still be asked";
   OnboardHandle handle = kv->onboard(h);
   ASSERT_EQ(handle.wait(), TransferStatus::kDone);
   const OnboardCounts got = handle.counts();
-  EXPECT_EQ(got.host, 2U);
-  EXPECT_EQ(got.device, 2U);
+  EXPECT_EQ(got.from(TierId::kG2), 2U);
+  EXPECT_EQ(got.from(TierId::kG1), 2U);
   const auto blocks = handle.take_blocks();
   ASSERT_EQ(blocks.size(), 4U);
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(blocks[i].sequence_hash(), h[i]) << i;

@@ -53,7 +53,10 @@ def test_round_trip_g2_then_g3(tmp_path):
         assert kv.present(h).tolist() == [3] * 6
         handle = kv.onboard(h)
         assert handle.wait(timeout_s=30) == kvbm.TransferStatus.DONE
-        assert handle.counts().disk == 6 and handle.sources() == [kvbm.TierId.G3] * 6
+        counts = handle.counts()
+        assert counts.disk == 6 and handle.sources() == [kvbm.TierId.G3] * 6
+        assert counts.from_tier(kvbm.TierId.G3) == 6 and counts.from_tier(kvbm.TierId.G1) == 0
+        assert repr(counts).startswith("OnboardCounts(device=0, host=0, disk=6, remote=0, ")
         blocks = handle.take_blocks()
         out = np.zeros_like(src)
         kv.read(blocks, out)

@@ -434,10 +434,11 @@ TEST(RemoteStoreClusterTest, KvBlockManagersShareG4ThroughAFailover) {
     if (blocks.size() == hashes.size()) whole = blocks.size();
   }
   const auto st = b->stats();
+  const RemoteStoreStats* g4 = st.store(TierId::kG4);
   EXPECT_EQ(whole, hashes.size()) << "the prefix was not whole again within 20 s: " << attempts
                                   << " onboardings, at most " << longest << " blocks; G4 hits "
-                                  << (st.remote ? st.remote->hits : 0) << ", misses "
-                                  << (st.remote ? st.remote->misses : 0);
+                                  << (g4 != nullptr ? g4->hits : 0) << ", misses "
+                                  << (g4 != nullptr ? g4->misses : 0);
   EXPECT_EQ(a->audit(), "");
   EXPECT_EQ(b->audit(), "");
 }

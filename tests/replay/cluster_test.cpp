@@ -38,7 +38,7 @@ ReplayConfig cluster(std::size_t instances, router::RoutePolicy policy) {
 void expect_same_figures(const ReplayResult& a, const ReplayResult& b) {
   EXPECT_EQ(a.hit_blocks, b.hit_blocks);
   EXPECT_EQ(a.hit_tokens, b.hit_tokens);
-  EXPECT_EQ(a.remote_hit_blocks, b.remote_hit_blocks);
+  EXPECT_EQ(a.hit_blocks[TierId::kG4], b.hit_blocks[TierId::kG4]);
   ASSERT_EQ(a.per_instance.size(), b.per_instance.size());
   for (std::size_t i = 0; i < a.per_instance.size(); ++i) {
     EXPECT_EQ(a.per_instance[i].requests, b.per_instance[i].requests) << "instance " << i;

@@ -71,10 +71,10 @@ TEST_P(ReplayFiguresUnlimited, BlockHitRatioIsExactly105710Of288500) {
   EXPECT_EQ(r.requests, kRequests);
   EXPECT_EQ(r.blocks, kBlocks);
   EXPECT_EQ(r.hits(), kUnlimitedHits);
-  EXPECT_EQ(r.hit_blocks[0], kUnlimitedHits);
+  EXPECT_EQ(r.hit_blocks[TierId::kG1], kUnlimitedHits);
   EXPECT_EQ(r.computed_blocks, kBlocks - kUnlimitedHits);
   EXPECT_EQ(r.uncached_blocks, 0u);
-  EXPECT_EQ(r.evictions[0], 0u);
+  EXPECT_EQ(r.evictions[TierId::kG1], 0u);
   EXPECT_EQ(r.audit, "");
 }
 
@@ -105,7 +105,7 @@ TEST(ReplayFigures, UnlimitedG1WithLowerTiersStillHits105710InG1) {
   EXPECT_EQ(r.requests, t.requests.size());
   EXPECT_EQ(r.blocks, t.blocks);
   EXPECT_EQ(r.hits(), expected);
-  EXPECT_EQ(r.hit_blocks[0], expected);
+  EXPECT_EQ(r.hit_blocks[TierId::kG1], expected);
   EXPECT_EQ(r.audit, "");
 }
 

@@ -128,9 +128,12 @@ TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
   ASSERT_EQ(r.uncached_blocks, 0u);
   // G1 allocated the blocks the replay computed and those it onboarded from below.
   EXPECT_EQ(series(m, R"(kvbm_allocations_total{pool="G1"})"),
-            static_cast<double>(r.computed_blocks + r.hit_blocks[1] + r.hit_blocks[2]));
-  EXPECT_EQ(series(m, R"(kvbm_evictions_total{pool="G1"})"), static_cast<double>(r.evictions[0]));
-  EXPECT_EQ(series(m, R"(kvbm_evictions_total{pool="G2"})"), static_cast<double>(r.evictions[1]));
+            static_cast<double>(r.computed_blocks + r.hit_blocks[TierId::kG2] +
+                                r.hit_blocks[TierId::kG3]));
+  EXPECT_EQ(series(m, R"(kvbm_evictions_total{pool="G1"})"),
+            static_cast<double>(r.evictions[TierId::kG1]));
+  EXPECT_EQ(series(m, R"(kvbm_evictions_total{pool="G2"})"),
+            static_cast<double>(r.evictions[TierId::kG2]));
   EXPECT_EQ(series(m, R"(kvbm_inflight_mutable{pool="G1"})"), 0.0);
   EXPECT_EQ(series(m, R"(kvbm_inflight_immutable{pool="G1"})"), 0.0);
   EXPECT_EQ(series(m, R"(kvbm_reset_pool_size{pool="G1"})") +
@@ -138,14 +141,14 @@ TEST(ReplayMetricsEndpoint, ScrapedSeriesMatchWhatTheReplayDid) {
             2'000.0);
   EXPECT_EQ(series(m, R"(kvbm_replay_requests_total{pool="G1"})"), static_cast<double>(r.requests));
   EXPECT_EQ(series(m, R"(kvbm_replay_blocks_total{pool="G1"})"), static_cast<double>(r.blocks));
-  for (std::size_t t = 0; t < 3; ++t) {
-    EXPECT_EQ(
-        series(m, std::string("kvbm_replay_hit_blocks_total{pool=\"") + kTierNames[t] + "\"}"),
-        static_cast<double>(r.hit_blocks[t]));
+  for (const TierId t : kPoolTiers) {
+    EXPECT_EQ(series(m, std::string("kvbm_replay_hit_blocks_total{pool=\"") +
+                            std::string(to_string(t)) + "\"}"),
+              static_cast<double>(r.hit_blocks[t]));
   }
-  EXPECT_GT(r.hit_blocks[1], 0u);
+  EXPECT_GT(r.hit_blocks[TierId::kG2], 0u);
   EXPECT_EQ(series(m, R"(kvbm_transfer_bytes_total{path="G2_to_G1"})"),
-            static_cast<double>(r.hit_blocks[1] * r.block_bytes));
+            static_cast<double>(r.hit_blocks[TierId::kG2] * r.block_bytes));
   EXPECT_GT(series(m, R"(kvbm_transfer_bytes_total{path="G1_to_G2"})"), 0.0);
   EXPECT_EQ(series(m, R"(kvbm_replay_verify_failures_total{pool="G1"})"), 0.0);
   EXPECT_EQ(r.audit, "");

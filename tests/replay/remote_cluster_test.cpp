@@ -50,15 +50,15 @@ TEST(ReplayRemoteCluster, TheIndexKnowsWhatG4HoldsAndKvFetchesLess) {
     EXPECT_EQ(r->onboard_failed, 0u);
     EXPECT_EQ(r->verify_failures, 0u);
   }
-  EXPECT_GT(kv.remote_hit_blocks, 0u);
+  EXPECT_GT(kv.hit_blocks[TierId::kG4], 0u);
   EXPECT_EQ(kv.cluster->predicted_blocks, kv.cluster->found_blocks);
   EXPECT_EQ(kv.cluster->found_blocks, kv.hits());
   EXPECT_GE(kv.hits(), rr.hits());
-  EXPECT_LT(2 * kv.remote_hit_blocks, rr.remote_hit_blocks);
+  EXPECT_LT(2 * kv.hit_blocks[TierId::kG4], rr.hit_blocks[TierId::kG4]);
   // A fresh G4 namespace per run: the same figures again.
   const ReplayResult again = run_replay(*trace, shared_cluster(server, router::RoutePolicy::kKv));
   EXPECT_EQ(again.hit_blocks, kv.hit_blocks);
-  EXPECT_EQ(again.remote_hit_blocks, kv.remote_hit_blocks);
+  EXPECT_EQ(again.hit_blocks[TierId::kG4], kv.hit_blocks[TierId::kG4]);
   EXPECT_EQ(again.cluster->requests, kv.cluster->requests);
 }
 

@@ -34,13 +34,11 @@ void expect_sum_of_instances(const ReplayResult& r) {
   for (const auto& x : r.per_instance) {
     sum.requests += x.requests;
     sum.blocks += x.blocks;
-    for (std::size_t t = 0; t < 3; ++t) sum.hit_blocks[t] += x.hit_blocks[t];
-    sum.remote_hit_blocks += x.remote_hit_blocks;
+    for (const TierId t : kTierIds) sum.hit_blocks[t] += x.hit_blocks[t];
   }
   EXPECT_EQ(sum.requests, r.requests);
   EXPECT_EQ(sum.blocks, r.blocks);
   EXPECT_EQ(sum.hit_blocks, r.hit_blocks);
-  EXPECT_EQ(sum.remote_hit_blocks, r.remote_hit_blocks);
 }
 
 TEST(ReplayInstances, RoundRobinSplitsTheRequestsAndTheTotalsAddUp) {
@@ -55,7 +53,7 @@ TEST(ReplayInstances, RoundRobinSplitsTheRequestsAndTheTotalsAddUp) {
   EXPECT_EQ(r.per_instance[1].requests, 133u);
   EXPECT_EQ(r.per_instance[2].requests, 133u);
   expect_sum_of_instances(r);
-  EXPECT_EQ(r.remote_hit_blocks, 0u);
+  EXPECT_EQ(r.hit_blocks[TierId::kG4], 0u);
   EXPECT_EQ(r.audit, "");
   // Sharing nothing, instance i is a replay of requests i, i + 3, ... alone.
   for (std::size_t i = 0; i < 3; ++i) {
@@ -105,12 +103,12 @@ TEST(ReplayInstances, SharedG4ServesOtherInstancesBlocksVerifiedAndRepeatable) {
   EXPECT_GT(with.verified_blocks, 0u);
   EXPECT_EQ(with.verify_failures, 0u);
   EXPECT_EQ(with.audit, "");
-  EXPECT_GT(with.remote_hit_blocks, 0u) << "no instance found another's blocks in G4";
+  EXPECT_GT(with.hit_blocks[TierId::kG4], 0u) << "no instance found another's blocks in G4";
   EXPECT_GT(with.hits(), without.hits()) << "sharing G4 should find more";
   expect_sum_of_instances(with);
   // Deterministic: every block written to G4 lands before the next request.
   EXPECT_EQ(again.hit_blocks, with.hit_blocks);
-  EXPECT_EQ(again.remote_hit_blocks, with.remote_hit_blocks);
+  EXPECT_EQ(again.hit_blocks[TierId::kG4], with.hit_blocks[TierId::kG4]);
   EXPECT_EQ(again.verify_failures, 0u);
 }
 

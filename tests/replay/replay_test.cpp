@@ -73,9 +73,9 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   c.host_to_disk = GetParam().g2_g3;
   c.device.eviction = c.host.eviction = c.disk.eviction = GetParam().eviction;
   const ReplayResult r = run_replay(trace, c);
-  std::cout << "[replay bytes] " << r.requests << " requests, hits G1 " << r.hit_blocks[0] << " G2 "
-            << r.hit_blocks[1] << " G3 " << r.hit_blocks[2] << ", verified " << r.verified_blocks
-            << ", " << r.wall_seconds << " s" << std::endl;
+  std::cout << "[replay bytes] " << r.requests << " requests, hits G1 " << r.hit_blocks[TierId::kG1]
+            << " G2 " << r.hit_blocks[TierId::kG2] << " G3 " << r.hit_blocks[TierId::kG3]
+            << ", verified " << r.verified_blocks << ", " << r.wall_seconds << " s" << std::endl;
   EXPECT_EQ(r.requests, requests);
   // The work was timed in CPU seconds too (every thread; the copies' included).
   EXPECT_GT(r.cpu_seconds, 0.0);
@@ -84,31 +84,31 @@ TEST_P(ReplayBytes, ThreeTiersServeHitsWithZeroVerificationFailures) {
   EXPECT_TRUE(r.bytes_checked);
   EXPECT_EQ(r.verify_failures, 0u);
   EXPECT_EQ(r.verified_blocks, r.hits());
-  EXPECT_GT(r.hit_blocks[0], 0u);
+  EXPECT_GT(r.hit_blocks[TierId::kG1], 0u);
   if (GetParam().g1_g2 == OffloadMode::kOnEviction) {
     // Deterministic: every block G1 evicts reaches G2 before the allocation
     // returns. (Write-through at replay speed, under a sanitizer in
     // particular, may lose every copy the short trace prefix would reuse:
     // G1 evicts a block before its copy starts. Its copies are checked by
     // the bytes moved on G1->G2 below.)
-    EXPECT_GT(r.hit_blocks[1] + r.hit_blocks[2], 0u);
+    EXPECT_GT(r.hit_blocks[TierId::kG2] + r.hit_blocks[TierId::kG3], 0u);
   }
   if (GetParam().g1_g2 == OffloadMode::kOnEviction &&
       GetParam().g2_g3 == OffloadMode::kOnEviction) {
     // Every block evicted from G1 reaches G2, and from G2 reaches G3. (Write-through
     // offload at replay speed loses blocks that G1 evicts before their copy starts,
     // so how much reaches G3 then depends on timing.)
-    EXPECT_GT(r.hit_blocks[1], 0u);
-    EXPECT_GT(r.hit_blocks[2], 0u);
+    EXPECT_GT(r.hit_blocks[TierId::kG2], 0u);
+    EXPECT_GT(r.hit_blocks[TierId::kG3], 0u);
   }
   EXPECT_EQ(r.onboard_failed, 0u);
-  EXPECT_GT(r.evictions[0], 0u);
+  EXPECT_GT(r.evictions[TierId::kG1], 0u);
   // Bytes per path: onboarding moved exactly the blocks found below G1.
   ASSERT_EQ(r.paths.size(), 4u);
   EXPECT_EQ(r.paths[2].name, "G2->G1");
-  EXPECT_EQ(r.paths[2].blocks, r.hit_blocks[1]);
-  EXPECT_EQ(r.paths[2].bytes, r.hit_blocks[1] * r.block_bytes);
-  EXPECT_EQ(r.paths[3].blocks, r.hit_blocks[2]);
+  EXPECT_EQ(r.paths[2].blocks, r.hit_blocks[TierId::kG2]);
+  EXPECT_EQ(r.paths[2].bytes, r.hit_blocks[TierId::kG2] * r.block_bytes);
+  EXPECT_EQ(r.paths[3].blocks, r.hit_blocks[TierId::kG3]);
   EXPECT_GT(r.paths[0].bytes, 0u);
   EXPECT_EQ(r.audit, "");
 }
@@ -230,9 +230,9 @@ TEST(ReplayTokenTrace, PromptSeenBeforeIsOnboardedFromG2) {
   c.move_bytes = true;
   const ReplayResult r = run_replay(trace, c);
   EXPECT_EQ(r.requests, 3u);
-  EXPECT_EQ(r.hit_blocks[0], 0u);
-  EXPECT_EQ(r.hit_blocks[1], 4u);
-  EXPECT_EQ(r.hit_tokens[1], 4u * 16);
+  EXPECT_EQ(r.hit_blocks[TierId::kG1], 0u);
+  EXPECT_EQ(r.hit_blocks[TierId::kG2], 4u);
+  EXPECT_EQ(r.hit_tokens[TierId::kG2], 4u * 16);
   EXPECT_EQ(r.tokens, 2u * (4 * 16 + 5) + 4 * 16);
   EXPECT_EQ(r.verify_failures, 0u);
   EXPECT_EQ(r.verified_blocks, 4u);

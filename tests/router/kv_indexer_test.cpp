@@ -32,7 +32,7 @@ constexpr TierId kG3 = TierId::kG3;
 constexpr TierId kG4 = TierId::kG4;
 
 TierBlockCounts tiers(std::size_t g1, std::size_t g2, std::size_t g3, std::size_t g4) {
-  return {0, g1, g2, g3, g4};
+  return {{g1, g2, g3, g4}};
 }
 
 std::string name_of(const char* prefix, int i) {
@@ -461,7 +461,7 @@ TEST(KvIndexer, ReadersShareTheIndexWhileAWriterApplies) {
       while (!done.load()) {
         const auto s = index.overlaps(request);
         const std::size_t now = s.instances.at(0).prefix_blocks;
-        if (now < last || s.instances[0].per_tier[1] + s.instances[0].per_tier[2] != now) ++bad;
+        if (now < last || s.instances[0].per_tier[kG1] + s.instances[0].per_tier[kG2] != now) ++bad;
         last = now;
       }
     });
@@ -530,7 +530,7 @@ struct Model {
         if (!shared.contains({h, 4})) break;
         t = 4;
       }
-      ++c[static_cast<std::size_t>(t)];
+      ++c[static_cast<TierId>(t)];
     }
     return c;
   }

@@ -55,8 +55,7 @@ TEST(KvRouterApproximate, ARoutedPrefixIsRoutedBackToWhereItWent) {
     const RouteDecision again = c.route({1, 2, 3, 4, 5});
     EXPECT_EQ(again.instance, first.instance);
     EXPECT_GE(again.overlap.prefix_blocks, 4U);
-    EXPECT_EQ(again.overlap.per_tier[static_cast<std::size_t>(TierId::kG1)],
-              again.overlap.prefix_blocks);
+    EXPECT_EQ(again.overlap.per_tier[TierId::kG1], again.overlap.prefix_blocks);
   }
   // A prefix the other instance was sent goes there.
   const InstanceId other = first.instance == c.a ? c.b : c.a;

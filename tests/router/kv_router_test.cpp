@@ -51,7 +51,7 @@ TEST(KvRouter, AG1PrefixBeatsAG3PrefixOfTheSameLength) {
   EXPECT_EQ(d.tokens_to_compute, 32U);
   EXPECT_DOUBLE_EQ(d.cost, 32.0);
   EXPECT_EQ(d.overlap.prefix_blocks, 2U);
-  EXPECT_EQ(d.overlap.per_tier[1], 2U);
+  EXPECT_EQ(d.overlap.per_tier[TierId::kG1], 2U);
   EXPECT_EQ(d.load, 32U);
 }
 
@@ -68,7 +68,7 @@ TEST(KvRouter, ALongerG3PrefixBeatsAShorterG1OneUnlessG3CostsMore) {
   }
   {
     KvRouterOptions o;
-    o.tier_cost[3] = 1.5;  // reading from disk costs more than recomputing
+    o.tier_cost[TierId::kG3] = 1.5;  // reading from disk costs more than recomputing
     KvRouter router(c.index, o);
     EXPECT_DOUBLE_EQ(router.costs(kRequest, kTokens)[1], 16.0 + (1.5 * 48));
     EXPECT_EQ(router.route(kRequest, kTokens).instance, c.ids[0]);
@@ -228,7 +228,7 @@ TEST(KvRouter, MisuseThrowsUsageError) {
   o.block_size = 0;
   EXPECT_THROW(KvRouter(empty, o), UsageError);
   o = {};
-  o.tier_cost[2] = -1;
+  o.tier_cost[TierId::kG2] = -1;
   EXPECT_THROW(KvRouter(empty, o), UsageError);
 }
 

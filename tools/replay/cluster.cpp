@@ -175,12 +175,12 @@ std::size_t Cluster::route(const TraceRequest& request) {
   return m.current_k;
 }
 
-void Cluster::completed(const std::array<std::uint64_t, router::kTierSlots>& hit_tokens,
-                        std::uint64_t hit_blocks, std::uint64_t computed_tokens) {
+void Cluster::completed(const TierArray<std::uint64_t>& hit_tokens, std::uint64_t hit_blocks,
+                        std::uint64_t computed_tokens) {
   Impl& m = *impl_;
   const std::size_t k = m.current_k;
   double work = static_cast<double>(computed_tokens) * m.config.options.compute_cost;
-  for (std::size_t t = 1; t < hit_tokens.size(); ++t) {
+  for (const TierId t : kTierIds) {
     work += static_cast<double>(hit_tokens[t]) * m.config.options.tier_cost[t];
   }
   const double start = std::max(m.arrival_s, m.busy_until[k]);

@@ -103,8 +103,8 @@ class Cluster {
   /// blocks by source tier (index TierId), `hit_tokens` their tokens per
   /// tier, `computed_tokens` the prompt tokens it prefilled. Then publishes
   /// the instance's events and waits until the indexer has applied them.
-  void completed(const std::array<std::uint64_t, router::kTierSlots>& hit_tokens,
-                 std::uint64_t hit_blocks, std::uint64_t computed_tokens);
+  void completed(const TierArray<std::uint64_t>& hit_tokens, std::uint64_t hit_blocks,
+                 std::uint64_t computed_tokens);
 
   /// Returns the figures so far.
   [[nodiscard]] ClusterFigures figures() const;

@@ -83,10 +83,11 @@ void print_cluster_sweep(std::ostream& out, const std::vector<ClusterSweepPoint>
     out << fmt::format(
         "  {:>9} {:<12} {:>7.2f}% {:>7.2f}% {:>7.2f}% {:>7.2f}% {:>7.2f}% {:>9.2f} {:>9.2f} "
         "{:>9.3f} {:>9.3f} {:>7.1f}\n",
-        p.instances, p.router, 100 * share(r.hit_blocks[0], r.blocks),
-        100 * share(r.hit_blocks[1], r.blocks), 100 * share(r.hit_blocks[2], r.blocks),
-        100 * share(r.remote_hit_blocks, r.blocks), 100 * r.block_hit_ratio(), f.request_imbalance,
-        f.token_imbalance, f.ttft_p50_s, f.ttft_p99_s, r.wall_seconds);
+        p.instances, p.router, 100 * share(r.hit_blocks[TierId::kG1], r.blocks),
+        100 * share(r.hit_blocks[TierId::kG2], r.blocks),
+        100 * share(r.hit_blocks[TierId::kG3], r.blocks),
+        100 * share(r.hit_blocks[TierId::kG4], r.blocks), 100 * r.block_hit_ratio(),
+        f.request_imbalance, f.token_imbalance, f.ttft_p50_s, f.ttft_p99_s, r.wall_seconds);
   }
 }
 
@@ -137,7 +138,7 @@ std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
     for (auto* p : v) {
       all += fmt::format("{:.1f},{:.1f} ", x(p->instances), y(p->result.block_hit_ratio()));
       g1 += fmt::format("{:.1f},{:.1f} ", x(p->instances),
-                        y(share(p->result.hit_blocks[0], p->result.blocks)));
+                        y(share(p->result.hit_blocks[TierId::kG1], p->result.blocks)));
     }
     s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n",
                      all, color);
@@ -163,8 +164,9 @@ std::string cluster_sweep_svg(const std::vector<ClusterSweepPoint>& points,
     const auto& r = points.front().result;
     ly += 30;
     for (const std::string& line :
-         {fmt::format("per instance: G1 {}", group_digits(r.capacity[0])),
-          fmt::format("G2 {}  G3 {}", group_digits(r.capacity[1]), group_digits(r.capacity[2])),
+         {fmt::format("per instance: G1 {}", group_digits(r.capacity[TierId::kG1])),
+          fmt::format("G2 {}  G3 {}", group_digits(r.capacity[TierId::kG2]),
+                      group_digits(r.capacity[TierId::kG3])),
           std::string(r.remote ? "G4 shared" : "no G4"),
           fmt::format("block {} tokens", r.block_tokens)}) {
       s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">{}</text>\n", kL + pw + 16, ly,

@@ -142,7 +142,8 @@ ClusterConfig cluster_config(const Options& o, double prefill_tokens_per_s,
   c.policy = policy;
   c.options.load_weight = o.router_load_weight;
   if (o.router_tier_cost) {
-    for (std::size_t k = 0; k < 3; ++k) c.options.tier_cost[2 + k] = (*o.router_tier_cost)[k];
+    const kvbm::TierId below_g1[] = {kvbm::TierId::kG2, kvbm::TierId::kG3, kvbm::TierId::kG4};
+    for (std::size_t k = 0; k < 3; ++k) c.options.tier_cost[below_g1[k]] = (*o.router_tier_cost)[k];
   }
   c.transport = o.router_no_events ? EventTransport::kNone
                 : o.router_zmq     ? EventTransport::kZmq
@@ -294,7 +295,7 @@ bool passed(const ReplayResult& r) {
 
 // The share of the blocks found in G1, in percent.
 double g1_hit_percent(const ReplayResult& r) {
-  return 100.0 * static_cast<double>(r.hit_blocks[0]) /
+  return 100.0 * static_cast<double>(r.hit_blocks[kvbm::TierId::kG1]) /
          static_cast<double>(std::max<std::uint64_t>(r.blocks, 1));
 }
 
@@ -401,7 +402,7 @@ std::vector<SweepPoint> replay_sweep_points(Session& s, bool& ok) {
     const std::string label = size_label(size);
     note("sweep: G1 {}", label);
     SweepPoint p{label, 0, replay_once(s, "G1 " + label)};
-    p.g1_blocks = p.result.capacity[0];
+    p.g1_blocks = p.result.capacity[kvbm::TierId::kG1];
     ok = ok && passed(p.result);
     if (!s.o.json) {
       std::cout << fmt::format("G1 {}: block hit ratio {:.2f}% (G1 {:.2f}%), {:.1f} s\n", label,

@@ -56,13 +56,15 @@ class ReplaySeries {
         requests_(&requests_family_.Add({{"pool", "G1"}})),
         blocks_(&blocks_family_.Add({{"pool", "G1"}})),
         verify_(&verify_family_.Add({{"pool", "G1"}})) {
-    for (std::size_t t = 0; t < 3; ++t) hits_[t] = &hits_family_.Add({{"pool", kTierNames[t]}});
+    for (const TierId t : kPoolTiers) {
+      hits_[t] = &hits_family_.Add({{"pool", std::string(to_string(t))}});
+    }
   }
   ~ReplaySeries() {
     requests_family_.Remove(requests_);
     blocks_family_.Remove(blocks_);
     verify_family_.Remove(verify_);
-    for (auto* h : hits_) hits_family_.Remove(h);
+    for (const TierId t : kPoolTiers) hits_family_.Remove(hits_[t]);
   }
   ReplaySeries(const ReplaySeries&) = delete;
   ReplaySeries& operator=(const ReplaySeries&) = delete;
@@ -70,9 +72,7 @@ class ReplaySeries {
   void add(std::size_t blocks, const OnboardCounts& c, std::uint64_t verify_failures) {
     requests_->Increment();
     blocks_->Increment(static_cast<double>(blocks));
-    hits_[0]->Increment(static_cast<double>(c.device));
-    hits_[1]->Increment(static_cast<double>(c.host));
-    hits_[2]->Increment(static_cast<double>(c.disk));
+    for (const TierId t : kPoolTiers) hits_[t]->Increment(static_cast<double>(c.from(t)));
     if (verify_failures != 0) verify_->Increment(static_cast<double>(verify_failures));
   }
 
@@ -84,7 +84,7 @@ class ReplaySeries {
   prometheus::Counter* requests_;
   prometheus::Counter* blocks_;
   prometheus::Counter* verify_;
-  std::array<prometheus::Counter*, 3> hits_{};
+  TierArray<prometheus::Counter*> hits_{};  // the pooled tiers' (kPoolTiers)
 };
 
 // Returns when the replay has been running `timestamp_ms / speed`: the start
@@ -241,9 +241,9 @@ Instance build_instance(const Trace& trace, const ReplayConfig& config, std::siz
   r.trace = trace.source;
   r.block_tokens = trace.block_tokens;
   r.block_bytes = kvbm->block_bytes();
-  r.capacity[0] = kvbm->device().total_blocks();
-  r.capacity[1] = kvbm->host() != nullptr ? kvbm->host()->total_blocks() : 0;
-  r.capacity[2] = kvbm->disk() != nullptr ? kvbm->disk()->total_blocks() : 0;
+  r.capacity[TierId::kG1] = kvbm->device().total_blocks();
+  r.capacity[TierId::kG2] = kvbm->host() != nullptr ? kvbm->host()->total_blocks() : 0;
+  r.capacity[TierId::kG3] = kvbm->disk() != nullptr ? kvbm->disk()->total_blocks() : 0;
   r.eviction = std::string(to_string(config.device.eviction));
   r.device_to_host = std::string(to_string(config.device_to_host));
   r.host_to_disk = std::string(to_string(config.host_to_disk));
@@ -269,13 +269,11 @@ void add_instance(ReplayResult& total, const ReplayResult& r) {
   total.requests += r.requests;
   total.blocks += r.blocks;
   total.tokens += r.tokens;
-  for (std::size_t t = 0; t < 3; ++t) {
+  for (const TierId t : kTierIds) {
     total.hit_blocks[t] += r.hit_blocks[t];
     total.hit_tokens[t] += r.hit_tokens[t];
     total.evictions[t] += r.evictions[t];
   }
-  total.remote_hit_blocks += r.remote_hit_blocks;
-  total.remote_hit_tokens += r.remote_hit_tokens;
   add_remote_stats(total.remote_stats, r.remote_stats);
   total.computed_blocks += r.computed_blocks;
   total.uncached_blocks += r.uncached_blocks;
@@ -298,8 +296,7 @@ void add_instance(ReplayResult& total, const ReplayResult& r) {
   }
   if (!r.audit.empty()) total.audit += r.audit;
   total.recovered_blocks += r.recovered_blocks;
-  total.per_instance.push_back(
-      {r.requests, r.blocks, r.hit_blocks, r.remote_hit_blocks, r.recovered_blocks});
+  total.per_instance.push_back({r.requests, r.blocks, r.hit_blocks, r.recovered_blocks});
 }
 
 // Checks what run_replay cannot work with.
@@ -365,12 +362,12 @@ void collect_result(Instance& in, double wall, double cpu) {
   r.cpu_seconds = cpu;
   r.audit = in.kvbm->audit();
   const KvBlockManagerStats stats = in.kvbm->stats();
-  for (std::size_t t = 0; t < 3; ++t) {
-    const TierStats* tier = stats.tier(static_cast<TierId>(t + 1));
+  for (const TierId t : kPoolTiers) {
+    const TierStats* tier = stats.tier(t);
     r.evictions[t] = tier != nullptr ? tier->counters.evictions : 0;
   }
   collect_paths(stats, r, in.onboarded);
-  r.remote_stats = stats.remote;
+  if (const RemoteStoreStats* g4 = stats.store(TierId::kG4)) r.remote_stats = *g4;
 }
 
 // Several instances: the totals, with each one's figures beside them.
@@ -378,7 +375,6 @@ ReplayResult sum_instances(const std::vector<Instance>& instances) {
   ReplayResult sum = instances[0].r;
   sum.requests = sum.blocks = sum.tokens = 0;
   sum.hit_blocks = sum.hit_tokens = sum.evictions = {};
-  sum.remote_hit_blocks = sum.remote_hit_tokens = 0;
   sum.remote_stats.reset();
   sum.computed_blocks = sum.uncached_blocks = sum.onboard_failed = 0;
   sum.onboard_no_space = sum.verified_blocks = sum.verify_failures = 0;
@@ -566,22 +562,13 @@ class Replay {
   void count_hits(Instance& in, const TraceRequest& req, const Prefix& p) const {
     ReplayResult& r = in.r;
     const OnboardCounts& counts = p.counts;
-    r.hit_blocks[0] += counts.device;
-    r.hit_blocks[1] += counts.host;
-    r.hit_blocks[2] += counts.disk;
-    r.remote_hit_blocks += counts.remote;
-    in.onboarded[0] += counts.host;
-    in.onboarded[1] += counts.disk;
+    for (const TierId t : kTierIds) r.hit_blocks[t] += counts.from(t);
+    in.onboarded[0] += counts.from(TierId::kG2);
+    in.onboarded[1] += counts.from(TierId::kG3);
     r.onboard_failed += counts.failed;
     r.onboard_no_space += counts.no_space;
-    for (std::size_t i = 0; i < p.length; ++i) {
-      const std::uint64_t tokens = req.tokens_in_block(i, bt_);
-      if (p.sources[i] == TierId::kG4) {
-        r.remote_hit_tokens += tokens;
-      } else {
-        r.hit_tokens[static_cast<std::size_t>(p.sources[i]) - 1] += tokens;
-      }
-    }
+    for (std::size_t i = 0; i < p.length; ++i)
+      r.hit_tokens[p.sources[i]] += req.tokens_in_block(i, bt_);
   }
 
   // Checks the prefix's bytes (when bytes move); returns the failures.
@@ -645,11 +632,11 @@ class Replay {
 
   // The request's prefill in the simulation, then its events reach the index.
   void report_prefill(const TraceRequest& req, const Prefix& p) {
-    std::array<std::uint64_t, 5> tier_tokens{};
+    TierArray<std::uint64_t> tier_tokens{};
     std::uint64_t hit_tokens = 0;
     for (std::size_t i = 0; i < p.length; ++i) {
       const std::uint64_t tokens = req.tokens_in_block(i, bt_);
-      tier_tokens[static_cast<std::size_t>(p.sources[i])] += tokens;
+      tier_tokens[p.sources[i]] += tokens;
       hit_tokens += tokens;
     }
     cluster_->completed(tier_tokens, p.length,

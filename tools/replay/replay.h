@@ -2,7 +2,7 @@
 //
 // With instances > 1 each request goes to one of several managers (engine
 // instances), in trace order; with remote_urls they share G4, and a block one
-// instance computed is found by the others there (OnboardCounts::remote).
+// instance computed is found by the others there (OnboardCounts::from(TierId::kG4)).
 //
 // For each request, in trace order:
 //
@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/tier_array.h"
 #include "replay/cluster.h"
 #include "replay/savings.h"
 #include "replay/trace.h"
@@ -126,9 +127,9 @@ struct ReplayConfig {
   std::function<void(std::size_t pass, const ReplayResult& so_far, KvBlockManager&)> on_pass;
 };
 
-/// Tiers in report order.
-enum class Tier : std::uint8_t { kG1 = 0, kG2 = 1, kG3 = 2 };
-inline constexpr std::array<const char*, 3> kTierNames = {"G1", "G2", "G3"};
+/// The tiers with a pool, in report order: the rows of the per-tier tables
+/// (G4, shared by the instances, has its own row where there is one).
+inline constexpr std::array<TierId, 3> kPoolTiers = {TierId::kG1, TierId::kG2, TierId::kG3};
 
 /// The bytes moved along one path between tiers.
 struct PathStats {
@@ -142,8 +143,8 @@ struct PathStats {
 struct ReplayResult {
   std::string trace;  ///< trace source
   std::uint32_t block_tokens = 0;
-  std::size_t block_bytes = 0;            ///< bytes of one block
-  std::array<std::size_t, 3> capacity{};  ///< blocks per tier (0: absent)
+  std::size_t block_bytes = 0;        ///< bytes of one block
+  TierArray<std::size_t> capacity{};  ///< blocks per pooled tier (0: absent; G4: 0)
   std::string eviction;
   std::string device_to_host;
   std::string host_to_disk;
@@ -159,19 +160,18 @@ struct ReplayResult {
   bool bytes_checked = false;  ///< pattern written and verified
 
   std::uint64_t requests = 0;
-  std::uint64_t blocks = 0;                   ///< prompt blocks asked for
-  std::uint64_t tokens = 0;                   ///< prompt tokens asked for
-  std::array<std::uint64_t, 3> hit_blocks{};  ///< prefix blocks found, per tier
-  std::array<std::uint64_t, 3>
-      hit_tokens{};                    ///< their tokens (tier split by block order, see .cpp)
-  std::uint64_t computed_blocks = 0;   ///< allocated in G1 and "computed"
-  std::uint64_t uncached_blocks = 0;   ///< G1 had no room
-  std::uint64_t onboard_failed = 0;    ///< onboarding copies that failed
-  std::uint64_t onboard_no_space = 0;  ///< blocks found below G1 that did not fit
+  std::uint64_t blocks = 0;               ///< prompt blocks asked for
+  std::uint64_t tokens = 0;               ///< prompt tokens asked for
+  TierArray<std::uint64_t> hit_blocks{};  ///< prefix blocks found, per tier (G4: only there)
+  TierArray<std::uint64_t> hit_tokens{};  ///< their tokens (tier split by block order, see .cpp)
+  std::uint64_t computed_blocks = 0;      ///< allocated in G1 and "computed"
+  std::uint64_t uncached_blocks = 0;      ///< G1 had no room
+  std::uint64_t onboard_failed = 0;       ///< onboarding copies that failed
+  std::uint64_t onboard_no_space = 0;     ///< blocks found below G1 that did not fit
   std::uint64_t verified_blocks = 0;
-  std::uint64_t verify_failures = 0;         ///< blocks whose bytes were wrong (must be 0)
-  std::array<std::uint64_t, 3> evictions{};  ///< evictions per tier (KvBlockManager::stats())
-  std::vector<PathStats> paths;              ///< G1->G2, G2->G3, G2->G1, G3->G1
+  std::uint64_t verify_failures = 0;     ///< blocks whose bytes were wrong (must be 0)
+  TierArray<std::uint64_t> evictions{};  ///< per pooled tier (KvBlockManager::stats())
+  std::vector<PathStats> paths;          ///< G1->G2, G2->G3, G2->G1, G3->G1
   /// Write-through copies lost because the source evicted the block before
   /// its copy started (G1->G2, G2->G3); 0 unless overlap_offload.
   std::array<std::uint64_t, 2> lost_to_lag{};
@@ -180,16 +180,13 @@ struct ReplayResult {
   /// Instances and the shared G4 (ReplayConfig::instances, remote_urls).
   std::size_t instances = 1;
   bool remote = false;
-  std::uint64_t remote_hit_blocks = 0;  ///< prefix blocks found only in G4
-  std::uint64_t remote_hit_tokens = 0;
   /// G4's stats, summed over the instances (replay/remote_refusal.h); none without G4.
   std::optional<RemoteStoreStats> remote_stats;
   /// Per instance (only with instances > 1): what it was asked and where it found it.
   struct InstanceFigures {
     std::uint64_t requests = 0;
     std::uint64_t blocks = 0;
-    std::array<std::uint64_t, 3> hit_blocks{};
-    std::uint64_t remote_hit_blocks = 0;
+    TierArray<std::uint64_t> hit_blocks{};
     std::uint64_t recovered_blocks = 0;  ///< blocks its persistent G3 held at the start
   };
   std::vector<InstanceFigures> per_instance;
@@ -201,12 +198,8 @@ struct ReplayResult {
   double cpu_seconds = 0;
   std::string audit;  ///< KvBlockManager::audit() at the end ("" = balanced)
 
-  [[nodiscard]] std::uint64_t hits() const noexcept {
-    return hit_blocks[0] + hit_blocks[1] + hit_blocks[2] + remote_hit_blocks;
-  }
-  [[nodiscard]] std::uint64_t hit_token_count() const noexcept {
-    return hit_tokens[0] + hit_tokens[1] + hit_tokens[2] + remote_hit_tokens;
-  }
+  [[nodiscard]] std::uint64_t hits() const noexcept { return total(hit_blocks); }
+  [[nodiscard]] std::uint64_t hit_token_count() const noexcept { return total(hit_tokens); }
   [[nodiscard]] double block_hit_ratio() const noexcept {
     return blocks == 0 ? 0.0 : static_cast<double>(hits()) / static_cast<double>(blocks);
   }

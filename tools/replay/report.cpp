@@ -126,8 +126,8 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
   out << "\n";
   out << fmt::format("  block {} tokens, {}   G1 {}   G2 {}   G3 {}   eviction {}\n",
                      r.block_tokens, human_bytes(static_cast<double>(r.block_bytes)),
-                     capacity_text(r.capacity[0]), capacity_text(r.capacity[1]),
-                     capacity_text(r.capacity[2]), r.eviction);
+                     capacity_text(r.capacity[TierId::kG1]), capacity_text(r.capacity[TierId::kG2]),
+                     capacity_text(r.capacity[TierId::kG3]), r.eviction);
   if (r.persist) {
     out << fmt::format(
         "  G3 persistent: {} blocks recovered from {} at the start\n",
@@ -147,17 +147,17 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
 
   out << fmt::format("  {:<6} {:>12} {:>12} {:>12} {:>12}\n", "tier", "hit blocks", "block ratio",
                      "token ratio", "evictions");
-  for (std::size_t k = 0; k < 3; ++k) {
+  for (const TierId k : kPoolTiers) {
     if (r.capacity[k] == 0) continue;
-    out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}% {:>12}\n", kTierNames[k],
+    out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}% {:>12}\n", to_string(k),
                        group_digits(r.hit_blocks[k]), 100 * ratio(r.hit_blocks[k], r.blocks),
                        100 * ratio(r.hit_tokens[k], r.tokens), group_digits(r.evictions[k]));
   }
   if (r.remote) {
     out << fmt::format("  {:<6} {:>12} {:>11.2f}% {:>11.2f}%   (shared by the instances)\n", "G4",
-                       group_digits(r.remote_hit_blocks),
-                       100 * ratio(r.remote_hit_blocks, r.blocks),
-                       100 * ratio(r.remote_hit_tokens, r.tokens));
+                       group_digits(r.hit_blocks[TierId::kG4]),
+                       100 * ratio(r.hit_blocks[TierId::kG4], r.blocks),
+                       100 * ratio(r.hit_tokens[TierId::kG4], r.tokens));
     if (r.remote_stats && r.remote_stats->state == RemoteState::kRefused) {
       out << fmt::format("  {:<6} G4 REFUSED access: {} block accesses refused (see stderr)\n", "",
                          group_digits(r.remote_stats->count(RemoteStatus::kAccessDenied)));
@@ -175,14 +175,12 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
                        r.persist ? fmt::format(" {:>10}", "recovered") : "");
     for (std::size_t i = 0; i < r.per_instance.size(); ++i) {
       const auto& x = r.per_instance[i];
-      const std::uint64_t hits =
-          x.hit_blocks[0] + x.hit_blocks[1] + x.hit_blocks[2] + x.remote_hit_blocks;
-      out << fmt::format("  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2f}%{}\n", i,
-                         group_digits(x.requests), group_digits(x.blocks),
-                         group_digits(x.hit_blocks[0]), group_digits(x.hit_blocks[1]),
-                         group_digits(x.hit_blocks[2]), group_digits(x.remote_hit_blocks),
-                         100 * ratio(hits, x.blocks),
-                         r.persist ? fmt::format(" {:>10}", group_digits(x.recovered_blocks)) : "");
+      out << fmt::format(
+          "  {:<9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2f}%{}\n", i,
+          group_digits(x.requests), group_digits(x.blocks), group_digits(x.hit_blocks[TierId::kG1]),
+          group_digits(x.hit_blocks[TierId::kG2]), group_digits(x.hit_blocks[TierId::kG3]),
+          group_digits(x.hit_blocks[TierId::kG4]), 100 * ratio(total(x.hit_blocks), x.blocks),
+          r.persist ? fmt::format(" {:>10}", group_digits(x.recovered_blocks)) : "");
     }
     out << "\n";
   }
@@ -210,9 +208,9 @@ void print_summary(std::ostream& out, const TraceSummary& t, const ReplayResult&
         "  estimate: {:.0f} s of prefill avoided ({:.0f} tokens/s), minus {:.1f} s loading G2 hits "
         "at {} GB/s "
         "and {:.1f} s loading G3 hits at {} GB/s: {:.0f} s saved\n\n",
-        sv.recompute_s[0] + sv.recompute_s[1] + sv.recompute_s[2],
-        r.savings_inputs.prefill_tokens_per_s, sv.load_s[1], r.savings_inputs.g2_gb_per_s,
-        sv.load_s[2], r.savings_inputs.g3_gb_per_s, sv.saved_s);
+        total(sv.recompute_s), r.savings_inputs.prefill_tokens_per_s, sv.load_s[TierId::kG2],
+        r.savings_inputs.g2_gb_per_s, sv.load_s[TierId::kG3], r.savings_inputs.g3_gb_per_s,
+        sv.saved_s);
   }
   out << fmt::format(
       "  computed {} blocks, uncached {} (G1 full), onboarding: {} failed, {} without room in G1\n",
@@ -244,20 +242,32 @@ nlohmann::json trace_json(const TraceSummary& t) {
           {"unique_blocks", t.unique_blocks}};
 }
 
+namespace {
+
+// {"G1": a[G1], ..., "G4": a[G4]}.
+nlohmann::json tier_json(const TierArray<std::uint64_t>& a) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const TierId t : kTierIds) out[std::string(to_string(t))] = a[t];
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json result_json(const ReplayResult& r) {
   using nlohmann::json;
   json hits = json::object();
-  for (std::size_t k = 0; k < 3; ++k) {
-    hits[kTierNames[k]] = {{"blocks", r.hit_blocks[k]},
-                           {"tokens", r.hit_tokens[k]},
-                           {"block_ratio", ratio(r.hit_blocks[k], r.blocks)},
-                           {"token_ratio", ratio(r.hit_tokens[k], r.tokens)}};
+  for (const TierId k : kPoolTiers) {
+    hits[std::string(to_string(k))] = {{"blocks", r.hit_blocks[k]},
+                                       {"tokens", r.hit_tokens[k]},
+                                       {"block_ratio", ratio(r.hit_blocks[k], r.blocks)},
+                                       {"token_ratio", ratio(r.hit_tokens[k], r.tokens)}};
   }
   if (r.remote) {
-    hits["G4"] = {{"blocks", r.remote_hit_blocks},
-                  {"tokens", r.remote_hit_tokens},
-                  {"block_ratio", ratio(r.remote_hit_blocks, r.blocks)},
-                  {"token_ratio", ratio(r.remote_hit_tokens, r.tokens)}};
+    const TierId g4 = TierId::kG4;
+    hits["G4"] = {{"blocks", r.hit_blocks[g4]},
+                  {"tokens", r.hit_tokens[g4]},
+                  {"block_ratio", ratio(r.hit_blocks[g4], r.blocks)},
+                  {"token_ratio", ratio(r.hit_tokens[g4], r.tokens)}};
     if (const auto& g = r.remote_stats) {  // the tier's state at the end (docs/remote.md)
       hits["G4"]["state"] = std::string(to_string(g->state));
       hits["G4"]["refused_blocks"] = g->count(RemoteStatus::kAccessDenied);
@@ -272,19 +282,15 @@ nlohmann::json result_json(const ReplayResult& r) {
                    {"token_ratio", r.token_hit_ratio()}};
   json evictions = json::object();
   json capacity = json::object();
-  for (std::size_t k = 0; k < 3; ++k) {
-    evictions[kTierNames[k]] = r.evictions[k];
-    capacity[kTierNames[k]] = r.capacity[k];
+  for (const TierId k : kPoolTiers) {
+    evictions[std::string(to_string(k))] = r.evictions[k];
+    capacity[std::string(to_string(k))] = r.capacity[k];
   }
   json instances = json::array();
   for (const auto& x : r.per_instance) {
     instances.push_back({{"requests", x.requests},
                          {"blocks", x.blocks},
-                         {"hit_blocks",
-                          {{"G1", x.hit_blocks[0]},
-                           {"G2", x.hit_blocks[1]},
-                           {"G3", x.hit_blocks[2]},
-                           {"G4", x.remote_hit_blocks}}},
+                         {"hit_blocks", tier_json(x.hit_blocks)},
                          {"recovered_blocks", x.recovered_blocks}});
   }
   json paths = json::object();
@@ -303,8 +309,8 @@ nlohmann::json result_json(const ReplayResult& r) {
         {"g2_gb_per_s", r.savings_inputs.g2_gb_per_s},
         {"g3_gb_per_s", r.savings_inputs.g3_gb_per_s},
         {"block_bytes", r.savings_inputs.block_bytes},
-        {"recompute_seconds_avoided", sv.recompute_s[0] + sv.recompute_s[1] + sv.recompute_s[2]},
-        {"load_seconds", {{"G2", sv.load_s[1]}, {"G3", sv.load_s[2]}}},
+        {"recompute_seconds_avoided", total(sv.recompute_s)},
+        {"load_seconds", {{"G2", sv.load_s[TierId::kG2]}, {"G3", sv.load_s[TierId::kG3]}}},
         {"prefill_seconds_saved", sv.saved_s}}}};
   json engines = json::object();
   for (const auto& [name, p] : r.engine_paths) {
@@ -361,13 +367,14 @@ void print_sweep(std::ostream& out, const std::vector<SweepPoint>& points) {
                      "G3", "total", "tokens", "wall s");
   for (const auto& p : points) {
     const auto& r = p.result;
-    out << fmt::format(
-        "  {:>20} {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.1f}\n",
-        p.label == std::to_string(p.g1_blocks) ? group_digits(p.g1_blocks)
-                                               : p.label + " (" + group_digits(p.g1_blocks) + ")",
-        100 * ratio(r.hit_blocks[0], r.blocks), 100 * ratio(r.hit_blocks[1], r.blocks),
-        100 * ratio(r.hit_blocks[2], r.blocks), 100 * r.block_hit_ratio(),
-        100 * r.token_hit_ratio(), r.wall_seconds);
+    out << fmt::format("  {:>20} {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.2f}% {:>9.1f}\n",
+                       p.label == std::to_string(p.g1_blocks)
+                           ? group_digits(p.g1_blocks)
+                           : p.label + " (" + group_digits(p.g1_blocks) + ")",
+                       100 * ratio(r.hit_blocks[TierId::kG1], r.blocks),
+                       100 * ratio(r.hit_blocks[TierId::kG2], r.blocks),
+                       100 * ratio(r.hit_blocks[TierId::kG3], r.blocks), 100 * r.block_hit_ratio(),
+                       100 * r.token_hit_ratio(), r.wall_seconds);
   }
 }
 
@@ -417,7 +424,7 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
   };
   const Series series[] = {
       {"G1 hits only", "#ff7f0e",
-       [](const ReplayResult& r) { return ratio(r.hit_blocks[0], r.blocks); }},
+       [](const ReplayResult& r) { return ratio(r.hit_blocks[TierId::kG1], r.blocks); }},
       {"all tiers (G1+G2+G3)", "#1f77b4",
        [](const ReplayResult& r) { return r.block_hit_ratio(); }},
   };
@@ -457,8 +464,8 @@ std::string sweep_svg(const std::vector<SweepPoint>& points, const std::string& 
     const auto& r = pts.front()->result;
     ly += 10;
     for (const std::string& line :
-         {fmt::format("G2 {}", capacity_text(r.capacity[1])),
-          fmt::format("G3 {}", capacity_text(r.capacity[2])),
+         {fmt::format("G2 {}", capacity_text(r.capacity[TierId::kG2])),
+          fmt::format("G3 {}", capacity_text(r.capacity[TierId::kG3])),
           fmt::format("eviction {}", r.eviction), fmt::format("block {} tokens", r.block_tokens)}) {
       s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#555\">{}</text>\n", kL + pw + 16, ly,
                        xml_escape(line));

@@ -10,15 +10,31 @@ namespace kvbm::replay {
 
 namespace {
 
-// Normalised path names for the engines' `path` labels.
+// The report's four paths, and the default name of an engine built by hand for each
+// (docs/metrics.md, "Names of tiers and paths"); the facade names its engines by
+// copy_path_name().
+struct ReportPath {
+  TierId from, to;
+  const char* engine_default;
+};
+constexpr ReportPath kReportPaths[] = {
+    {TierId::kG1, TierId::kG2, "device_to_host"},
+    {TierId::kG2, TierId::kG3, "host_to_disk"},
+    {TierId::kG2, TierId::kG1, "host_to_device"},
+    {TierId::kG3, TierId::kG1, "disk_to_device"},
+};
+
+// "G1->G2": the report's name of the path from `from` to `to`.
+std::string report_name(TierId from, TierId to) {
+  return std::string(to_string(from)) + "->" + std::string(to_string(to));
+}
+
+// The report's name of the path an engine named `engine_path` copies along ("" when none).
 std::string path_name(const std::string& engine_path) {
-  static const std::pair<const char*, const char*> kNames[] = {
-      {"device_to_host", "G1->G2"}, {"G1_to_G2", "G1->G2"},       {"host_to_disk", "G2->G3"},
-      {"G2_to_G3", "G2->G3"},       {"host_to_device", "G2->G1"}, {"G2_to_G1", "G2->G1"},
-      {"disk_to_device", "G3->G1"}, {"G3_to_G1", "G3->G1"},
-  };
-  for (const auto& [from, to] : kNames) {
-    if (engine_path == from) return to;
+  for (const ReportPath& p : kReportPaths) {
+    if (engine_path == copy_path_name(p.from, p.to) || engine_path == p.engine_default) {
+      return report_name(p.from, p.to);
+    }
   }
   return {};
 }
@@ -39,8 +55,7 @@ void collect_paths(const KvBlockManagerStats& stats, ReplayResult& r,
   // the boundary's transferred blocks when no engine counts it); onboarding:
   // the OnboardHandle counts.
   r.paths.clear();
-  for (const char* name : {"G1->G2", "G2->G3", "G2->G1", "G3->G1"})
-    r.paths.push_back({name, 0, 0, 0});
+  for (const ReportPath& p : kReportPaths) r.paths.push_back({report_name(p.from, p.to), 0, 0, 0});
   bool engine_named[4] = {false, false, false, false};
   for (const auto& [engine, p] : r.engine_paths) {
     const std::string n = path_name(engine);

@@ -17,8 +17,9 @@
 
 #pragma once
 
-#include <array>
 #include <cstdint>
+
+#include "kvbm/tier_array.h"
 
 namespace kvbm::replay {
 
@@ -33,14 +34,15 @@ struct SavingsInputs {
 /// The estimate for one replay.
 struct Savings {
   std::uint64_t tokens_not_recomputed = 0;  ///< exact
-  std::array<double, 3> recompute_s{};      ///< prefill time of each tier's hit tokens
-  std::array<double, 3> load_s{};           ///< time to bring each tier's hits to G1 (G1: 0)
+  TierArray<double> recompute_s{};          ///< prefill time of each pooled tier's hit tokens
+  TierArray<double> load_s{};               ///< time to bring each tier's hits to G1 (G1: 0)
   double saved_s = 0;                       ///< sum of recompute - load over the tiers
 };
 
-/// Computes the estimate from the hits per tier (blocks and tokens).
-[[nodiscard]] Savings estimate_savings(const std::array<std::uint64_t, 3>& hit_blocks,
-                                       const std::array<std::uint64_t, 3>& hit_tokens,
+/// Computes the estimate from the hits per tier (blocks and tokens) of G1,
+/// G2 and G3 (the cost model has no figure for G4: its hits are left out).
+[[nodiscard]] Savings estimate_savings(const TierArray<std::uint64_t>& hit_blocks,
+                                       const TierArray<std::uint64_t>& hit_tokens,
                                        const SavingsInputs& inputs);
 
 }  // namespace kvbm::replay

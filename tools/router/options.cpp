@@ -45,9 +45,9 @@ void parse_tier_costs(std::string_view text, router::KvRouterOptions& o) {
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     const auto eq = item.find('=');
     bool known = false;
-    for (const TierId t : {TierId::kG1, TierId::kG2, TierId::kG3, TierId::kG4}) {
+    for (const TierId t : kTierIds) {
       if (eq != std::string_view::npos && item.substr(0, eq) == to_string(t)) {
-        o.tier_cost[static_cast<std::size_t>(t)] = real("--tier-cost", item.substr(eq + 1));
+        o.tier_cost[t] = real("--tier-cost", item.substr(eq + 1));
         known = true;
       }
     }

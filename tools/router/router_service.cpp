@@ -33,7 +33,6 @@ namespace {
 using nlohmann::json;
 using router::InstanceId;
 
-constexpr std::array<TierId, 4> kTiers{TierId::kG1, TierId::kG2, TierId::kG3, TierId::kG4};
 constexpr std::array<const char*, 6> kEndpoints{"route",     "finish",  "health",
                                                 "instances", "metrics", "other"};
 constexpr std::array<int, 9> kCodes{200, 201, 400, 404, 405, 409, 413, 500, 503};
@@ -50,7 +49,7 @@ HttpReply error_reply(int status, std::string_view message) {
 
 json tier_counts(const router::TierBlockCounts& c) {
   json out = json::object();
-  for (const TierId t : kTiers) out[std::string(to_string(t))] = c[static_cast<std::size_t>(t)];
+  for (const TierId t : kTierIds) out[std::string(to_string(t))] = c[t];
   return out;
 }
 

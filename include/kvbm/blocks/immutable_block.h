@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "kvbm/blocks/fwd.h"
-#include "kvbm/detail/block_store.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/error.h"
 #include "kvbm/sequence_hash.h"
 

@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "kvbm/blocks/fwd.h"
-#include "kvbm/detail/block_store.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {

@@ -49,24 +49,6 @@ class Registry;
 
 namespace kvbm {
 
-/// What issues a disk engine's I/O. docs/disk_tier.md ("Choosing the I/O
-/// engine") has the measurements behind kAuto.
-enum class DiskIoEngine : std::uint8_t {
-  /// The engine that measured faster: today the thread pool (on the 2-core
-  /// virtio reference machine io_uring did not win at the default queue
-  /// depth; docs/disk_tier.md has the figures).
-  kAuto,
-  kThreadPool,  ///< worker threads making blocking pread/pwrite(v) calls
-  /// One ring (liburing): queue_depth I/Os in flight from one thread. Where
-  /// kvbm was built without liburing or the kernel refuses a ring (EPERM,
-  /// ENOSYS in some containers), the engine uses the thread pool and logs
-  /// one warning saying why.
-  kIoUring,
-};
-
-/// Returns "auto", "thread_pool" or "io_uring".
-[[nodiscard]] std::string_view to_string(DiskIoEngine engine) noexcept;
-
 /// How a disk engine runs.
 struct DiskEngineOptions {
   /// The largest queue_depth.

@@ -35,19 +35,13 @@
 #include <span>
 #include <string>
 
+#include "kvbm/disk/disk_options.h"
 #include "kvbm/disk/disk_recovery.h"
 #include "kvbm/error.h"
 #include "kvbm/io/syscalls.h"
 #include "kvbm/storage/layout.h"
 
 namespace kvbm {
-
-/// Whether the disk pool uses O_DIRECT.
-enum class DirectIo : std::uint8_t {
-  kPreferred,  ///< O_DIRECT where the file system allows it, else buffered I/O (logged)
-  kRequired,   ///< O_DIRECT or create() fails with EINVAL
-  kOff,        ///< buffered I/O through the page cache
-};
 
 /// How to build a disk pool.
 struct DiskStorageOptions {

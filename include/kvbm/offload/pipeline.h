@@ -138,7 +138,7 @@ class OffloadPipeline {
       if (!clock_) clock_ = Clock::steady();
       if (!metrics_) metrics_ = src_->metrics_registry();
       if (name_.empty()) {
-        name_ = std::string(tier_name<Src>()) + "_to_" + std::string(tier_name<Dst>());
+        name_ = copy_path_name<Src, Dst>();
       }
       return std::unique_ptr<OffloadPipeline>(new OffloadPipeline(*this));
     }

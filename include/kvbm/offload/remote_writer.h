@@ -53,6 +53,7 @@
 #include "kvbm/remote/remote_store.h"
 #include "kvbm/sequence_hash.h"
 #include "kvbm/storage/layout.h"
+#include "kvbm/tier.h"
 
 namespace prometheus {
 class Registry;
@@ -66,7 +67,7 @@ class RemoteWriter {
   struct Options {
     std::size_t staging_blocks = 128;   ///< blocks waiting to be written (1 ..)
     std::size_t max_batch_blocks = 64;  ///< blocks per write batch (1 ..)
-    std::string name = "G2_to_G4";      ///< the metrics' pipeline label
+    std::string name = copy_path_name(TierId::kG2, TierId::kG4);  ///< the pipeline label
     /// Told what reached the store (step 3 of the file comment).
     std::vector<std::shared_ptr<PoolListener>> listeners;
   };

@@ -75,8 +75,8 @@ struct KvRouterOptions {
   RoutePolicy policy = RoutePolicy::kKv;
   std::uint32_t block_size = 16;  ///< tokens per block (> 0)
   double compute_cost = 1.0;      ///< per token recomputed
-  /// Per token brought from a tier, indexed by TierId (G1 at index 1).
-  std::array<double, kTierSlots> tier_cost{0.0, 0.0, 0.05, 0.2, 0.3};
+  /// Per token brought from a tier, indexed by TierId (kvbm/tier_array.h).
+  TierArray<double> tier_cost{{0.0, 0.05, 0.2, 0.3}};
   double load_weight = 0.05;  ///< per unit of load (docs/router.md: chosen by a sweep)
   LoadUnit load_unit = LoadUnit::kTokens;
   bool use_stale = false;  ///< route by stale entries (counted) instead of ignoring them

@@ -11,23 +11,20 @@
 
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "kvbm/tier.h"
+#include "kvbm/tier_array.h"
 
 namespace kvbm::router {
 
 /// Dense id of an instance in one KvIndexer (0, 1, 2, ... in add order).
 using InstanceId = std::uint32_t;
 
-/// The size of a per-tier array indexed by TierId (G1 = 1 .. G4 = 4; slot 0 unused).
-inline constexpr std::size_t kTierSlots = static_cast<std::size_t>(TierId::kG4) + 1;
-
-/// Blocks per tier, indexed by TierId (index 0 unused).
-using TierBlockCounts = std::array<std::size_t, kTierSlots>;
+/// Blocks per tier, indexed by TierId (kvbm/tier_array.h).
+using TierBlockCounts = TierArray<std::size_t>;
 
 /// The prefix of one request that one instance holds.
 struct InstanceOverlap {

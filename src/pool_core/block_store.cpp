@@ -1,4 +1,4 @@
-#include "kvbm/detail/block_store.h"
+#include "kvbm/pool_core/block_store.h"
 
 #include <algorithm>
 #include <array>

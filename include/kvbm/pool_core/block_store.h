@@ -1,4 +1,4 @@
-// kvbm/detail/block_store.h: the per-tier store behind every block handle.
+// kvbm/pool_core/block_store.h: the per-tier store behind every block handle.
 //
 // Not part of the public API. A BlockStore owns one pool's block slots, the
 // reset pool (free blocks), the inactive pool (an eviction backend over
@@ -35,35 +35,16 @@
 #include "kvbm/detail/hash_index.h"
 #include "kvbm/detail/huge_page_allocator.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/duplicate_policy.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/metrics.h"
+#include "kvbm/pool_counts.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {
 
 class FrequencyTracker;
-
-/// What registration does when the tier already holds a block with the same
-/// sequence hash.
-enum class DuplicatePolicy : std::uint8_t {
-  kAllow,   ///< keep the new block as a duplicate; it lives until dropped
-  kReject,  ///< return the existing block and free the new one
-};
-
-/// A consistent snapshot of a pool's block accounting.
-struct PoolCounts {
-  std::size_t total = 0;
-  std::size_t reset = 0;          ///< free blocks
-  std::size_t inactive = 0;       ///< registered, unreferenced, matchable
-  std::size_t evictable = 0;      ///< of inactive: evictable without first evicting others
-  std::size_t in_use = 0;         ///< held by handles (mutable, complete or immutable)
-  std::size_t mutable_out = 0;    ///< of in_use: mutable or complete handles
-  std::size_t immutable_out = 0;  ///< of in_use: registered blocks with strong handles
-
-  /// Returns true when reset + inactive + in use == total.
-  [[nodiscard]] bool balanced() const noexcept { return reset + inactive + in_use == total; }
-};
 
 namespace detail {
 
