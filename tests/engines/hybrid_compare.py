@@ -327,20 +327,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--blocks", type=int, default=200_000,
-                    help="vLLM num_blocks; below what the run needs, each side runs alone")
+                    help="vLLM num_blocks; below 200,000 each side runs alone (hit ratios)")
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args()
     records = load_trace(args.requests)
     for name in args.models.split(","):
-        lock = Compare(name, 200_000).run(records)
-        print(json.dumps(lock.report()), flush=True)
-        if args.blocks >= 200_000:
+        if args.blocks >= 200_000:  # everything fits: the lockstep
+            print(json.dumps(Compare(name, args.blocks).run(records).report()), flush=True)
             continue
         v = Compare(name, args.blocks, sides=("vllm",)).run(records)
         print(json.dumps(v.report()), flush=True)
-        # kvbm's pools together hold vLLM's usable blocks, split as the groups' held blocks
-        # were in the lockstep run (and, as an upper bound, every group vLLM's whole pool).
-        shares = split_blocks(args.blocks - 1, lock.held["vllm"])
+        # kvbm's pools together hold vLLM's usable blocks, split as vLLM's one LRU pool holds
+        # them at steady state: in proportion to the blocks each group registers, one per
+        # tokens_per_block tokens for every kind (and, as an upper bound, each group vLLM's
+        # whole pool).
+        lcm = math.lcm(*(g.tokens_per_block for g in v.groups))
+        shares = split_blocks(args.blocks - 1, [lcm // g.tokens_per_block for g in v.groups])
         for counts in (shares, None):
             k = Compare(name, args.blocks, kvbm_blocks=counts, sides=("kvbm",)).run(records)
             print(json.dumps(k.report()), flush=True)
