@@ -7,7 +7,6 @@
 
 #include "python/groups.h"
 
-#include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -52,7 +51,8 @@ void bind_kind_and_policy(nb::module_& m) {
                      if (p.kind == P::Kind::kEveryKthBlock) return "every_kth_block";
                      return p.kind == P::Kind::kRequestEnd ? "request_end" : "every_block";
                    })
-      .def(nb::self == nb::self);
+      .def(
+          "__eq__", [](const P& a, const P& b) { return a == b; }, nb::is_operator());
 }
 
 void bind_group_spec(nb::module_& m) {
@@ -97,7 +97,8 @@ void bind_group_spec(nb::module_& m) {
       .def("display_name", &S::display_name)
       .def("namespace_for", &S::namespace_for, "ns"_a)
       .def("validate", &S::validate)
-      .def(nb::self == nb::self)
+      .def(
+          "__eq__", [](const S& a, const S& b) { return a == b; }, nb::is_operator())
       .def("__repr__", &repr);
   m.def(
       "validate_groups", [](const std::vector<S>& g) { validate_groups(g); }, "groups"_a,
