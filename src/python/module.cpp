@@ -8,6 +8,7 @@
 #include "kvbm/config.h"
 #include "kvbm/logging.h"
 #include "python/bindings.h"
+#include "python/groups.h"
 
 NB_MODULE(_kvbm, m) {
   m.doc() = "kvbm: block-based KV cache management across memory tiers (C++ core)";
@@ -20,6 +21,7 @@ NB_MODULE(_kvbm, m) {
   kvbm::python::bind_router(m);
   kvbm::python::bind_manager(m);
   kvbm::python::bind_disk_pool_reader(m);
+  kvbm::python::bind_groups(m);
   m.def(
       "set_log_level",
       [](const std::string& level) {
