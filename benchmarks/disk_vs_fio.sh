@@ -226,7 +226,8 @@ for rw in ("write", "read"):
     print(f"{rw:6} median ratio {statistics.median(v):.2f} (range {min(v):.2f}..{max(v):.2f},"
           f" {len(v)} rounds)")
 if alike:
-    print(f"read   median ratio {statistics.median(alike):.2f} (range {min(alike):.2f}..{max(alike):.2f},"
+    lo, hi = min(alike), max(alike)
+    print(f"read   median ratio {statistics.median(alike):.2f} (range {lo:.2f}..{hi:.2f},"
           f" {len(alike)} rounds whose reads in flight at the device agree within 25%)")
 load = [open(os.path.join(work, f)).read().split()[:3] for f in ("load_before", "load_after")]
 print(f"load average before {' '.join(load[0])}, after {' '.join(load[1])}")

@@ -49,10 +49,10 @@
 #include "kvbm/blocks/immutable_block.h"
 #include "kvbm/blocks/mutable_block.h"
 #include "kvbm/blocks/weak_block.h"
-#include "kvbm/pool_core/block_store.h"
 #include "kvbm/error.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/metrics.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/pool_listener.h"
 #include "kvbm/tier.h"
 

@@ -20,9 +20,9 @@
 #include <typeindex>
 #include <vector>
 
-#include "kvbm/pool_core/block_store.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/frequency_tracker.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/sequence_hash.h"
 #include "kvbm/tier.h"
 

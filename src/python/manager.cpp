@@ -137,8 +137,7 @@ void bind_properties(nb::class_<Manager>& cls) {
           "True when G1 is host memory standing in for a GPU")
       .def_prop_ro("has_host", [](const Manager& m) { return m.lease()->host() != nullptr; })
       .def_prop_ro("has_disk", [](const Manager& m) { return m.lease()->disk() != nullptr; })
-      .def_prop_ro("has_remote",
-                   [](const Manager& m) { return m.lease()->has_tier(TierId::kG4); })
+      .def_prop_ro("has_remote", [](const Manager& m) { return m.lease()->has_tier(TierId::kG4); })
       .def_prop_ro(
           "config", [](const Manager& m) { return m.lease()->config(); }, "a copy of the config");
 }

@@ -24,8 +24,8 @@
 #include <utility>
 
 #include "kvbm/blocks/fwd.h"
-#include "kvbm/pool_core/block_store.h"
 #include "kvbm/error.h"
+#include "kvbm/pool_core/block_store.h"
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {
