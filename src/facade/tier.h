@@ -23,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "facade/tiers.h"
@@ -82,7 +83,7 @@ struct Room {
 /// One tier; see the file comment.
 class Tier {
  public:
-  explicit Tier(const TierSpec& spec) : spec_(spec) {}
+  explicit Tier(TierSpec spec) : spec_(std::move(spec)) {}
   virtual ~Tier() = default;
   Tier(const Tier&) = delete;
   Tier& operator=(const Tier&) = delete;
