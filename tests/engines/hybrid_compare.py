@@ -93,16 +93,18 @@ def _mamba(block_size):
                         dtypes=(torch.bfloat16, torch.bfloat16), mamba_cache_mode="align")
 
 
-# name -> (group specs builder, prefill chunk in tokens). The Mamba model prefills one block a
-# step: vLLM's "align" mode keeps the state only at a step's end (docs/hybrid.md).
+# name -> (group specs builder, prefill chunk in tokens, kvbm's snapshot policy). vLLM's
+# "align" mode writes and keeps the Mamba state only at a step's end, which is kvbm's
+# SnapshotPolicy.step_end() (docs/hybrid.md).
 MODELS = {
     "full+swa128": (lambda: [_attention("full", 16), _attention("swa", 16, sliding_window=128)],
-                    64),
+                    64, "every_block"),
     "full+chunk64": (lambda: [_attention("full", 16),
-                              _attention("chunk", 16, attention_chunk_size=64)], 64),
-    "full+mamba": (lambda: [_attention("full", 16), _mamba(16)], 16),
+                              _attention("chunk", 16, attention_chunk_size=64)], 64,
+                     "every_block"),
+    "full+mamba": (lambda: [_attention("full", 16), _mamba(16)], 64, "step_end"),
     "full32+swa128/16": (lambda: [_attention("full", 32),
-                                  _attention("swa", 16, sliding_window=128)], 64),
+                                  _attention("swa", 16, sliding_window=128)], 64, "every_block"),
 }
 
 
@@ -172,15 +174,17 @@ class Compare:
     prefix, a computed count or an allocation's outcome, or when kvbm holds more blocks of a
     group than vLLM. One side alone: the same scheduler on that manager only (its own hits
     decide its prefills). vLLM gets `num_blocks` (one is its null block); kvbm one pool per
-    group of `kvbm_blocks[g]` (default num_blocks - 1 each).
+    group of `kvbm_blocks[g]` (default num_blocks - 1 each) and the model's snapshot policy
+    (`policy`, a SnapshotPolicy factory's name, overrides it).
     """
 
     def __init__(self, name, num_blocks, kvbm_blocks=None, sides=("vllm", "kvbm"), running=8,
-                 max_output=24):
+                 max_output=24, policy=None):
         import kvbm
         import kvbm.groups
 
-        specs, self.chunk = MODELS[name]
+        specs, self.chunk, model_policy = MODELS[name]
+        self.policy = policy or model_policy
         self.name = name
         self.sides = sides
         self.config = kv_cache_config(specs(), num_blocks)
@@ -188,7 +192,9 @@ class Compare:
         self.hasher = block_hasher(self.hash_block)
         self.groups = kvbm.groups.groups_from_vllm(self.config)
         self.kvbm_blocks = list(kvbm_blocks or [num_blocks - 1] * len(self.groups))
-        self.km = kvbm.groups.HybridBlockManagerG1(self.groups, self.kvbm_blocks)
+        self.km = kvbm.groups.HybridBlockManagerG1(
+            self.groups, self.kvbm_blocks,
+            snapshot_policy=getattr(kvbm.groups.SnapshotPolicy, self.policy)())
         assert self.km.hash_block_size == self.hash_block
         self.hash_tokens = kvbm.hash_tokens
         self.running_max = running
@@ -306,7 +312,8 @@ class Compare:
         return self.hit[side] / self.prompt_tokens
 
     def report(self):
-        out = {"model": self.name, "sides": "+".join(self.sides), "steps": self.steps,
+        out = {"model": self.name, "sides": "+".join(self.sides), "snapshots": self.policy,
+               "chunk": self.chunk, "steps": self.steps,
                "prompt_tokens": self.prompt_tokens, "kvbm_blocks": self.kvbm_blocks,
                "vllm_blocks": self.config.num_blocks, "seconds": round(self.seconds, 1)}
         for side in self.sides:
