@@ -159,6 +159,7 @@ class Side:
         self.kreq = None
         self.vhit = None
         self.computed = 0  # tokens computed (both sides agree in lockstep)
+        self.relookup = False  # vLLM deferred the first step: look the prefix up again
 
 
 def vllm_held(vm, req_id):
@@ -204,6 +205,7 @@ class Compare:
         self.hit = {"vllm": 0, "kvbm": 0}
         self.held = {"vllm": [0] * len(self.groups), "kvbm": [0] * len(self.groups)}
         self.seconds = 0.0
+        self.deferred = 0  # vLLM alone: first steps deferred (cached_blocks_this_step)
 
     def _hashes(self, s):
         return self.hash_tokens(s.tokens, self.hash_block)[1]
@@ -234,11 +236,18 @@ class Compare:
         return s
 
     def _allocate(self, s, n):
+        """Allocates both sides; False when vLLM alone deferred the request (see _step_one)."""
         ok = {}
         if "vllm" in self.sides:
             if s.vhit is not None:  # vLLM's scheduler: allocate with the hit, then set computed
                 got = self.vm.allocate_slots(s.vreq, n, s.computed, s.vhit)
                 s.vhit = None
+                if got is None and self.sides == ("vllm",):
+                    # A Mamba hit on a state cached in this step (cached_blocks_this_step):
+                    # vLLM's scheduler skips the request and looks it up again next step.
+                    s.relookup = True
+                    self.deferred += 1
+                    return False
             else:
                 got = self.vm.allocate_slots(s.vreq, n)
             ok["vllm"] = got is not None
@@ -247,6 +256,14 @@ class Compare:
         if not all(ok.values()):
             raise Mismatch(f"{self.name}: request {s.index}: allocation {ok} (the pools are "
                            "sized so that no allocation fails: give them more blocks)")
+        return True
+
+    def _relookup(self, s):
+        """vLLM alone: the prefix lookup of a deferred request, again, as its scheduler does."""
+        s.vhit, hit, _ = self.vm.get_computed_blocks(s.vreq)
+        self.hit["vllm"] += hit - s.computed
+        s.computed = hit
+        s.relookup = False
 
     def _held(self, s):
         vh = vllm_held(self.vm, s.vreq.request_id) if "vllm" in self.sides else None
@@ -262,8 +279,11 @@ class Compare:
 
     def _step_one(self, s):
         """Schedules, allocates and computes one step of `s`; True when it has finished."""
+        if s.relookup:
+            self._relookup(s)
         n = min(self.chunk, len(s.prompt) - s.computed) if s.computed < len(s.prompt) else 1
-        self._allocate(s, n)
+        if not self._allocate(s, n):
+            return False
         s.computed += n
         if "vllm" in self.sides:
             s.vreq.num_computed_tokens = s.computed
@@ -316,6 +336,8 @@ class Compare:
                "chunk": self.chunk, "steps": self.steps,
                "prompt_tokens": self.prompt_tokens, "kvbm_blocks": self.kvbm_blocks,
                "vllm_blocks": self.config.num_blocks, "seconds": round(self.seconds, 1)}
+        if "vllm" in self.sides and self.sides != ("vllm", "kvbm"):
+            out["vllm_deferred"] = self.deferred
         for side in self.sides:
             out[f"hit_ratio_{side}"] = round(self.hit_ratio(side), 4)
             out[f"held_block_steps_{side}"] = self.held[side]
@@ -346,10 +368,12 @@ def main():
         print(json.dumps(v.report()), flush=True)
         # kvbm's pools together hold vLLM's usable blocks, split as vLLM's one LRU pool holds
         # them at steady state: in proportion to the blocks each group registers, one per
-        # tokens_per_block tokens for every kind (and, as an upper bound, each group vLLM's
-        # whole pool).
-        lcm = math.lcm(*(g.tokens_per_block for g in v.groups))
-        shares = split_blocks(args.blocks - 1, [lcm // g.tokens_per_block for g in v.groups])
+        # tokens_per_block tokens for every kind but recurrent state under step_end(), one per
+        # prefill step there (and, as an upper bound, each group vLLM's whole pool).
+        per = [v.chunk if v.policy == "step_end" and g.kind_label() == "state"
+               else g.tokens_per_block for g in v.groups]
+        lcm = math.lcm(*per)
+        shares = split_blocks(args.blocks - 1, [lcm // p for p in per])
         for counts in (shares, None):
             k = Compare(name, args.blocks, kvbm_blocks=counts, sides=("kvbm",)).run(records)
             print(json.dumps(k.report()), flush=True)
