@@ -45,10 +45,13 @@ void bind_kind_and_policy(nb::module_& m) {
       .def_static("every_block", &P::every_block, "Every block boundary (vLLM's 'all').")
       .def_static("every_kth_block", &P::every_kth_block, "k"_a, "Every k-th boundary.")
       .def_static("request_end", &P::request_end, "The last boundary, at finish().")
+      .def_static("step_end", &P::step_end,
+                  "Only each step's end state, on a block boundary (vLLM's 'align').")
       .def_prop_ro("every", [](const P& p) { return p.every; })
       .def_prop_ro("name",
                    [](const P& p) -> std::string {
                      if (p.kind == P::Kind::kEveryKthBlock) return "every_kth_block";
+                     if (p.kind == P::Kind::kStepEnd) return "step_end";
                      return p.kind == P::Kind::kRequestEnd ? "request_end" : "every_block";
                    })
       .def(

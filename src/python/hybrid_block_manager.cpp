@@ -110,11 +110,16 @@ void bind_request(nb::module_& m) {
           "block_ids",
           [](const Request& r, std::size_t g) {
             const BlockRange range = r.held_range(g);
-            std::vector<BlockId> out;
-            for (std::size_t i = range.first; i < range.last; ++i) out.push_back(r.block_id(g, i));
+            std::vector<std::optional<BlockId>> out;
+            for (std::size_t i = range.first; i < range.last; ++i) {
+              out.push_back(r.holds_block(g, i) ? std::optional(r.block_id(g, i)) : std::nullopt);
+            }
             return out;
           },
-          "group"_a, "The pool ids of the blocks group `g` holds, in block order.");
+          "group"_a,
+          "The pool ids of the blocks group `g` holds, in block order (None for a hole: an "
+          "index a step_end() step passed over).")
+      .def("holds_block", &Request::holds_block, "group"_a, "index"_a);
 }
 
 Hybrid build(const std::vector<KvCacheGroupSpec>& groups, nb::handle counts,

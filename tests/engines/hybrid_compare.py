@@ -93,16 +93,18 @@ def _mamba(block_size):
                         dtypes=(torch.bfloat16, torch.bfloat16), mamba_cache_mode="align")
 
 
-# name -> (group specs builder, prefill chunk in tokens). The Mamba model prefills one block a
-# step: vLLM's "align" mode keeps the state only at a step's end (docs/hybrid.md).
+# name -> (group specs builder, prefill chunk in tokens, kvbm's snapshot policy). vLLM's
+# "align" mode writes and keeps the Mamba state only at a step's end, which is kvbm's
+# SnapshotPolicy.step_end() (docs/hybrid.md).
 MODELS = {
     "full+swa128": (lambda: [_attention("full", 16), _attention("swa", 16, sliding_window=128)],
-                    64),
+                    64, "every_block"),
     "full+chunk64": (lambda: [_attention("full", 16),
-                              _attention("chunk", 16, attention_chunk_size=64)], 64),
-    "full+mamba": (lambda: [_attention("full", 16), _mamba(16)], 16),
+                              _attention("chunk", 16, attention_chunk_size=64)], 64,
+                     "every_block"),
+    "full+mamba": (lambda: [_attention("full", 16), _mamba(16)], 64, "step_end"),
     "full32+swa128/16": (lambda: [_attention("full", 32),
-                                  _attention("swa", 16, sliding_window=128)], 64),
+                                  _attention("swa", 16, sliding_window=128)], 64, "every_block"),
 }
 
 
@@ -157,6 +159,7 @@ class Side:
         self.kreq = None
         self.vhit = None
         self.computed = 0  # tokens computed (both sides agree in lockstep)
+        self.relookup = False  # vLLM deferred the first step: look the prefix up again
 
 
 def vllm_held(vm, req_id):
@@ -172,15 +175,17 @@ class Compare:
     prefix, a computed count or an allocation's outcome, or when kvbm holds more blocks of a
     group than vLLM. One side alone: the same scheduler on that manager only (its own hits
     decide its prefills). vLLM gets `num_blocks` (one is its null block); kvbm one pool per
-    group of `kvbm_blocks[g]` (default num_blocks - 1 each).
+    group of `kvbm_blocks[g]` (default num_blocks - 1 each) and the model's snapshot policy
+    (`policy`, a SnapshotPolicy factory's name, overrides it).
     """
 
     def __init__(self, name, num_blocks, kvbm_blocks=None, sides=("vllm", "kvbm"), running=8,
-                 max_output=24):
+                 max_output=24, policy=None):
         import kvbm
         import kvbm.groups
 
-        specs, self.chunk = MODELS[name]
+        specs, self.chunk, model_policy = MODELS[name]
+        self.policy = policy or model_policy
         self.name = name
         self.sides = sides
         self.config = kv_cache_config(specs(), num_blocks)
@@ -188,7 +193,9 @@ class Compare:
         self.hasher = block_hasher(self.hash_block)
         self.groups = kvbm.groups.groups_from_vllm(self.config)
         self.kvbm_blocks = list(kvbm_blocks or [num_blocks - 1] * len(self.groups))
-        self.km = kvbm.groups.HybridBlockManagerG1(self.groups, self.kvbm_blocks)
+        self.km = kvbm.groups.HybridBlockManagerG1(
+            self.groups, self.kvbm_blocks,
+            snapshot_policy=getattr(kvbm.groups.SnapshotPolicy, self.policy)())
         assert self.km.hash_block_size == self.hash_block
         self.hash_tokens = kvbm.hash_tokens
         self.running_max = running
@@ -198,6 +205,7 @@ class Compare:
         self.hit = {"vllm": 0, "kvbm": 0}
         self.held = {"vllm": [0] * len(self.groups), "kvbm": [0] * len(self.groups)}
         self.seconds = 0.0
+        self.deferred = 0  # vLLM alone: first steps deferred (cached_blocks_this_step)
 
     def _hashes(self, s):
         return self.hash_tokens(s.tokens, self.hash_block)[1]
@@ -228,11 +236,18 @@ class Compare:
         return s
 
     def _allocate(self, s, n):
+        """Allocates both sides; False when vLLM alone deferred the request (see _step_one)."""
         ok = {}
         if "vllm" in self.sides:
             if s.vhit is not None:  # vLLM's scheduler: allocate with the hit, then set computed
                 got = self.vm.allocate_slots(s.vreq, n, s.computed, s.vhit)
                 s.vhit = None
+                if got is None and self.sides == ("vllm",):
+                    # A Mamba hit on a state cached in this step (cached_blocks_this_step):
+                    # vLLM's scheduler skips the request and looks it up again next step.
+                    s.relookup = True
+                    self.deferred += 1
+                    return False
             else:
                 got = self.vm.allocate_slots(s.vreq, n)
             ok["vllm"] = got is not None
@@ -241,6 +256,14 @@ class Compare:
         if not all(ok.values()):
             raise Mismatch(f"{self.name}: request {s.index}: allocation {ok} (the pools are "
                            "sized so that no allocation fails: give them more blocks)")
+        return True
+
+    def _relookup(self, s):
+        """vLLM alone: the prefix lookup of a deferred request, again, as its scheduler does."""
+        s.vhit, hit, _ = self.vm.get_computed_blocks(s.vreq)
+        self.hit["vllm"] += hit - s.computed
+        s.computed = hit
+        s.relookup = False
 
     def _held(self, s):
         vh = vllm_held(self.vm, s.vreq.request_id) if "vllm" in self.sides else None
@@ -256,8 +279,11 @@ class Compare:
 
     def _step_one(self, s):
         """Schedules, allocates and computes one step of `s`; True when it has finished."""
+        if s.relookup:
+            self._relookup(s)
         n = min(self.chunk, len(s.prompt) - s.computed) if s.computed < len(s.prompt) else 1
-        self._allocate(s, n)
+        if not self._allocate(s, n):
+            return False
         s.computed += n
         if "vllm" in self.sides:
             s.vreq.num_computed_tokens = s.computed
@@ -306,9 +332,12 @@ class Compare:
         return self.hit[side] / self.prompt_tokens
 
     def report(self):
-        out = {"model": self.name, "sides": "+".join(self.sides), "steps": self.steps,
+        out = {"model": self.name, "sides": "+".join(self.sides), "snapshots": self.policy,
+               "chunk": self.chunk, "steps": self.steps,
                "prompt_tokens": self.prompt_tokens, "kvbm_blocks": self.kvbm_blocks,
                "vllm_blocks": self.config.num_blocks, "seconds": round(self.seconds, 1)}
+        if "vllm" in self.sides and self.sides != ("vllm", "kvbm"):
+            out["vllm_deferred"] = self.deferred
         for side in self.sides:
             out[f"hit_ratio_{side}"] = round(self.hit_ratio(side), 4)
             out[f"held_block_steps_{side}"] = self.held[side]
@@ -339,10 +368,12 @@ def main():
         print(json.dumps(v.report()), flush=True)
         # kvbm's pools together hold vLLM's usable blocks, split as vLLM's one LRU pool holds
         # them at steady state: in proportion to the blocks each group registers, one per
-        # tokens_per_block tokens for every kind (and, as an upper bound, each group vLLM's
-        # whole pool).
-        lcm = math.lcm(*(g.tokens_per_block for g in v.groups))
-        shares = split_blocks(args.blocks - 1, [lcm // g.tokens_per_block for g in v.groups])
+        # tokens_per_block tokens for every kind but recurrent state under step_end(), one per
+        # prefill step there (and, as an upper bound, each group vLLM's whole pool).
+        per = [v.chunk if v.policy == "step_end" and g.kind_label() == "state"
+               else g.tokens_per_block for g in v.groups]
+        lcm = math.lcm(*per)
+        shares = split_blocks(args.blocks - 1, [lcm // p for p in per])
         for counts in (shares, None):
             k = Compare(name, args.blocks, kvbm_blocks=counts, sides=("kvbm",)).run(records)
             print(json.dumps(k.report()), flush=True)

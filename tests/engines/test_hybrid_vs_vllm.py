@@ -3,8 +3,9 @@
 tests/engines/hybrid_compare.py drives both with the same hybrid KVCacheConfig (kvbm's groups
 read from vLLM's objects by kvbm.groups.groups_from_vllm) on the first 2,000 requests of the
 shipped trace (KVBM_STRESS_SCALE scales the count), requests finishing and new ones arriving:
-full + sliding window, full + chunked local, full + Mamba ("align"), and full attention at 32
-tokens per block beside a sliding window at 16. With pools that hold the whole run, every
+full + sliding window, full + chunked local, full + Mamba ("align", kvbm's
+SnapshotPolicy.step_end()), and full attention at 32 tokens per block beside a sliding window at
+16, each prefilling 64 tokens a step. With pools that hold the whole run, every
 request's computed prefix, every computed count and every allocation's outcome are equal on
 both sides, and kvbm holds exactly as many blocks of each group as vLLM at every step
 (docs/hybrid.md, "Compared with vLLM", says why equal and when they part).
@@ -59,7 +60,7 @@ def test_groups_from_real_vllm_config(name):
     _requirements()
     import kvbm.groups
 
-    specs, _ = hc.MODELS[name]
+    specs = hc.MODELS[name][0]
     config = hc.kv_cache_config(specs(), 64)
     groups = kvbm.groups.groups_from_vllm(config)
     assert len(groups) == len(config.kv_cache_groups)
@@ -95,3 +96,11 @@ def test_the_comparison_sees_a_wrong_window(records):
     run.km = kvbm.groups.HybridBlockManagerG1(run.groups, run.kvbm_blocks)
     with pytest.raises(hc.Mismatch):
         run.run(records[:300])
+
+
+def test_the_comparison_sees_every_block_snapshots_in_align_mode(records):
+    """With 64-token steps, every_block() takes and registers the states inside a step, which an
+    align-mode engine never writes: kvbm holds more Mamba blocks than vLLM and the run fails."""
+    run = hc.Compare("full+mamba", ROOMY, policy="every_block")
+    with pytest.raises(hc.Mismatch, match="group 1 holds"):
+        run.run(records[:50])

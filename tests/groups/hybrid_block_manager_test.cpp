@@ -233,6 +233,69 @@ TEST(HybridBlockManager, SnapshotPolicyDecidesWhichStatesStay) {
   }
 }
 
+// SnapshotPolicy::step_end() (vLLM's "align" mode): a step of four blocks takes one
+// recurrent-state block, for its end; the request holds the live state and, until its
+// next step is allocated, the previous one; only ends on a block boundary are registered.
+TEST(HybridBlockManager, StepEndTakesOnlyTheStateAtEachStepsEnd) {
+  Manager m = Manager::builder()
+                  .group(full_group(0), 32)
+                  .group(state_group(1), 16)
+                  .snapshot_policy(SnapshotPolicy::step_end())
+                  .build();
+  const auto hashes = test::chain(10);  // 160 tokens
+  Request r = m.start_request();
+  ASSERT_TRUE(m.allocate(r, 64));
+  EXPECT_EQ(r.held_blocks(0), 4u);
+  EXPECT_EQ(r.held_blocks(1), 1u);  // block 3 only; 0..2 are holes
+  EXPECT_EQ(r.held_range(1), (BlockRange{0, 4}));
+  EXPECT_FALSE(r.holds_block(1, 1));
+  EXPECT_TRUE(r.holds_block(1, 3));
+  EXPECT_THROW((void)r.block_id(1, 1), UsageError);
+  EXPECT_NO_THROW((void)r.block_id(1, 3));
+  m.commit(r, hashes, 64);
+  EXPECT_EQ(r.registered_blocks(1), 1u);
+  ASSERT_TRUE(m.allocate(r, 128));
+  EXPECT_EQ(r.held_blocks(1), 2u);  // 3 (the state the step reads) and 7
+  EXPECT_EQ(m.pool(1).pool_counts().in_use, 2u);
+  m.commit(r, hashes, 128);
+  ASSERT_TRUE(m.allocate(r, 160));
+  EXPECT_EQ(r.held_blocks(1), 2u);  // 7 and 9: 3 went back once out of reach
+  EXPECT_EQ(r.held_range(1), (BlockRange{7, 10}));
+  m.commit(r, hashes, 160);
+  m.finish(r, hashes);
+  EXPECT_EQ(m.pool(1).pool_counts().inactive, 3u);  // blocks 3, 7 and 9
+  EXPECT_EQ(m.find_prefix(hashes, 159).tokens, 128u);
+  EXPECT_EQ(m.find_prefix(hashes, 127).tokens, 64u);
+  EXPECT_EQ(m.find_prefix(hashes).tokens, 160u);
+  expect_clean(m);
+}
+
+// A step that ends inside a block leaves that block's state mid-block: it is never
+// registered, not even when a later step passes the block's end.
+TEST(HybridBlockManager, StepEndRegistersNoStateAStepPassedOver) {
+  Manager m = Manager::builder()
+                  .group(full_group(0), 32)
+                  .group(state_group(1), 16)
+                  .snapshot_policy(SnapshotPolicy::step_end())
+                  .build();
+  const auto hashes = test::chain(10);
+  run(m, hashes, 40, {10, 2});                      // steps end at 40, 80, 120, 160
+  EXPECT_EQ(m.pool(1).pool_counts().inactive, 2u);  // blocks 4 (80) and 9 (160)
+  EXPECT_EQ(m.find_prefix(hashes, 159).tokens, 80u);
+  EXPECT_EQ(m.find_prefix(hashes, 79).tokens, 0u);
+  expect_clean(m);
+  // With steps of one block it is every_block().
+  Manager one = Manager::builder()
+                    .group(full_group(0), 32)
+                    .group(state_group(1), 16)
+                    .snapshot_policy(SnapshotPolicy::step_end())
+                    .build();
+  run(one, hashes, 16, {10, 2});
+  EXPECT_EQ(one.pool(1).pool_counts().inactive, 10u);
+  EXPECT_EQ(one.find_prefix(hashes, 159).tokens, 144u);
+  expect_clean(one);
+}
+
 // Blocks of 16 and 32 tokens: the sequence is hashed at 16, cuts fall on multiples of 32.
 TEST(HybridBlockManager, DifferentBlockSizesShareOneHashChain) {
   Manager m =

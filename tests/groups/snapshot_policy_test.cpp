@@ -24,5 +24,14 @@ TEST(SnapshotPolicy, RequestEndRegistersNothingOnTheWay) {
   EXPECT_TRUE(p.keeps_last_completed());
 }
 
+TEST(SnapshotPolicy, StepEndLeavesRegistrationToTheStepsEnd) {
+  const auto p = SnapshotPolicy::step_end();
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_FALSE(p.registers_on_completion(i));
+  EXPECT_TRUE(p.takes_step_end_only());
+  EXPECT_FALSE(p.keeps_last_completed());
+  EXPECT_FALSE(SnapshotPolicy::every_block().takes_step_end_only());
+  EXPECT_NE(p, SnapshotPolicy::every_block());
+}
+
 }  // namespace
 }  // namespace kvbm

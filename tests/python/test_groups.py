@@ -143,6 +143,28 @@ def test_request_end_snapshot_serves_the_next_turn():
     assert m.find_prefix(hashes_of(m, nxt), len(nxt) - 1).tokens == 96
 
 
+def test_step_end_takes_only_each_steps_end_state():
+    m = kg.HybridBlockManagerG1([Spec.full(0, B, 1, [0]), Spec.recurrent_state(1, B, 1, [1])], 64,
+                                snapshot_policy=kg.SnapshotPolicy.step_end())
+    assert m.snapshot_policy.name == "step_end"
+    toks = tokens(6 * B)
+    h = hashes_of(m, toks)
+    r = m.start_request()
+    assert m.allocate(r, 4 * B)
+    assert r.held_blocks(1) == 1 and r.held_range(1) == (0, 4)
+    ids = r.block_ids(1)
+    assert ids[:3] == [None, None, None] and ids[3] is not None
+    assert not r.holds_block(1, 0) and r.holds_block(1, 3)
+    m.commit(r, h, 4 * B)
+    assert m.allocate(r, 6 * B)
+    assert r.held_blocks(1) == 2  # the state the step reads (block 3) and block 5
+    m.commit(r, h, 6 * B)
+    m.finish(r, h)
+    assert m.pool_counts(1)["inactive"] == 2  # blocks 3 and 5, none inside a step
+    assert m.find_prefix(h, 5 * B).tokens == 4 * B
+    assert m.audit() == ""
+
+
 def test_group_keys_differ_between_groups():
     m = full_swa()
     h = hashes_of(m, tokens(64))

@@ -46,6 +46,8 @@ std::string snapshot_name(const SnapshotPolicy& p) {
       return "every_" + std::to_string(p.every) + "th_block";
     case SnapshotPolicy::Kind::kRequestEnd:
       return "request_end";
+    case SnapshotPolicy::Kind::kStepEnd:
+      return "step_end";
     case SnapshotPolicy::Kind::kEveryBlock:
       break;
   }

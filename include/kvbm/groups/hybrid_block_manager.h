@@ -47,6 +47,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "kvbm/block_manager.h"
@@ -219,6 +220,7 @@ class HybridBlockManager {
       const std::size_t target = (total_tokens + b - 1) / b;
       const std::size_t end = s.first + s.slots.size();
       need[g] = target > end ? target - end : 0;
+      if (need[g] > 1 && steps_over(g)) need[g] = 1;  // only the step's end block
       KVBM_CHECK(need[g] <= pools_[g].total_blocks(), "allocate: group ", g, " needs ", need[g],
                  " blocks but its pool has ", pools_[g].total_blocks(), "; build a larger pool");
       if (pools_[g].available_blocks() < need[g]) return false;  // nothing taken yet
@@ -230,7 +232,15 @@ class HybridBlockManager {
       taken[g] = std::move(*got);
     }
     for (std::size_t g = 0; g < specs_.size(); ++g) {
-      for (auto& b : taken[g]) r.groups_[g].slots.emplace_back(std::move(b));
+      auto& s = r.groups_[g];
+      if (steps_over(g)) {  // holes for the blocks the step passes over
+        const std::size_t b = specs_[g].tokens_per_block;
+        const std::size_t target = (total_tokens + b - 1) / b;
+        while (s.first + s.slots.size() + taken[g].size() < target) {
+          s.slots.emplace_back(std::monostate{});
+        }
+      }
+      for (auto& b : taken[g]) s.slots.emplace_back(std::move(b));
     }
     return true;
   }
@@ -321,6 +331,19 @@ class HybridBlockManager {
                r.groups_.empty() ? " (it was finished or moved from)" : "");
   }
 
+  // True when group g takes only each step's end block (SnapshotPolicy::step_end()).
+  [[nodiscard]] bool steps_over(std::size_t g) const noexcept {
+    return specs_[g].kind == AttentionKind::kRecurrentState && policy_.takes_step_end_only();
+  }
+
+  // Whether commit() registers group g's block i, now complete, at `computed_tokens`.
+  [[nodiscard]] bool registers(std::size_t g, std::size_t i, std::size_t computed_tokens) const {
+    if (specs_[g].kind != AttentionKind::kRecurrentState) return true;
+    if (!policy_.takes_step_end_only()) return policy_.registers_on_completion(i);
+    const std::size_t b = specs_[g].tokens_per_block;  // the state at the step's end only
+    return computed_tokens % b == 0 && i + 1 == computed_tokens / b;
+  }
+
   PrefixHit<T> empty_hit() const {
     PrefixHit<T> h;
     h.ranges.assign(specs_.size(), BlockRange{});
@@ -371,7 +394,6 @@ class HybridBlockManager {
       s.committed = std::max(s.committed, full);
       return;
     }
-    const bool state = specs_[g].kind == AttentionKind::kRecurrentState;
     const auto keys = kvbm::group_hashes(hashes, per_block_[g], seeds_[g], lo, full);
     KVBM_CHECK(keys.size() == full - lo, "commit: the hashes cover ", lo + keys.size(),
                " blocks of group ", g, ", not ", full, "; pass the sequence's hashes");
@@ -379,7 +401,7 @@ class HybridBlockManager {
     std::vector<std::size_t> where;
     for (std::size_t i = lo; i < full; ++i) {
       auto& slot = s.slots[i - s.first];
-      if (slot.index() != 0 || (state && !policy_.registers_on_completion(i))) continue;
+      if (slot.index() != 0 || !registers(g, i, computed_tokens)) continue;
       auto done = std::move(std::get<0>(slot)).stage(keys[i - lo], static_cast<std::uint32_t>(b));
       staged.push_back(std::move(done).value());  // the size is the pool's: staging cannot fail
       where.push_back(i);

@@ -4,9 +4,10 @@
 // group, the run of block indices [first, end) the request holds, each as a
 // MutableBlock (being written, or a recurrent-state block the snapshot policy
 // does not keep) or an ImmutableBlock (registered: from a prefix hit, or
-// committed). Blocks below `first` were never needed (the part of a prefix hit
-// a window or chunk does not read) or were released once out of reach; the
-// manager only ever drops blocks from the front and appends at the end.
+// committed), or a hole (no block: a recurrent-state index a step passed over
+// under SnapshotPolicy::step_end()). Blocks below `first` were never needed (the part of a prefix
+// hit a window or chunk does not read) or were released once out of reach; the manager only ever
+// drops blocks from the front and appends at the end.
 //
 // The manager's calls change it (allocate, commit, release_out_of_reach,
 // finish); it only answers questions. Dropping it releases every block it
@@ -48,20 +49,30 @@ class HybridRequest {
   [[nodiscard]] std::size_t group_count() const noexcept { return groups_.size(); }
   /// Returns the tokens committed so far (a prefix hit counts as committed).
   [[nodiscard]] std::size_t computed_tokens() const noexcept { return computed_; }
-  /// Returns the block indices group `g` holds.
+  /// Returns the block indices group `g` holds (under SnapshotPolicy::step_end(),
+  /// a recurrent-state group's range may have holes: indices it holds no block for).
   [[nodiscard]] BlockRange held_range(std::size_t g) const {
     const auto& s = group(g, "held_range");
     return {s.first, s.first + s.slots.size()};
   }
   /// Returns how many blocks group `g` holds.
   [[nodiscard]] std::size_t held_blocks(std::size_t g) const {
-    return group(g, "held_blocks").slots.size();
+    std::size_t n = 0;
+    for (const auto& s : group(g, "held_blocks").slots) n += s.index() == kHole ? 0 : 1;
+    return n;
   }
   /// Returns how many of them are registered (ImmutableBlock).
   [[nodiscard]] std::size_t registered_blocks(std::size_t g) const {
     std::size_t n = 0;
     for (const auto& s : group(g, "registered_blocks").slots) n += s.index() == 1 ? 1 : 0;
     return n;
+  }
+  /// Returns true when group `g` holds a block at `index` (false for a hole or an
+  /// index outside held_range(g)).
+  [[nodiscard]] bool holds_block(std::size_t g, std::size_t index) const {
+    const auto& s = group(g, "holds_block");
+    return index >= s.first && index < s.first + s.slots.size() &&
+           s.slots[index - s.first].index() != kHole;
   }
   /// Returns the id, in group `g`'s pool, of its block `index` (for the engine's
   /// block table). Throws UsageError when the request does not hold that block.
@@ -70,12 +81,18 @@ class HybridRequest {
     KVBM_CHECK(index >= s.first && index < s.first + s.slots.size(),
                "HybridRequest::block_id: ", "group ", g, " holds blocks [", s.first, ", ",
                s.first + s.slots.size(), "), not ", index);
-    return std::visit([](const auto& b) { return b.block_id(); }, s.slots[index - s.first]);
+    const Slot& slot = s.slots[index - s.first];
+    KVBM_CHECK(slot.index() != kHole, "HybridRequest::block_id: group ", g, " holds no block ",
+               index, " (a step passed over it: SnapshotPolicy::step_end())");
+    return slot.index() == 0 ? std::get<0>(slot).block_id() : std::get<1>(slot).block_id();
   }
 
  private:
   friend class HybridBlockManager<T>;
-  using Slot = std::variant<MutableBlock<T>, ImmutableBlock<T>>;
+  // A block being written, a registered one, or a hole (no block: a step_end() step
+  // passed over that index).
+  using Slot = std::variant<MutableBlock<T>, ImmutableBlock<T>, std::monostate>;
+  static constexpr std::size_t kHole = 2;
   struct Group {
     std::size_t first = 0;      // index of slots.front()
     std::deque<Slot> slots;     // blocks [first, first + slots.size())

@@ -16,7 +16,16 @@
 //                    falls back at most k - 1 blocks for 1/k of the pool;
 //   kRequestEnd      only the last boundary the request reached when it
 //                    finishes (a multi-turn conversation's next turn extends
-//                    it): one snapshot per request.
+//                    it): one snapshot per request;
+//   kStepEnd         only the state at the end of a step (a commit()) that
+//                    lands on a block boundary (vLLM's mamba_cache_mode
+//                    "align"): the engine writes the state once per step, so
+//                    a step of several blocks takes one block, for its end,
+//                    and the blocks it skips are never taken (holes in the
+//                    request's table); the request holds the live block and,
+//                    until its next step is allocated, the previous one (the
+//                    state the step reads). With steps of one block it equals
+//                    kEveryBlock.
 //
 // The default is kEveryBlock, equal to vLLM's, so that the comparison with vLLM
 // is step for step; docs/hybrid.md weighs the others.
@@ -34,7 +43,7 @@ namespace kvbm {
 
 /// Which completed recurrent-state blocks are registered; see the file comment.
 struct SnapshotPolicy {
-  enum class Kind : std::uint8_t { kEveryBlock, kEveryKthBlock, kRequestEnd };
+  enum class Kind : std::uint8_t { kEveryBlock, kEveryKthBlock, kRequestEnd, kStepEnd };
   Kind kind = Kind::kEveryBlock;
   std::uint32_t every = 1;  ///< k for kEveryKthBlock; 1 otherwise
 
@@ -47,9 +56,13 @@ struct SnapshotPolicy {
   }
   /// Registers only the last boundary reached, when the request finishes.
   [[nodiscard]] static SnapshotPolicy request_end() noexcept { return {Kind::kRequestEnd, 1}; }
+  /// Takes and registers only the block at the end of each step, when that end is
+  /// on a block boundary (vLLM's "align" mode).
+  [[nodiscard]] static SnapshotPolicy step_end() noexcept { return {Kind::kStepEnd, 1}; }
 
   /// Returns true when block `index`, once complete, is registered as it completes
-  /// (always false under kRequestEnd: that block is registered by finish()).
+  /// (always false under kRequestEnd: that block is registered by finish(); under
+  /// kStepEnd, false: commit() registers the block its step ends on, when full).
   [[nodiscard]] bool registers_on_completion(std::size_t index) const noexcept {
     switch (kind) {
       case Kind::kEveryBlock:
@@ -57,6 +70,7 @@ struct SnapshotPolicy {
       case Kind::kEveryKthBlock:
         return (index + 1) % every == 0;
       case Kind::kRequestEnd:
+      case Kind::kStepEnd:
         return false;
     }
     return false;
@@ -64,6 +78,9 @@ struct SnapshotPolicy {
   /// Returns true when the request keeps its last completed block until it finishes
   /// or completes the next one (kRequestEnd: that block may be the one registered).
   [[nodiscard]] bool keeps_last_completed() const noexcept { return kind == Kind::kRequestEnd; }
+  /// Returns true when a step takes only the block of its end state, leaving holes
+  /// for the blocks it passes over (kStepEnd).
+  [[nodiscard]] bool takes_step_end_only() const noexcept { return kind == Kind::kStepEnd; }
 
   friend bool operator==(const SnapshotPolicy&, const SnapshotPolicy&) = default;
 };
