@@ -101,6 +101,7 @@ TEST(HybridPreset, OptionsThatDoNotGoTogetherAreRefused) {
   EXPECT_NE(error_for({"--model-groups", "gpt-oss-20b", "--hybrid-weight", "0"}), "");
   EXPECT_NE(error_for({"--hybrid-cache", "tails"}), "");
   EXPECT_EQ(error_for({"--model-groups", "qwen3-next-80b", "--hybrid-snapshots", "every:4"}), "");
+  EXPECT_EQ(error_for({"--model-groups", "qwen3-next-80b", "--hybrid-snapshots", "step_end"}), "");
   EXPECT_NE(error_for({"--model-groups", "qwen3-next-80b", "--hybrid-snapshots", "every:0"}), "");
   EXPECT_NE(error_for({"--model-groups", "qwen3-next-80b", "--hybrid-snapshots", "all"}), "");
   EXPECT_NE(error_for({"--model-groups", "gemma3-27b", "--eviction", "multi_level_lru"}), "");

@@ -162,6 +162,20 @@ TEST(HybridReplay, OneSnapshotPerRequestHoldsMorePrefixesInTheSameBytes) {
   EXPECT_GT(r.hybrid.hit_tokens, r.baseline.hit_tokens);
 }
 
+// vLLM's align mode (SnapshotPolicy::step_end): the state group takes one block per prefill
+// step and holds the live state and the one before, nothing more, whatever the prompt length.
+TEST(HybridReplay, StepEndSnapshotsHoldTheLiveStateAndTheOneBefore) {
+  const auto trace = test::first_requests(600);
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
+  HybridReplayConfig c = config_for("qwen3-next-80b", 512);
+  c.snapshot = SnapshotPolicy::step_end();
+  const HybridReplayResult r = run_hybrid_replay(*trace, c);
+  expect_balanced(r.hybrid, "step_end");
+  EXPECT_EQ(r.snapshot_policy, "step_end");
+  EXPECT_LE(r.hybrid.groups[1].peak_held_blocks, 2u);
+  EXPECT_GT(r.hybrid.hit_tokens, 0u);
+}
+
 // Two runs, the same figures: the text table and the JSON (less its wall time).
 TEST(HybridReplay, TwoRunsGiveTheSameReport) {
   const auto trace = test::first_requests(200);

@@ -141,6 +141,7 @@ namespace {
 std::optional<SnapshotPolicy> parse_snapshots(const std::string& text) {
   if (text == "every_block") return SnapshotPolicy::every_block();
   if (text == "request_end") return SnapshotPolicy::request_end();
+  if (text == "step_end") return SnapshotPolicy::step_end();
   if (text.rfind("every:", 0) == 0) {
     char* end = nullptr;
     const unsigned long k = std::strtoul(text.c_str() + 6, &end, 10);
@@ -187,8 +188,9 @@ std::string check_model_groups(const Options& o) {
     }
   }
   if (!parse_snapshots(o.hybrid_snapshots)) {
-    return "--hybrid-snapshots: expected every_block, every:K (K >= 1) or request_end, got '" +
-           o.hybrid_snapshots + "'";
+    const std::string expected =
+        "--hybrid-snapshots: expected every_block, every:K (K >= 1), request_end or step_end";
+    return expected + ", got '" + o.hybrid_snapshots + "'";
   }
   if (o.eviction == EvictionPolicy::kMultiLevelLru) {
     return std::string(flag) + ": the groups' pools have no frequency tracker; use --eviction " +

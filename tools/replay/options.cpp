@@ -593,7 +593,8 @@ model layout (bytes per block = layers x outer-dim x block-tokens x inner-dim x 
   --hybrid-weight X      G1 share of every window, chunk and state group, in tokens
                          relative to the full groups (default 1)
   --hybrid-snapshots P   recurrent-state snapshots kept: every_block (default, vLLM's
-                         "all"), every:K (every K-th block) or request_end
+                         "all"), every:K (every K-th block), request_end or step_end
+                         (vLLM's "align": where each prefill step ends)
 what kvbm saves (an estimate: prefill time avoided minus the time to load the hits)
   --prefill-tokens-per-s N   the model's prefill throughput (default: assumed from
                          its size, 50% of an H100's BF16 peak; 31k tokens/s for
