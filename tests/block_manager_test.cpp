@@ -35,17 +35,7 @@ BlockManager<G1> make_manager(std::size_t count, DuplicatePolicy policy = Duplic
       .build();
 }
 
-// Expects `f` to throw UsageError whose message contains every one of `parts`.
-template <class F>
-void expect_usage_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a UsageError";
-  } catch (const UsageError& e) {
-    const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_usage_error;
 
 bool same_counts(const PoolCounts& a, const PoolCounts& b) {
   return a.total == b.total && a.reset == b.reset && a.inactive == b.inactive &&

@@ -11,6 +11,7 @@
 //   env_test_seed()       $KVBM_TEST_SEED if set: the one variable that fixes every
 //                         randomized test's seed (docs/testing.md)
 //   eventually(pred)      waits (yielding, up to 10 s) for another thread's work
+//   expect_usage_error(f, parts)  f() throws UsageError naming every one of `parts`
 
 #pragma once
 
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -32,6 +34,7 @@
 #include <prometheus/registry.h>
 
 #include "kvbm/block_manager.h"
+#include "kvbm/error.h"
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm::test {
@@ -209,6 +212,18 @@ inline bool eventually(const std::function<bool()>& pred) {
     std::this_thread::yield();
   }
   return true;
+}
+
+// Expects `f` to throw UsageError whose message contains every one of `parts`.
+template <class F>
+void expect_usage_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected a UsageError";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
+  }
 }
 
 }  // namespace kvbm::test

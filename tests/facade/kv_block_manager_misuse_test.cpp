@@ -405,16 +405,7 @@ TEST(KvBlockManagerOffload, ExplicitOffloadContinuesToDiskWhenWriteThrough) {
 // ---- Blocks of another manager ----------------------------------------------
 
 /// Expects `f` to throw UsageError whose message holds every one of `parts`.
-template <class F>
-void expect_usage_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a UsageError";
-  } catch (const UsageError& e) {
-    const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_usage_error;
 
 // offload() and register_blocks() refuse a block of another KvBlockManager,
 // of a standalone pool, or a moved-from handle, before doing anything: a

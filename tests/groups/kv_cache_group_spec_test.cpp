@@ -6,20 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 namespace kvbm {
 namespace {
 
-// Expects `f` to throw UsageError whose message contains every one of `parts`.
-template <class F>
-void expect_usage_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a UsageError";
-  } catch (const UsageError& e) {
-    const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
-  }
-}
+using test::expect_usage_error;
 
 KvCacheGroupSpec valid_window() {
   KvCacheGroupSpec g;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 namespace kvbm::vllm {
 namespace {
 
@@ -32,15 +34,7 @@ FullAttentionSpec full(const AttentionShape& shape, bool mla = false) {
   return f;
 }
 
-template <class F>
-void expect_usage_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a UsageError";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using test::expect_usage_error;
 
 // A sliding-window plus full-attention model in the shape of gpt-oss: 8 KV heads of 64,
 // window 128, layers alternating.
@@ -114,22 +108,22 @@ TEST(FromVllm, RefusesWhatItCannotServe) {
       [&] {
         (void)from_vllm(KVCacheGroupSpec{names({0}), none}, GroupId{0});
       },
-      "\"align\" or \"all\"");
+      {"\"align\" or \"all\""});
   expect_usage_error(
       [] {
         (void)from_vllm(
             KVCacheGroupSpec{names({0}), ChunkedLocalAttentionSpec{bf16(16, 8, 64), 100}},
             GroupId{0});
       },
-      "multiple of tokens_per_block");
+      {"multiple of tokens_per_block"});
   auto padded = bf16(16, 8, 64);
   padded.page_size_padded = 10;
-  expect_usage_error([&] { (void)page_size_bytes(padded, false); }, "page_size_padded 10");
-  expect_usage_error([] { (void)layer_index("lm_head"); }, "no numeric component");
+  expect_usage_error([&] { (void)page_size_bytes(padded, false); }, {"page_size_padded 10"});
+  expect_usage_error([] { (void)layer_index("lm_head"); }, {"no numeric component"});
   KVCacheConfig overlap;
   overlap.kv_cache_groups.push_back({names({0, 1}), full(bf16(16, 8, 64))});
   overlap.kv_cache_groups.push_back({names({1}), SlidingWindowSpec{bf16(16, 8, 64), 64}});
-  expect_usage_error([&] { (void)from_vllm(overlap); }, "layer 1 is in group 0 and in group 1");
+  expect_usage_error([&] { (void)from_vllm(overlap); }, {"layer 1 is in group 0 and in group 1"});
 }
 
 TEST(LayerIndex, TakesTheFirstNumericComponent) {
