@@ -38,6 +38,13 @@ kvbm_generator_for() {
   fi
 }
 
+# ccache's cache (~/.cache/ccache unless configured otherwise) is kept between runs, as pip's is:
+# paths under the checkout are hashed relative to it (CCACHE_BASEDIR) and the working directory
+# is left out (CCACHE_NOHASHDIR), so a fresh clone at another path reuses what an earlier clone
+# compiled. Settings the caller made win.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$KVBM_ROOT/.." && pwd)}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
+
 # kvbm_cmake_configure <build dir> <cmake args...>: configures with a generator that matches
 # any existing cache, and ccache as the compiler launcher when installed.
 kvbm_cmake_configure() {

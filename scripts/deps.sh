@@ -6,14 +6,16 @@
 #
 # `apt-get update` runs only when something has to be installed. Optional packages are
 # installed one by one, and one that cannot be is only reported: without ninja-build CMake's
-# Makefile generator is used; without clang and libclang-rt-14-dev (clang's libFuzzer runtime)
-# the fuzz stage of scripts/test.sh is skipped, without clang the threadsafety stage, without
-# clang-format and clang-tidy the lint stage; without libhiredis-dev kvbm builds without the
-# remote tier (G4) and without redis-server (and redis-tools: redis-cli, for the cluster tests)
-# its tests (tests/remote/) skip with a message; without
+# Makefile generator is used, without ccache every build compiles from scratch; without clang
+# and libclang-rt-14-dev (clang's libFuzzer runtime) the fuzz stage of scripts/test.sh is
+# skipped, without clang the threadsafety stage, without clang-format and clang-tidy the lint
+# stage; without libhiredis-dev kvbm builds without the remote tier (G4) and without
+# redis-server (and redis-tools: redis-cli, for the cluster tests) its tests (tests/remote/)
+# skip with a message; without
 # python3-venv and python3-dev the python stage cannot build the extension (it fails, saying so).
-# Under CI=true every optional package a stage of scripts/test.sh needs (all but ninja-build) is
-# required: one that cannot be installed fails this script, as a missing one would fail its stage
+# Under CI=true every optional package a stage of scripts/test.sh needs is required (ninja-build
+# and ccache only make builds faster): one that cannot be installed fails this script, as a
+# missing one would fail its stage
 # (docs/building.md, "CI fails instead of skipping"). KVBM_CI_ABSENT="<package> ..." makes this
 # script count those packages as not installed, to show that (with --check: no apt-get).
 # Set KVBM_SKIP_DEPS=1 to skip this script entirely (e.g. on a machine provisioned some other way).
@@ -32,9 +34,9 @@ readonly STAGE_NEEDS=(clang libclang-rt-14-dev clang-format clang-tidy libhiredi
   redis-server redis-tools python3-venv python3-dev liburing-dev)
 if [[ "${CI:-}" == true ]]; then
   REQUIRED+=("${STAGE_NEEDS[@]}")
-  OPTIONAL=(ninja-build)
+  OPTIONAL=(ninja-build ccache)
 else
-  OPTIONAL=(ninja-build "${STAGE_NEEDS[@]}")
+  OPTIONAL=(ninja-build ccache "${STAGE_NEEDS[@]}")
 fi
 readonly REQUIRED OPTIONAL
 

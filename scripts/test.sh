@@ -95,7 +95,25 @@ readonly KVBM_SKIPPED=77  # a stage returns this to be recorded as SKIP (not FAI
 
 record() {  # <stage> <PASS|FAIL|SKIP> <seconds> <detail>
   summary+=("$(printf '%-12s %-4s %6ss  %s' "$1" "$2" "$3" "$4")")
+  # Printed at once too, with the time since the start, so that a run cut short by a time
+  # limit still shows where its time went.
+  kvbm_log "stage $1: $2 in $3 s ($SECONDS s since the start) $4"
   if [[ "$2" == FAIL ]]; then failed_stages+=("$1"); fi
+}
+
+# Prints the slowest test cases of a JUnit file ($1), so that the log shows what a stage's
+# time was spent on.
+slowest_tests() {
+  [[ -f "$1" ]] || return 0
+  python3 - "$1" <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+cases = [(float(c.get("time") or 0), c.get("name")) for c in ET.parse(sys.argv[1]).iter("testcase")]
+cases.sort(reverse=True)
+total = sum(t for t, _ in cases)
+print(f"[test] slowest of {len(cases)} tests ({total:.0f} s in all, before parallelism):")
+for t, name in cases[:12]:
+    print(f"[test]   {t:8.1f} s  {name}")
+PY
 }
 
 # What failed, in a few lines under the summary (a CI log keeps only its tail): the names of the
@@ -193,6 +211,7 @@ build_and_test() {
   detail="$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)"
   [[ -n "$detail" ]] || detail="ctest exited with $rc"
   ((rc == 0)) || note_failures "$preset" "$log"
+  slowest_tests "$junit"
   skip_summary "$preset" ctest "$junit" || rc=1
   return "$rc"
 }
@@ -421,7 +440,8 @@ stage_python() {
   kvbm_log "python: pytest tests/python"
   signature_selection
   (cd "$KVBM_ROOT" && KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_REPLAY="$(replay_bin)" \
-    "$venv/bin/python" -m pytest -q -rfEs "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
+    "$venv/bin/python" -m pytest -q -rfEs --durations=8 "${signature_args[@]}" tests/python) \
+    2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures python "$log"
@@ -503,7 +523,7 @@ EOF
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" KVBM_EXPECTED_EXTENSION="$expected" \
     KVBM_HASH_VECTORS_BIN="$(hash_vectors_bin)" KVBM_REPLAY="$(replay_bin)" \
     KVBM_STRESS_SCALE="$stress_scale" "$venv/bin/python" -m pytest -p kvbm_sanitized_check \
-    --capture=sys -rfEs "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
+    --capture=sys -rfEs --durations=8 "${signature_args[@]}" tests/python) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   pytest_detail "$log" "$rc"
   ((rc == 0)) || note_failures "$stage" "$log"
@@ -565,7 +585,7 @@ stage_engines() {
     "(vllm, sglang as pinned in tests/engines/requirements.txt)"
   (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning \
     KVBM_STRESS_SCALE="${KVBM_STRESS_SCALE:-1}" "$venv/bin/python" -m pytest -q -rfEs \
-    -p no:cacheprovider tests/engines) 2>&1 | tee "$log"
+    --durations=8 -p no:cacheprovider tests/engines) 2>&1 | tee "$log"
   local rc="${PIPESTATUS[0]}"
   detail="$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//')"
   [[ -n "$detail" ]] || detail="pytest exited with $rc"
@@ -601,7 +621,7 @@ stage_engines() {
     local latest_log="$KVBM_BUILD_ROOT/engines-latest-pytest.log" lrc=1
     if bash "$KVBM_ROOT/scripts/engines_env.sh" --latest; then
       (cd "$KVBM_ROOT" && PYTHONWARNINGS=ignore::DeprecationWarning \
-        "$KVBM_BUILD_ROOT/engines-venv-latest/bin/python" -m pytest -q -rfEs \
+        "$KVBM_BUILD_ROOT/engines-venv-latest/bin/python" -m pytest -q -rfEs --durations=8 \
         -p no:cacheprovider tests/engines) 2>&1 | tee "$latest_log"
       lrc="${PIPESTATUS[0]}"
     fi
@@ -782,7 +802,7 @@ for stage in "${stages[@]}"; do
     record "$stage" SKIP 0 "KVBM_FAIL_FAST=1 after an earlier failure"
     continue
   fi
-  kvbm_log "===== stage: $stage ===== ($(free_space))"
+  kvbm_log "===== stage: $stage ===== ($(free_space); $SECONDS s since the start)"
   start=$SECONDS
   detail=""
   ci_missing=()
