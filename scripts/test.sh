@@ -35,8 +35,9 @@
 #   engines   the integrations driven by vLLM's and SGLang's own classes (tests/engines/): the
 #             pinned venv of scripts/engines_env.sh ($KVBM_BUILD_ROOT/engines-venv: vllm, sglang,
 #             a CPU-importable torch, kvbm; wheels kept in $PIP_CACHE_DIR/kvbm-engines-wheels),
-#             pytest tests/engines; then, report-only, the newest vllm/sglang on PyPI when they
-#             differ from the pins (engines_env.sh --latest)
+#             pytest tests/engines; then it names the newest vllm/sglang on PyPI when they
+#             differ from the pins, and with KVBM_ENGINES_LATEST=1 tests them (report only:
+#             engines_env.sh --latest, another venv of about 2 GB of wheels)
 #   threadsafety  preset `threadsafety`: the library and its tests built with clang and
 #             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
@@ -67,6 +68,7 @@
 #                       and Python (default 0.1; release and python run them at full size)
 #   KVBM_CTEST_ARGS     extra ctest arguments, word-split, e.g. "-L pools" or "-R Lru"
 #   KVBM_FUZZ_SECONDS   how long the fuzz stage runs each target (default 60)
+#   KVBM_ENGINES_LATEST=1  the engines stage also tests the newest vllm/sglang (report only)
 #   KVBM_TEST_SEED      the seed of every randomized test (printed by each; docs/building.md)
 #   KVBM_BUILD_ROOT, KVBM_JOBS, CMAKE_GENERATOR: see scripts/common.sh
 set -uo pipefail
@@ -616,6 +618,10 @@ stage_engines() {
     detail+=" [newest on PyPI = the pins]"
   elif [[ "$report" == *"unknown"* ]]; then
     detail+=" [$report ]"
+  elif [[ "${KVBM_ENGINES_LATEST:-0}" != 1 ]]; then
+    # The newest releases' venv is another 2 GB of wheels and a build of the extension: only on
+    # request, since its result is a report and never the stage's.
+    detail+=" [newer on PyPI:$report not tested; KVBM_ENGINES_LATEST=1 tests them, report only]"
   else
     kvbm_log "engines: newer releases on PyPI:$report testing them (report only)"
     local latest_log="$KVBM_BUILD_ROOT/engines-latest-pytest.log" lrc=1
