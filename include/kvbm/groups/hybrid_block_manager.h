@@ -136,7 +136,11 @@ class HybridBlockManager {
       m.alignment_ = kvbm::alignment_tokens(specs_);
       const std::string prefix = prefix_.empty() ? std::string(tier_name<T>()) : prefix_;
       for (std::size_t g = 0; g < specs_.size(); ++g) {
-        m.pools_.push_back(adopted_[g] != nullptr ? adopt(g) : &m.own(build_pool(g, prefix)));
+        BlockManager<T>* pool = adopted_[g] != nullptr ? adopt(g) : &m.own(build_pool(g, prefix));
+        KVBM_CHECK(std::find(m.pools_.begin(), m.pools_.end(), pool) == m.pools_.end(),
+                   "HybridBlockManager::Builder: group ", g, "'s pool is another group's too; ",
+                   "give each group a pool of its own");
+        m.pools_.push_back(pool);
         m.rules_.push_back(GroupRule::of(specs_[g]));
         m.seeds_.push_back(group_seed(specs_[g]));
         m.per_block_.push_back(specs_[g].tokens_per_block / m.hash_block_);
