@@ -5,8 +5,10 @@
 
 #include "kvbm/hybrid/hybrid_kv_block_manager.h"
 
+#include <atomic>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -177,6 +179,30 @@ TEST(HybridKvBlockManager, AGroupsFileNeverServesAnotherGroup) {
   const HybridProbe p = m->probe(a);
   EXPECT_EQ(p.tokens, 0u) << "group 1 holds nothing: no cut";
   EXPECT_EQ(serve(*m, a), 0u);
+  expect_clean(*m);
+}
+
+// Three threads serve six prompts over and over through small G1 pools: hits come from
+// G1 and G2 while other threads commit, offload and evict; every pool balances after.
+TEST(HybridKvBlockManager, ThreadsServeSharedPromptsThroughTheTiers) {
+  TempDir dir("hybrid");
+  auto m = HybridKvBlockManager::build(
+      hybrid_config({test::full(0), test::window(1)}, tiers(96, 256, 0), dir.path()));
+  std::atomic<std::size_t> hit_tokens{0};
+  std::vector<std::thread> threads;
+  for (std::uint32_t t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::uint32_t k = 0; k < 12; ++k) {
+        hit_tokens += serve(*m, test::chain(20, 1 + (t + k) % 6), 48);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GT(hit_tokens.load(), 0u);
+  const auto stats = m->stats();
+  std::uint64_t from_g2 = 0;
+  for (const auto& o : stats[0].onboarding.onboarded) from_g2 += o.blocks;
+  EXPECT_GT(from_g2, 0u) << "six prompts of 20 blocks do not fit 96 G1 blocks: some come from G2";
   expect_clean(*m);
 }
 
