@@ -104,6 +104,26 @@ TEST(HybridKvBlockManager, RecurrentStateOnboardsOneSnapshot) {
   expect_clean(*m);
 }
 
+// Full attention and chunked local 64: the chunk group onboards the cut's chunk from its
+// start (576..624: 3 blocks), from G3.
+TEST(HybridKvBlockManager, ChunkedLocalOnboardsTheChunksHead) {
+  TempDir dir("hybrid");
+  auto chunk = KvCacheGroupSpec::chunked_local(GroupId{1}, 64, test::kTokens, 1024, {1});
+  auto m = HybridKvBlockManager::build(
+      hybrid_config({test::full(0), chunk}, tiers(48, 48, 256), dir.path()));
+  const auto a = serve_a_then_evict(*m);
+  HybridOnboardHandle h = m->onboard(a, kPrompt * test::kTokens - 1);
+  EXPECT_EQ(h.planned_range(1), (BlockRange{36, 39}));
+  EXPECT_EQ(h.counts(1).from(TierId::kG3), 3u);
+  EXPECT_EQ(h.counts(1).total(), 3u);
+  {
+    const PrefixHit<G1> hit = h.take_hit();
+    EXPECT_EQ(hit.tokens, 624u);
+    expect_served(*m, a, hit);
+  }
+  expect_clean(*m);
+}
+
 // A group whose onboarding comes up short (its G1 has room for 4 of the window's 8
 // blocks) shrinks the cut to what every group can serve from what arrived: here
 // nothing, since a window needs all 8. No partial group is served; every block returns.
