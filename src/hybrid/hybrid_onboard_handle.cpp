@@ -2,6 +2,7 @@
 
 #include "kvbm/hybrid/hybrid_onboard_handle.h"
 
+#include <span>
 #include <utility>
 
 #include "kvbm/error.h"
