@@ -34,6 +34,7 @@ LAYERS = [
     ("router", ["router/"]),
     ("facade", ["kv_block_manager.h", "kv_block_manager_config.h", "kv_block_manager_stats.h",
                 "admission.h", "facade/"]),
+    ("hybrid", ["hybrid/"]),
     ("umbrella", ["kvbm.h"]),
     ("bindings", ["python/"]),
 ]

@@ -205,6 +205,15 @@ class KvBlockManager {
   /// from(TierId::kG1) is the number of fresh G1 blocks onboard() will allocate. (A snapshot:
   /// another thread or instance may change it before the onboard.)
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
+  /// Where each block of `hashes` is right now, without taking or copying
+  /// anything: per hash, the fastest tier holding it (G1, G2, G3; with G4, the
+  /// blocks no local tier holds are asked there in one round trip), or nullopt
+  /// when none does. Unlike probe(), every position is answered, not only a
+  /// prefix's: the hybrid model's hit rules (kvbm/groups/hit_rules.h) read a
+  /// window's tail or one snapshot, not the blocks before them. (A snapshot:
+  /// another thread or instance may change it.)
+  [[nodiscard]] std::vector<std::optional<TierId>> locate(
+      std::span<const SequenceHash> hashes) const;
 
   /// Waits until the offload pipelines are idle (everything enqueued so far
   /// has finished, G4 writes included) and every onboarding started so far

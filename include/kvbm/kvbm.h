@@ -18,6 +18,7 @@
 #include "kvbm/groups/hybrid_block_manager.h"
 #include "kvbm/groups/vllm_kv_cache_spec.h"
 #include "kvbm/hashing.h"
+#include "kvbm/hybrid/hybrid_kv_block_manager.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
 #include "kvbm/metrics.h"

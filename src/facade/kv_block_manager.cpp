@@ -67,6 +67,10 @@ OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
 OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const {
   return impl_->onboarding_->probe(hashes);
 }
+std::vector<std::optional<TierId>> KvBlockManager::locate(
+    std::span<const SequenceHash> hashes) const {
+  return impl_->onboarding_->locate(hashes);
+}
 void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }
 std::string KvBlockManager::audit() const { return impl_->audit(); }

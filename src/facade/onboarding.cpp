@@ -287,6 +287,31 @@ OnboardCounts Onboarding::probe(std::span<const SequenceHash> hashes) const {
   return OnboardCounts{.found = per_tier};
 }
 
+std::vector<std::optional<TierId>> Onboarding::locate(std::span<const SequenceHash> hashes) const {
+  Fastest tiers = fastest_tiers(hashes, false);
+  std::vector<std::size_t> open;
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    if (!tiers[i]) open.push_back(i);
+  }
+  std::vector<SequenceHash> asked;
+  for (const Tier* r : remote_) {
+    if (open.empty()) break;
+    asked.clear();
+    for (const std::size_t i : open) asked.push_back(hashes[i]);
+    const std::vector<bool> in = r->presence(asked);  // one round trip
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < open.size(); ++k) {
+      if (k < in.size() && in[k]) {
+        tiers[open[k]] = r->id();
+      } else {
+        open[kept++] = open[k];
+      }
+    }
+    open.resize(kept);
+  }
+  return tiers;
+}
+
 void Onboarding::wait_all() {
   std::vector<std::weak_ptr<State>> states;
   {

@@ -9,7 +9,9 @@
 // the caller's thread): it walks the rest over the local tiers and the
 // remote ones (G4) for the runs no local tier holds, takes the remote runs
 // into their landing tier, and onboards the rest like any prefix. probe() is
-// the same walk without taking or copying anything. The counters
+// the same walk without taking or copying anything; locate() answers every
+// position, past misses too (each local tier asked once, then each remote
+// tier once for what none holds). The counters
 // (kvbm_onboard_blocks_total by tier, kvbm_onboard_cancelled_total) are made
 // once here.
 //
@@ -55,6 +57,9 @@ class Onboarding {
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
   /// See KvBlockManager::probe.
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
+  /// See KvBlockManager::locate.
+  [[nodiscard]] std::vector<std::optional<TierId>> locate(
+      std::span<const SequenceHash> hashes) const;
   /// Waits for every onboarding started so far, and the remote stages posted.
   void wait_all();
   /// Shutdown: the remote stage takes no more work (what is posted runs).

@@ -73,6 +73,43 @@ TEST(HybridBlockManager, BuildsOnePoolPerGroupNamedByGroup) {
   EXPECT_THROW((void)Manager::builder().group(full_group(1), 8).build(), UsageError);
 }
 
+// Groups over pools the caller owns: the manager registers through them (their
+// registration hook sees every committed block) and refuses a pool of another block
+// size or one given to two groups.
+TEST(HybridBlockManager, RunsOverPoolsItDoesNotOwn) {
+  std::size_t hooked = 0;
+  auto own = [&hooked](std::size_t n) {
+    return BlockManager<G1>::builder()
+        .block_count(n)
+        .block_size(kBlock)
+        .on_register([&hooked](const std::vector<ImmutableBlock<G1>>& b) { hooked += b.size(); })
+        .build();
+  };
+  BlockManager<G1> full = own(64);
+  BlockManager<G1> window = own(32);
+  {
+    Manager m =
+        Manager::builder().group(full_group(0), full).group(window_group(1, 128), window).build();
+    EXPECT_EQ(&m.pool(0), &full);
+    EXPECT_EQ(&m.pool(1), &window);
+    const auto hashes = test::chain(21);
+    run(m, hashes, 16);
+    EXPECT_EQ(hooked, 42u) << "every committed block of both groups went through the pools' hook";
+    EXPECT_EQ(m.find_prefix(hashes, 21 * 16 - 1).tokens, 320u);
+    expect_clean(m);
+  }
+  test::expect_balanced(full);  // the pools outlive the manager, with their blocks
+  EXPECT_EQ(full.pool_counts().inactive, 21u);
+  BlockManager<G1> other = BlockManager<G1>::builder().block_count(8).block_size(32).build();
+  test::expect_usage_error([&] { (void)Manager::builder().group(full_group(0), other).build(); },
+                           {"group 0's pool has blocks of 32 tokens"});
+  test::expect_usage_error(
+      [&] {
+        (void)Manager::builder().group(full_group(0), full).group(full_group(1), full).build();
+      },
+      {"group 1's pool is another group's too"});
+}
+
 TEST(HybridBlockManager, EmptyPoolsFindNothing) {
   Manager m = Manager::builder().group(full_group(0), 32).group(window_group(1, 64), 8).build();
   const auto hashes = test::chain(10);

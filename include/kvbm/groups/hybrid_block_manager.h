@@ -32,6 +32,13 @@
 // Every pool keeps its own accounting: audit() checks reset + inactive + in
 // use == total and the store's own recount for each group.
 //
+// Pools it does not own: Builder::group(spec, pool) runs a group over a pool
+// the caller built and keeps alive longer than the manager (the hybrid facade,
+// kvbm/hybrid/hybrid_kv_block_manager.h, passes each group's KvBlockManager
+// G1 pool, whose registration hook offloads to the lower tiers). Registration
+// goes through the pool's register_blocks(), so such a hook sees every block
+// commit() registers.
+//
 // Thread-safety: the manager may be used from several threads at once (each
 // pool is thread-safe); one request is used by one thread at a time.
 // Errors: misuse throws UsageError; a pool that cannot satisfy an allocation
@@ -88,6 +95,16 @@ class HybridBlockManager {
     Builder& group(KvCacheGroupSpec spec, std::size_t block_count) {
       specs_.push_back(std::move(spec));
       counts_.push_back(block_count);
+      adopted_.push_back(nullptr);
+      return *this;
+    }
+    /// Adds the next group over `pool`, which the caller owns and keeps alive longer
+    /// than the manager (its size, eviction, name and metrics are its own; the
+    /// options below do not apply to it). Its block size must be the group's.
+    Builder& group(KvCacheGroupSpec spec, BlockManager<T>& pool) {
+      specs_.push_back(std::move(spec));
+      counts_.push_back(0);
+      adopted_.push_back(&pool);
       return *this;
     }
     /// Which recurrent-state snapshots are registered (default every block).
@@ -119,13 +136,11 @@ class HybridBlockManager {
       m.alignment_ = kvbm::alignment_tokens(specs_);
       const std::string prefix = prefix_.empty() ? std::string(tier_name<T>()) : prefix_;
       for (std::size_t g = 0; g < specs_.size(); ++g) {
-        auto builder = BlockManager<T>::builder()
-                           .block_count(counts_[g])
-                           .block_size(specs_[g].tokens_per_block)
-                           .eviction(eviction_)
-                           .pool_name(specs_[g].namespace_for(prefix));
-        if (metrics_) builder.metrics_registry(metrics_);
-        m.pools_.push_back(builder.build());
+        BlockManager<T>* pool = adopted_[g] != nullptr ? adopt(g) : &m.own(build_pool(g, prefix));
+        KVBM_CHECK(std::find(m.pools_.begin(), m.pools_.end(), pool) == m.pools_.end(),
+                   "HybridBlockManager::Builder: group ", g, "'s pool is another group's too; ",
+                   "give each group a pool of its own");
+        m.pools_.push_back(pool);
         m.rules_.push_back(GroupRule::of(specs_[g]));
         m.seeds_.push_back(group_seed(specs_[g]));
         m.per_block_.push_back(specs_[g].tokens_per_block / m.hash_block_);
@@ -135,8 +150,28 @@ class HybridBlockManager {
     }
 
    private:
+    BlockManager<T> build_pool(std::size_t g, const std::string& prefix) const {
+      auto builder = BlockManager<T>::builder()
+                         .block_count(counts_[g])
+                         .block_size(specs_[g].tokens_per_block)
+                         .eviction(eviction_)
+                         .pool_name(specs_[g].namespace_for(prefix));
+      if (metrics_) builder.metrics_registry(metrics_);
+      return builder.build();
+    }
+    BlockManager<T>* adopt(std::size_t g) const {
+      KVBM_CHECK(adopted_[g]->valid(), "HybridBlockManager::Builder: group ", g,
+                 "'s pool is a moved-from BlockManager");
+      KVBM_CHECK(adopted_[g]->block_size() == specs_[g].tokens_per_block,
+                 "HybridBlockManager::Builder: group ", g, "'s pool has blocks of ",
+                 adopted_[g]->block_size(), " tokens, the group ", specs_[g].tokens_per_block,
+                 "; build the pool with the group's tokens per block");
+      return adopted_[g];
+    }
+
     std::vector<KvCacheGroupSpec> specs_;
     std::vector<std::size_t> counts_;
+    std::vector<BlockManager<T>*> adopted_;  // per group: the caller's pool, or null
     SnapshotPolicy policy_;
     EvictionPolicy eviction_ = EvictionPolicy::kLru;
     std::string prefix_;
@@ -151,8 +186,8 @@ class HybridBlockManager {
   /// Returns group `g`'s spec.
   [[nodiscard]] const KvCacheGroupSpec& group(std::size_t g) const { return specs_.at(g); }
   /// Returns group `g`'s pool.
-  [[nodiscard]] BlockManager<T>& pool(std::size_t g) { return pools_.at(g); }
-  [[nodiscard]] const BlockManager<T>& pool(std::size_t g) const { return pools_.at(g); }
+  [[nodiscard]] BlockManager<T>& pool(std::size_t g) { return *pools_.at(g); }
+  [[nodiscard]] const BlockManager<T>& pool(std::size_t g) const { return *pools_.at(g); }
   /// Returns the tokens per block the sequence's hashes are taken at (gcd of block sizes).
   [[nodiscard]] std::uint32_t hash_block_size() const noexcept { return hash_block_; }
   /// Returns the alignment of every cut (lcm of block sizes).
@@ -194,7 +229,7 @@ class HybridBlockManager {
       s.first = hit.ranges[g].first;
       s.committed = hit.ranges[g].last;
       for (auto& b : hit.blocks[g]) {
-        KVBM_CHECK(pools_[g].owns(b), "start_request: a block of group ", g,
+        KVBM_CHECK(pools_[g]->owns(b), "start_request: a block of group ", g,
                    " belongs to another pool; pass a hit from this manager's find_prefix()");
         s.slots.emplace_back(std::move(b));
       }
@@ -221,13 +256,13 @@ class HybridBlockManager {
       const std::size_t end = s.first + s.slots.size();
       need[g] = target > end ? target - end : 0;
       if (need[g] > 1 && steps_over(g)) need[g] = 1;  // only the step's end block
-      KVBM_CHECK(need[g] <= pools_[g].total_blocks(), "allocate: group ", g, " needs ", need[g],
-                 " blocks but its pool has ", pools_[g].total_blocks(), "; build a larger pool");
-      if (pools_[g].available_blocks() < need[g]) return false;  // nothing taken yet
+      KVBM_CHECK(need[g] <= pools_[g]->total_blocks(), "allocate: group ", g, " needs ", need[g],
+                 " blocks but its pool has ", pools_[g]->total_blocks(), "; build a larger pool");
+      if (pools_[g]->available_blocks() < need[g]) return false;  // nothing taken yet
     }
     std::vector<std::vector<MutableBlock<T>>> taken(specs_.size());
     for (std::size_t g = 0; g < specs_.size(); ++g) {
-      auto got = pools_[g].allocate_blocks(need[g]);
+      auto got = pools_[g]->allocate_blocks(need[g]);
       if (!got) return false;  // raced with another thread: `taken` returns to the reset pools
       taken[g] = std::move(*got);
     }
@@ -304,8 +339,8 @@ class HybridBlockManager {
   [[nodiscard]] std::string audit() const {
     std::string out;
     for (std::size_t g = 0; g < specs_.size(); ++g) {
-      std::string a = pools_[g].audit();
-      const PoolCounts c = pools_[g].pool_counts();
+      std::string a = pools_[g]->audit();
+      const PoolCounts c = pools_[g]->pool_counts();
       if (!c.balanced()) {
         a += detail::concat(a.empty() ? "" : "; ", "reset ", c.reset, " + inactive ", c.inactive,
                             " + in use ", c.in_use, " != total ", c.total);
@@ -320,6 +355,12 @@ class HybridBlockManager {
 
  private:
   HybridBlockManager() = default;
+
+  // Keeps a pool the manager built; returns it (its address is stable).
+  BlockManager<T>& own(BlockManager<T>&& pool) {
+    owned_.push_back(std::make_unique<BlockManager<T>>(std::move(pool)));
+    return *owned_.back();
+  }
 
   void check_group(std::size_t g, const char* call) const {
     KVBM_CHECK(g < specs_.size(), "HybridBlockManager::", call, ": group ", g, " of ",
@@ -361,7 +402,7 @@ class HybridBlockManager {
     for (std::size_t g = 0; g < groups; ++g) {
       const std::size_t n0 = max_tokens / alignment_ * alignment_ / specs_[g].tokens_per_block;
       keys[g] = kvbm::group_hashes(hashes, per_block_[g], seeds_[g], 0, n0);
-      present[g] = pools_[g].registry()->template presence<T>(keys[g]);
+      present[g] = pools_[g]->registry()->template presence<T>(keys[g]);
     }
     const HybridHit hit = longest_common_hit(std::span<const GroupRule>(rules_), max_tokens,
                                              [&present](std::size_t g, std::size_t i) {
@@ -374,7 +415,7 @@ class HybridBlockManager {
     for (std::size_t g = 0; g < groups; ++g) {
       const BlockRange range = hit.blocks[g];
       const std::span<const SequenceHash> wanted(keys[g].data() + range.first, range.size());
-      out.blocks.push_back(pools_[g].scan_matches(wanted));
+      out.blocks.push_back(pools_[g]->scan_matches(wanted));
       if (out.blocks.back().size() != range.size()) return std::nullopt;
     }
     return out;
@@ -408,7 +449,7 @@ class HybridBlockManager {
     }
     s.committed = full;
     if (staged.empty()) return;
-    auto registered = pools_[g].register_blocks(std::move(staged));
+    auto registered = pools_[g]->register_blocks(std::move(staged));
     for (std::size_t j = 0; j < where.size(); ++j) {
       s.slots[where[j] - s.first] = std::move(registered[j]);
     }
@@ -427,11 +468,12 @@ class HybridBlockManager {
     KVBM_CHECK(keys.size() == 1, "finish: the hashes do not cover block ", full - 1, " of group ",
                g, "; pass the sequence's hashes");
     auto staged = std::move(std::get<0>(slot)).stage(keys[0], specs_[g].tokens_per_block);
-    slot = pools_[g].register_block(std::move(staged).value());
+    slot = pools_[g]->register_block(std::move(staged).value());
   }
 
   std::vector<KvCacheGroupSpec> specs_;
-  std::vector<BlockManager<T>> pools_;
+  std::vector<std::unique_ptr<BlockManager<T>>> owned_;  // the pools it built
+  std::vector<BlockManager<T>*> pools_;                  // per group: owned or the caller's
   std::vector<GroupRule> rules_;
   std::vector<std::uint64_t> seeds_;
   std::vector<std::uint32_t> per_block_;  // hash blocks per group block
