@@ -155,7 +155,8 @@ struct InstanceState {
   std::uint64_t next_sequence = 0;  ///< the next batch expected
   StaleReason stale = StaleReason::kFresh;
   std::size_t held_batches = 0;  ///< batches past a gap, waiting
-  TierBlockCounts blocks{};      ///< blocks indexed per tier (shared tiers not included)
+  TierBlockCounts blocks{};      ///< blocks indexed per tier (shared tiers not included;
+                                 ///< hybrid: every group's together)
 };
 
 /// Counters of a KvIndexer.
@@ -224,7 +225,9 @@ class KvIndexer {
   [[nodiscard]] OverlapScores group_overlaps(std::span<const std::vector<std::uint64_t>> group_keys,
                                              std::size_t max_tokens = SIZE_MAX) const;
   /// Returns true when instance `id` holds `hash` in `tier` (a shared tier:
-  /// when the cluster does).
+  /// when the cluster does). Hybrid: `hash` is the index's own key of a group's
+  /// block (group_key(event hash, group_seed(group))); group_overlaps() is the
+  /// question to ask instead.
   [[nodiscard]] bool holds(InstanceId id, std::uint64_t hash, TierId tier) const;
   /// Returns the instance's state. Throws UsageError for an unknown id.
   [[nodiscard]] InstanceState state(InstanceId id) const;
