@@ -349,13 +349,17 @@ struct KvIndexer::Impl {
         remove(in, it->second, std::get<events::BlockRemoved>(event).block_hashes, group, d);
       } else {
         keys.clear();
-        if (options.key == BlockKey::kEngineHash) {
+        if (options.key == BlockKey::kEngineHash && !group) {
+          store(in, it->second, stored->block_hashes);  // a dense model: the hashes are the keys
+        } else if (options.key == BlockKey::kEngineHash) {
           for (const std::uint64_t h : stored->block_hashes) keys.push_back(key_of(group, h));
-        } else if (!key_stored(in, *stored, group, keys)) {
+          store(in, it->second, keys);
+        } else if (key_stored(in, *stored, group, keys)) {
+          store(in, it->second, keys);
+        } else {
           ++d.unkeyed_events;
           continue;
         }
-        store(in, it->second, keys);
       }
       ++d.events_applied;
     }
