@@ -620,6 +620,19 @@ std::optional<TierId> held_tier(const impl::BlockIndex& index, std::uint32_t lan
   return std::nullopt;
 }
 
+/// One lane's presence answers for hybrid_overlap(). Made and called while the
+/// caller holds the index's lock (a lambda would be checked by clang's
+/// thread-safety analysis apart from the scope that holds it).
+struct LaneHeld {
+  const impl::BlockIndex* index;
+  std::uint32_t lane;
+  const GroupTable* groups;
+  std::span<const std::vector<std::uint64_t>> keys;
+  std::optional<TierId> operator()(std::size_t g, std::size_t j) const {
+    return held_tier(*index, lane, groups->key(g, keys[g][j]));
+  }
+};
+
 }  // namespace
 
 OverlapScores KvIndexer::group_overlaps(std::span<const std::vector<std::uint64_t>> group_keys,
@@ -640,16 +653,13 @@ OverlapScores KvIndexer::group_overlaps(std::span<const std::vector<std::uint64_
   {
     detail::ReaderLock lock(m.mu);
     const auto now = m.now();
-    const impl::BlockIndex& index = m.index;
     out.instances.reserve(m.names.size());
     for (InstanceId id = 0; id < m.instances.size(); ++id) {
       const Instance& in = m.instances[id];
       if (!in.live) continue;
       InstanceOverlap& o = out.instances.emplace_back();
       o.instance = id;
-      const impl::HeldTier held = [&](std::size_t g, std::size_t j) {
-        return held_tier(index, in.lane, t.key(g, group_keys[g][j]));
-      };
+      const impl::HeldTier held = LaneHeld{&m.index, in.lane, &t, group_keys};
       impl::hybrid_overlap(t.rules, t.hash_block, max_tokens, held, o);
       o.stale = m.reason(in, now) != StaleReason::kFresh;
       stale += o.stale ? 1 : 0;
