@@ -93,6 +93,12 @@ def test_vllms_hybrid_events_feed_the_group_index(tmp_path):
         got = {o.instance: o.prefix_blocks for o in index.group_overlaps(per_group)}
         assert got == {ids["a"]: 4, ids["b"]: 0}
         assert index.stats()["removed_unknown_blocks"] == 0
+        # The window's block back: b serves all 8 again, so its full group kept block 7.
+        pubs["b"].publish(KVEventBatch(ts=time.time(), events=[stored(HASHES[7:], 1, HASHES[6])],
+                                       data_parallel_rank=0))
+        assert feed.wait_applied(ids["b"], 2, timeout=TIMEOUT_S)
+        got = {o.instance: o.prefix_blocks for o in index.group_overlaps(per_group)}
+        assert got == {ids["a"]: 4, ids["b"]: 8}
     finally:
         for pub in pubs.values():
             pub.shutdown()
