@@ -159,6 +159,21 @@ std::optional<std::int64_t> lora_id(const object& o, const std::string& where) {
   return signed_int(o, where, "an integer or nil (the LoRA id)");
 }
 
+/// An optional unsigned 32-bit field (group_idx, the sliding window): nil is unset.
+std::optional<std::uint32_t> optional_u32(const object& o, const std::string& where,
+                                          const char* what) {
+  if (o.type == type::NIL) return std::nullopt;
+  return static_cast<std::uint32_t>(
+      unsigned_int(o, where, std::numeric_limits<std::uint32_t>::max(), what));
+}
+
+std::optional<std::string> optional_str(const object& o, const std::string& where,
+                                        const char* what) {
+  if (o.type == type::NIL) return std::nullopt;
+  if (o.type != type::STR) wrong_type(where, what, o);
+  return std::string(str_of(o));
+}
+
 /// An event's fields, whether they came by position or by name. Each setter
 /// takes the value object and the path of the field.
 struct StoredFields {
@@ -180,7 +195,14 @@ struct StoredFields {
       e.lora_id = lora_id(v, where);
     } else if (name == "medium") {
       e.medium = medium(v, where);
-    }  // lora_name and everything vLLM added later: ignored
+    } else if (name == "group_idx") {
+      e.group_idx = optional_u32(v, where, "an unsigned 32-bit integer or nil (the group)");
+    } else if (name == "kv_cache_spec_kind") {
+      e.kv_cache_spec_kind = optional_str(v, where, "a string or nil (the group's kind)");
+    } else if (name == "kv_cache_spec_sliding_window") {
+      e.kv_cache_spec_sliding_window =
+          optional_u32(v, where, "an unsigned 32-bit integer or nil (the sliding window)");
+    }  // lora_name, extra_keys and everything vLLM added later: ignored
   }
 };
 
@@ -194,14 +216,25 @@ struct RemovedFields {
       have_hashes = true;
     } else if (name == "medium") {
       e.medium = medium(v, where);
+    } else if (name == "group_idx") {
+      e.group_idx = optional_u32(v, where, "an unsigned 32-bit integer or nil (the group)");
     }
   }
 };
 
 // The positional order of vLLM's fields after the class name.
-constexpr std::string_view kStoredOrder[] = {"block_hashes", "parent_block_hash", "token_ids",
-                                             "block_size",   "lora_id",           "medium"};
-constexpr std::string_view kRemovedOrder[] = {"block_hashes", "medium"};
+constexpr std::string_view kStoredOrder[] = {"block_hashes",
+                                             "parent_block_hash",
+                                             "token_ids",
+                                             "block_size",
+                                             "lora_id",
+                                             "medium",
+                                             "lora_name",
+                                             "extra_keys",
+                                             "group_idx",
+                                             "kv_cache_spec_kind",
+                                             "kv_cache_spec_sliding_window"};
+constexpr std::string_view kRemovedOrder[] = {"block_hashes", "medium", "group_idx"};
 
 template <class Fields, std::size_t N>
 void read_positional(Fields& f, const object& o, const std::string& where,

@@ -105,6 +105,8 @@ struct KvEventPublisher::State {
       auto* last = std::get_if<BlockStored>(&pending.back());
       if (last != nullptr && last->medium == e.medium && last->block_size == e.block_size &&
           last->lora_id == e.lora_id && last->token_ids.empty() == e.token_ids.empty() &&
+          last->group_idx == e.group_idx && last->kv_cache_spec_kind == e.kv_cache_spec_kind &&
+          last->kv_cache_spec_sliding_window == e.kv_cache_spec_sliding_window &&
           last->block_hashes.back() == *e.parent_block_hash &&
           last->block_hashes.size() + e.block_hashes.size() <= options.max_batch_size) {
         last->block_hashes.insert(last->block_hashes.end(), e.block_hashes.begin(),
@@ -116,13 +118,13 @@ struct KvEventPublisher::State {
     pending.emplace_back(std::move(e));
   }
 
-  /// Appends removed blocks, growing a last BlockRemoved of the same medium.
+  /// Appends removed blocks, growing a last BlockRemoved of the same medium and group.
   /// Caller holds mu.
   void add_removed(BlockRemoved&& e) KVBM_REQUIRES(mu) {
     if (!admit(e.block_hashes.size())) return;
     if (!pending.empty()) {
       auto* last = std::get_if<BlockRemoved>(&pending.back());
-      if (last != nullptr && last->medium == e.medium &&
+      if (last != nullptr && last->medium == e.medium && last->group_idx == e.group_idx &&
           last->block_hashes.size() + e.block_hashes.size() <= options.max_batch_size) {
         last->block_hashes.insert(last->block_hashes.end(), e.block_hashes.begin(),
                                   e.block_hashes.end());
@@ -220,8 +222,11 @@ namespace {
 class PublisherListener final : public PoolListener {
  public:
   PublisherListener(std::weak_ptr<KvEventPublisher::State> state, std::string medium,
-                    std::uint32_t block_size)
-      : state_(std::move(state)), medium_(std::move(medium)), block_size_(block_size) {}
+                    std::uint32_t block_size, std::optional<EventGroup> group)
+      : state_(std::move(state)),
+        medium_(std::move(medium)),
+        block_size_(block_size),
+        group_(std::move(group)) {}
 
   void on_stored(std::span<const SequenceHash> hashes) noexcept override { stored(hashes, {}); }
 
@@ -238,6 +243,7 @@ class PublisherListener final : public PoolListener {
       e.block_hashes.reserve(hashes.size());
       for (const SequenceHash& h : hashes) e.block_hashes.push_back(h.value());
       e.medium = medium_;
+      if (group_) e.group_idx = group_->group_idx;
       detail::LockGuard lock(state->mu);
       state->add_removed(std::move(e));
     } catch (const std::exception&) {  // as in stored(): dropped and counted
@@ -262,6 +268,11 @@ class PublisherListener final : public PoolListener {
         if (i < tokens.size()) e.token_ids.assign(tokens[i].begin(), tokens[i].end());
         e.block_size = block_size_;
         e.medium = medium_;
+        if (group_) {
+          e.group_idx = group_->group_idx;
+          e.kv_cache_spec_kind = group_->kind;
+          e.kv_cache_spec_sliding_window = group_->sliding_window;
+        }
         state->add_stored(std::move(e));
       }
     } catch (const std::exception&) {
@@ -274,6 +285,7 @@ class PublisherListener final : public PoolListener {
   const std::weak_ptr<KvEventPublisher::State> state_;
   const std::string medium_;
   const std::uint32_t block_size_;
+  const std::optional<EventGroup> group_;  // a hybrid model's pool: the group its events name
 };
 
 }  // namespace
@@ -309,7 +321,17 @@ std::shared_ptr<PoolListener> KvEventPublisher::listener(std::string medium,
              "KvEventPublisher::listener: name the medium (kMediumGpu \"GPU\", kMediumCpu "
              "\"CPU\", kMediumDisk \"STORAGE\", kMediumRemote \"REMOTE\")");
   KVBM_CHECK(block_size > 0, "KvEventPublisher::listener: block_size must be positive");
-  return std::make_shared<PublisherListener>(state_, std::move(medium), block_size);
+  return std::make_shared<PublisherListener>(state_, std::move(medium), block_size, std::nullopt);
+}
+
+std::shared_ptr<PoolListener> KvEventPublisher::listener(std::string medium,
+                                                         const KvCacheGroupSpec& group) {
+  KVBM_CHECK(!medium.empty(),
+             "KvEventPublisher::listener: name the medium (kMediumGpu \"GPU\", kMediumCpu "
+             "\"CPU\", kMediumDisk \"STORAGE\", kMediumRemote \"REMOTE\")");
+  group.validate();
+  return std::make_shared<PublisherListener>(state_, std::move(medium), group.tokens_per_block,
+                                             event_group(group));
 }
 
 void KvEventPublisher::record(KvEvent event) {

@@ -116,7 +116,7 @@ void bind_events(nb::module_& m) {
           [](BlockRemoved* self, nb::handle block_hashes, std::string medium) {
             new (self)
                 BlockRemoved{integers_of<std::uint64_t>(block_hashes, "BlockRemoved: block_hashes"),
-                             std::move(medium)};
+                             std::move(medium), std::nullopt};
           },
           "block_hashes"_a, "medium"_a = "GPU")
       .def_ro("block_hashes", &BlockRemoved::block_hashes)

@@ -137,74 +137,124 @@ nb::dict indexer_stats_dict(const router::KvIndexerStats& s) {
   d["unknown_medium_events"] = s.unknown_medium_events;
   d["removed_unknown_blocks"] = s.removed_unknown_blocks;
   d["unkeyed_events"] = s.unkeyed_events;
+  d["group_mismatch_events"] = s.group_mismatch_events;
   d["distinct_blocks"] = s.distinct_blocks;
   d["index_bytes"] = s.index_bytes;
   return d;
 }
 
+// A hybrid model's index: its queries and key helpers (docs/hybrid.md).
+void bind_indexer_groups(nb::class_<router::KvIndexer>& c) {
+  using router::KvIndexer;
+  c.def(
+       "group_overlaps",
+       [](const KvIndexer& k, const nb::list& group_keys, std::optional<std::size_t> limit) {
+         std::vector<std::vector<std::uint64_t>> keys;
+         for (nb::handle g : group_keys) {
+           keys.push_back(integers_of<std::uint64_t>(g, "KvIndexer.group_overlaps: keys"));
+         }
+         nb::gil_scoped_release release;
+         return k.group_overlaps(keys, limit.value_or(SIZE_MAX)).instances;
+       },
+       "group_keys"_a, "max_tokens"_a = nb::none(),
+       "Hybrid index: per live instance, the longest cut (at most max_tokens) every group "
+       "can serve, in blocks of the groups' hash block; group_keys[g] are group g's block "
+       "keys as its events name them.")
+      .def_prop_ro("hybrid", &KvIndexer::hybrid, "True when the groups make the index hybrid.")
+      .def_static(
+          "kvbm_group_keys",
+          [](nb::handle hashes, const std::vector<KvCacheGroupSpec>& groups) {
+            const auto h = integers_of<std::uint64_t>(hashes, "KvIndexer.kvbm_group_keys: hashes");
+            return router::kvbm_group_keys(h, groups);
+          },
+          "hashes"_a, "groups"_a,
+          "The keys kvbm's HybridBlockManager gives each group's blocks, from a request's "
+          "chained hashes at the groups' hash block: one list per group.")
+      .def_static(
+          "group_token_keys",
+          [](nb::handle tokens, const std::vector<KvCacheGroupSpec>& groups,
+             std::optional<std::int64_t> lora_id) {
+            const auto t =
+                integers_of<std::uint32_t>(tokens, "KvIndexer.group_token_keys: token_ids");
+            return router::group_token_keys(t, groups, lora_id);
+          },
+          "token_ids"_a, "groups"_a, "lora_id"_a = nb::none(),
+          "key='tokens': each group's block keys at its own block size.");
+}
+
 void bind_indexer(nb::module_& m) {
   using router::KvIndexer;
-  nb::class_<KvIndexer>(m, "KvIndexer",
-                        "Which instance holds which block in which tier, from KV events "
-                        "(docs/router.md).")
-      .def(
-          "__init__",
-          [](KvIndexer* self, double silence_timeout, std::size_t max_held_batches,
-             const std::string& key) {
-            router::KvIndexerOptions o;
-            o.silence_timeout = millis(silence_timeout, "KvIndexer: silence_timeout");
-            o.max_held_batches = max_held_batches;
-            o.key = router::parse_block_key(key);
-            new (self) KvIndexer(std::move(o));
-          },
-          "silence_timeout"_a = 0.0, "max_held_batches"_a = 1024, "key"_a = "hashes",
-          "silence_timeout: seconds of silence after which an instance is stale (0: never). "
-          "key='tokens' keys blocks by kvbm's hash of the tokens the events carry, so that "
-          "KvRouter.route_tokens() routes by token ids whatever the engines hash with.")
-      .def("add_instance", &KvIndexer::add_instance, "name"_a,
-           nb::call_guard<nb::gil_scoped_release>(), "Adds an instance; returns its id.")
-      .def("remove_instance", &KvIndexer::remove_instance, "instance"_a,
-           nb::call_guard<nb::gil_scoped_release>())
-      .def(
-          "find_instance",
-          [](const KvIndexer& k, const std::string& name) { return k.find_instance(name); },
-          "name"_a, "Returns the id of the live instance named `name`, or None.")
-      .def(
-          "apply",
-          [](KvIndexer& k, InstanceId id, std::uint64_t seq, std::vector<events::KvEvent> evs) {
-            events::KvEventBatch b;
-            b.events = std::move(evs);
-            router::ApplyResult r;
-            {
-              nb::gil_scoped_release release;
-              r = k.apply(id, seq, b);
-            }
-            return nb::make_tuple(apply_name(r.status), r.expected, r.applied_batches);
-          },
-          "instance"_a, "sequence"_a, "events"_a,
-          "Applies batch `sequence` of an instance (a list of BlockStored, BlockRemoved, "
-          "AllBlocksCleared, as take_events() returns them); returns (status, expected, "
-          "applied_batches), status one of 'applied', 'duplicate', 'gap', 'restart'.")
-      .def("resync", &KvIndexer::resync, "instance"_a, "resume_at"_a = nb::none(),
-           nb::call_guard<nb::gil_scoped_release>())
-      .def("restart", &KvIndexer::restart, "instance"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def("mark_stale", &KvIndexer::mark_stale, "instance"_a,
-           nb::call_guard<nb::gil_scoped_release>())
-      .def(
-          "overlaps",
-          [](const KvIndexer& k, nb::handle hashes) {
-            const auto h = integers_of<std::uint64_t>(hashes, "KvIndexer.overlaps: hashes");
-            nb::gil_scoped_release release;
-            return k.overlaps(h).instances;
-          },
-          "hashes"_a, "Per live instance, the prefix of `hashes` it holds (InstanceOverlap).")
-      .def("holds", &KvIndexer::holds, "instance"_a, "hash"_a, "tier"_a,
-           nb::call_guard<nb::gil_scoped_release>())
-      .def(
-          "state", [](const KvIndexer& k, InstanceId id) { return state_dict(k.state(id)); },
-          "instance"_a, "The instance's state: name, next_sequence, stale, held_batches, blocks.")
-      .def("instances", &KvIndexer::instances, nb::call_guard<nb::gil_scoped_release>())
-      .def("stats", [](const KvIndexer& k) { return indexer_stats_dict(k.stats()); });
+  auto c =
+      nb::class_<KvIndexer>(m, "KvIndexer",
+                            "Which instance holds which block in which tier, from KV events "
+                            "(docs/router.md).")
+          .def(
+              "__init__",
+              [](KvIndexer* self, double silence_timeout, std::size_t max_held_batches,
+                 const std::string& key, std::optional<std::vector<KvCacheGroupSpec>> groups) {
+                router::KvIndexerOptions o;
+                o.silence_timeout = millis(silence_timeout, "KvIndexer: silence_timeout");
+                o.max_held_batches = max_held_batches;
+                o.key = router::parse_block_key(key);
+                if (groups) o.groups = std::move(*groups);
+                new (self) KvIndexer(std::move(o));
+              },
+              "silence_timeout"_a = 0.0, "max_held_batches"_a = 1024, "key"_a = "hashes",
+              "groups"_a = nb::none(),
+              "silence_timeout: seconds of silence after which an instance is stale (0: never). "
+              "key='tokens' keys blocks by kvbm's hash of the tokens the events carry, so that "
+              "KvRouter.route_tokens() routes by token ids whatever the engines hash with. "
+              "groups: a hybrid model's KvCacheGroupSpecs; an overlap then counts only where every "
+              "group can serve the cut (docs/hybrid.md, 'Events and the router').")
+          .def("add_instance", &KvIndexer::add_instance, "name"_a,
+               nb::call_guard<nb::gil_scoped_release>(), "Adds an instance; returns its id.")
+          .def("remove_instance", &KvIndexer::remove_instance, "instance"_a,
+               nb::call_guard<nb::gil_scoped_release>())
+          .def(
+              "find_instance",
+              [](const KvIndexer& k, const std::string& name) { return k.find_instance(name); },
+              "name"_a, "Returns the id of the live instance named `name`, or None.")
+          .def(
+              "apply",
+              [](KvIndexer& k, InstanceId id, std::uint64_t seq, std::vector<events::KvEvent> evs) {
+                events::KvEventBatch b;
+                b.events = std::move(evs);
+                router::ApplyResult r;
+                {
+                  nb::gil_scoped_release release;
+                  r = k.apply(id, seq, b);
+                }
+                return nb::make_tuple(apply_name(r.status), r.expected, r.applied_batches);
+              },
+              "instance"_a, "sequence"_a, "events"_a,
+              "Applies batch `sequence` of an instance (a list of BlockStored, BlockRemoved, "
+              "AllBlocksCleared, as take_events() returns them); returns (status, expected, "
+              "applied_batches), status one of 'applied', 'duplicate', 'gap', 'restart'.")
+          .def("resync", &KvIndexer::resync, "instance"_a, "resume_at"_a = nb::none(),
+               nb::call_guard<nb::gil_scoped_release>())
+          .def("restart", &KvIndexer::restart, "instance"_a,
+               nb::call_guard<nb::gil_scoped_release>())
+          .def("mark_stale", &KvIndexer::mark_stale, "instance"_a,
+               nb::call_guard<nb::gil_scoped_release>())
+          .def(
+              "overlaps",
+              [](const KvIndexer& k, nb::handle hashes) {
+                const auto h = integers_of<std::uint64_t>(hashes, "KvIndexer.overlaps: hashes");
+                nb::gil_scoped_release release;
+                return k.overlaps(h).instances;
+              },
+              "hashes"_a,
+              "Per live instance, the prefix of `hashes` it holds (InstanceOverlap); for a hybrid "
+              "index, `hashes` are at the groups' hash block and kvbm's group keys are derived.")
+          .def("holds", &KvIndexer::holds, "instance"_a, "hash"_a, "tier"_a,
+               nb::call_guard<nb::gil_scoped_release>())
+          .def(
+              "state", [](const KvIndexer& k, InstanceId id) { return state_dict(k.state(id)); },
+              "instance"_a,
+              "The instance's state: name, next_sequence, stale, held_batches, blocks.")
+          .def("instances", &KvIndexer::instances, nb::call_guard<nb::gil_scoped_release>())
+          .def("stats", [](const KvIndexer& k) { return indexer_stats_dict(k.stats()); });
+  bind_indexer_groups(c);
 }
 
 void bind_kv_router(nb::module_& m) {

@@ -13,8 +13,12 @@
 
 #include "kvbm/detail/mutex.h"
 #include "kvbm/error.h"
+#include "kvbm/events/event_group.h"
+#include "kvbm/groups/group_key.h"
+#include "kvbm/groups/hit_rules.h"
 #include "kvbm/hashing.h"
 #include "router/block_index.h"
+#include "router/hybrid_overlap.h"
 #include "router/router_metrics.h"
 
 namespace kvbm::router {
@@ -92,11 +96,85 @@ std::vector<std::uint64_t> token_keys(std::span<const std::uint32_t> tokens,
   return out;
 }
 
+std::vector<std::vector<std::uint64_t>> kvbm_group_keys(std::span<const std::uint64_t> hashes,
+                                                        std::span<const KvCacheGroupSpec> groups) {
+  validate_groups(groups);
+  const std::uint32_t hb = hash_block_size(groups);
+  std::vector<std::vector<std::uint64_t>> out(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::uint64_t seed = group_seed(groups[g]);
+    const std::size_t k = groups[g].tokens_per_block / hb;
+    out[g].reserve(hashes.size() / k);
+    // A group block's key derives from the chained value of its last hash block.
+    for (std::size_t end = k; end <= hashes.size(); end += k) {
+      out[g].push_back(group_key(hashes[end - 1], seed));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<std::uint64_t>> group_token_keys(std::span<const std::uint32_t> tokens,
+                                                         std::span<const KvCacheGroupSpec> groups,
+                                                         std::optional<std::int64_t> lora_id) {
+  std::vector<std::vector<std::uint64_t>> out;
+  out.reserve(groups.size());
+  for (const auto& g : groups) out.push_back(token_keys(tokens, g.tokens_per_block, lora_id));
+  return out;
+}
+
+namespace {
+
+/// A hybrid model's groups as the index uses them; empty for a dense model.
+struct GroupTable {
+  std::vector<KvCacheGroupSpec> specs;
+  std::vector<GroupRule> rules;
+  std::vector<std::uint64_t> seeds;  // of the index's own keys: (group, key) -> one u64
+  std::uint32_t hash_block = 0;
+
+  explicit GroupTable(const std::vector<KvCacheGroupSpec>& groups) {
+    if (groups.empty()) return;
+    validate_groups(groups);
+    if (groups.size() == 1 && groups[0].kind == AttentionKind::kFull) return;  // dense
+    specs = groups;
+    for (const auto& g : specs) {
+      rules.push_back(GroupRule::of(g));
+      seeds.push_back(group_seed(g));
+    }
+    hash_block = hash_block_size(specs);
+  }
+  [[nodiscard]] bool hybrid() const noexcept { return !specs.empty(); }
+  /// The index's key of group g's block named `key` by its events.
+  [[nodiscard]] std::uint64_t key(std::size_t g, std::uint64_t k) const noexcept {
+    return group_key(k, seeds[g]);
+  }
+  /// The group an event names, or nullopt when it names none this table knows
+  /// (no group_idx, one out of range, or a kind other than the group's).
+  [[nodiscard]] std::optional<std::size_t> group_of(const events::KvEvent& e) const {
+    std::optional<std::uint32_t> idx;
+    const std::optional<std::string>* kind = nullptr;
+    if (const auto* s = std::get_if<events::BlockStored>(&e)) {
+      idx = s->group_idx;
+      kind = &s->kv_cache_spec_kind;
+    } else if (const auto* r = std::get_if<events::BlockRemoved>(&e)) {
+      idx = r->group_idx;
+    }
+    if (!idx || *idx >= specs.size()) return std::nullopt;
+    if (kind != nullptr && kind->has_value()) {
+      const auto k = events::attention_kind_of(**kind);
+      if (k && *k != specs[*idx].kind) return std::nullopt;
+    }
+    return *idx;
+  }
+};
+
+}  // namespace
+
 struct KvIndexer::Impl {
   explicit Impl(KvIndexerOptions o)
       : options(std::move(o)),
         mediums(mediums_or_default(options.mediums)),
         clock(options.clock ? options.clock : Clock::steady()),
+        groups(options.groups),
         index(shared_mask(options.shared_tiers)) {
     KVBM_CHECK(options.silence_timeout.count() >= 0,
                "KvIndexerOptions.silence_timeout is negative; zero means never silent");
@@ -108,6 +186,7 @@ struct KvIndexer::Impl {
   const KvIndexerOptions options;
   const std::map<std::string, TierId, std::less<>> mediums;
   const std::shared_ptr<Clock> clock;
+  const GroupTable groups;
   std::unique_ptr<impl::IndexerMetrics> metrics;  // its own atomics; touched after mu is released
 
   mutable detail::SharedMutex mu;
@@ -171,17 +250,24 @@ struct KvIndexer::Impl {
     in.keys.clear();
   }
 
+  /// The index's key of a block its events name `k`: `k` itself for a dense
+  /// model, the (group, k) key for a hybrid one (`group` set).
+  [[nodiscard]] std::uint64_t key_of(std::optional<std::size_t> group, std::uint64_t k) const {
+    return group ? groups.key(*group, k) : k;
+  }
+
   /// BlockKey::kTokens: the keys of a stored event's blocks, recorded for
   /// their removal; false (nothing recorded) without whole blocks of tokens
-  /// or when the parent was never seen.
-  static bool key_stored(Instance& in, const events::BlockStored& s,
-                         std::vector<std::uint64_t>& keys) {
+  /// or when the parent was never seen. A hybrid model's engine hashes are
+  /// recorded per group (vLLM names a block of every group by the same hash).
+  bool key_stored(Instance& in, const events::BlockStored& s, std::optional<std::size_t> group,
+                  std::vector<std::uint64_t>& keys) const {
     if (s.block_size == 0 || s.token_ids.size() != s.block_hashes.size() * s.block_size) {
       return false;
     }
     std::optional<SequenceHash> parent;
     if (s.parent_block_hash) {
-      const auto it = in.keys.find(*s.parent_block_hash);
+      const auto it = in.keys.find(key_of(group, *s.parent_block_hash));
       if (it == in.keys.end()) return false;
       parent = it->second;
     }
@@ -189,8 +275,8 @@ struct KvIndexer::Impl {
     chain.reserve(s.block_hashes.size());
     chain_tokens(s.token_ids, s.block_size, lora_salt(s.lora_id), parent, chain);
     for (std::size_t i = 0; i < chain.size(); ++i) {
-      in.keys.insert_or_assign(s.block_hashes[i], chain[i]);
-      keys.push_back(chain[i].value());
+      in.keys.insert_or_assign(key_of(group, s.block_hashes[i]), chain[i]);
+      keys.push_back(key_of(group, chain[i].value()));
     }
     return true;
   }
@@ -206,16 +292,16 @@ struct KvIndexer::Impl {
   // Keyed by tokens, a removal names the engine's hashes: each is looked up,
   // and forgotten once the instance holds its block in no local tier.
   void remove(Instance& in, TierId tier, std::span<const std::uint64_t> hashes,
-              impl::IndexerDelta& d) KVBM_REQUIRES(mu) {
+              std::optional<std::size_t> group, impl::IndexerDelta& d) KVBM_REQUIRES(mu) {
     const bool shared = index.is_shared(tier);
     const bool by_tokens = options.key == BlockKey::kTokens;
     for (const std::uint64_t h : hashes) {
-      const auto it = by_tokens ? in.keys.find(h) : in.keys.end();
+      const auto it = by_tokens ? in.keys.find(key_of(group, h)) : in.keys.end();
       if (by_tokens && it == in.keys.end()) {
         ++d.removed_unknown_blocks;
         continue;
       }
-      const std::uint64_t k = by_tokens ? it->second.value() : h;
+      const std::uint64_t k = key_of(group, by_tokens ? it->second.value() : h);
       const bool was = shared ? index.remove_shared(tier, k) : index.remove_local(in.lane, tier, k);
       if (!was) ++d.removed_unknown_blocks;
       if (by_tokens && !held_locally(in, k)) in.keys.erase(it);
@@ -237,7 +323,7 @@ struct KvIndexer::Impl {
     for (const events::KvEvent& event : batch.events) {
       if (std::holds_alternative<events::AllBlocksCleared>(event)) {
         // The wire form has no medium, so the medium of an in-process event is
-        // ignored too: both transports mean "every local tier".
+        // ignored too: both transports mean "every local tier" (of every group).
         clear_instance(in);
         ++stats.clears;
         ++d.events_applied;
@@ -251,17 +337,29 @@ struct KvIndexer::Impl {
         ++d.unknown_medium_events;
         continue;
       }
+      std::optional<std::size_t> group;
+      if (groups.hybrid()) {
+        group = groups.group_of(event);
+        if (!group) {
+          ++d.group_mismatch_events;
+          continue;
+        }
+      }
       if (stored == nullptr) {
-        remove(in, it->second, std::get<events::BlockRemoved>(event).block_hashes, d);
-      } else if (options.key == BlockKey::kEngineHash) {
-        store(in, it->second, stored->block_hashes);
+        remove(in, it->second, std::get<events::BlockRemoved>(event).block_hashes, group, d);
       } else {
         keys.clear();
-        if (!key_stored(in, *stored, keys)) {
+        if (options.key == BlockKey::kEngineHash && !group) {
+          store(in, it->second, stored->block_hashes);  // a dense model: the hashes are the keys
+        } else if (options.key == BlockKey::kEngineHash) {
+          for (const std::uint64_t h : stored->block_hashes) keys.push_back(key_of(group, h));
+          store(in, it->second, keys);
+        } else if (key_stored(in, *stored, group, keys)) {
+          store(in, it->second, keys);
+        } else {
           ++d.unkeyed_events;
           continue;
         }
-        store(in, it->second, keys);
       }
       ++d.events_applied;
     }
@@ -318,6 +416,7 @@ struct KvIndexer::Impl {
     stats.unknown_medium_events += d.unknown_medium_events;
     stats.removed_unknown_blocks += d.removed_unknown_blocks;
     stats.unkeyed_events += d.unkeyed_events;
+    stats.group_mismatch_events += d.group_mismatch_events;
   }
 };
 
@@ -475,6 +574,10 @@ void KvIndexer::mark_stale(InstanceId id) {
 
 OverlapScores KvIndexer::overlaps(std::span<const std::uint64_t> hashes) const {
   auto& m = *impl_;
+  if (m.groups.hybrid()) {
+    const auto keys = kvbm_group_keys(hashes, m.groups.specs);
+    return group_overlaps(keys, hashes.size() * std::size_t{m.groups.hash_block});
+  }
   OverlapScores out;
   out.request_blocks = hashes.size();
   std::size_t stale = 0;
@@ -501,6 +604,68 @@ OverlapScores KvIndexer::overlaps(std::span<const std::uint64_t> hashes) const {
     }
   }
   if (m.metrics) m.metrics->set_stale_instances(stale);  // silence is seen when asked
+  return out;
+}
+
+namespace {
+
+/// The fastest tier that holds `key` for `lane`: a local one, else a shared one.
+std::optional<TierId> held_tier(const impl::BlockIndex& index, std::uint32_t lane,
+                                std::uint64_t key) {
+  for (const bool shared : {false, true}) {
+    for (const TierId t : kTierIds) {
+      if (index.is_shared(t) == shared && index.holds(lane, key, t)) return t;
+    }
+  }
+  return std::nullopt;
+}
+
+/// One lane's presence answers for hybrid_overlap(). Made and called while the
+/// caller holds the index's lock (a lambda would be checked by clang's
+/// thread-safety analysis apart from the scope that holds it).
+struct LaneHeld {
+  const impl::BlockIndex* index;
+  std::uint32_t lane;
+  const GroupTable* groups;
+  std::span<const std::vector<std::uint64_t>> keys;
+  std::optional<TierId> operator()(std::size_t g, std::size_t j) const {
+    return held_tier(*index, lane, groups->key(g, keys[g][j]));
+  }
+};
+
+}  // namespace
+
+OverlapScores KvIndexer::group_overlaps(std::span<const std::vector<std::uint64_t>> group_keys,
+                                        std::size_t max_tokens) const {
+  auto& m = *impl_;
+  const GroupTable& t = m.groups;
+  KVBM_CHECK(t.hybrid(),
+             "KvIndexer::group_overlaps: the index is dense (KvIndexerOptions::groups names no "
+             "hybrid model); use overlaps(hashes)");
+  KVBM_CHECK(group_keys.size() == t.specs.size(), "KvIndexer::group_overlaps: ", group_keys.size(),
+             " key lists for ", t.specs.size(), " groups; give one per group, in id order");
+  for (std::size_t g = 0; g < group_keys.size(); ++g) {
+    max_tokens = std::min(max_tokens, group_keys[g].size() * t.specs[g].tokens_per_block);
+  }
+  OverlapScores out;
+  out.request_blocks = max_tokens / t.hash_block;
+  std::size_t stale = 0;
+  {
+    detail::ReaderLock lock(m.mu);
+    const auto now = m.now();
+    out.instances.reserve(m.names.size());
+    for (InstanceId id = 0; id < m.instances.size(); ++id) {
+      const Instance& in = m.instances[id];
+      if (!in.live) continue;
+      InstanceOverlap& o = out.instances.emplace_back();
+      o.instance = id;
+      const impl::HeldTier held = LaneHeld{&m.index, in.lane, &t, group_keys};
+      impl::hybrid_overlap(t.rules, t.hash_block, max_tokens, held, o);
+      o.stale = m.reason(in, now) != StaleReason::kFresh;
+      stale += o.stale ? 1 : 0;
+    }
+  }
+  if (m.metrics) m.metrics->set_stale_instances(stale);
   return out;
 }
 
@@ -571,6 +736,12 @@ const char* to_string(StaleReason r) noexcept {
 }
 
 BlockKey KvIndexer::key() const noexcept { return impl_->options.key; }
+
+bool KvIndexer::hybrid() const noexcept { return impl_->groups.hybrid(); }
+
+std::span<const KvCacheGroupSpec> KvIndexer::groups() const noexcept {
+  return impl_->options.groups;
+}
 
 KvIndexerStats KvIndexer::stats() const {
   auto& m = *impl_;

@@ -74,6 +74,12 @@ struct KvRouter::Impl {
         rng(options.seed),
         approx(options.approximate_ttl, options.approximate_max_blocks) {
     check_options(options);
+    if (index.hybrid()) {
+      const std::uint32_t hb = hash_block_size(index.groups());
+      KVBM_CHECK(options.block_size == hb, "KvRouterOptions.block_size is ", options.block_size,
+                 ": a hybrid index counts its overlaps in blocks of hash_block_size(groups) = ", hb,
+                 " tokens; set block_size to ", hb);
+    }
     if (options.metrics_registry) {
       metrics = std::make_unique<impl::RouterMetrics>(options.metrics_registry,
                                                       to_string(options.policy));
@@ -142,6 +148,11 @@ struct KvRouter::Impl {
     }
   }
 
+  /// Chooses among `scores` (the index's answer for the request) and records
+  /// the decision; see KvRouter::route.
+  RouteDecision decide(OverlapScores scores, std::span<const std::uint64_t> hashes,
+                       std::uint64_t tokens);
+
   void grow(InstanceId id) KVBM_REQUIRES(mu) {
     if (id >= load.size()) {
       load.resize(std::size_t{id} + 1, 0);
@@ -160,17 +171,30 @@ RouteDecision KvRouter::route_tokens(std::span<const std::uint32_t> tokens,
   KVBM_CHECK(impl_->index.key() == BlockKey::kTokens,
              "KvRouter::route_tokens: the index keys blocks by the engines' hashes; build it with "
              "KvIndexerOptions::key = BlockKey::kTokens, or route(hashes, tokens)");
-  const std::vector<std::uint64_t> keys = token_keys(tokens, impl_->options.block_size, lora_id);
-  return route(keys, tokens.size());
+  auto& m = *impl_;
+  const std::vector<std::uint64_t> keys = token_keys(tokens, m.options.block_size, lora_id);
+  if (!m.index.hybrid()) return route(keys, tokens.size());
+  // A hybrid index: each group's blocks keyed by its own block size.
+  OverlapScores scores =
+      m.options.policy == RoutePolicy::kKv
+          ? m.index.group_overlaps(group_token_keys(tokens, m.index.groups(), lora_id))
+          : m.index.overlaps({});
+  return m.decide(std::move(scores), keys, tokens.size());
 }
 
 RouteDecision KvRouter::route(std::span<const std::uint64_t> hashes, std::uint64_t tokens) {
   auto& m = *impl_;
-  const RoutePolicy policy = m.options.policy;
   // The index has its own lock; ask it first (kv needs the hashes, the
   // baselines only the live instances and whether any is stale).
-  OverlapScores scores =
-      m.index.overlaps(policy == RoutePolicy::kKv ? hashes : std::span<const std::uint64_t>{});
+  OverlapScores scores = m.index.overlaps(
+      m.options.policy == RoutePolicy::kKv ? hashes : std::span<const std::uint64_t>{});
+  return m.decide(std::move(scores), hashes, tokens);
+}
+
+RouteDecision KvRouter::Impl::decide(OverlapScores scores, std::span<const std::uint64_t> hashes,
+                                     std::uint64_t tokens) {
+  auto& m = *this;
+  const RoutePolicy policy = m.options.policy;
   KVBM_CHECK(!scores.instances.empty(), "KvRouter::route: the index has no live instance");
   const Clock::time_point now = m.clock->now();
   RouteDecision d;

@@ -35,6 +35,7 @@ struct IndexerDelta {
   std::uint64_t unknown_medium_events = 0;
   std::uint64_t removed_unknown_blocks = 0;
   std::uint64_t unkeyed_events = 0;
+  std::uint64_t group_mismatch_events = 0;  ///< counted in KvIndexerStats only
 };
 
 /// The KvIndexer's series.

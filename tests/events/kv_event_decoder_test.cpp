@@ -141,12 +141,19 @@ TEST_P(DecodeOwnOutput, PublisherBatchesRoundTrip) {
   ASSERT_TRUE(ca.ok() && cb.ok());
   auto ha = pool.register_block(std::move(ca).value(), a.tokens());
   auto hb = pool.register_block(std::move(cb).value());  // no tokens
-  pub.record(
-      BlockStored{{0xffffffffffffffffULL, 1}, 0x8000000000000000ULL, {}, 16, 7, kMediumRemote});
-  pub.record(BlockRemoved{{42}, kMediumDisk});
+  pub.record(BlockStored{{0xffffffffffffffffULL, 1},
+                         0x8000000000000000ULL,
+                         {},
+                         16,
+                         7,
+                         kMediumRemote,
+                         std::nullopt,
+                         std::nullopt,
+                         std::nullopt});
+  pub.record(BlockRemoved{{42}, kMediumDisk, std::nullopt});
   pub.clear_all(kMediumGpu);
   ASSERT_EQ(pub.flush(), 1U);
-  pub.record(BlockRemoved{{43}, kMediumGpu});
+  pub.record(BlockRemoved{{43}, kMediumGpu, std::nullopt});
   ASSERT_EQ(pub.flush(), 1U);
 
   ASSERT_EQ(seen.size(), 2U);
@@ -167,8 +174,28 @@ TEST_P(DecodeOwnOutput, PublisherBatchesRoundTrip) {
 TEST_P(DecodeOwnOutput, EncoderOutputRoundTripsWithoutRankAndEmpty) {
   const KvEventBatch heartbeat{12.5, {}, std::nullopt};
   EXPECT_EQ(decode_kv_event_batch(encode_kv_event_batch(heartbeat, GetParam())), heartbeat);
-  BlockStored s{{1, 2, 3}, 9, {1, 2, 3, 4, 5, 6}, 2, std::nullopt, kMediumGpu};
-  const KvEventBatch batch{0.0, {s, BlockRemoved{{1}, kMediumCpu}}, 0};
+  BlockStored s{{1, 2, 3},    9,          {1, 2, 3, 4, 5, 6}, 2,
+                std::nullopt, kMediumGpu, std::nullopt,       std::nullopt,
+                std::nullopt};
+  const KvEventBatch batch{0.0, {s, BlockRemoved{{1}, kMediumCpu, std::nullopt}}, 0};
+  EXPECT_EQ(decode_kv_event_batch(encode_kv_event_batch(batch, GetParam())), batch);
+}
+
+TEST_P(DecodeOwnOutput, GroupFieldsRoundTripInEveryCombination) {
+  // A hybrid model's events: each of the three group fields set or not (the
+  // array layout writes nil for an unset one before a set one).
+  std::vector<KvEvent> events;
+  for (int mask = 0; mask < 8; ++mask) {
+    BlockStored s{{10, 11},     9,           {}, 16, std::nullopt, kMediumGpu, std::nullopt,
+                  std::nullopt, std::nullopt};
+    if ((mask & 1) != 0) s.group_idx = static_cast<std::uint32_t>(mask);
+    if ((mask & 2) != 0) s.kv_cache_spec_kind = "sliding_window";
+    if ((mask & 4) != 0) s.kv_cache_spec_sliding_window = 4096;
+    events.emplace_back(std::move(s));
+    events.emplace_back(
+        BlockRemoved{{10}, kMediumCpu, (mask & 1) != 0 ? std::optional(7U) : std::nullopt});
+  }
+  const KvEventBatch batch{3.0, events, 0};
   EXPECT_EQ(decode_kv_event_batch(encode_kv_event_batch(batch, GetParam())), batch);
 }
 
@@ -226,9 +253,76 @@ TEST(DecodeVllm, MapLayoutOfVllm033WithOmittedDefaultsAndExtraKeys) {
                                                                {151644, 872, 198, 9064},
                                                                4,
                                                                std::nullopt,
-                                                               "GPU"}));
-  EXPECT_EQ(std::get<BlockRemoved>(got.events[1]), (BlockRemoved{{1, 2}, "GPU"}));  // nil medium
+                                                               "GPU",
+                                                               0,
+                                                               "full_attention",
+                                                               std::nullopt}));
+  EXPECT_EQ(std::get<BlockRemoved>(got.events[1]),
+            (BlockRemoved{{1, 2}, "GPU", std::nullopt}));  // nil medium
   EXPECT_EQ(std::get<AllBlocksCleared>(got.events[2]), AllBlocksCleared{});
+}
+
+TEST(DecodeVllm, HybridGroupFieldsAsVllmsOwnEncoderWritesThem) {
+  // The bytes vLLM 0.33's msgspec writes for
+  //   KVEventBatch(ts=2.0, data_parallel_rank=0, events=[
+  //     BlockStored(block_hashes=[7, 8], parent_block_hash=6, token_ids=[], block_size=16,
+  //                 lora_id=None, medium="GPU", lora_name=None, group_idx=1,
+  //                 kv_cache_spec_kind="sliding_window", kv_cache_spec_sliding_window=128),
+  //     BlockRemoved(block_hashes=[7], medium="GPU", group_idx=1)])
+  // (vllm.distributed.kv_events, msgspec.msgpack.encode(batch).hex()): its
+  // events are maps, a map16 header even for 11 keys, the group fields after lora_name.
+  const std::string hex =
+      "93cb400000000000000092de000ba474797065ab426c6f636b53746f726564ac626c6f636b5f6861736865"
+      "73920708b1706172656e745f626c6f636b5f6861736806a9746f6b656e5f69647390aa626c6f636b5f7369"
+      "7a6510a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0a967726f75705f6964"
+      "7801b26b765f63616368655f737065635f6b696e64ae736c6964696e675f77696e646f77bc6b765f636163"
+      "68655f737065635f736c6964696e675f77696e646f77cc8084a474797065ac426c6f636b52656d6f766564"
+      "ac626c6f636b5f6861736865739107a66d656469756da3475055a967726f75705f6964780100";
+  std::vector<std::uint8_t> payload;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    payload.push_back(static_cast<std::uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  const KvEventBatch got = decode_kv_event_batch(payload);
+  ASSERT_EQ(got.events.size(), 2U);
+  EXPECT_EQ(std::get<BlockStored>(got.events[0]),
+            (BlockStored{{7, 8}, 6, {}, 16, std::nullopt, "GPU", 1, "sliding_window", 128}));
+  EXPECT_EQ(std::get<BlockRemoved>(got.events[1]), (BlockRemoved{{7}, "GPU", 1}));
+  EXPECT_EQ(got.data_parallel_rank, 0);
+}
+
+TEST(DecodeVllm, GroupFieldsNilOrOfTheWrongType) {
+  auto stored_with = [](const std::string& key, const std::function<void(Bytes&)>& value) {
+    Bytes m;
+    m.arr(3).f64(0.0).arr(1).map(3).str("type").str("BlockStored").str("block_hashes").uints({1});
+    m.str(key);
+    value(m);
+    m.uint(0);
+    return m.b;
+  };
+  for (const char* key : {"group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}) {
+    const auto got = decode_kv_event_batch(stored_with(key, [](Bytes& m) { m.nil(); }));
+    EXPECT_EQ(std::get<BlockStored>(got.events.at(0)), (BlockStored{{1},
+                                                                    std::nullopt,
+                                                                    {},
+                                                                    0,
+                                                                    std::nullopt,
+                                                                    "GPU",
+                                                                    std::nullopt,
+                                                                    std::nullopt,
+                                                                    std::nullopt}))
+        << key;
+  }
+  expect_error(stored_with("group_idx", [](Bytes& m) { m.str("0"); }), "events[0].group_idx",
+               "(the group)");
+  expect_error(stored_with("group_idx", [](Bytes& m) { m.uint(1ULL << 32); }),
+               "events[0].group_idx", "out of range");
+  expect_error(stored_with("kv_cache_spec_kind", [](Bytes& m) { m.uint(2); }),
+               "events[0].kv_cache_spec_kind", "(the group's kind)");
+  expect_error(stored_with("kv_cache_spec_sliding_window", [](Bytes& m) { m.i64(-1); }),
+               "events[0].kv_cache_spec_sliding_window", "(the sliding window)");
+  Bytes removed;
+  removed.arr(2).f64(0.0).arr(1).arr(4).str("BlockRemoved").uints({1}).nil().str("x");
+  expect_error(removed.b, "events[0].group_idx", "(the group)");
 }
 
 TEST(DecodeVllm, MapEventsInAnyKeyOrderWithKeysLeftOut) {
@@ -246,8 +340,15 @@ TEST(DecodeVllm, MapEventsInAnyKeyOrderWithKeysLeftOut) {
       .str("BlockStored");
   const KvEventBatch got = decode(m);
   EXPECT_EQ(got.data_parallel_rank, std::nullopt);  // a two-element batch
-  EXPECT_EQ(std::get<BlockStored>(got.events.at(0)),
-            (BlockStored{{5}, std::nullopt, {}, 16, std::nullopt, "GPU"}));
+  EXPECT_EQ(std::get<BlockStored>(got.events.at(0)), (BlockStored{{5},
+                                                                  std::nullopt,
+                                                                  {},
+                                                                  16,
+                                                                  std::nullopt,
+                                                                  "GPU",
+                                                                  std::nullopt,
+                                                                  std::nullopt,
+                                                                  std::nullopt}));
 }
 
 TEST(DecodeVllm, BatchAsAMap) {
@@ -266,7 +367,7 @@ TEST(DecodeVllm, BatchAsAMap) {
   m.str("data_parallel_rank").uint(4);
   const KvEventBatch got = decode(m);
   EXPECT_EQ(got.data_parallel_rank, 4);
-  EXPECT_EQ(std::get<BlockRemoved>(got.events.at(0)), (BlockRemoved{{9}, "GPU"}));
+  EXPECT_EQ(std::get<BlockRemoved>(got.events.at(0)), (BlockRemoved{{9}, "GPU", std::nullopt}));
   // Dynamo's alias, and the rank left out.
   Bytes alias;
   alias.map(3).str("dp_rank").uint(1).str("events").arr(0).str("ts").uint(3);
@@ -296,16 +397,31 @@ TEST(DecodeVllm, ArrayLayoutWithTrailingFieldsAndOlderShortForms) {
       .str("LOCAL");
   // vLLM before `medium`: tag + five fields.
   m.arr(6).str("BlockStored").uints({12}).nil().uints({5, 6}).uint(2).nil();
-  // BlockRemoved before `medium`, and with group_idx after it.
+  // BlockRemoved before `medium`.
   m.arr(2).str("BlockRemoved").uints({13});
   m.uint(1);
   const KvEventBatch got = decode(m);
   ASSERT_EQ(got.events.size(), 3U);
   EXPECT_EQ(std::get<BlockStored>(got.events[0]),
-            (BlockStored{{10, 11}, 9, {1, 2, 3, 4}, 2, 3, "STORAGE"}));  // DISK: the legacy name
-  EXPECT_EQ(std::get<BlockStored>(got.events[1]),
-            (BlockStored{{12}, std::nullopt, {5, 6}, 2, std::nullopt, "GPU"}));
-  EXPECT_EQ(std::get<BlockRemoved>(got.events[2]), (BlockRemoved{{13}, "GPU"}));
+            (BlockStored{{10, 11},
+                         9,
+                         {1, 2, 3, 4},
+                         2,
+                         3,
+                         "STORAGE",
+                         0,
+                         "full_attention",
+                         std::nullopt}));  // DISK: the legacy name
+  EXPECT_EQ(std::get<BlockStored>(got.events[1]), (BlockStored{{12},
+                                                               std::nullopt,
+                                                               {5, 6},
+                                                               2,
+                                                               std::nullopt,
+                                                               "GPU",
+                                                               std::nullopt,
+                                                               std::nullopt,
+                                                               std::nullopt}));
+  EXPECT_EQ(std::get<BlockRemoved>(got.events[2]), (BlockRemoved{{13}, "GPU", std::nullopt}));
 }
 
 TEST(DecodeVllm, HashesAsSignedIntegersAndAsBytes) {
@@ -361,7 +477,8 @@ TEST(DecodeVllm, LiteralBytesOfAHeartbeatAndAnEvent) {
   const std::vector<std::uint8_t> payload = {
       0x93, 0xcb, 0x3f, 0xf8, 0,   0,   0,   0,   0,   0,    0x91, 0x93, 0xac, 'B', 'l', 'o',
       'c',  'k',  'R',  'e',  'm', 'o', 'v', 'e', 'd', 0x91, 0x01, 0xa3, 'G',  'P', 'U', 0x00};
-  EXPECT_EQ(decode_kv_event_batch(payload), (KvEventBatch{1.5, {BlockRemoved{{1}, "GPU"}}, 0}));
+  EXPECT_EQ(decode_kv_event_batch(payload),
+            (KvEventBatch{1.5, {BlockRemoved{{1}, "GPU", std::nullopt}}, 0}));
   const std::vector<std::uint8_t> heartbeat = {0x92, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x90};
   EXPECT_EQ(decode_kv_event_batch(heartbeat), (KvEventBatch{1.5, {}, std::nullopt}));
 }

@@ -107,7 +107,8 @@ std::vector<KvEvent> all_events(const std::vector<Captured>& seen) {
 
 BlockStored stored(std::vector<std::uint64_t> hashes, std::optional<std::uint64_t> parent,
                    std::string medium = "GPU", std::uint32_t block_size = 16) {
-  return BlockStored{std::move(hashes), parent, {}, block_size, std::nullopt, std::move(medium)};
+  return BlockStored{std::move(hashes), parent,       {},           block_size,  std::nullopt,
+                     std::move(medium), std::nullopt, std::nullopt, std::nullopt};
 }
 
 // msgpack-cxx accessors that fail the test on a type mismatch.
@@ -178,7 +179,8 @@ TEST(KvEventEncoding, AllBlocksClearedArrayBytes) {
 }
 
 TEST(KvEventEncoding, BlockRemovedArrayBytes) {
-  KvEventBatch batch{2.0, {BlockRemoved{{1, 0xffffffffffffffffULL}, "CPU"}}, std::nullopt};
+  KvEventBatch batch{
+      2.0, {BlockRemoved{{1, 0xffffffffffffffffULL}, "CPU", std::nullopt}}, std::nullopt};
   // No rank: a two-element batch, as msgspec's omit_defaults writes an
   // array_like struct whose trailing field holds its default (None).
   auto want = bytes_of({0x92, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac}, "BlockRemoved");
@@ -196,7 +198,7 @@ TEST(KvEventEncoding, BlockStoredArrayBytes) {
 }
 
 TEST(KvEventEncoding, BlockRemovedMapBytes) {
-  KvEventBatch batch{2.0, {BlockRemoved{{1}, "GPU"}}, 0};
+  KvEventBatch batch{2.0, {BlockRemoved{{1}, "GPU", std::nullopt}}, 0};
   auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x83, 0xa4}, "type");
   append(want, {0xac}, "BlockRemoved");
   append(want, {0xac}, "block_hashes");
@@ -287,6 +289,89 @@ TEST(KvEventEncoding, MapLayoutNamesEveryRequiredField) {
   EXPECT_EQ(as_str(field(events[1], "type")), "AllBlocksCleared");
 }
 
+TEST(KvEventEncoding, GroupFieldsArrayBytes) {
+  // vLLM's field order after lora_name: extra_keys (nil), group_idx,
+  // kv_cache_spec_kind, kv_cache_spec_sliding_window; a trailing run of unset
+  // ones left out, as msgspec's omit_defaults does for an array_like struct.
+  BlockStored s = stored({7, 8}, 6, kMediumDisk);
+  s.group_idx = 1;
+  s.kv_cache_spec_kind = "sliding_window";
+  s.kv_cache_spec_sliding_window = 128;
+  BlockStored only_idx = stored({9}, std::nullopt, kMediumGpu);
+  only_idx.group_idx = 0;
+  KvEventBatch batch{2.0, {s, only_idx, BlockRemoved{{1}, "CPU", 2}}, 3};
+  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x93, 0x9c, 0xab}, "BlockStored");
+  append(want, {0x92, 0x07, 0x08, 0x06, 0x90, 0x10, 0xc0, 0xa7}, "STORAGE");
+  append(want, {0xc0, 0xc0, 0x01, 0xae}, "sliding_window");
+  append(want, {0xcc, 0x80});
+  append(want, {0x9a, 0xab}, "BlockStored");
+  append(want, {0x91, 0x09, 0xc0, 0x90, 0x10, 0xc0, 0xa3}, "GPU");
+  append(want, {0xc0, 0xc0, 0x00});
+  append(want, {0x94, 0xac}, "BlockRemoved");
+  append(want, {0x91, 0x01, 0xa3}, "CPU");
+  append(want, {0x02, 0x03});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kArray), want);
+}
+
+TEST(KvEventEncoding, GroupFieldsMapBytes) {
+  // The set group fields after lora_name, each under its vLLM name; unset ones
+  // left out (omit_defaults), extra_keys never written. vLLM 0.33's own decoder
+  // (msgspec.msgpack.decode(bytes, type=KVEventBatch)) reads these bytes as the
+  // BlockStored and BlockRemoved below, group fields included.
+  BlockStored s = stored({7}, std::nullopt, kMediumGpu, 2);
+  s.group_idx = 1;
+  s.kv_cache_spec_kind = "sliding_window";
+  s.kv_cache_spec_sliding_window = 128;
+  KvEventBatch batch{2.0, {s, BlockRemoved{{1}, "GPU", 1}}, 0};
+  auto want = bytes_of({0x93, 0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x92, 0x8b, 0xa4}, "type");
+  append(want, {0xab}, "BlockStored");
+  append(want, {0xac}, "block_hashes");
+  append(want, {0x91, 0x07, 0xb1}, "parent_block_hash");
+  append(want, {0xc0, 0xa9}, "token_ids");
+  append(want, {0x90, 0xaa}, "block_size");
+  append(want, {0x02, 0xa7}, "lora_id");
+  append(want, {0xc0, 0xa6}, "medium");
+  append(want, {0xa3}, "GPU");
+  append(want, {0xa9}, "lora_name");
+  append(want, {0xc0, 0xa9}, "group_idx");
+  append(want, {0x01, 0xb2}, "kv_cache_spec_kind");
+  append(want, {0xae}, "sliding_window");
+  append(want, {0xbc}, "kv_cache_spec_sliding_window");
+  append(want, {0xcc, 0x80});
+  append(want, {0x84, 0xa4}, "type");
+  append(want, {0xac}, "BlockRemoved");
+  append(want, {0xac}, "block_hashes");
+  append(want, {0x91, 0x01, 0xa6}, "medium");
+  append(want, {0xa3}, "GPU");
+  append(want, {0xa9}, "group_idx");
+  append(want, {0x01, 0x00});
+  EXPECT_EQ(encode_kv_event_batch(batch, WireLayout::kMap), want);
+}
+
+TEST(EventGroup, KvbmGroupsInVllmsWordsAndBack) {
+  const auto full = KvCacheGroupSpec::full(GroupId{0}, 16, 4096, {0, 2});
+  const auto swa = KvCacheGroupSpec::sliding_window(GroupId{1}, 128, 16, 4096, {1});
+  const auto chunk = KvCacheGroupSpec::chunked_local(GroupId{2}, 8192, 16, 4096, {3});
+  const auto state = KvCacheGroupSpec::recurrent_state(GroupId{3}, 16, 1 << 20, {4});
+  EXPECT_EQ(event_group(full), (EventGroup{0, "full_attention", std::nullopt}));
+  EXPECT_EQ(event_group(swa), (EventGroup{1, "sliding_window", 128}));
+  EXPECT_EQ(event_group(chunk), (EventGroup{2, "chunked_local_attention", std::nullopt}));
+  EXPECT_EQ(event_group(state), (EventGroup{3, "mamba", std::nullopt}));
+  auto mla = full;
+  mla.layout.mla = true;
+  EXPECT_EQ(event_group(mla).kind, "mla_attention");
+  auto swa_mla = swa;
+  swa_mla.layout.mla = true;
+  EXPECT_EQ(event_group(swa_mla).kind, "sliding_window_mla");
+  for (const auto& g : {full, swa, chunk, state, mla, swa_mla}) {
+    EXPECT_EQ(attention_kind_of(event_group(g).kind), g.kind) << g.display_name();
+  }
+  EXPECT_EQ(attention_kind_of("sink_full_attention"), AttentionKind::kFull);
+  EXPECT_EQ(attention_kind_of("cross_attention"), std::nullopt);
+  EXPECT_EQ(attention_kind_of("unknown"), std::nullopt);
+  EXPECT_EQ(attention_kind_of(""), std::nullopt);
+}
+
 // ---------------------------------------------------------------------------
 // Collecting, coalescing, batching, flushing
 
@@ -365,11 +450,11 @@ TEST(KvEventPublisher, OrderIsKeptAcrossKindsAndMediums) {
   const auto events = all_events(rec.seen());
   const std::vector<KvEvent> want = {
       stored({seq(0).value()}, std::nullopt),
-      BlockRemoved{{seq(0).value(), 50, 51}, "GPU"},
-      BlockRemoved{{52}, "CPU"},
+      BlockRemoved{{seq(0).value(), 50, 51}, "GPU", std::nullopt},
+      BlockRemoved{{52}, "CPU", std::nullopt},
       stored({seq(1).value()}, seq(0).value()),
       AllBlocksCleared{"GPU"},
-      BlockRemoved{{seq(1).value()}, "GPU"},
+      BlockRemoved{{seq(1).value()}, "GPU", std::nullopt},
   };
   EXPECT_EQ(events, want);
 }
@@ -435,7 +520,7 @@ TEST(KvEventPublisher, RecordTakesEventsWithTokens) {
   ASSERT_EQ(events.size(), 1U);
   EXPECT_EQ(std::get<BlockStored>(events[0]).token_ids,
             (std::vector<std::uint32_t>{10, 11, 12, 13}));
-  EXPECT_THROW(pub.record(BlockRemoved{{}, "GPU"}), UsageError);
+  EXPECT_THROW(pub.record(BlockRemoved{{}, "GPU", std::nullopt}), UsageError);
   EXPECT_THROW(pub.record(stored({1}, std::nullopt, "")), UsageError);
 }
 
@@ -727,6 +812,62 @@ TEST(KvEventPublisher, BlockManagerReportsStoredAndRemoved) {
   std::sort(removed.begin(), removed.end());
   EXPECT_EQ(removed, (std::vector<std::uint64_t>{seq(0).value(), seq(1).value(), seq(2).value()}));
   test::expect_balanced(pool);
+}
+
+TEST(KvEventPublisher, GroupPoolsNameTheirGroupAndAreNeverCoalesced) {
+  // A hybrid model's G1: a pool per group, each with the group's listener.
+  // Group 1's block chains onto group 0's and is of the same medium and size:
+  // only the group keeps the two stores apart (and the removals).
+  Recorder rec;
+  KvEventPublisher pub(rec.sink(), manual());
+  const auto full = KvCacheGroupSpec::full(GroupId{0}, 16, 4096, {0});
+  const auto swa = KvCacheGroupSpec::sliding_window(GroupId{1}, 128, 16, 4096, {1});
+  auto pool_of = [&](const KvCacheGroupSpec& g) {
+    return BlockManager<G1>::builder()
+        .block_count(2)
+        .block_size(16)
+        .pool_name(g.namespace_for("G1"))
+        .listener(pub.listener(kMediumGpu, g))
+        .build();
+  };
+  auto full_pool = pool_of(full);
+  auto swa_pool = pool_of(swa);
+  {
+    auto a = test::make_registered(full_pool, {seq(0)});
+    auto b = test::make_registered(swa_pool, {seq(1)});
+    ASSERT_EQ(a.size() + b.size(), 2U);
+  }
+  EXPECT_EQ(full_pool.reset_inactive_pool(), 1U);
+  EXPECT_EQ(swa_pool.reset_inactive_pool(), 1U);
+  pub.flush();
+  const auto events = all_events(rec.seen());
+  ASSERT_EQ(events.size(), 4U);
+  BlockStored want0 = stored({seq(0).value()}, std::nullopt);
+  want0.group_idx = 0;
+  want0.kv_cache_spec_kind = "full_attention";
+  BlockStored want1 = stored({seq(1).value()}, seq(0).value());
+  want1.group_idx = 1;
+  want1.kv_cache_spec_kind = "sliding_window";
+  want1.kv_cache_spec_sliding_window = 128;
+  EXPECT_EQ(std::get<BlockStored>(events[0]), want0);
+  EXPECT_EQ(std::get<BlockStored>(events[1]), want1);
+  EXPECT_EQ(std::get<BlockRemoved>(events[2]), (BlockRemoved{{seq(0).value()}, "GPU", 0}));
+  EXPECT_EQ(std::get<BlockRemoved>(events[3]), (BlockRemoved{{seq(1).value()}, "GPU", 1}));
+  // The same blocks without groups coalesce, as before.
+  Recorder plain;
+  KvEventPublisher pub2(plain.sink(), manual());
+  pub2.record(stored({seq(0).value()}, std::nullopt));
+  pub2.record(stored({seq(1).value()}, seq(0).value()));
+  pub2.record(BlockRemoved{{1}, "GPU", std::nullopt});
+  pub2.record(BlockRemoved{{2}, "GPU", std::nullopt});
+  pub2.flush();
+  EXPECT_EQ(all_events(plain.seen()).size(), 2U);
+  test::expect_balanced(full_pool);
+  test::expect_balanced(swa_pool);
+  EXPECT_THROW((void)pub.listener("", full), UsageError);
+  auto bad = swa;
+  bad.window_tokens = 0;
+  EXPECT_THROW((void)pub.listener(kMediumGpu, bad), UsageError);
 }
 
 // ---------------------------------------------------------------------------

@@ -133,9 +133,10 @@ struct Publisher {
   EventSource source(const std::string& name) const {
     return {name, sink->endpoint(), "kv-events", sink->replay_endpoint()};
   }
-  /// Publishes one batch holding BlockRemoved{hash}; returns its sequence.
+  /// Publishes one batch holding BlockRemoved{hash, std::nullopt, std::nullopt}; returns its
+  /// sequence.
   std::uint64_t send(std::uint64_t hash) {
-    pub->record(BlockRemoved{{hash}, kMediumGpu});
+    pub->record(BlockRemoved{{hash}, kMediumGpu, std::nullopt});
     EXPECT_EQ(pub->flush(), 1U);
     return pub->stats().batches_published - 1;
   }

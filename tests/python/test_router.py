@@ -189,3 +189,29 @@ def test_route_tokens_needs_an_index_keyed_by_tokens():
         kvbm.KvRouter(by_hashes).route_tokens(tokens)
     with pytest.raises(kvbm.UsageError, match='"tokenz": use hashes or tokens'):
         kvbm.KvIndexer(key="tokenz")
+
+
+def test_hybrid_index_takes_the_groups_and_kvbms_group_keys():
+    # A full + sliding-window model: the index keys each group apart, and the
+    # keys it derives from a request's hashes are the ones the manager registers.
+    from kvbm import groups as kg
+    from kvbm.groups import KvCacheGroupSpec as Spec
+
+    groups = [Spec.full(0, 16, 4096, [0, 2]), Spec.sliding_window(1, 64, 16, 4096, [1, 3])]
+    m = kg.HybridBlockManagerG1(groups, 64)
+    h = kvbm.hash_tokens(list(range(1, 129)), 16)[1]
+    keys = kvbm.KvIndexer.kvbm_group_keys(h, groups)
+    assert keys == [m.group_hashes(0, h), m.group_hashes(1, h)]
+    assert [len(k) for k in kvbm.KvIndexer.group_token_keys(list(range(100)), groups)] == [6, 6]
+    index = kvbm.KvIndexer(groups=groups)
+    assert index.hybrid and not kvbm.KvIndexer().hybrid
+    a = index.add_instance("a")
+    # An event that names no group: a hybrid index counts it and leaves it out.
+    index.apply(a, 0, [kvbm.BlockStored(keys[0], block_size=16)])
+    assert index.stats()["group_mismatch_events"] == 1
+    assert [o.prefix_blocks for o in index.overlaps(h)] == [0]
+    assert [o.prefix_blocks for o in index.group_overlaps(keys, max_tokens=64)] == [0]
+    with pytest.raises(kvbm.UsageError, match="1 key lists for 2 groups"):
+        index.group_overlaps(keys[:1])
+    with pytest.raises(kvbm.UsageError, match="hash_block_size"):
+        kvbm.KvRouter(index, block_size=32)

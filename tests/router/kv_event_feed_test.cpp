@@ -24,12 +24,15 @@
 
 #include <gtest/gtest.h>
 
+#include "kvbm/block_manager.h"
 #include "kvbm/config.h"
 #include "kvbm/error.h"
 #include "kvbm/events/kv_events.h"
+#include "kvbm/groups/group_key.h"
 #include "kvbm/router/kv_router.h"
 #include "router_test_util.h"
 #include "skip_or_fail.h"
+#include "test_util.h"
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 #if KVBM_HAVE_ZMQ
@@ -250,6 +253,67 @@ TEST(KvEventFeed, ARouterThatStartsLateGetsWhatThePublisherKept) {
   EXPECT_EQ(index.state(a).next_sequence, 6U);
   EXPECT_GE(feed.stats().replays_requested, 1U);
   EXPECT_EQ(index.stats().restarts, 0U);  // batch 0 replayed again is no restart
+}
+
+TEST(KvEventFeed, AHybridModelsGroupPoolsFeedTheGroupIndex) {
+  // Two instances of a full + sliding-window (W = 64, 4 blocks) model, each
+  // with a real pool per group publishing through its group's listener on a
+  // real ZeroMQ socket. a holds the full prefix and the window's blocks 0..3,
+  // b the full prefix and the window's tail 4..7: only b serves all 8 blocks.
+  const auto full = KvCacheGroupSpec::full(GroupId{0}, 16, 4096, {0});
+  const auto swa = KvCacheGroupSpec::sliding_window(GroupId{1}, 64, 16, 4096, {1});
+  const std::vector<KvCacheGroupSpec> groups{full, swa};
+  const auto chain = kvbm::test::chain(8);
+  struct Instance {
+    KvbmPublisher pub;
+    std::vector<BlockManager<G1>> pools;
+    std::vector<ImmutableBlock<G1>> held;  // released first: declared last
+  };
+  auto make = [&](std::ptrdiff_t swa_first) {
+    auto in = std::make_unique<Instance>();
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      in->pools.push_back(BlockManager<G1>::builder()
+                              .block_count(8)
+                              .block_size(16)
+                              .pool_name(groups[g].namespace_for("G1"))
+                              .listener(in->pub.publisher->listener(events::kMediumGpu, groups[g]))
+                              .build());
+      auto keys = group_hashes(chain, 16, groups[g]);
+      if (g == 1) keys = {keys.begin() + swa_first, keys.begin() + swa_first + 4};
+      for (auto& blk : kvbm::test::make_registered(in->pools.back(), keys)) {
+        in->held.push_back(std::move(blk));
+      }
+    }
+    EXPECT_EQ(in->pub.publisher->flush(), 1U);
+    return in;
+  };
+  auto inst_a = make(0);
+  auto inst_b = make(4);
+  KvIndexerOptions o;
+  o.groups = groups;
+  KvIndexer index(o);
+  KvEventFeed feed(index);
+  const InstanceId a = feed.add_instance("a", inst_a->pub.source());
+  const InstanceId b = feed.add_instance("b", inst_b->pub.source());
+  ASSERT_TRUE(feed.wait_applied(a, 0, kPatience));
+  ASSERT_TRUE(feed.wait_applied(b, 0, kPatience));
+  std::vector<std::uint64_t> hashes;
+  for (const auto& h : chain) hashes.push_back(h.value());
+  const OverlapScores s = index.overlaps(hashes);
+  ASSERT_EQ(s.instances.size(), 2U);
+  EXPECT_EQ(s.instances[0].prefix_blocks, 4U);
+  EXPECT_EQ(s.instances[1].prefix_blocks, 8U);
+  EXPECT_EQ(index.stats().group_mismatch_events, 0U);
+  EXPECT_EQ(index.stats().blocks_stored, 24U);
+  KvRouterOptions ro;
+  ro.block_size = 16;
+  ro.load_weight = 0;
+  KvRouter router(index, ro);
+  EXPECT_EQ(router.route(hashes, 128).instance, b);
+  for (auto* in : {inst_a.get(), inst_b.get()}) {
+    in->held.clear();
+    for (auto& pool : in->pools) kvbm::test::expect_balanced(pool);
+  }
 }
 
 TEST(KvEventFeed, ALostBatchIsReplayedAndTheInstanceIsStaleUntilItArrives) {

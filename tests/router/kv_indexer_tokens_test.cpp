@@ -64,7 +64,7 @@ events::KvEvent stored(const std::vector<std::uint64_t>& hashes,
 }
 
 events::KvEvent removed(std::vector<std::uint64_t> hashes, std::string medium = "GPU") {
-  return events::BlockRemoved{std::move(hashes), std::move(medium)};
+  return events::BlockRemoved{std::move(hashes), std::move(medium), std::nullopt};
 }
 
 // An engine's own block hashes: anything the router cannot compute.

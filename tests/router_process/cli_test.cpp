@@ -34,6 +34,11 @@ TEST(RouterProcessCli, BadOptionsExit2WithAMessage) {
       {{"--max-body-bytes", "1"}, "--max-body-bytes: at least 2"},
       {{"--max-json-depth", "1"}, "--max-json-depth: 2..10000"},
       {{"--max-json-depth", "10001"}, "--max-json-depth: 2..10000"},
+      {{"--model-groups", "no-such-model"}, "unknown preset 'no-such-model'; known: gpt-oss-20b"},
+      {{"--model-groups", "gpt-oss-20b", "--block-size", "32"},
+       "are hashed in blocks of 16 tokens"},
+      {{"--model-groups", "gpt-oss-20b", "--model-groups", "gemma3-27b"}, "given already"},
+      {{"--model-groups-file", "/nonexistent/groups.json"}, "--model-groups-file: "},
   };
   for (const auto& [args, says] : cases) {
     Child c(args);

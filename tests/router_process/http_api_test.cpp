@@ -14,9 +14,11 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/config.h"
+#include "kvbm/events/event_group.h"
 #include "kvbm/router/kv_event_feed.h"
 #include "kvbm/router/kv_router.h"
 #include "router/http_server.h"
+#include "router/options.h"
 #include "router/router_service.h"
 #include "router_process_test_util.h"
 #include "skip_or_fail.h"
@@ -137,6 +139,55 @@ TEST(RouterProcessHttp, KeyedByTokensRoutesATokenIdRequest) {
   const auto tokens = http.post(by_hash.url("/route"), json{{"token_ids", prompt}}.dump());
   EXPECT_EQ(tokens.status, 400);
   EXPECT_NE(tokens.body.find("--key tokens"), std::string::npos) << tokens.body;
+}
+
+TEST(RouterProcessHttp, AHybridModelsRouterCountsOnlyWhatEveryGroupHolds) {
+  // --model-groups gpt-oss-20b: full attention and a 128-token window (8
+  // blocks of 16). Both engines hold the full group's 16 blocks; a holds the
+  // window's first 8 blocks, b its last 8: only b serves the whole prompt.
+  const char* argv[] = {"kvbm-router", "--model-groups", "gpt-oss-20b"};
+  RouterProcessOptions o = parse_router_options(3, argv);
+  ASSERT_EQ(o.groups.size(), 2U);
+  EXPECT_EQ(o.router.block_size, 16U);  // the groups' hash block
+  KvbmPublisher a("engine-a");
+  KvbmPublisher b("engine-b");
+  o.instances = {a.source, b.source};
+  Router r(o);
+  std::vector<std::uint64_t> hashes;
+  for (std::uint64_t i = 1; i <= 16; ++i) hashes.push_back(0x5000 + i);
+  const auto keys = router::kvbm_group_keys(hashes, o.groups);
+  auto publish = [&](KvbmPublisher& p, std::size_t window_first) {
+    for (std::size_t g = 0; g < 2; ++g) {
+      events::BlockStored e;
+      const std::size_t first = g == 0 ? 0 : window_first;
+      const std::size_t last = g == 0 ? 16 : window_first + 8;
+      e.block_hashes.assign(keys[g].begin() + static_cast<std::ptrdiff_t>(first),
+                            keys[g].begin() + static_cast<std::ptrdiff_t>(last));
+      e.block_size = 16;
+      e.medium = "GPU";
+      const events::EventGroup eg = events::event_group(o.groups[g]);
+      e.group_idx = eg.group_idx;
+      e.kv_cache_spec_kind = eg.kind;
+      e.kv_cache_spec_sliding_window = eg.sliding_window;
+      p.publisher->record(std::move(e));
+    }
+    p.publisher->flush();
+    return p.sent++;
+  };
+  ASSERT_TRUE(r.applied("engine-a", publish(a, 0)));
+  ASSERT_TRUE(r.applied("engine-b", publish(b, 8)));
+  HttpClient http;
+  const auto res = http.post(r.url("/route"), route_body(hashes, 256).dump());
+  ASSERT_EQ(res.status, 200) << res.body;
+  const json d = json::parse(res.body);
+  EXPECT_EQ(d["instance"], "engine-b");
+  EXPECT_EQ(d["overlap"]["prefix_blocks"], 16);
+  EXPECT_EQ(d["tokens_to_compute"], 0);
+  // a's overlap: the longest cut whose window tail it holds, 8 blocks.
+  const auto scores = r.service.index().overlaps(hashes);
+  EXPECT_EQ(scores.instances.at(0).prefix_blocks, 8U);
+  const json health = json::parse(http.get(r.url("/health")).body);
+  EXPECT_EQ(health["model_groups"], "gpt-oss-20b");
 }
 
 TEST(RouterProcessHttp, ReadsVllmsOriginalWireLayoutFromAPublisherWithoutReplay) {

@@ -4,8 +4,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "kvbm/error.h"
 #include "kvbm/remote/remote_store.h"
 #include "kvbm/tier.h"
+#include "replay/hybrid_preset.h"
 
 namespace kvbm::router_process {
 namespace {
@@ -80,6 +82,29 @@ void add_remote(std::string_view url, RouterProcessOptions& o) {
   o.remote.emplace_back(url);
 }
 
+// --model-groups PRESET or --model-groups-file PATH: kvbm-replay's presets and
+// group files (replay/hybrid_preset.h).
+void set_model_groups(std::string_view flag, std::string_view v, RouterProcessOptions& o) {
+  if (!o.model_groups.empty()) {
+    bad(std::string(flag) + ": the model's groups are given already (" + o.model_groups +
+        "); give one of --model-groups and --model-groups-file, once");
+  }
+  replay::HybridModel model;
+  if (flag == "--model-groups") {
+    auto found = replay::find_hybrid_preset(v);
+    if (!found) bad(replay::check_hybrid_preset(v));
+    model = std::move(*found);
+  } else {
+    try {
+      model = replay::read_model_groups_file(std::string(v));
+    } catch (const UsageError& e) {
+      bad(std::string(flag) + ": " + e.what());
+    }
+  }
+  o.groups = std::move(model.groups);
+  o.model_groups = std::string(v);
+}
+
 }  // namespace
 
 events::EventSource parse_instance(std::string_view spec) {
@@ -117,6 +142,7 @@ events::EventSource parse_instance(std::string_view spec) {
 
 RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
   RouterProcessOptions o;
+  bool block_size_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -132,6 +158,9 @@ RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
     } else if (flag == "--block-size") {
       o.router.block_size = number<std::uint32_t>(flag, v);
       if (o.router.block_size == 0) bad("--block-size: at least 1 token");
+      block_size_given = true;
+    } else if (flag == "--model-groups" || flag == "--model-groups-file") {
+      set_model_groups(flag, v, o);
     } else if (flag == "--key") {
       if (v != "hashes" && v != "tokens") {
         bad("--key: '" + std::string(v) + "' is not hashes or tokens");
@@ -184,6 +213,16 @@ RouterProcessOptions parse_router_options(int argc, const char* const* argv) {
       bad("unknown option '" + std::string(flag) + "' (see --help)");
     }
   }
+  if (!o.groups.empty()) {
+    const std::uint32_t hb = hash_block_size(o.groups);
+    if (block_size_given && o.router.block_size != hb) {
+      bad("--block-size " + std::to_string(o.router.block_size) + ": the groups of " +
+          o.model_groups + " are hashed in blocks of " + std::to_string(hb) +
+          " tokens (the gcd of their block sizes); give --block-size " + std::to_string(hb) +
+          " or leave it out");
+    }
+    o.router.block_size = hb;
+  }
   return o;
 }
 
@@ -209,6 +248,11 @@ Options:
   --block-size N              tokens per block (default 16)
   --key hashes|tokens         index by the engines' block hashes (default) or by the
                               tokens their events carry (POST /route then takes "token_ids")
+  --model-groups PRESET       a hybrid model's KV cache groups, one of kvbm-replay's presets
+                              (gpt-oss-20b, ...: kvbm-replay --help); the index counts a prefix
+                              only where every group can serve it (docs/hybrid.md), and
+                              --block-size defaults to the groups' hash block (their gcd)
+  --model-groups-file PATH    the same from a JSON group list (kvbm-replay's format)
   --policy kv|round_robin|random   (default kv)
   --compute-cost X            per token recomputed (default 1)
   --tier-cost G2=X,G3=Y,...   per token copied from a tier (default G1=0,G2=0.05,G3=0.2,G4=0.3)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvbm/events/zmq_event_subscriber.h"
+#include "kvbm/groups/kv_cache_group_spec.h"
 #include "kvbm/router/kv_router.h"
 
 namespace kvbm::router_process {
@@ -33,6 +34,11 @@ struct RouterProcessOptions {
   /// What the index keys blocks by: the engines' hashes (POST /route sends
   /// "hashes"), or their tokens (it sends "token_ids"; the events must carry them).
   router::BlockKey key = router::BlockKey::kEngineHash;
+  /// A hybrid model's KV cache groups (--model-groups PRESET or --model-groups-file
+  /// PATH, kvbm-replay's presets and file format); empty for a dense model. With
+  /// groups the block size is their hash block (hash_block_size()).
+  std::vector<KvCacheGroupSpec> groups;
+  std::string model_groups;  ///< the preset's name or the file's path; "" for a dense model
   std::chrono::milliseconds silence_timeout{0};  ///< an instance silent this long is stale
   std::chrono::milliseconds replay_timeout{1000};
   /// Routed requests kept for /finish at most; beyond, /route answers 503.

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -102,6 +103,7 @@ router::KvIndexerOptions indexer_options(const RouterProcessOptions& o,
                                          std::shared_ptr<prometheus::Registry> registry) {
   router::KvIndexerOptions io;
   io.key = o.key;
+  io.groups = o.groups;
   io.silence_timeout = o.silence_timeout;
   io.metrics_registry = std::move(registry);
   return io;
@@ -253,17 +255,23 @@ std::uint64_t hashes_of(const json& j, std::string_view shape, std::vector<std::
   return tk->get<std::uint64_t>();
 }
 
-// --key tokens: the keys of the prompt's full blocks (router::token_keys), and
-// its token count.
-std::uint64_t token_keys_of(const json& j, std::string_view shape, std::uint32_t block_size,
-                            std::vector<std::uint64_t>& out) {
+/// A /route body of a router keyed by tokens: the prompt and its adapter.
+struct TokenRequest {
+  std::vector<std::uint32_t> tokens;
+  std::optional<std::int64_t> lora;
+};
+
+// --key tokens: the prompt's token ids and LoRA id (KvRouter::route_tokens
+// keys them, per group for a hybrid model).
+TokenRequest token_request_of(const json& j, std::string_view shape) {
   const auto ts = j.find("token_ids");
   if (ts == j.end() || !ts->is_array()) {
     throw ClientError{400, fmt::format("\"token_ids\" (an array of token ids) is missing; this "
                                        "router indexes tokens (--key tokens): send {}",
                                        shape)};
   }
-  std::vector<std::uint32_t> tokens;
+  TokenRequest out;
+  std::vector<std::uint32_t>& tokens = out.tokens;
   tokens.reserve(ts->size());
   for (std::size_t i = 0; i < ts->size(); ++i) {
     const json& t = (*ts)[i];
@@ -274,16 +282,14 @@ std::uint64_t token_keys_of(const json& j, std::string_view shape, std::uint32_t
     }
     tokens.push_back(t.get<std::uint32_t>());
   }
-  std::optional<std::int64_t> lora;
   if (const auto l = j.find("lora_id"); l != j.end() && !l->is_null()) {
     if (!l->is_number_integer()) {
       throw ClientError{400,
                         "\"lora_id\" must be an integer (the adapter's id), not " + describe(*l)};
     }
-    lora = l->get<std::int64_t>();
+    out.lora = l->get<std::int64_t>();
   }
-  out = router::token_keys(tokens, block_size, lora);
-  return tokens.size();
+  return out;
 }
 
 }  // namespace
@@ -294,9 +300,10 @@ HttpReply RouterService::Impl::route(const std::string& body) {
       R"({"token_ids": [u32, ...]} (--key tokens))";
   const json j = parse_body(body, kShape, options.max_json_depth);
   std::vector<std::uint64_t> hashes;
+  std::optional<TokenRequest> by_tokens;
   std::uint64_t tokens = 0;
   if (options.key == router::BlockKey::kTokens) {
-    tokens = token_keys_of(j, kShape, options.router.block_size, hashes);
+    by_tokens = token_request_of(j, kShape);
   } else {
     tokens = hashes_of(j, kShape, hashes);
   }
@@ -311,7 +318,8 @@ HttpReply RouterService::Impl::route(const std::string& body) {
   }
   router::RouteDecision d;
   try {
-    d = router.route(hashes, tokens);
+    d = by_tokens ? router.route_tokens(by_tokens->tokens, by_tokens->lora)
+                  : router.route(hashes, tokens);
   } catch (const UsageError&) {  // the last instance was removed meanwhile
     throw ClientError{503, "no live instance to route to: POST /instances to add one"};
   }
@@ -432,6 +440,7 @@ HttpReply RouterService::Impl::health() {
             {"in_flight", flying},
             {"decisions", rs.decisions}};
   if (g4) body["g4"] = std::move(g4_state);
+  if (!options.model_groups.empty()) body["model_groups"] = options.model_groups;
   return json_reply(code, body);
 }
 

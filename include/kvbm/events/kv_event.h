@@ -19,6 +19,14 @@
 //                       event's class name first: ["BlockStored", hashes,
 //                       parent, tokens, block_size, lora_id, medium, lora_name]
 //
+// A hybrid model's events name their KV cache group as vLLM's do: a
+// BlockStored its group_idx, kv_cache_spec_kind and
+// kv_cache_spec_sliding_window, a BlockRemoved its group_idx (see
+// kvbm/events/event_group.h). Unset, they are left out of the wire form (as
+// msgspec's omit_defaults leaves out a None), so a dense model's events are
+// byte for byte what they were; set, they follow vLLM's field order (after
+// lora_name and extra_keys, which kvbm writes as nil in the array layout).
+//
 // kvbm/events/kv_event_decoder.h reads both, and vLLM's own batches.
 // docs/events.md has the byte-level description and the subscriber's side.
 //
@@ -57,6 +65,13 @@ struct BlockStored {
   std::uint32_t block_size = 0;                    ///< tokens per block
   std::optional<std::int64_t> lora_id;             ///< LoRA adapter id; nil for the base model
   std::string medium;                              ///< "GPU", "CPU", "STORAGE", "REMOTE", ...
+  /// The KV cache group the blocks belong to (vLLM's group_idx); nil for a dense model.
+  std::optional<std::uint32_t> group_idx;
+  /// The group's kind in vLLM's names ("full_attention", "sliding_window",
+  /// "chunked_local_attention", "mamba", ...: kvbm/events/event_group.h); nil when unnamed.
+  std::optional<std::string> kv_cache_spec_kind;
+  /// W of a sliding-window group (vLLM's kv_cache_spec_sliding_window); nil otherwise.
+  std::optional<std::uint32_t> kv_cache_spec_sliding_window;
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 
@@ -64,6 +79,7 @@ struct BlockStored {
 struct BlockRemoved {
   std::vector<std::uint64_t> block_hashes;
   std::string medium;
+  std::optional<std::uint32_t> group_idx;  ///< the blocks' KV cache group; nil for a dense model
   friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
 };
 

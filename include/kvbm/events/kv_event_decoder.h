@@ -9,7 +9,10 @@
 //     map {"ts", "events", "data_parallel_rank" (or "dp_rank")};
 //   * each event as a positional array whose first element names its class,
 //     or as a map whose "type" key does, in any key order;
-//   * fields vLLM added later (extra_keys, group_idx, the cache-spec fields,
+//   * the group fields vLLM added for hybrid models (group_idx,
+//     kv_cache_spec_kind, kv_cache_spec_sliding_window; a BlockRemoved's
+//     group_idx), nil or absent when the publisher names no group;
+//   * fields vLLM added that kvbm does not read (lora_name, extra_keys,
 //     locality, ...): extra trailing elements and unknown keys are ignored;
 //   * fields left out (a short array, a missing key): their defaults, nil
 //     parent, no tokens, block_size 0, nil lora_id, medium "GPU";

@@ -2,7 +2,8 @@
 //
 // A KvEventPublisher collects BlockStored, BlockRemoved and AllBlocksCleared
 // events from the pools it is attached to (listener(medium, block_size): one
-// PoolListener per pool), batches them and hands each batch, encoded in vLLM's
+// PoolListener per pool; listener(medium, group) for a hybrid model's group,
+// whose events carry the group), batches them and hands each batch, encoded in vLLM's
 // msgpack layout, to an EventSink (kvbm/events/event_sink.h): a ZeroMQ PUB
 // socket for routers, or a callback. flush() publishes what was collected and
 // returns when the sink has it; a background flusher does the same every
@@ -32,8 +33,10 @@
 #include <string>
 
 #include "kvbm/clock.h"
+#include "kvbm/events/event_group.h"
 #include "kvbm/events/event_sink.h"
 #include "kvbm/events/kv_event.h"
+#include "kvbm/groups/kv_cache_group_spec.h"
 #include "kvbm/pool_listener.h"
 
 namespace kvbm::events {
@@ -87,6 +90,13 @@ class KvEventPublisher {
   /// medium is not empty, block_size > 0.
   [[nodiscard]] std::shared_ptr<PoolListener> listener(std::string medium,
                                                        std::uint32_t block_size);
+  /// Returns a listener for the pool of one KV cache group of a hybrid model
+  /// on `medium`: blocks of the group's tokens per block, whose events name the
+  /// group (event_group(group): group_idx, kind, sliding window). Events of
+  /// different groups are never coalesced. Throws UsageError for an empty
+  /// medium or an invalid group.
+  [[nodiscard]] std::shared_ptr<PoolListener> listener(std::string medium,
+                                                       const KvCacheGroupSpec& group);
 
   /// Adds an event as a pool would (coalesced the same way). Cheap; no I/O.
   void record(KvEvent event);

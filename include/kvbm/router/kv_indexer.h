@@ -16,6 +16,23 @@
 // re-keys each stored block by kvbm's chained hash of its tokens, following
 // the event's parent, and a query gives token_keys(request tokens).
 //
+// A hybrid model (KvIndexerOptions::groups: its KV cache groups, two or more,
+// or one that is not full attention) is indexed per (instance, group): each
+// event's group_idx names its group (an event without one, or naming a group
+// the index does not know, or a kind other than the group's, is counted in
+// KvIndexerStats::group_mismatch_events and ignored), and an instance's
+// overlap for a request is the longest cut every group can serve there by the
+// hit rules of kvbm/groups/hit_rules.h (full attention: every block before the
+// cut; a sliding window: the blocks of the window's tail before it; chunked
+// local: the cut's chunk's blocks; recurrent state: a snapshot exactly at it).
+// group_overlaps() takes each group's block keys as its events name them;
+// overlaps() takes the request's chained hashes at hash_block_size(groups)
+// tokens per block and derives the keys kvbm's HybridBlockManager registers
+// (kvbm_group_keys()). A hybrid answer counts blocks of hash_block_size(groups)
+// tokens; each is counted in the slowest tier among the blocks the groups read
+// for it (a position no group reads is G1's: nothing to bring). A dense index
+// (no groups, or one full-attention group) ignores the events' group fields.
+//
 // apply() says what it did with the batch's sequence number: kApplied,
 // kDuplicate (ignored), kGap (held; the instance is stale until the caller has
 // the publisher replay from `expected`, or resync()s it), kRestart (the
@@ -44,6 +61,7 @@
 
 #include "kvbm/clock.h"
 #include "kvbm/events/kv_event.h"
+#include "kvbm/groups/kv_cache_group_spec.h"
 #include "kvbm/router/overlap.h"
 #include "kvbm/tier.h"
 
@@ -78,6 +96,19 @@ enum class BlockKey : std::uint8_t {
                                                     std::uint32_t block_size,
                                                     std::optional<std::int64_t> lora_id = {});
 
+/// The keys kvbm's HybridBlockManager registers (and its pools publish) for each
+/// group's blocks (kvbm/groups/group_key.h), given a request's chained hashes at
+/// hash_block_size(groups) tokens per block: out[g][j] is group g's block j.
+/// Throws UsageError for an invalid group list.
+[[nodiscard]] std::vector<std::vector<std::uint64_t>> kvbm_group_keys(
+    std::span<const std::uint64_t> hashes, std::span<const KvCacheGroupSpec> groups);
+
+/// The BlockKey::kTokens keys of each group's blocks: token_keys(tokens, the
+/// group's tokens per block, lora_id) per group.
+[[nodiscard]] std::vector<std::vector<std::uint64_t>> group_token_keys(
+    std::span<const std::uint32_t> tokens, std::span<const KvCacheGroupSpec> groups,
+    std::optional<std::int64_t> lora_id = {});
+
 /// Configuration of a KvIndexer.
 struct KvIndexerOptions {
   /// What blocks are keyed by (events' hashes, or their tokens).
@@ -97,6 +128,9 @@ struct KvIndexerOptions {
   std::shared_ptr<Clock> clock;
   /// Where the router's series go (none when null).
   std::shared_ptr<prometheus::Registry> metrics_registry;
+  /// A hybrid model's KV cache groups, ids 0..n-1 in order (validate_groups());
+  /// empty for a dense model. See the file comment.
+  std::vector<KvCacheGroupSpec> groups;
 };
 
 /// What apply() did with one batch; see the file comment.
@@ -121,7 +155,8 @@ struct InstanceState {
   std::uint64_t next_sequence = 0;  ///< the next batch expected
   StaleReason stale = StaleReason::kFresh;
   std::size_t held_batches = 0;  ///< batches past a gap, waiting
-  TierBlockCounts blocks{};      ///< blocks indexed per tier (shared tiers not included)
+  TierBlockCounts blocks{};      ///< blocks indexed per tier (shared tiers not included;
+                                 ///< hybrid: every group's together)
 };
 
 /// Counters of a KvIndexer.
@@ -138,6 +173,7 @@ struct KvIndexerStats {
   std::uint64_t unknown_medium_events = 0;
   std::uint64_t removed_unknown_blocks = 0;  ///< BlockRemoved of hashes not indexed
   std::uint64_t unkeyed_events = 0;          ///< BlockKey::kTokens: BlockStored ignored
+  std::uint64_t group_mismatch_events = 0;   ///< hybrid: events of no known group, ignored
   std::uint64_t distinct_blocks = 0;         ///< block hashes indexed now (any instance, any tier)
   std::uint64_t index_bytes = 0;             ///< memory of the index's table and rows now
 };
@@ -176,10 +212,22 @@ class KvIndexer {
   /// next applied batch.
   void mark_stale(InstanceId id);
 
-  /// Per live instance, the prefix of `hashes` it holds; see overlap.h.
+  /// Per live instance, the prefix of `hashes` it holds; see overlap.h. Hybrid:
+  /// `hashes` are the request's chained hashes at hash_block_size(groups) tokens
+  /// per block, and the answer is group_overlaps(kvbm_group_keys(hashes, groups)).
   [[nodiscard]] OverlapScores overlaps(std::span<const std::uint64_t> hashes) const;
+  /// Hybrid: per live instance, the longest cut of at most `max_tokens` tokens
+  /// every group can serve, in blocks of hash_block_size(groups) tokens (see the
+  /// file comment). `group_keys[g]` are group g's block keys from the first, as
+  /// its events name them (kvbm_group_keys(), group_token_keys(), or an
+  /// engine's own hashes per group). Throws UsageError for a dense index or
+  /// unless there is one key list per group.
+  [[nodiscard]] OverlapScores group_overlaps(std::span<const std::vector<std::uint64_t>> group_keys,
+                                             std::size_t max_tokens = SIZE_MAX) const;
   /// Returns true when instance `id` holds `hash` in `tier` (a shared tier:
-  /// when the cluster does).
+  /// when the cluster does). Hybrid: `hash` is the index's own key of a group's
+  /// block (group_key(event hash, group_seed(group))); group_overlaps() is the
+  /// question to ask instead.
   [[nodiscard]] bool holds(InstanceId id, std::uint64_t hash, TierId tier) const;
   /// Returns the instance's state. Throws UsageError for an unknown id.
   [[nodiscard]] InstanceState state(InstanceId id) const;
@@ -190,6 +238,10 @@ class KvIndexer {
   [[nodiscard]] KvIndexerStats stats() const;
   /// What blocks are keyed by (KvIndexerOptions::key).
   [[nodiscard]] BlockKey key() const noexcept;
+  /// True when the groups make the index hybrid (see the file comment).
+  [[nodiscard]] bool hybrid() const noexcept;
+  /// The model's groups (KvIndexerOptions::groups).
+  [[nodiscard]] std::span<const KvCacheGroupSpec> groups() const noexcept;
 
   struct Impl;  // defined in src/router/kv_indexer.cpp
 

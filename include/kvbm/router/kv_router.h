@@ -21,6 +21,13 @@
 // route_tokens() routes by a request's token ids when the index is keyed by
 // tokens (KvIndexerOptions::key), whatever the engines hash their blocks with.
 //
+// A hybrid index (KvIndexer::hybrid(): the model's KV cache groups) answers
+// with the longest prefix every group can serve on each instance, in blocks
+// of hash_block_size(groups) tokens, which options.block_size must then equal
+// (the constructor says so otherwise). route() takes the request's chained
+// hashes at that size; route_tokens() keys each group's blocks at its own
+// block size (group_token_keys()).
+//
 // Without events: an instance set_approximate() publishes no KV events (or
 // the router does not read them). Each request routed there is recorded as
 // held in its G1 for options.approximate_ttl (measured on options.clock), in a
