@@ -7,13 +7,19 @@
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <variant>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "hybrid/hybrid_test_util.h"
+#include "kvbm/events/event_sink.h"
+#include "kvbm/events/kv_events.h"
 #include "test_util.h"
 
 namespace kvbm {
@@ -223,6 +229,46 @@ TEST(HybridKvBlockManager, ThreadsServeSharedPromptsThroughTheTiers) {
   std::uint64_t from_g2 = 0;
   for (const auto& o : stats[0].onboarding.onboarded) from_g2 += o.blocks;
   EXPECT_GT(from_g2, 0u) << "six prompts of 20 blocks do not fit 96 G1 blocks: some come from G2";
+  expect_clean(*m);
+}
+
+// With a publisher in the config every group's pools publish on their tier's medium and
+// name their group, its kind and its window, as vLLM's events do.
+TEST(HybridKvBlockManager, EventsNameEachGroupOnEachTier) {
+  TempDir dir("hybrid");
+  std::mutex mu;
+  std::set<std::tuple<std::string, std::uint32_t, std::string, std::uint32_t>> stored;
+  std::size_t without_group = 0;
+  auto sink = std::make_shared<events::CallbackEventSink>(
+      [&](std::uint64_t, const events::KvEventBatch& batch, std::span<const std::uint8_t>) {
+        std::lock_guard lock(mu);
+        for (const auto& e : batch.events) {
+          const auto* s = std::get_if<events::BlockStored>(&e);
+          if (s == nullptr) continue;
+          if (!s->group_idx) {
+            ++without_group;
+            continue;
+          }
+          stored.emplace(s->medium, *s->group_idx, s->kv_cache_spec_kind.value_or(""),
+                         s->kv_cache_spec_sliding_window.value_or(0));
+        }
+      });
+  events::KvEventPublisherOptions options;
+  options.background_flush = false;  // published by flush() below
+  auto publisher = std::make_shared<events::KvEventPublisher>(sink, options);
+  auto c = hybrid_config({test::full(0), test::window(1)}, tiers(48, 256, 0), dir.path());
+  c.events = publisher;
+  auto m = HybridKvBlockManager::build(std::move(c));
+  EXPECT_EQ(serve(*m, test::chain(kPrompt, 1)), 0u);
+  m->drain();
+  publisher->flush();
+  std::lock_guard lock(mu);
+  EXPECT_EQ(without_group, 0u) << "every event of a hybrid model names its group";
+  using Row = std::tuple<std::string, std::uint32_t, std::string, std::uint32_t>;
+  for (const char* medium : {events::kMediumGpu, events::kMediumCpu}) {
+    EXPECT_TRUE(stored.contains(Row{medium, 0, "full_attention", 0})) << medium;
+    EXPECT_TRUE(stored.contains(Row{medium, 1, "sliding_window", 128})) << medium;
+  }
   expect_clean(*m);
 }
 

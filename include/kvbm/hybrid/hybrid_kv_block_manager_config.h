@@ -17,7 +17,11 @@
 //     group's file never serves another; its namespace and G4's user namespace
 //     are the base's passed through KvCacheGroupSpec::namespace_for();
 //   * its own metrics registry (each KvBlockManager's onboarding series are
-//     its own); the listeners of `base` are given to every group.
+//     its own); the listeners of `base` are given to every group;
+//   * with `events`, a listener of that publisher on each of its pooled tiers
+//     (G1 "GPU", G2 "CPU", G3 "STORAGE") naming the group
+//     (KvEventPublisher::listener(medium, group)), so the events carry
+//     group_idx, the kind and the window as vLLM's do.
 //
 // Block keys are group keys (kvbm/groups/group_key.h), so even a G4 keyspace
 // shared by every group keeps them apart.
@@ -27,8 +31,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
+#include "kvbm/events/kv_events.h"
 #include "kvbm/groups/kv_cache_group_spec.h"
 #include "kvbm/groups/snapshot_policy.h"
 #include "kvbm/kv_block_manager_config.h"
@@ -48,6 +54,8 @@ struct HybridKvBlockManagerConfig {
   SnapshotPolicy snapshot_policy;
   /// Empty, or one row per group: blocks per pooled tier (0: the split by bytes).
   std::vector<TierArray<std::size_t>> group_blocks;
+  /// When set, every group's pools publish KV events through it, naming the group.
+  std::shared_ptr<events::KvEventPublisher> events;
 };
 
 /// Returns the layout of one block of `group`: its tokens per block and, when its
