@@ -15,7 +15,7 @@ namespace kvbm {
 namespace {
 
 #if KVBM_HAVE_CUDA
-[[noreturn]] void throw_cuda(cudaError_t err, const char* call, std::size_t n) {
+[[noreturn]] void throw_cuda_copy(cudaError_t err, const char* call, std::size_t n) {
   (void)cudaGetLastError();
   throw RuntimeError(
       ErrorKind::kDevice, static_cast<int>(err),
@@ -31,7 +31,7 @@ void copy_and_wait(void* dst, const void* src, std::size_t n, cudaMemcpyKind kin
                    const char* what) {
   cudaError_t err = cudaMemcpyAsync(dst, src, n, kind, cudaStreamLegacy);
   if (err == cudaSuccess) err = cudaStreamSynchronize(cudaStreamLegacy);
-  if (err != cudaSuccess) throw_cuda(err, what, n);
+  if (err != cudaSuccess) throw_cuda_copy(err, what, n);
 }
 #endif
 

@@ -152,7 +152,7 @@ HybridModel llama31_8b() {
   return m;
 }
 
-constexpr std::array<HybridPreset, 5> kPresets = {{
+constexpr std::array<HybridPreset, 5> kHybridPresets = {{
     {"gpt-oss-20b", gpt_oss_20b},
     {"gemma3-27b", gemma3_27b},
     {"llama4-scout", llama4_scout},
@@ -258,23 +258,23 @@ KvCacheGroupSpec parse_group(const json& g, std::size_t i, const std::string& so
 
 }  // namespace
 
-std::span<const HybridPreset> hybrid_presets() noexcept { return kPresets; }
+std::span<const HybridPreset> hybrid_presets() noexcept { return kHybridPresets; }
 
 std::string hybrid_preset_names() {
   std::string names;
-  for (const auto& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  for (const auto& p : kHybridPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
   return names;
 }
 
 std::optional<HybridModel> find_hybrid_preset(std::string_view name) {
-  for (const auto& p : kPresets) {
+  for (const auto& p : kHybridPresets) {
     if (p.name == name) return p.build();
   }
   return std::nullopt;
 }
 
 std::string check_hybrid_preset(std::string_view name) {
-  for (const auto& p : kPresets) {
+  for (const auto& p : kHybridPresets) {
     if (p.name == name) return {};
   }
   return "--model-groups: unknown preset '" + std::string(name) +
