@@ -239,6 +239,8 @@ std::string set_tier_size(Parsing& p, const Given& g) {
            std::string(g.name.substr(0, g.name.size() - 6)) + "bytes for sizes";
   }
   p.o.*Tier = *s;
+  if constexpr (Tier == &Options::host) p.o.host_given = true;
+  if constexpr (Tier == &Options::disk) p.o.disk_given = true;
   return {};
 }
 
