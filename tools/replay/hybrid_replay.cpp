@@ -71,6 +71,7 @@ class HybridPass {
       core_ = &*own_;
     }
     run_.tiered = tiered;
+    run_.vllm_padded_block = vllm_padded_block(model);
     for (std::size_t g = 0; g < model.groups.size(); ++g) {
       GroupFigures f;
       f.spec = model.groups[g];
@@ -149,6 +150,7 @@ class HybridPass {
     PrefixHit<G1> hit = lookup(hashes, prompt - 1);
     run_.hit_tokens += hit.tokens;
     run_.hit_requests += hit.tokens > 0 ? 1 : 0;
+    count_vllm_rule(prompt, hit.tokens);
     for (std::size_t g = 0; g < run_.groups.size(); ++g) {
       run_.groups[g].hit_blocks += hit.ranges[g].size();
       run_.groups[g].hit_tokens += hit.ranges[g].size() * run_.groups[g].spec.tokens_per_block;
@@ -158,6 +160,19 @@ class HybridPass {
     core_->finish(r, hashes);
     // Every offload lands before the next request: the same figures on every run.
     if (tiered_) tiered_->drain();
+  }
+
+  // The cut under vLLM's padded block (HybridRun::vllm_padded_block).
+  void count_vllm_rule(std::size_t prompt, std::size_t cut) {
+    const std::size_t p = run_.vllm_padded_block;
+    if (p == 0) return;
+    const std::size_t vllm = std::min(cut, prompt - 1) / p * p;
+    run_.vllm_rule_hit_tokens += vllm;
+    if (prompt >= p) return;
+    ++run_.short_requests;
+    run_.short_prompt_tokens += prompt;
+    run_.short_hit_tokens += cut;
+    run_.short_vllm_rule_tokens += vllm;
   }
 
   // G1 room for the step; tiered: after the copies in flight have let their blocks go.
@@ -236,6 +251,25 @@ HybridModel full_attention_baseline(const HybridModel& model) {
   b.groups[0].name = "all-full";
   b.g1_weights = {1.0};
   return b;
+}
+
+std::uint32_t vllm_padded_block(const HybridModel& model) {
+  constexpr std::uint64_t kKernelBlock = 16;  // FlashAttention's smallest, vLLM's default size
+  std::uint64_t attn_token = 0;               // one token of one attention layer
+  std::uint64_t state = 0;                    // one layer's state snapshot
+  for (const auto& g : model.groups) {
+    if (g.layers.empty()) continue;
+    const std::uint64_t layers = g.layers.size();
+    if (g.kind == AttentionKind::kRecurrentState) {
+      state = std::max(state, g.bytes_per_block / layers);
+    } else {
+      attn_token = std::max(attn_token, g.bytes_per_block / (layers * g.tokens_per_block));
+    }
+  }
+  if (state == 0 || attn_token == 0) return 0;
+  const std::uint64_t per_kernel_block = kKernelBlock * attn_token;
+  return static_cast<std::uint32_t>(kKernelBlock *
+                                    ((state + per_kernel_block - 1) / per_kernel_block));
 }
 
 std::uint64_t baseline_bytes_for_blocks(const HybridModel& model, std::size_t blocks,

@@ -131,7 +131,17 @@ struct HybridRun {
   std::uint64_t hit_requests = 0;     ///< requests whose cut was > 0
   std::uint64_t uncached_tokens = 0;  ///< tokens of steps G1 could not give blocks for
   std::uint64_t prefill_steps = 0;
-  bool tiered = false;            ///< through HybridKvBlockManager with G2 / G3
+  /// vLLM's rule on the same replay (a model with a recurrent state; else 0): vLLM
+  /// raises the attention block to vllm_padded_block() tokens, so its cuts fall on
+  /// multiples of it. Each request's cut here rounded down to that multiple (an upper
+  /// bound of vLLM's: it also needs a state snapshot exactly there).
+  std::uint32_t vllm_padded_block = 0;
+  std::uint64_t vllm_rule_hit_tokens = 0;    ///< every request's cut at vLLM's granularity
+  std::uint64_t short_requests = 0;          ///< prompts shorter than the padded block
+  std::uint64_t short_prompt_tokens = 0;     ///< their tokens
+  std::uint64_t short_hit_tokens = 0;        ///< what their cuts found here
+  std::uint64_t short_vllm_rule_tokens = 0;  ///< what vLLM's rule gives them
+  bool tiered = false;                       ///< through HybridKvBlockManager with G2 / G3
   std::uint64_t shrunk_cuts = 0;  ///< tiered: onboardings that came up short (cut shrank)
   std::string audit;  ///< HybridBlockManager::audit() at the end ("" = every pool balanced)
   double wall_seconds = 0;
@@ -188,6 +198,12 @@ struct HybridReplayResult {
 /// Returns the baseline of `model`: one full-attention group covering every layer,
 /// at the lcm of the groups' block sizes, its bytes per block the groups' summed.
 [[nodiscard]] HybridModel full_attention_baseline(const HybridModel& model);
+
+/// Returns the attention block vLLM 0.33 pads a model with a recurrent state to
+/// (vllm/platforms/interface.py: the smallest multiple of the kernel block, 16,
+/// whose KV bytes per layer reach one layer's state), or 0 without a recurrent
+/// state or an attention group.
+[[nodiscard]] std::uint32_t vllm_padded_block(const HybridModel& model);
 
 /// Returns the bytes of `blocks` trace blocks of `trace_block_tokens` tokens in the
 /// baseline's layout: the G1 of --device-blocks N for a hybrid replay.

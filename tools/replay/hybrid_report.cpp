@@ -108,11 +108,34 @@ nlohmann::json run_json(const HybridRun& run) {
           {"uncached_tokens", run.uncached_tokens},
           {"prefill_steps", run.prefill_steps},
           {"tiered", run.tiered},
+          {"vllm_padded_block",
+           {{"tokens", run.vllm_padded_block},
+            {"vllm_rule_hit_tokens", run.vllm_rule_hit_tokens},
+            {"short_requests", run.short_requests},
+            {"short_prompt_tokens", run.short_prompt_tokens},
+            {"short_hit_tokens", run.short_hit_tokens},
+            {"short_vllm_rule_tokens", run.short_vllm_rule_tokens}}},
           {"shrunk_cuts", run.shrunk_cuts},
           {"g1_bytes", run.g1_bytes()},
           {"groups", groups},
           {"audit", run.audit},
           {"wall_seconds", run.wall_seconds}};
+}
+
+// vLLM's padded attention block (a model with a recurrent state): what its rule gives.
+void print_vllm_rule(std::ostream& out, const char* which, const HybridRun& run) {
+  if (run.vllm_padded_block == 0) return;
+  out << fmt::format(
+      "  {}: vLLM pads the attention block to {} tokens; prompts shorter: {} ({} tokens), found "
+      "{} tokens here, {} by vLLM's rule; every prompt by vLLM's rule: {} hit tokens ({:.2f}%), "
+      "here {}\n",
+      which, run.vllm_padded_block, group_digits(run.short_requests),
+      group_digits(run.short_prompt_tokens), group_digits(run.short_hit_tokens),
+      group_digits(run.short_vllm_rule_tokens), group_digits(run.vllm_rule_hit_tokens),
+      run.prompt_tokens == 0 ? 0.0
+                             : 100.0 * static_cast<double>(run.vllm_rule_hit_tokens) /
+                                   static_cast<double>(run.prompt_tokens),
+      group_digits(run.hit_tokens));
 }
 
 // One row of the tier table: manager, group, tier, G blocks and bytes, hit blocks and bytes
@@ -167,6 +190,7 @@ void print_tiered(std::ostream& out, const HybridReplayResult& r) {
   out << fmt::format(
       "\n  hit blocks: the cuts' blocks by the tier they came from (G2, G3: onboarded into G1);\n"
       "  moved in: G1 blocks prefilled, G2 blocks copied from G1, G3 blocks copied from G2\n");
+  print_vllm_rule(out, "hybrid G1-G3", h);
   out << fmt::format("  audit: hybrid G1-G3 {}, baseline G1-G3 {}\n",
                      h.audit.empty() ? "every pool of every tier balanced" : h.audit,
                      b.audit.empty() ? "balanced" : b.audit);
@@ -211,6 +235,7 @@ void print_hybrid(std::ostream& out, const TraceSummary& t, const HybridReplayRe
   out << fmt::format("  audit: hybrid {}, baseline {}\n",
                      r.hybrid.audit.empty() ? "every pool balanced" : r.hybrid.audit,
                      r.baseline.audit.empty() ? "balanced" : r.baseline.audit);
+  print_vllm_rule(out, "hybrid", r.hybrid);
   if (r.hybrid_tiered && r.baseline_tiered) print_tiered(out, r);
 }
 
