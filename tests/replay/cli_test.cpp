@@ -335,10 +335,9 @@ TEST(ReplayCli, HybridReplayWithG2AndG3RepeatsAndFindsHitsBelowG1) {
   if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   const test::ScratchDir dir("kvbm-cli-hybrid-tiers");
   const std::vector<std::string> args = {
-      "--trace",       *trace,   "--model-groups",  "qwen3-next-80b",
-      "--limit",       "120",    "--device-blocks", "60",
-      "--host-blocks", "240",    "--disk-blocks",   "960",
-      "--json",        "--quiet"};
+      "--trace",         *trace,   "--model-groups", "qwen3-next-80b", "--limit",       "250",
+      "--device-blocks", "300",    "--host-blocks",  "1200",           "--disk-blocks", "4800",
+      "--json",          "--quiet"};
   auto parse = [](const Outcome& o) {
     nlohmann::json j = nlohmann::json::parse(o.out).at("hybrid_replay");
     for (const char* k : {"hybrid", "baseline", "hybrid_tiered", "baseline_tiered"}) {
