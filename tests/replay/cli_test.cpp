@@ -327,6 +327,48 @@ TEST(ReplayCli, HybridReplayPrintsTheSameTableTwice) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// --model-groups with G2 and G3 (--host-blocks, --disk-blocks): the tiered replays, hits
+// from the lower tiers, every pool balanced, the same JSON twice (less the wall times);
+// G3 without G2 is refused.
+TEST(ReplayCli, HybridReplayWithG2AndG3RepeatsAndFindsHitsBelowG1) {
+  const auto trace = test::shipped_trace_path();
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
+  const test::ScratchDir dir("kvbm-cli-hybrid-tiers");
+  const std::vector<std::string> args = {
+      "--trace",         *trace,   "--model-groups", "qwen3-next-80b", "--limit",       "250",
+      "--device-blocks", "300",    "--host-blocks",  "1200",           "--disk-blocks", "4800",
+      "--json",          "--quiet"};
+  auto parse = [](const Outcome& o) {
+    nlohmann::json j = nlohmann::json::parse(o.out).at("hybrid_replay");
+    for (const char* k : {"hybrid", "baseline", "hybrid_tiered", "baseline_tiered"}) {
+      j.at(k).erase("wall_seconds");
+    }
+    return j;
+  };
+  const Outcome a = run(args, dir.path());
+  const Outcome b = run(args, dir.path());
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const nlohmann::json ja = parse(a);
+  EXPECT_EQ(ja, parse(b));
+  const auto& t = ja.at("hybrid_tiered");
+  EXPECT_EQ(t.at("audit"), "");
+  EXPECT_GE(t.at("hit_tokens").get<std::uint64_t>(),
+            ja.at("hybrid").at("hit_tokens").get<std::uint64_t>());
+  std::uint64_t lower = 0;
+  for (const auto& g : t.at("groups")) {
+    const auto& by_tier = g.at("tiers").at("by_tier");
+    lower += by_tier.at("G2").at("hit_blocks").get<std::uint64_t>() +
+             by_tier.at("G3").at("hit_blocks").get<std::uint64_t>();
+  }
+  EXPECT_GT(lower, 0u);
+  EXPECT_GT(ja.at("config").at("g3_budget_bytes").get<std::uint64_t>(), 0u);
+  const Outcome no_g2 =
+      run({"--trace", *trace, "--model-groups", "gpt-oss-20b", "--disk-blocks", "100"}, dir.path());
+  EXPECT_EQ(no_g2.status, 2);
+  EXPECT_NE(no_g2.err.find("G3 sits behind G2"), std::string::npos) << no_g2.err;
+}
+
 // Bad input: an unknown preset lists the presets; a malformed file names its field.
 TEST(ReplayCli, HybridBadInputIsRefusedWithWhatToChange) {
   const test::ScratchDir dir("kvbm-cli-hybrid-bad");

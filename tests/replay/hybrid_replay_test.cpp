@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -201,6 +202,137 @@ TEST(HybridReplay, TwoRunsGiveTheSameReport) {
   EXPECT_EQ(json1, json2);
   EXPECT_NE(json1.find("\"peak_bytes\""), std::string::npos);
   EXPECT_NE(text1.find("deltanet"), std::string::npos);
+}
+
+// G2 and G3 behind a small G1 (300 trace blocks, above the longest prompt; G2 4x, G3 16x).
+HybridReplayConfig tiered_config_for(const std::string& preset) {
+  HybridReplayConfig c;
+  c.model = *find_hybrid_preset(preset);
+  c.g1_bytes = baseline_bytes_for_blocks(c.model, 300, 512);
+  c.g2_bytes = 4 * c.g1_bytes;
+  c.g3_bytes = 16 * c.g1_bytes;
+  return c;
+}
+
+// Each group's tiers after a tiered run: what it holds fits, its hits add up, G1 let blocks
+// go down, and every pool of every group and tier audits clean.
+void expect_tiers_consistent(const HybridRun& run, const std::string& what) {
+  ASSERT_TRUE(run.tiered) << what;
+  expect_balanced(run, what);
+  for (const auto& g : run.groups) {
+    const std::string at = what + " " + g.spec.display_name();
+    for (const TierId t : {TierId::kG1, TierId::kG2, TierId::kG3}) {
+      EXPECT_GT(g.tier_capacity_blocks[t], 0u) << at << " " << to_string(t);
+      EXPECT_LE(g.held_blocks_end[t], g.tier_capacity_blocks[t]) << at << " " << to_string(t);
+    }
+    if (run.shrunk_cuts == 0) {
+      EXPECT_EQ(total(g.hit_blocks_by_tier), g.hit_blocks) << at;
+    }
+    EXPECT_GT(g.offloaded_g1_g2, 0u) << at;
+  }
+}
+
+// G2 and G3 behind G1, at the same G1 bytes: every preset finds at least what G1 alone
+// finds, the difference from the lower tiers, onboarding only what the cut reads (a window's
+// tail, one snapshot: never more blocks than the cut reads).
+TEST(HybridReplay, G2AndG3BehindG1FindAtLeastWhatG1AloneFinds) {
+  const auto trace = test::first_requests(250);
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
+  // The sanitizer builds (KVBM_STRESS_SCALE < 1) leave out the chunked-local preset, whose
+  // tiers tests/hybrid/ checks too: a window and a state group cover the onboarding rules.
+  std::vector<const char*> presets = {"gpt-oss-20b", "qwen3-next-80b"};
+  if (test::stress_scale() >= 1) presets.push_back("llama4-scout");
+  for (const char* preset : presets) {
+    const HybridReplayResult r = run_hybrid_replay(*trace, tiered_config_for(preset));
+    ASSERT_TRUE(r.hybrid_tiered && r.baseline_tiered) << preset;
+    const HybridRun& t = *r.hybrid_tiered;
+    expect_tiers_consistent(t, std::string(preset) + " hybrid G1-G3");
+    expect_tiers_consistent(*r.baseline_tiered, std::string(preset) + " baseline G1-G3");
+    EXPECT_GE(t.hit_tokens, r.hybrid.hit_tokens) << preset;
+    EXPECT_GE(r.baseline_tiered->hit_tokens, r.baseline.hit_tokens) << preset;
+    EXPECT_GT(r.tiered_gain(), 1.0) << preset;
+    std::uint64_t lower = 0;
+    for (std::size_t g = 0; g < t.groups.size(); ++g) {
+      const auto& f = t.groups[g];
+      lower += f.hit_blocks_by_tier[TierId::kG2] + f.hit_blocks_by_tier[TierId::kG3];
+      // The same G1 pools as the G1-only replay.
+      EXPECT_EQ(f.capacity_blocks, r.hybrid.groups[g].capacity_blocks) << preset;
+    }
+    EXPECT_GT(lower, 0u) << preset << ": no hit came from G2 or G3";
+  }
+}
+
+// The tiered report repeats run to run: the text and the JSON (less the wall times).
+TEST(HybridReplay, TieredReportRepeatsRunToRun) {
+  const auto trace = test::first_requests(100);
+  if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
+  const TraceSummary ts{"trace", 100, 0, 0};
+  auto once = [&](std::string& text) {
+    const HybridReplayResult r = run_hybrid_replay(*trace, tiered_config_for("gpt-oss-20b"));
+    std::ostringstream out;
+    print_hybrid(out, ts, r);
+    text = out.str();
+    nlohmann::json j = hybrid_json(r);
+    for (const char* k : {"hybrid", "baseline", "hybrid_tiered", "baseline_tiered"}) {
+      j.at(k).erase("wall_seconds");
+    }
+    return j.dump();
+  };
+  std::string text1;
+  std::string text2;
+  const std::string json1 = once(text1);
+  const std::string json2 = once(text2);
+  EXPECT_EQ(text1, text2);
+  EXPECT_EQ(json1, json2);
+  EXPECT_NE(json1.find("\"G2_to_G3\""), std::string::npos);
+  EXPECT_NE(text1.find("hybrid G1-G3"), std::string::npos) << text1;
+}
+
+// A short trace of its own: `n` requests of `tokens` prompt tokens sharing trace block 7.
+Trace repeated_prompt(std::size_t n, std::uint64_t tokens) {
+  Trace t;
+  t.source = "repeated";
+  t.block_tokens = 512;
+  for (std::size_t i = 0; i < n; ++i) {
+    TraceRequest r;
+    r.input_length = tokens;
+    for (std::uint64_t b = 0; b * 512 < tokens; ++b) {
+      r.hashes.emplace_back(7 + b, b == 0 ? std::nullopt : std::optional<std::uint64_t>(6 + b),
+                            static_cast<std::uint32_t>(b));
+    }
+    t.blocks += r.hashes.size();
+    t.input_tokens += tokens;
+    t.requests.push_back(std::move(r));
+  }
+  return t;
+}
+
+// vLLM pads Qwen3-Next's attention block to 544 tokens (16 x ceil(1,097,728 state bytes per
+// layer / (16 x 2,048 KV bytes per token per layer))), so a prompt under 544 tokens never
+// hits there. kvbm's state group at its own block size (16) finds the repeated 400-token
+// prompt up to its last full block; the preset's 512-token snapshots find nothing under
+// 513 tokens either, and on a 1,100-token prompt cut at 1,024 where vLLM's rule gives 544.
+TEST(HybridReplay, ShortPromptsAgainstVllmsPaddedBlock) {
+  HybridReplayConfig c;
+  c.model = *find_hybrid_preset("qwen3-next-80b");
+  EXPECT_EQ(vllm_padded_block(c.model), 544u);
+  EXPECT_EQ(vllm_padded_block(*find_hybrid_preset("gpt-oss-20b")), 0u);
+  c.g1_unlimited = true;
+  const HybridReplayResult preset = run_hybrid_replay(repeated_prompt(10, 400), c);
+  EXPECT_EQ(preset.hybrid.short_requests, 10u);
+  EXPECT_EQ(preset.hybrid.short_hit_tokens, 0u);
+  c.model.groups[1].tokens_per_block = 16;  // a snapshot per 16-token block
+  const HybridReplayResult fine = run_hybrid_replay(repeated_prompt(10, 400), c);
+  EXPECT_EQ(fine.hybrid.vllm_padded_block, 544u);
+  EXPECT_EQ(fine.hybrid.short_requests, 10u);
+  EXPECT_EQ(fine.hybrid.short_prompt_tokens, 4'000u);
+  EXPECT_EQ(fine.hybrid.short_hit_tokens, 9u * 384);  // every repeat: 399 tokens down to 16s
+  EXPECT_EQ(fine.hybrid.short_vllm_rule_tokens, 0u);
+  expect_balanced(fine.hybrid, "16-token snapshots");
+  const HybridReplayResult longer = run_hybrid_replay(repeated_prompt(10, 1'100), c);
+  EXPECT_EQ(longer.hybrid.short_requests, 0u);
+  EXPECT_EQ(longer.hybrid.hit_tokens, 9u * 1'088);  // 1,099 down to 16s
+  EXPECT_EQ(longer.hybrid.vllm_rule_hit_tokens, 9u * 1'088 / 544 * 544);
 }
 
 TEST(HybridReplay, SplitsG1ByWeightAndRefusesAnEmptyPool) {

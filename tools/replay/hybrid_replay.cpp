@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <utility>
 
 #include "kvbm/error.h"
 #include "kvbm/groups/hybrid_block_manager.h"
+#include "replay/hybrid_tiers.h"
 
 namespace kvbm::replay {
 
@@ -54,17 +56,28 @@ std::string snapshot_name(const SnapshotPolicy& p) {
   return "every_block";
 }
 
-// One replay of the trace through one manager.
+// One replay of the trace through one manager: a HybridBlockManager<G1> of its own
+// (G1 only), or a HybridKvBlockManager's core over its groups' G1 pools (tiered).
 class HybridPass {
  public:
   HybridPass(const Trace& trace, const HybridReplayConfig& config, const HybridModel& model,
-             const std::vector<std::size_t>& capacity)
-      : trace_(trace), config_(config), manager_(build(model, capacity)) {
+             const std::vector<TierArray<std::size_t>>& capacity, bool tiered)
+      : trace_(trace), config_(config) {
+    if (tiered) {
+      tiered_ = tiered_manager(model, capacity, config);
+      core_ = &tiered_->core();
+    } else {
+      own_.emplace(build(model, capacity));
+      core_ = &*own_;
+    }
+    run_.tiered = tiered;
+    run_.vllm_padded_block = vllm_padded_block(model);
     for (std::size_t g = 0; g < model.groups.size(); ++g) {
       GroupFigures f;
       f.spec = model.groups[g];
       f.g1_weight = g < model.g1_weights.size() ? model.g1_weights[g] : 1.0;
-      f.capacity_blocks = capacity[g];
+      f.capacity_blocks = capacity[g][TierId::kG1];
+      f.tier_capacity_blocks[TierId::kG1] = f.capacity_blocks;
       run_.groups.push_back(std::move(f));
     }
     held_sum_.assign(model.groups.size(), 0);
@@ -84,19 +97,48 @@ class HybridPass {
       f.mean_held_blocks = run_.prefill_steps == 0 ? 0.0
                                                    : static_cast<double>(held_sum_[g]) /
                                                          static_cast<double>(run_.prefill_steps);
-      f.cached_blocks_end = manager_.pool(g).pool_counts().inactive;
+      f.cached_blocks_end = core_->pool(g).pool_counts().inactive;
+      const PoolCounts c = core_->pool(g).pool_counts();
+      f.held_blocks_end[TierId::kG1] = c.total - c.reset;
     }
-    run_.audit = manager_.audit();
+    if (tiered_) {
+      tiered_->drain();
+      collect_tiers(*tiered_, run_);
+      run_.audit = tiered_->audit();
+    } else {
+      run_.audit = own_->audit();
+    }
     run_.wall_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::move(run_);
   }
 
  private:
-  Manager build(const HybridModel& model, const std::vector<std::size_t>& capacity) const {
+  Manager build(const HybridModel& model,
+                const std::vector<TierArray<std::size_t>>& capacity) const {
     auto b = Manager::builder();
-    for (std::size_t g = 0; g < model.groups.size(); ++g) b.group(model.groups[g], capacity[g]);
+    for (std::size_t g = 0; g < model.groups.size(); ++g)
+      b.group(model.groups[g], capacity[g][TierId::kG1]);
     return b.snapshot_policy(config_.snapshot).eviction(config_.eviction).pool_name("G1").build();
+  }
+
+  // The cut of one request: G1's alone, or onboarded from every tier (only what it reads).
+  PrefixHit<G1> lookup(const std::vector<SequenceHash>& hashes, std::size_t max_tokens) {
+    if (!tiered_) {
+      PrefixHit<G1> hit = own_->find_prefix(hashes, max_tokens);
+      for (std::size_t g = 0; g < run_.groups.size(); ++g)
+        run_.groups[g].hit_blocks_by_tier[TierId::kG1] += hit.ranges[g].size();
+      return hit;
+    }
+    HybridOnboardHandle h = tiered_->onboard(hashes, max_tokens);
+    PrefixHit<G1> hit = h.take_hit();
+    run_.shrunk_cuts += hit.tokens < h.planned_tokens() ? 1 : 0;
+    for (std::size_t g = 0; g < run_.groups.size(); ++g) {
+      if (hit.ranges[g].empty()) continue;
+      const OnboardCounts c = h.counts(g);
+      for (const TierId t : kTierIds) run_.groups[g].hit_blocks_by_tier[t] += c.from(t);
+    }
+    return hit;
   }
 
   void replay_request(const TraceRequest& req) {
@@ -104,17 +146,41 @@ class HybridPass {
     ++run_.requests;
     run_.prompt_tokens += prompt;
     if (prompt == 0) return;
-    const auto hashes = hybrid_hashes(req, trace_.block_tokens, manager_.hash_block_size());
-    PrefixHit<G1> hit = manager_.find_prefix(hashes, prompt - 1);
+    const auto hashes = hybrid_hashes(req, trace_.block_tokens, core_->hash_block_size());
+    PrefixHit<G1> hit = lookup(hashes, prompt - 1);
     run_.hit_tokens += hit.tokens;
     run_.hit_requests += hit.tokens > 0 ? 1 : 0;
+    count_vllm_rule(prompt, hit.tokens);
     for (std::size_t g = 0; g < run_.groups.size(); ++g) {
       run_.groups[g].hit_blocks += hit.ranges[g].size();
       run_.groups[g].hit_tokens += hit.ranges[g].size() * run_.groups[g].spec.tokens_per_block;
     }
-    HybridRequest<G1> r = manager_.start_request(std::move(hit));
+    HybridRequest<G1> r = core_->start_request(std::move(hit));
     prefill(r, hashes, prompt);
-    manager_.finish(r, hashes);
+    core_->finish(r, hashes);
+    // Every offload lands before the next request: the same figures on every run.
+    if (tiered_) tiered_->drain();
+  }
+
+  // The cut under vLLM's padded block (HybridRun::vllm_padded_block).
+  void count_vllm_rule(std::size_t prompt, std::size_t cut) {
+    const std::size_t p = run_.vllm_padded_block;
+    if (p == 0) return;
+    const std::size_t vllm = std::min(cut, prompt - 1) / p * p;
+    run_.vllm_rule_hit_tokens += vllm;
+    if (prompt >= p) return;
+    ++run_.short_requests;
+    run_.short_prompt_tokens += prompt;
+    run_.short_hit_tokens += cut;
+    run_.short_vllm_rule_tokens += vllm;
+  }
+
+  // G1 room for the step; tiered: after the copies in flight have let their blocks go.
+  bool allocate(HybridRequest<G1>& r, std::size_t tokens) {
+    if (core_->allocate(r, tokens)) return true;
+    if (!tiered_) return false;
+    tiered_->drain();
+    return core_->allocate(r, tokens);
   }
 
   // Step 2 of the file comment: chunk by chunk from the cut to the prompt's end.
@@ -125,7 +191,7 @@ class HybridPass {
     for (std::size_t g = 0; g < run_.groups.size(); ++g) end_before[g] = r.held_range(g).last;
     while (done < prompt) {
       const std::size_t next = std::min(prompt, (done / chunk + 1) * chunk);
-      if (!manager_.allocate(r, next)) {
+      if (!allocate(r, next)) {
         run_.uncached_tokens += prompt - done;
         break;
       }
@@ -138,25 +204,31 @@ class HybridPass {
         f.written_blocks += held.last > end_before[g] ? held.last - end_before[g] : 0;
         end_before[g] = std::max(end_before[g], held.last);
       }
-      if (!config_.register_at_end || next == prompt) manager_.commit(r, hashes, next);
-      manager_.release_out_of_reach(r, next);
+      if (!config_.register_at_end || next == prompt) core_->commit(r, hashes, next);
+      core_->release_out_of_reach(r, next);
       done = next;
     }
   }
 
   const Trace& trace_;
   const HybridReplayConfig& config_;
-  Manager manager_;
+  std::optional<Manager> own_;
+  std::unique_ptr<HybridKvBlockManager> tiered_;
+  Manager* core_ = nullptr;
   HybridRun run_;
   std::vector<std::uint64_t> held_sum_;
 };
 
-std::vector<std::size_t> capacities(const Trace& trace, const HybridReplayConfig& config,
-                                    const HybridModel& model) {
-  if (!config.g1_unlimited) return split_g1(model, config.g1_bytes);
-  std::vector<std::size_t> out;
-  for (const auto& g : model.groups) out.push_back(unlimited_blocks(trace, g.tokens_per_block));
-  return out;
+// Each group's blocks per tier (G2 and G3: 0 without them).
+std::vector<TierArray<std::size_t>> capacities(const Trace& trace, const HybridReplayConfig& config,
+                                               const HybridModel& model) {
+  std::vector<std::size_t> g1;
+  if (!config.g1_unlimited) {
+    g1 = split_g1(model, config.g1_bytes);
+  } else {
+    for (const auto& g : model.groups) g1.push_back(unlimited_blocks(trace, g.tokens_per_block));
+  }
+  return tier_capacities(model, g1, config);
 }
 
 }  // namespace
@@ -179,6 +251,25 @@ HybridModel full_attention_baseline(const HybridModel& model) {
   b.groups[0].name = "all-full";
   b.g1_weights = {1.0};
   return b;
+}
+
+std::uint32_t vllm_padded_block(const HybridModel& model) {
+  constexpr std::uint64_t kKernelBlock = 16;  // FlashAttention's smallest, vLLM's default size
+  std::uint64_t attn_token = 0;               // one token of one attention layer
+  std::uint64_t state = 0;                    // one layer's state snapshot
+  for (const auto& g : model.groups) {
+    if (g.layers.empty()) continue;
+    const std::uint64_t layers = g.layers.size();
+    if (g.kind == AttentionKind::kRecurrentState) {
+      state = std::max(state, g.bytes_per_block / layers);
+    } else {
+      attn_token = std::max(attn_token, g.bytes_per_block / (layers * g.tokens_per_block));
+    }
+  }
+  if (state == 0 || attn_token == 0) return 0;
+  const std::uint64_t per_kernel_block = kKernelBlock * attn_token;
+  return static_cast<std::uint32_t>(kKernelBlock *
+                                    ((state + per_kernel_block - 1) / per_kernel_block));
 }
 
 std::uint64_t baseline_bytes_for_blocks(const HybridModel& model, std::size_t blocks,
@@ -251,10 +342,17 @@ HybridReplayResult run_hybrid_replay(const Trace& trace, const HybridReplayConfi
   res.snapshot_policy = snapshot_name(config.snapshot);
   res.eviction = std::string(to_string(config.eviction));
   res.register_at_end = config.register_at_end;
+  res.g2_budget_bytes = config.g2_bytes;
+  res.g3_budget_bytes = config.g3_bytes;
   const HybridModel base = full_attention_baseline(config.model);
-  res.hybrid =
-      HybridPass(trace, config, config.model, capacities(trace, config, config.model)).run();
-  res.baseline = HybridPass(trace, config, base, capacities(trace, config, base)).run();
+  const auto model_blocks = capacities(trace, config, config.model);
+  const auto base_blocks = capacities(trace, config, base);
+  res.hybrid = HybridPass(trace, config, config.model, model_blocks, false).run();
+  res.baseline = HybridPass(trace, config, base, base_blocks, false).run();
+  if (config.tiered()) {
+    res.hybrid_tiered = HybridPass(trace, config, config.model, model_blocks, true).run();
+    res.baseline_tiered = HybridPass(trace, config, base, base_blocks, true).run();
+  }
   return res;
 }
 

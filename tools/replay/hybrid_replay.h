@@ -35,6 +35,17 @@
 // budget: with every weight 1, every group holds as many tokens as the
 // baseline. A weight below 1 gives a window's bytes to the full group.
 //
+// G2 and G3 behind G1 (g2_bytes, g3_bytes): when either is > 0, two more
+// replays run, the model and its baseline each through a HybridKvBlockManager
+// (kvbm/hybrid/) with move_bytes false, its G1 the same pools as above and G2,
+// G3 split between the groups as G1 is (the same weights). A request's cut is
+// then onboard(hashes, prompt - 1): the longest cut every group serves from any
+// tier, onboarding per group only the blocks it reads; hits are counted per
+// group and per tier they came from (HybridOnboardHandle::counts). After each
+// request the managers drain, so every offload has landed before the next
+// request: the figures are the same on every run. Blocks move down as
+// g1_g2 / g2_g3 say (on_eviction by default, as the dense replay).
+//
 // Thread-safety: a plain function; it builds and owns its managers.
 
 #pragma once
@@ -43,11 +54,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvbm/eviction/backend.h"
 #include "kvbm/groups/snapshot_policy.h"
+#include "kvbm/kv_block_manager_config.h"
+#include "kvbm/tier_array.h"
 #include "replay/hybrid_preset.h"
 #include "replay/trace.h"
 
@@ -70,6 +84,15 @@ struct HybridReplayConfig {
   /// back to the free pool as it falls out of reach.
   bool register_at_end = false;
   EvictionPolicy eviction = EvictionPolicy::kLru;
+  /// G2 bytes behind G1, split between the groups as G1 is (0: none; see the file comment).
+  std::uint64_t g2_bytes = 0;
+  /// G3 bytes behind G2 (0: none; needs G2).
+  std::uint64_t g3_bytes = 0;
+  /// How blocks move down from G1 to G2 and from G2 to G3 (the tiered replays).
+  OffloadMode g1_g2 = OffloadMode::kOnEviction;
+  OffloadMode g2_g3 = OffloadMode::kOnEviction;
+  /// Returns true when G2 or G3 is given: the tiered replays run.
+  [[nodiscard]] bool tiered() const noexcept { return g2_bytes > 0 || g3_bytes > 0; }
   /// Called every 256 requests and at the end of each of the two replays.
   std::function<void(std::size_t done, std::size_t total)> progress;
   /// When set and true, each replay stops before its next request.
@@ -87,6 +110,12 @@ struct GroupFigures {
   std::size_t peak_held_blocks = 0;     ///< most blocks the running request held (after a step)
   double mean_held_blocks = 0;          ///< mean over every prefill step of the replay
   std::uint64_t cached_blocks_end = 0;  ///< blocks left in the inactive pool at the end
+  // The tiered replays (G2, G3 behind G1); G1 only: G2 and G3 stay 0.
+  TierArray<std::size_t> tier_capacity_blocks{};  ///< each pooled tier's blocks
+  TierArray<std::uint64_t> hit_blocks_by_tier{};  ///< the cuts' blocks, by the tier they came from
+  TierArray<std::uint64_t> held_blocks_end{};     ///< blocks each tier holds at the end
+  std::uint64_t offloaded_g1_g2 = 0;              ///< blocks copied G1 -> G2
+  std::uint64_t offloaded_g2_g3 = 0;              ///< blocks copied G2 -> G3
   [[nodiscard]] std::uint64_t bytes(std::uint64_t blocks) const noexcept {
     return blocks * spec.bytes_per_block;
   }
@@ -102,6 +131,18 @@ struct HybridRun {
   std::uint64_t hit_requests = 0;     ///< requests whose cut was > 0
   std::uint64_t uncached_tokens = 0;  ///< tokens of steps G1 could not give blocks for
   std::uint64_t prefill_steps = 0;
+  /// vLLM's rule on the same replay (a model with a recurrent state; else 0): vLLM
+  /// raises the attention block to vllm_padded_block() tokens, so its cuts fall on
+  /// multiples of it. Each request's cut here rounded down to that multiple (an upper
+  /// bound of vLLM's: it also needs a state snapshot exactly there).
+  std::uint32_t vllm_padded_block = 0;
+  std::uint64_t vllm_rule_hit_tokens = 0;    ///< every request's cut at vLLM's granularity
+  std::uint64_t short_requests = 0;          ///< prompts shorter than the padded block
+  std::uint64_t short_prompt_tokens = 0;     ///< their tokens
+  std::uint64_t short_hit_tokens = 0;        ///< what their cuts found here
+  std::uint64_t short_vllm_rule_tokens = 0;  ///< what vLLM's rule gives them
+  bool tiered = false;                       ///< through HybridKvBlockManager with G2 / G3
+  std::uint64_t shrunk_cuts = 0;  ///< tiered: onboardings that came up short (cut shrank)
   std::string audit;  ///< HybridBlockManager::audit() at the end ("" = every pool balanced)
   double wall_seconds = 0;
 
@@ -129,20 +170,40 @@ struct HybridReplayResult {
   std::uint32_t prefill_chunk_tokens = 0;
   std::string snapshot_policy;
   std::string eviction;
-  bool register_at_end = false;  ///< HybridReplayConfig::register_at_end ("tails")
+  bool register_at_end = false;       ///< HybridReplayConfig::register_at_end ("tails")
+  std::uint64_t g2_budget_bytes = 0;  ///< 0: no G2
+  std::uint64_t g3_budget_bytes = 0;  ///< 0: no G3
   HybridRun hybrid;
   HybridRun baseline;
+  /// With G2 or G3 (HybridReplayConfig::tiered()): the model and the baseline
+  /// through HybridKvBlockManager, the same G1 pools.
+  std::optional<HybridRun> hybrid_tiered;
+  std::optional<HybridRun> baseline_tiered;
   /// hybrid.hit_tokens / baseline.hit_tokens (0 when the baseline hit nothing).
   [[nodiscard]] double gain() const noexcept {
     return baseline.hit_tokens == 0
                ? 0.0
                : static_cast<double>(hybrid.hit_tokens) / static_cast<double>(baseline.hit_tokens);
   }
+  /// hybrid_tiered's hit tokens / hybrid's (G1 only): what G2 and G3 add (0 without them
+  /// or when G1 alone hit nothing).
+  [[nodiscard]] double tiered_gain() const noexcept {
+    return !hybrid_tiered || hybrid.hit_tokens == 0
+               ? 0.0
+               : static_cast<double>(hybrid_tiered->hit_tokens) /
+                     static_cast<double>(hybrid.hit_tokens);
+  }
 };
 
 /// Returns the baseline of `model`: one full-attention group covering every layer,
 /// at the lcm of the groups' block sizes, its bytes per block the groups' summed.
 [[nodiscard]] HybridModel full_attention_baseline(const HybridModel& model);
+
+/// Returns the attention block vLLM 0.33 pads a model with a recurrent state to
+/// (vllm/platforms/interface.py: the smallest multiple of the kernel block, 16,
+/// whose KV bytes per layer reach one layer's state), or 0 without a recurrent
+/// state or an attention group.
+[[nodiscard]] std::uint32_t vllm_padded_block(const HybridModel& model);
 
 /// Returns the bytes of `blocks` trace blocks of `trace_block_tokens` tokens in the
 /// baseline's layout: the G1 of --device-blocks N for a hybrid replay.

@@ -28,11 +28,13 @@ void print_hybrid(std::ostream& out, const TraceSummary& trace, const HybridRepl
 
 /// The configuration of the command line's hybrid replay: the model (preset or file;
 /// throws UsageError when the file is malformed), G1 from --device-blocks (trace blocks
-/// of the baseline's layout) or --device-bytes, --eviction.
+/// of the baseline's layout) or --device-bytes, G2 and G3 likewise when given
+/// (--host-*, --disk-*), --eviction, --g1-g2, --g2-g3.
 [[nodiscard]] HybridReplayConfig hybrid_config(const Options& o, std::uint32_t trace_block_tokens);
 
 /// Returns "" or what is wrong with --model-groups / --model-groups-file among the other
-/// options (an unknown preset, both given, or an option the G1-only hybrid replay lacks).
+/// options (an unknown preset, both given, G3 without G2, or an option the hybrid replay
+/// lacks).
 [[nodiscard]] std::string check_model_groups(const Options& o);
 
 /// Runs the hybrid replay of the options over `trace` and prints it (text or --json) on

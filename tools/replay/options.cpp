@@ -239,6 +239,8 @@ std::string set_tier_size(Parsing& p, const Given& g) {
            std::string(g.name.substr(0, g.name.size() - 6)) + "bytes for sizes";
   }
   p.o.*Tier = *s;
+  if constexpr (Tier == &Options::host) p.o.host_given = true;
+  if constexpr (Tier == &Options::disk) p.o.disk_given = true;
   return {};
 }
 
@@ -586,7 +588,8 @@ model layout (bytes per block = layers x outer-dim x block-tokens x inner-dim x 
                          use --metadata-only or tier sizes in bytes with it
   --model-groups NAME    a hybrid model's KV cache groups through G1 alone, beside the
                          same G1 bytes with every layer as full attention: gpt-oss-20b,
-                         gemma3-27b, llama4-scout, qwen3-next-80b, llama3.1-8b
+                         gemma3-27b, llama4-scout, qwen3-next-80b, llama3.1-8b; with
+                         --host-* (and --disk-*) also with G2 (and G3) behind that G1
   --model-groups-file F  the same, the groups read from a JSON list (docs/replay.md)
   --hybrid-cache all|tails  all (vLLM's way): every block is cached as it fills; tails:
                          only what is in reach when the prefill ends (a window's tail)

@@ -41,6 +41,8 @@ struct Options {
   SizeOption device{.blocks = 1'000};
   SizeOption host{.blocks = 10'000};
   SizeOption disk{.blocks = 50'000};
+  bool host_given = false;  ///< --host-blocks or --host-bytes was on the command line
+  bool disk_given = false;  ///< --disk-blocks or --disk-bytes was on the command line
   EvictionPolicy eviction = EvictionPolicy::kLru;
   std::string model;  ///< a preset (model_preset.h) fixing the layout; "" = the options above
   std::string model_groups;          ///< a hybrid preset (hybrid_preset.h): the hybrid replay
