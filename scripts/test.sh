@@ -67,7 +67,7 @@
 #   KVBM_STRESS_SCALE   scale of the randomized stress tests in the sanitizer stages, C++
 #                       and Python (default 0.1; release and python run them at full size)
 #   KVBM_CTEST_ARGS     extra ctest arguments, word-split, e.g. "-L pools" or "-R Lru"
-#   KVBM_FUZZ_SECONDS   how long the fuzz stage runs each target (default 60)
+#   KVBM_FUZZ_SECONDS   how long the fuzz stage runs each target (default 30)
 #   KVBM_ENGINES_LATEST=1  the engines stage also tests the newest vllm/sglang (report only)
 #   KVBM_TEST_SEED      the seed of every randomized test (printed by each; docs/building.md)
 #   KVBM_BUILD_ROOT, KVBM_JOBS, CMAKE_GENERATOR: see scripts/common.sh
@@ -720,7 +720,7 @@ stage_lint() {
 # committed seeds in fuzz/corpus/<target> are only read; a crashing input is written to
 # build/fuzz/artifacts/<target>/ and its path printed.
 stage_fuzz() {
-  local seconds="${KVBM_FUZZ_SECONDS:-60}"
+  local seconds="${KVBM_FUZZ_SECONDS:-30}"
   if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
     detail="KVBM_FUZZ_SECONDS must be a positive number of seconds, not '$seconds'"
     return 1
