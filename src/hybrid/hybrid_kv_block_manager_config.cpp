@@ -82,18 +82,6 @@ std::vector<TierArray<std::size_t>> split_blocks(const HybridKvBlockManagerConfi
   return out;
 }
 
-// The medium a pooled tier's events name (kvbm/events/kv_event.h).
-const char* tier_medium(TierId t) {
-  switch (t) {
-    case TierId::kG1:
-      return events::kMediumGpu;
-    case TierId::kG2:
-      return events::kMediumCpu;
-    default:
-      return events::kMediumDisk;
-  }
-}
-
 // G3 of group `spec`: its own directory and namespace.
 void place_disk(DiskTierOptions& d, const KvCacheGroupSpec& spec) {
   d.name_space = spec.namespace_for(d.name_space);
@@ -157,7 +145,7 @@ std::vector<KvBlockManagerConfig> group_configs(const HybridKvBlockManagerConfig
       if (e.disk) place_disk(*e.disk, c.groups[g]);
       if (e.remote) e.remote->user_namespace = c.groups[g].namespace_for(e.remote->user_namespace);
       if (c.events && e.id != TierId::kG4) {
-        e.listeners.push_back(c.events->listener(tier_medium(e.id), c.groups[g]));
+        e.listeners.push_back(c.events->listener(events::tier_medium(e.id), c.groups[g]));
       }
     }
     out.push_back(std::move(gc));

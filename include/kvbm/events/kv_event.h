@@ -40,6 +40,8 @@
 #include <variant>
 #include <vector>
 
+#include "kvbm/tier.h"
+
 namespace kvbm::events {
 
 /// G1, device memory: vLLM's "GPU" (a nil or absent medium means the same).
@@ -56,6 +58,20 @@ inline constexpr const char* kMediumDiskLegacy = "DISK";
 /// store (it marks its object-store tier "STORAGE" with locality "REMOTE");
 /// kvbm names it "REMOTE", which Dynamo's router maps to its external tier.
 inline constexpr const char* kMediumRemote = "REMOTE";
+
+/// The medium a tier's events name: kMediumGpu, kMediumCpu, kMediumDisk or kMediumRemote.
+[[nodiscard]] constexpr const char* tier_medium(TierId t) noexcept {
+  switch (t) {
+    case TierId::kG1:
+      return kMediumGpu;
+    case TierId::kG2:
+      return kMediumCpu;
+    case TierId::kG3:
+      return kMediumDisk;
+    default:
+      return kMediumRemote;
+  }
+}
 
 /// Blocks registered under new hashes; block_hashes form one parent chain.
 struct BlockStored {
