@@ -16,7 +16,7 @@
 #   redis-bench   redis-benchmark -t set,get -d SIZE -P 16, -c 2 on one server and
 #                 --cluster -c 6 (2 per primary) on the cluster.
 # Prints GB/s (10^9 bytes per second) for each, and, when the test binary
-# remote_remote_store_cluster_test is built, the time from killing a primary to
+# remote_cluster_tests is built, the time from killing a primary to
 # the first verified hit on its slots (its replica promoted; node timeout 1 s).
 #
 # Environment: KVBM_BENCH_REPS (default 3) repetitions of ours (median).
@@ -135,8 +135,10 @@ for kib in (64, 1024, 2048):
               f" | {oc:17.2f} [{oc/rc:4.2f}] {rc:22.2f}")
 PY
 
-test_bin=$build/tests/remote_remote_store_cluster_test
+test_bin=$build/tests/remote_cluster_tests
 if [[ -x $test_bin ]]; then
-  "$test_bin" --gtest_filter='*PrimaryKilled*:*FrozenPrimary*' 2>/dev/null |
+  "$test_bin" \
+    --gtest_filter='RemoteStoreClusterTest.*PrimaryKilled*:RemoteStoreClusterTest.*FrozenPrimary*' \
+    2>/dev/null |
     grep -E 'first verified hit' || true
 fi

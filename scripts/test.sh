@@ -38,8 +38,8 @@
 #             pytest tests/engines; then it names the newest vllm/sglang on PyPI when they
 #             differ from the pins, and with KVBM_ENGINES_LATEST=1 tests them (report only:
 #             engines_env.sh --latest, another venv of about 2 GB of wheels)
-#   threadsafety  preset `threadsafety`: the library and its tests built with clang and
-#             -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
+#   threadsafety  preset `threadsafety`: the library and its tests compiled (not linked) with
+#             clang and -Werror=thread-safety, which checks every KVBM_GUARDED_BY / KVBM_REQUIRES
 #             (kvbm/detail/thread_annotations.h); nothing is run. The sources with a CUDA-only
 #             part are checked again (clang -fsyntax-only) against the CUDA toolkit's headers
 #             when one is installed. SKIP when clang is missing (FAIL when CI=true).
@@ -397,7 +397,7 @@ python_venv() {
 
 # The C++ hash-vector writer for tests/python/test_hashing.py: the release tree's, when built.
 hash_vectors_bin() {
-  local vectors="$KVBM_BUILD_ROOT/release/tests/python_hash_vectors_test"
+  local vectors="$KVBM_BUILD_ROOT/release/tests/python_tests"
   if [[ -x "$vectors" ]]; then printf '%s\n' "$vectors"; fi
 }
 
@@ -678,8 +678,15 @@ stage_threadsafety() {
     return "$KVBM_SKIPPED"
   fi
   configure threadsafety || return 1
-  kvbm_log "threadsafety: build (-j$KVBM_JOBS)"
-  if ! kvbm_build_preset threadsafety; then
+  # Only the object files when the tree is Ninja's: the checks are compile errors and nothing
+  # built here runs, so linking the library and the test binaries would be time for nothing.
+  local dir="$KVBM_BUILD_ROOT/threadsafety"
+  local -a objects=()
+  if [[ "$(kvbm_generator_for "$dir")" == Ninja ]]; then
+    mapfile -t objects < <(ninja -C "$dir" -t targets all | sed -n 's/^\(.*\.o\): .*/\1/p')
+  fi
+  kvbm_log "threadsafety: build ${#objects[@]} objects (-j$KVBM_JOBS)"
+  if ! kvbm_build_preset threadsafety ${objects[@]:+--target "${objects[@]}"}; then
     detail="build failed: see the -Wthread-safety errors above"
     return 1
   fi
@@ -787,6 +794,30 @@ if [[ "${CI:-}" == true ]]; then
 fi
 kvbm_log "stages: ${stages[*]} (build root $KVBM_BUILD_ROOT, -j$KVBM_JOBS)"
 
+# ccache's counters (hits misses files KiB), for the log: whether the cache was kept from an
+# earlier run (files before the first stage) and what each stage took from it.
+ccache_counts() {
+  command -v ccache >/dev/null 2>&1 || return 0
+  ccache --print-stats 2>/dev/null | awk '
+    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { h += $2 }
+    $1 == "cache_miss" { m = $2 } $1 == "files_in_cache" { f = $2 }
+    $1 == "cache_size_kibibyte" { k = $2 }
+    END { if (f != "") print h + 0, m + 0, f + 0, k + 0 }'
+}
+ccache_before=""
+ccache_note() {  # logs the hits and misses since the last call
+  local now h0 m0 h1 m1 f k
+  now="$(ccache_counts)"
+  [[ -n "$now" ]] || return 0
+  if [[ -n "$ccache_before" ]]; then
+    read -r h0 m0 _ _ <<<"$ccache_before"
+    read -r h1 m1 f k <<<"$now"
+    kvbm_log "ccache: $((h1 - h0)) hits, $((m1 - m0)) misses in this stage" \
+      "($f files, $((k / 1024)) MiB in the cache)"
+  fi
+  ccache_before="$now"
+}
+
 start=$SECONDS
 if bash "$KVBM_ROOT/scripts/deps.sh"; then
   record deps PASS $((SECONDS - start)) ""
@@ -796,6 +827,12 @@ else
   exit 1
 fi
 kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null | head -n 1)"
+if command -v ccache >/dev/null 2>&1; then
+  read -r _ _ files kib <<<"$(ccache_counts)"
+  kvbm_log "ccache: ${files:-0} files, $((${kib:-0} / 1024)) MiB in $(ccache -k cache_dir) before" \
+    "the first stage (a cache kept from an earlier run serves this one's compiles)"
+  ccache_note
+fi
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_${stage//-/_}" >/dev/null; then
@@ -823,6 +860,7 @@ for stage in "${stages[@]}"; do
     "$KVBM_SKIPPED") record "$stage" SKIP $((SECONDS - start)) "$detail" ;;
     *) record "$stage" FAIL $((SECONDS - start)) "$detail" ;;
   esac
+  ccache_note
   prune_build_trees "$stage"
 done
 

@@ -4,7 +4,8 @@ fail with EPERM, as a container's seccomp profile or kernel.io_uring_disabled do
 a stage and the io_uring disk tests do on such a machine (docs/building.md, "CI fails instead of
 skipping").
 
-    python3 scripts/without_io_uring.py -- env CI=true build/release/tests/disk_disk_engine_test
+    python3 scripts/without_io_uring.py -- env CI=true build/release/tests/disk_tests \
+        --gtest_filter='*DiskEngine*'
 
 The filter is inherited by every child and cannot be lifted. io_uring_setup is syscall 425 on
 x86-64 and arm64, the architectures kvbm builds for.

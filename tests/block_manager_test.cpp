@@ -16,7 +16,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace block_manager_test {
 
 using test::chain;
 using test::expect_balanced;
@@ -816,11 +816,11 @@ TEST(BlockManager, ConcurrentWorkersKeepTheInvariant) {
   expect_balanced(m);
 }
 
-}  // namespace
+}  // namespace block_manager_test
 }  // namespace kvbm
 
 namespace kvbm {
-namespace {
+namespace block_manager_test {
 
 TEST(BlockManagerAllocateIds, TakesExactlyTheNamedFreeBlocks) {
   auto m = make_manager(8);
@@ -861,11 +861,11 @@ TEST(BlockManagerAllocateIds, AllOrNothingOnABadId) {
   EXPECT_TRUE(all.has_value());
 }
 
-}  // namespace
+}  // namespace block_manager_test
 }  // namespace kvbm
 
 namespace kvbm {
-namespace {
+namespace block_manager_test {
 
 // A caller out of room waits for a block to leave use instead of polling:
 // woken by a release from another thread, by an immutable block going
@@ -902,5 +902,5 @@ TEST(BlockManagerWaitForRelease, WakesOnAReleaseAndTimesOutWithoutOne) {
   expect_balanced(m);
 }
 
-}  // namespace
+}  // namespace block_manager_test
 }  // namespace kvbm

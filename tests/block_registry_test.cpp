@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace block_registry_test {
 
 using test::chain;
 using test::expect_balanced;
@@ -233,5 +233,5 @@ TEST(BlockRegistry, DeduplicatedAndDuplicateRegistrationsAreCounted) {
   expect_balanced(allow);
 }
 
-}  // namespace
+}  // namespace block_registry_test
 }  // namespace kvbm

@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace frequency_tracker_test {
 
 TEST(FrequencyTracker, RejectsZeroCapacityAndSampleSize) {
   EXPECT_THROW(FrequencyTracker(0), UsageError);
@@ -190,5 +190,5 @@ TEST(FrequencyTracker, ConcurrentTouchesWithAging) {
   EXPECT_GE(t.estimate(99), 5U);  // half of all touches: stays high despite aging
 }
 
-}  // namespace
+}  // namespace frequency_tracker_test
 }  // namespace kvbm

@@ -16,7 +16,7 @@
 #include "kvbm/sequence_hash.h"
 
 namespace kvbm {
-namespace {
+namespace hashing_collision_test {
 
 std::vector<SequenceHash> sequence_of(const std::vector<Token>& tokens, std::uint32_t block_size,
                                       SaltHash salt, const std::vector<ExtraKey>& keys = {}) {
@@ -169,5 +169,5 @@ TEST(HashingCollisionTest, BatchAndStepwiseHashingAgreeOnAdversarialPrompts) {
   }
 }
 
-}  // namespace
+}  // namespace hashing_collision_test
 }  // namespace kvbm

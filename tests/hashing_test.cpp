@@ -24,7 +24,7 @@
 #include <xxhash.h>
 
 namespace kvbm {
-namespace {
+namespace hashing_test {
 
 // ---- Reference encoders, written from the spec, independent of the library.
 
@@ -405,5 +405,5 @@ TEST(HashingTest, KeyDomainNames) {
   EXPECT_FALSE(is_block_level(KeyDomain::kCacheSalt));
 }
 
-}  // namespace
+}  // namespace hashing_test
 }  // namespace kvbm

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm {
-namespace {
+namespace kv_block_manager_config_test {
 
 TEST(KvBlockManagerConfigHeader, AConfigIsWrittenWithThisHeaderAlone) {
   KvBlockManagerConfig c;
@@ -24,5 +24,5 @@ TEST(KvBlockManagerConfigHeader, AConfigIsWrittenWithThisHeaderAlone) {
   EXPECT_EQ(to_string(OffloadMode::kOnEviction), "on_eviction");
 }
 
-}  // namespace
+}  // namespace kv_block_manager_config_test
 }  // namespace kvbm

@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace logging_test {
 
 // Restores the default logger when a test ends, whatever happened.
 class LoggingTest : public ::testing::Test {
@@ -109,5 +109,5 @@ TEST_F(LoggingTest, NullRestoresTheDefaultLogger) {
   EXPECT_TRUE(sink->last_formatted().empty());
 }
 
-}  // namespace
+}  // namespace logging_test
 }  // namespace kvbm

@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace metrics_test {
 
 using test::expect_balanced;
 using test::metric_value;
@@ -362,5 +362,5 @@ TEST(Metrics, PoolMetricsDirectly) {
   EXPECT_THROW(PoolMetrics(nullptr, "x"), UsageError);
 }
 
-}  // namespace
+}  // namespace metrics_test
 }  // namespace kvbm

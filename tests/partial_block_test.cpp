@@ -18,7 +18,7 @@
 #include "kvbm/token_block_sequence.h"
 
 namespace kvbm {
-namespace {
+namespace partial_block_test {
 
 using State = PartialBlockState;
 
@@ -344,5 +344,5 @@ TEST(PartialBlockTest, StateNames) {
   EXPECT_EQ(to_string(State::kComplete), "Complete");
 }
 
-}  // namespace
+}  // namespace partial_block_test
 }  // namespace kvbm

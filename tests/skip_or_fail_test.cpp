@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm::test {
-namespace {
+namespace skip_or_fail_test {
 
 /// Sets CI for the scope, then puts back what was there.
 class ScopedCi {
@@ -67,5 +67,5 @@ TEST(SkipOrFail, AMissingServerFailsUnderCi) {
                        "redis-server is not installed: install it");
 }
 
-}  // namespace
+}  // namespace skip_or_fail_test
 }  // namespace kvbm::test

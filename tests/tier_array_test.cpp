@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm {
-namespace {
+namespace tier_array_test {
 
 TEST(TierArray, EachTierHasItsOwnSlotInTierOrder) {
   TierArray<std::size_t> a{};
@@ -64,5 +64,5 @@ TEST(TierNames, CopyPathNamesComeFromTheTierPair) {
   EXPECT_EQ((copy_path_name<G1, Scratch>()), "G1_to_custom");
 }
 
-}  // namespace
+}  // namespace tier_array_test
 }  // namespace kvbm

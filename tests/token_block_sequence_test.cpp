@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace token_block_sequence_test {
 
 std::vector<Token> iota_tokens(std::size_t n, Token first) {
   std::vector<Token> v(n);
@@ -381,5 +381,5 @@ TEST(TokenBlockSequenceTest, TruncateToSizeKeepsKeysForTokensNotYetSeen) {
   EXPECT_TRUE(s.block_keys().empty());
 }
 
-}  // namespace
+}  // namespace token_block_sequence_test
 }  // namespace kvbm

@@ -390,28 +390,37 @@ describe_machine() {
   git -C "$ROOT" status --short 2>/dev/null | head -30
 }
 
-# The CUDA test binaries (they skip, saying so, without a device), and all the test binaries
-# whose tests need a device (G1 in device memory: the facade's).
-readonly CUDA_TESTS=(transfer_cuda_engine_test offload_cuda_event_test)
-readonly DEVICE_TESTS=("${CUDA_TESTS[@]}" facade_kv_block_manager_test storage_storage_test
-  storage_host_access_test)
+# The CUDA tests (they skip, saying so, without a device), and all the tests that need a device
+# (G1 in device memory: the facade's), as "binary:gtest filter" (tests/<area>_tests holds an
+# area's tests, tests/CMakeLists.txt).
+readonly CUDA_TESTS=("transfer_tests:*CudaEngine*:*CudaRoundTrip*:*CudaInjectedError*"
+  "offload_tests:*CudaEvent*")
+readonly DEVICE_TESTS=("${CUDA_TESTS[@]}" "facade_tests:*KvBlockManager*" "storage_tests:*")
 # What runs under compute-sanitizer (memcheck, racecheck): "binary:gtest filter". The CUDA
 # engine's tests, and the facade's tests that move and compare every byte through G1 in device
-# memory (CUDA engines both ways, the bounce buffer from G3). Not offload_cuda_event_test: its
+# memory (CUDA engines both ways, the bounce buffer from G3). Not the CUDA event tests: their
 # test holds a stream on a host function until the test thread opens a gate, and the sanitizer
 # serializes the stream at the event record, so the test would wait on itself.
 readonly SANITIZER_RUNS=(
-  "transfer_cuda_engine_test:-*Death*"
-  "facade_kv_block_manager_test:KvBlockManagerTest.EndToEnd*:KvBlockManagerTest.OnboardsAPrefix*\
+  "transfer_tests:*CudaEngine*:*CudaRoundTrip*:*CudaInjectedError*:-*Death*"
+  "facade_tests:KvBlockManagerTest.EndToEnd*:KvBlockManagerTest.OnboardsAPrefix*\
 :KvBlockManagerTest.CorruptDisk*:KvBlockManagerTest.OnEviction*"
 )
 
-# Runs the device test binaries directly (gtest's JSON beside the log); fails if any fails.
+# The test binaries named by "binary:filter" entries $@, once each.
+test_binaries() {
+  local e
+  for e in "$@"; do printf '%s\n' "${e%%:*}"; done | sort -u
+}
+
+# Runs the device tests (gtest's JSON beside the log); fails if any fails.
 device_tests() {
-  local dir="$1" t rc=0
-  for t in "${DEVICE_TESTS[@]}"; do
-    echo "== $t"
-    "$dir/tests/$t" --gtest_output="json:$LOGS/$t.json" || rc=1
+  local dir="$1" e t rc=0 n=0
+  for e in "${DEVICE_TESTS[@]}"; do
+    t="${e%%:*}"
+    echo "== $e"
+    "$dir/tests/$t" --gtest_filter="${e#*:}" --gtest_output="json:$LOGS/${t}-$((++n)).json" ||
+      rc=1
   done
   return "$rc"
 }
@@ -472,7 +481,9 @@ cmd_device() {
   # The CUDA targets first, so that their steps run even if the rest of the build is slow; the
   # most wanted figures (the tests on the device, cuda_bench) come first.
   step configure 120 configure "$dir"
-  step build-cuda 240 cmake --build "$dir" --parallel "$JOBS" --target "${DEVICE_TESTS[@]}" \
+  local -a device_binaries
+  mapfile -t device_binaries < <(test_binaries "${DEVICE_TESTS[@]}")
+  step build-cuda 240 cmake --build "$dir" --parallel "$JOBS" --target "${device_binaries[@]}" \
     cuda_bench offload_bench kvbm-replay
   step device-tests 90 device_tests "$dir"
   # Three rounds of every case in random order (the median and the spread of each ratio).
@@ -582,9 +593,8 @@ check_runtime_closure() {
 # kvbm-router (CivetWeb, nlohmann-json, libcurl), kvbm-replay (prometheus-cpp pull), the disk
 # engine (liburing), Google Benchmark.
 readonly CHECK_TARGETS=(
-  kvbm transfer_cuda_engine_test offload_cuda_event_test remote_remote_store_test
-  events_zmq_event_subscriber_test router_process_cli_test replay_cli_test disk_disk_engine_test
-  cuda_bench kvbm-replay kvbm-router
+  kvbm transfer_tests offload_tests remote_tests events_tests router_process_tests replay_tests
+  disk_tests cuda_bench kvbm-replay kvbm-router
 )
 
 # Inside the private mount namespace (run.sh re-runs itself under unshare -m).
@@ -648,10 +658,11 @@ check_relocated() {
 
 # Without a device the CUDA tests must skip with a message, and the benchmark exit 0 saying so.
 check_gpu_skips() {
-  local dir="$1" t rc=0
-  for t in "${CUDA_TESTS[@]}"; do
-    echo "== $t"
-    "$dir/tests/$t" --gtest_brief=0 2>&1 | tee "$OUT/$t.txt" |
+  local dir="$1" e t rc=0
+  for e in "${CUDA_TESTS[@]}"; do
+    t="${e%%:*}"
+    echo "== $e"
+    "$dir/tests/$t" --gtest_filter="${e#*:}" --gtest_brief=0 2>&1 | tee "$OUT/$t.txt" |
       grep -E 'SKIPPED|PASSED|FAILED' | head -20
     grep -Eq 'no (usable )?CUDA device' "$OUT/$t.txt" || { echo "$t: no skip message"; rc=1; }
     grep -q '\[  FAILED  \]' "$OUT/$t.txt" && rc=1

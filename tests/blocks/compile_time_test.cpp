@@ -19,7 +19,7 @@
 #include "kvbm/tier.h"
 
 namespace kvbm {
-namespace {
+namespace compile_time_test {
 
 struct TokenBlockLike {
   [[nodiscard]] std::vector<std::uint32_t> tokens() const { return {}; }
@@ -238,5 +238,5 @@ TEST(CompileTime, CustomMarkerPoolIsNamedCustom) {
   EXPECT_EQ(n.pool_name(), "named");
 }
 
-}  // namespace
+}  // namespace compile_time_test
 }  // namespace kvbm

@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace complete_block_test {
 
 using test::expect_balanced;
 using test::present;
@@ -164,5 +164,5 @@ TEST(CompleteBlock, ResetToMutableAfterManagerIsGone) {
   back.reset();
 }
 
-}  // namespace
+}  // namespace complete_block_test
 }  // namespace kvbm

@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace immutable_block_test {
 
 using test::expect_balanced;
 using test::present;
@@ -266,5 +266,5 @@ TEST(ImmutableBlock, ManagerMovedWhileBlocksAreOut) {
   EXPECT_EQ(held.sequence_hash(), seq(1));
 }
 
-}  // namespace
+}  // namespace immutable_block_test
 }  // namespace kvbm

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace mutable_block_test {
 
 using test::expect_balanced;
 using test::seq;
@@ -232,5 +232,5 @@ TEST(MutableBlock, DroppedBeforeItsManager) {
   m.reset();
 }
 
-}  // namespace
+}  // namespace mutable_block_test
 }  // namespace kvbm

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace release_order_test {
 
 using test::chain;
 using test::expect_balanced;
@@ -134,5 +134,5 @@ TEST(ReleaseOrder, ThePoolMayOutliveItsManagerUntilTheBatch) {
   EXPECT_TRUE(blocks.empty());
 }
 
-}  // namespace
+}  // namespace release_order_test
 }  // namespace kvbm

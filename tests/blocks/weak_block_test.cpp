@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace weak_block_test {
 
 using test::expect_balanced;
 using test::present;
@@ -190,5 +190,5 @@ TEST(WeakBlock, MovedFromWeakBlockDoesNotUpgrade) {
   expect_balanced(m);
 }
 
-}  // namespace
+}  // namespace weak_block_test
 }  // namespace kvbm

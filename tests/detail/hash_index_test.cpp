@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace kvbm::detail {
-namespace {
+namespace hash_index_test {
 
 void check_same(const HashIndex& index, const std::unordered_map<std::uint64_t, BlockId>& ref,
                 const std::vector<std::uint64_t>& keys) {
@@ -95,5 +95,5 @@ TEST(HugePageAllocator, LargeTablesAreHugePageAlignedAndUsable) {
   EXPECT_EQ(small[99], 7u);
 }
 
-}  // namespace
+}  // namespace hash_index_test
 }  // namespace kvbm::detail

@@ -15,7 +15,7 @@
 #include "kvbm/transfer/transfer_metrics.h"
 
 namespace kvbm::detail {
-namespace {
+namespace series_set_test {
 
 /// The number of series of family `name` in the registry (0 when absent).
 std::size_t series(const prometheus::Registry& r, const std::string& name) {
@@ -72,5 +72,5 @@ TEST(SeriesSet, AnOwnerWhoseConstructionFailsLeavesNothingBehind) {
   EXPECT_EQ(series(*registry, "kvbm_transfer_blocks_total"), 1u);
 }
 
-}  // namespace
+}  // namespace series_set_test
 }  // namespace kvbm::detail

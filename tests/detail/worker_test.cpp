@@ -22,7 +22,7 @@
 #include "test_util.h"
 
 namespace kvbm::detail {
-namespace {
+namespace worker_test {
 
 TEST(Worker, RunsJobsInOrderOnOneThreadAndWaitIdleSeesThemAll) {
   Worker w("test worker");
@@ -135,5 +135,5 @@ TEST(PeriodicWorker, WakeTicksAtOnceAndATickThatThrowsIsDropped) {
   EXPECT_THROW(PeriodicWorker("bad", clock, 1ms, {}), UsageError);
 }
 
-}  // namespace
+}  // namespace worker_test
 }  // namespace kvbm::detail

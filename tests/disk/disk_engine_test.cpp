@@ -25,7 +25,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace disk_engine_test {
 
 using test::Fault;
 using test::FaultInjector;
@@ -723,5 +723,5 @@ TEST_F(DiskEngineBehaviourTest, MisuseIsAUsageError) {
       << "two engines may not share a path label in one registry";
 }
 
-}  // namespace
+}  // namespace disk_engine_test
 }  // namespace kvbm

@@ -32,7 +32,7 @@
 #include <xxhash.h>
 
 namespace kvbm {
-namespace {
+namespace disk_pool_reader_test {
 
 namespace fs = std::filesystem;
 using test::payload_of;
@@ -260,5 +260,5 @@ TEST_F(DiskPoolReaderTest, ReadsBesideAWritingOwnerProcessReturnOnlyWholeBlocks)
   RecordProperty("served", static_cast<int>(served));
 }
 
-}  // namespace
+}  // namespace disk_pool_reader_test
 }  // namespace kvbm

@@ -39,7 +39,7 @@
 #include <xxhash.h>
 
 namespace kvbm {
-namespace {
+namespace disk_recovery_test {
 
 namespace fs = std::filesystem;
 using test::HostPool;
@@ -795,5 +795,5 @@ TEST(SlotDiscard, MapsOntoErrorKinds) {
   }
 }
 
-}  // namespace
+}  // namespace disk_recovery_test
 }  // namespace kvbm

@@ -30,7 +30,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace disk_storage_test {
 
 namespace fs = std::filesystem;
 using test::SlotBuffer;
@@ -546,5 +546,5 @@ TEST_F(DiskStorageCreationTest, UnreadableDirectoryIsAnIoError) {
   fs::permissions(dir_->path() / "locked", fs::perms::owner_all);
 }
 
-}  // namespace
+}  // namespace disk_storage_test
 }  // namespace kvbm

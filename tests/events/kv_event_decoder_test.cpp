@@ -23,7 +23,7 @@
 #include "kvbm/token_block.h"
 
 namespace kvbm::events {
-namespace {
+namespace kv_event_decoder_test {
 
 // ---------------------------------------------------------------------------
 // A msgpack writer that follows the specification byte by byte (formats:
@@ -597,5 +597,5 @@ TEST(DecodeMalformed, FieldsSayWhereTheyAre) {
                "events[1].block_size", "expected an unsigned");
 }
 
-}  // namespace
+}  // namespace kv_event_decoder_test
 }  // namespace kvbm::events

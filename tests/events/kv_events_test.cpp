@@ -36,7 +36,7 @@
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::events {
-namespace {
+namespace kv_events_test {
 
 using test::chain;
 using test::root;
@@ -1071,5 +1071,5 @@ TEST(ZmqEventSink, NotBuilt) {
 
 #endif  // KVBM_HAVE_ZMQ
 
-}  // namespace
+}  // namespace kv_events_test
 }  // namespace kvbm::events

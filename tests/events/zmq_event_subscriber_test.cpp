@@ -37,7 +37,7 @@
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::events {
-namespace {
+namespace zmq_event_subscriber_test {
 
 using std::chrono::milliseconds;
 
@@ -455,5 +455,5 @@ TEST(ZmqEventSubscriber, NotBuilt) {
 
 #endif  // KVBM_HAVE_ZMQ
 
-}  // namespace
+}  // namespace zmq_event_subscriber_test
 }  // namespace kvbm::events

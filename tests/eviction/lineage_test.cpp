@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace lineage_test {
 
 SequenceHash root(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
 SequenceHash child(std::uint64_t v, const SequenceHash& parent) {
@@ -371,5 +371,5 @@ TEST(LineageBackend, NeverEvictsAParentOfARegisteredBlock) {
   }
 }
 
-}  // namespace
+}  // namespace lineage_test
 }  // namespace kvbm

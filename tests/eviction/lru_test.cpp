@@ -16,7 +16,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace lru_test {
 
 SequenceHash hash_of(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
 
@@ -185,5 +185,5 @@ TEST(MakeEvictionBackend, MultiLevelWithoutTrackerTellsWhatToDo) {
   EXPECT_THROW((void)make_eviction_backend(EvictionPolicy::kLru, 0, nullptr), UsageError);
 }
 
-}  // namespace
+}  // namespace lru_test
 }  // namespace kvbm

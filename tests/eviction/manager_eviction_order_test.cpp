@@ -17,7 +17,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace manager_eviction_order_test {
 
 using test::chain;
 using test::expect_balanced;
@@ -342,5 +342,5 @@ TEST(ManagerEvictionOrder, LineageAllocationThatCannotBeMetChangesNothing) {
   expect_balanced(m);
 }
 
-}  // namespace
+}  // namespace manager_eviction_order_test
 }  // namespace kvbm

@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace multi_level_lru_test {
 
 SequenceHash hash_of(std::uint64_t v) { return SequenceHash(v, std::nullopt, 0); }
 
@@ -173,5 +173,5 @@ TEST(MultiLevelLruBackend, MatchesReferenceModel) {
   }
 }
 
-}  // namespace
+}  // namespace multi_level_lru_test
 }  // namespace kvbm

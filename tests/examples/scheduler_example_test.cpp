@@ -19,7 +19,7 @@
 #include "skip_or_fail.h"
 
 namespace kvbm_example {
-namespace {
+namespace scheduler_example_test {
 
 using kvbm::G1;
 
@@ -214,5 +214,5 @@ TEST(KvBytesTest, CheckCatchesOneWrongByte) {
   EXPECT_FALSE(bytes.check_block(2, 42, tokens));
 }
 
-}  // namespace
+}  // namespace scheduler_example_test
 }  // namespace kvbm_example

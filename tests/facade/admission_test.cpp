@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace admission_test {
 
 using test::chain;
 
@@ -110,5 +110,5 @@ TEST(Admission, MisuseThrows) {
   EXPECT_EQ(kv->device().pool_counts().in_use, 0u);
 }
 
-}  // namespace
+}  // namespace admission_test
 }  // namespace kvbm

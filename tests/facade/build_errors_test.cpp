@@ -19,7 +19,7 @@
 #include "kvbm/kv_block_manager.h"
 
 namespace kvbm {
-namespace {
+namespace build_errors_test {
 
 using test::config;
 using test::TempDir;
@@ -106,5 +106,5 @@ TEST(BuildErrors, APermissionProblemStaysAUsageError) {
   }
 }
 
-}  // namespace
+}  // namespace build_errors_test
 }  // namespace kvbm

@@ -23,7 +23,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace kv_block_manager_misuse_test {
 
 using test::chain;
 
@@ -507,5 +507,5 @@ TEST(KvBlockManagerMetrics, SeriesLeaveASharedRegistryWithTheirManager) {
   }
 }
 
-}  // namespace
+}  // namespace kv_block_manager_misuse_test
 }  // namespace kvbm

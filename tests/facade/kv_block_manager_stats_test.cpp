@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace kv_block_manager_stats_test {
 
 using test::chain;
 using test::config;
@@ -292,5 +292,5 @@ TEST(KvBlockManagerStats, CountsAnAbandonedOnboardingAsCancelled) {
   EXPECT_EQ(kv->audit(), "");
 }
 
-}  // namespace
+}  // namespace kv_block_manager_stats_test
 }  // namespace kvbm

@@ -26,7 +26,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace kv_block_manager_test {
 
 using test::Bytes;
 using test::chain;
@@ -776,5 +776,5 @@ TEST(KvBlockManagerTest, RegisteringWithTokensPutsThemInTheG1StoredEvents) {
   expect_clean(*kv);
 }
 
-}  // namespace
+}  // namespace kv_block_manager_test
 }  // namespace kvbm

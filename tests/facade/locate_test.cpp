@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace locate_test {
 
 using test::compute;
 using test::TempDir;
@@ -42,5 +42,5 @@ TEST(KvBlockManagerLocate, AnswersEveryPositionFastestTierFirst) {
   EXPECT_EQ(kv->audit(), "");
 }
 
-}  // namespace
+}  // namespace locate_test
 }  // namespace kvbm

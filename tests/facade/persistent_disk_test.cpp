@@ -23,7 +23,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace persistent_disk_test {
 
 using test::Bytes;
 using test::compute;
@@ -187,5 +187,5 @@ TEST(PersistentDiskTest, AfterSigkillOnlyWholeBlocksComeBack) {
   }
 }
 
-}  // namespace
+}  // namespace persistent_disk_test
 }  // namespace kvbm

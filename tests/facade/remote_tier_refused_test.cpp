@@ -23,7 +23,7 @@
 #include "remote/redis_server.h"
 
 namespace kvbm {
-namespace {
+namespace remote_tier_refused_test {
 
 using test::compute;
 using test::prefix;
@@ -250,5 +250,5 @@ TEST(RemoteTierRefused, AServerThatIsDownIsDownNotRefused) {
   expect_every_block_accounted(*a);
 }
 
-}  // namespace
+}  // namespace remote_tier_refused_test
 }  // namespace kvbm

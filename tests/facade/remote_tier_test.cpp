@@ -35,7 +35,7 @@
 #include "remote/redis_server.h"
 
 namespace kvbm {
-namespace {
+namespace remote_tier_test {
 
 using test::Bytes;
 using test::compute;
@@ -613,5 +613,5 @@ TEST(RemoteTier, ConfigErrorsNameTheOption) {
   expect_error(staging, "remote.staging_blocks");
 }
 
-}  // namespace
+}  // namespace remote_tier_test
 }  // namespace kvbm

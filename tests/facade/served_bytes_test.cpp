@@ -21,7 +21,7 @@
 #include "kvbm/storage/storage.h"
 
 namespace kvbm {
-namespace {
+namespace served_bytes_test {
 
 using test::Bytes;
 constexpr std::uint32_t kBlockTokens = 4;
@@ -239,5 +239,5 @@ INSTANTIATE_TEST_SUITE_P(
                       Scenario{OffloadMode::kWriteThrough, OffloadMode::kOnEviction, "mixed"}),
     [](const auto& p) { return std::string(p.param.name); });
 
-}  // namespace
+}  // namespace served_bytes_test
 }  // namespace kvbm

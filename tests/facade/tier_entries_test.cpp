@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace tier_entries_test {
 
 using test::chain;
 using test::config;
@@ -155,5 +155,5 @@ TEST(TierEntries, ANamedFieldIsNamedAsItself) {
   expect_option_error(c, "remote_listeners", "no remote tier");
 }
 
-}  // namespace
+}  // namespace tier_entries_test
 }  // namespace kvbm

@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace tier_order_test {
 
 KvBlockManagerConfig metadata_config(std::size_t g1, std::size_t g2, OffloadMode mode) {
   KvBlockManagerConfig c;
@@ -121,5 +121,5 @@ TEST(TierOrderTest, OnEvictionRefusesToCopyPresentBlocksAgain) {
   }
 }
 
-}  // namespace
+}  // namespace tier_order_test
 }  // namespace kvbm

@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace group_key_test {
 
 std::vector<KvCacheGroupSpec> variants() {
   // Groups that differ in exactly one field of the seed each.
@@ -98,5 +98,5 @@ TEST(GroupKey, LargerBlocksKeyTheirLastHashBlock) {
   EXPECT_TRUE(group_hashes(fine, 2, seed, 3, 100).size() == 1);  // clamped to 4 full blocks
 }
 
-}  // namespace
+}  // namespace group_key_test
 }  // namespace kvbm

@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace hit_rules_test {
 
 GroupRule full(std::uint32_t b) { return {AttentionKind::kFull, b, 0}; }
 GroupRule window(std::uint32_t w, std::uint32_t b) { return {AttentionKind::kSlidingWindow, b, w}; }
@@ -240,5 +240,5 @@ TEST(LongestCommonHit, EqualsTheDefinitionOnRandomModels) {
   }
 }
 
-}  // namespace
+}  // namespace hit_rules_test
 }  // namespace kvbm

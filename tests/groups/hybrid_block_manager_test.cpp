@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace hybrid_block_manager_test {
 
 using Manager = HybridBlockManager<G1>;
 using Request = HybridRequest<G1>;
@@ -416,5 +416,5 @@ TEST(HybridBlockManager, RequestMayOutliveItsManager) {
   r.reset();  // blocks return to pools whose manager is gone
 }
 
-}  // namespace
+}  // namespace hybrid_block_manager_test
 }  // namespace kvbm

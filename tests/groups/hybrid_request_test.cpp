@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace hybrid_request_test {
 
 using Manager = HybridBlockManager<G2>;
 
@@ -56,5 +56,5 @@ TEST(HybridRequest, DroppingItReleasesEveryBlock) {
   EXPECT_EQ(m.audit(), "");
 }
 
-}  // namespace
+}  // namespace hybrid_request_test
 }  // namespace kvbm

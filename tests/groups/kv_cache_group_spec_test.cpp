@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace kv_cache_group_spec_test {
 
 using test::expect_usage_error;
 
@@ -96,5 +96,5 @@ TEST(GroupGeometry, HashBlockIsTheGcdAndAlignmentTheLcm) {
   expect_usage_error([&] { validate_groups(far); }, {"divide one another"});
 }
 
-}  // namespace
+}  // namespace kv_cache_group_spec_test
 }  // namespace kvbm

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm {
-namespace {
+namespace snapshot_policy_test {
 
 TEST(SnapshotPolicy, EveryBlockRegistersEachBoundary) {
   const auto p = SnapshotPolicy::every_block();
@@ -33,5 +33,5 @@ TEST(SnapshotPolicy, StepEndLeavesRegistrationToTheStepsEnd) {
   EXPECT_NE(p, SnapshotPolicy::every_block());
 }
 
-}  // namespace
+}  // namespace snapshot_policy_test
 }  // namespace kvbm

@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 namespace kvbm::vllm {
-namespace {
+namespace vllm_kv_cache_spec_test {
 
 std::vector<std::string> names(std::initializer_list<int> layers) {
   std::vector<std::string> out;
@@ -132,5 +132,5 @@ TEST(LayerIndex, TakesTheFirstNumericComponent) {
   EXPECT_EQ(layer_index("3"), 3u);
 }
 
-}  // namespace
+}  // namespace vllm_kv_cache_spec_test
 }  // namespace kvbm::vllm

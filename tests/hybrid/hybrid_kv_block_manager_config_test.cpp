@@ -15,7 +15,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace hybrid_kv_block_manager_config_test {
 
 using test::TempDir;
 
@@ -111,5 +111,5 @@ TEST(GroupConfigs, Refusals) {
       {"HybridKvBlockManager group 0", "disk.directory", "/nonexistent-kvbm-dir"});
 }
 
-}  // namespace
+}  // namespace hybrid_kv_block_manager_config_test
 }  // namespace kvbm

@@ -16,7 +16,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace hybrid_kv_block_manager_remote_test {
 
 using test::expect_clean;
 using test::expect_served;
@@ -90,5 +90,5 @@ TEST(HybridKvBlockManagerRemote, AGroupsBlocksAreNeverServedForAnother) {
   expect_clean(*second);
 }
 
-}  // namespace
+}  // namespace hybrid_kv_block_manager_remote_test
 }  // namespace kvbm

@@ -23,7 +23,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace hybrid_kv_block_manager_test {
 
 using test::expect_clean;
 using test::expect_served;
@@ -272,5 +272,5 @@ TEST(HybridKvBlockManager, EventsNameEachGroupOnEachTier) {
   expect_clean(*m);
 }
 
-}  // namespace
+}  // namespace hybrid_kv_block_manager_test
 }  // namespace kvbm

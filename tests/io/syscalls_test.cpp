@@ -18,7 +18,7 @@
 #include "disk/disk_test_util.h"
 
 namespace kvbm::io {
-namespace {
+namespace syscalls_test {
 
 // State of the fakes below (one test at a time touches them).
 std::atomic<int> g_calls{0};
@@ -296,5 +296,5 @@ TEST(IoStatusTest, SuccessAndFailure) {
   EXPECT_EQ(bad.message(), std::string("writing: ") + std::strerror(ENOSPC));
 }
 
-}  // namespace
+}  // namespace syscalls_test
 }  // namespace kvbm::io

@@ -19,7 +19,7 @@
 #endif
 
 namespace kvbm {
-namespace {
+namespace cuda_event_test {
 
 TEST(CudaEventPrecondition, RefusedWithoutADevice) {
   if (cuda_device_available()) KVBM_SKIP_OR_FAIL("GPU present: a CUDA device is present");
@@ -63,5 +63,5 @@ TEST(CudaEventPrecondition, IsMetOnlyAfterTheEventCompletes) {
 }
 #endif
 
-}  // namespace
+}  // namespace cuda_event_test
 }  // namespace kvbm

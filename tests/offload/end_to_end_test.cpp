@@ -14,7 +14,7 @@
 #include "offload/offload_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace end_to_end_test {
 
 using test::chain;
 using Bytes = std::vector<std::uint8_t>;
@@ -110,5 +110,5 @@ TEST(OffloadEndToEnd, HostEngineCopiesEveryByteG1ToG2) {
   test::expect_clean(t);
 }
 
-}  // namespace
+}  // namespace end_to_end_test
 }  // namespace kvbm

@@ -12,7 +12,7 @@
 #include "offload/offload_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace pipeline_test {
 
 using namespace std::chrono_literals;
 using test::chain;
@@ -662,5 +662,5 @@ TEST_F(PipelineFixture, DestructorCancelsQueuedWork) {
   test::expect_clean(t);
 }
 
-}  // namespace
+}  // namespace pipeline_test
 }  // namespace kvbm

@@ -11,7 +11,7 @@
 #include "offload/offload_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace primitives_test {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
@@ -276,5 +276,5 @@ TEST(CancelSweeper, SweepsEveryIntervalOnTheClock) {
   EXPECT_THROW(CancelSweeper(clock, 0ns), UsageError);
 }
 
-}  // namespace
+}  // namespace primitives_test
 }  // namespace kvbm

@@ -13,7 +13,7 @@
 #include "offload/offload_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace stages_test {
 
 using namespace std::chrono_literals;
 using test::chain;
@@ -612,5 +612,5 @@ TEST_F(ExecutorFixture, RejectsBadArguments) {
   EXPECT_THROW((TransferExecutor<G1, G2>(t.g2, engine, 1, 0)), UsageError);
 }
 
-}  // namespace
+}  // namespace stages_test
 }  // namespace kvbm

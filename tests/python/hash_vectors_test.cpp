@@ -7,7 +7,7 @@
 // compares; tests/python/test_hashing.py computes the same cases through the
 // Python bindings. Together: Python == the file == C++.
 //
-//   KVBM_WRITE_HASH_VECTORS=path ./python_hash_vectors_test   writes fresh random cases to path
+//   KVBM_WRITE_HASH_VECTORS=path ./python_tests              writes fresh random cases to path
 //                                                             (seeded, seed printed) and checks
 //                                                             them
 //
@@ -33,7 +33,7 @@
 #include <kvbm/token_block_sequence.h>
 
 namespace kvbm {
-namespace {
+namespace hash_vectors_test {
 
 struct Case {
   std::uint32_t block_size = 0;
@@ -167,5 +167,5 @@ TEST(HashVectors, FileMatchesTheCppApi) {
   }
 }
 
-}  // namespace
+}  // namespace hash_vectors_test
 }  // namespace kvbm

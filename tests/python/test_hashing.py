@@ -57,7 +57,7 @@ def test_fresh_random_cases_from_cpp(tmp_path):
     binary = os.environ.get("KVBM_HASH_VECTORS_BIN")
     if not binary or not os.path.exists(binary):
         skip_or_fail("hash vectors binary missing: KVBM_HASH_VECTORS_BIN not set (the C++ test "
-                     "python_hash_vectors_test; scripts/test.sh sets it after the release stage)")
+                     "python_tests; scripts/test.sh sets it after the release stage)")
     out = tmp_path / "vectors.txt"
     proc = subprocess.run([binary], env={**os.environ, "KVBM_WRITE_HASH_VECTORS": str(out)},
                           capture_output=True, text=True, timeout=120)

@@ -28,7 +28,7 @@
 #include "remote/redis_cluster.h"
 
 namespace kvbm {
-namespace {
+namespace kv_block_manager_cluster_test {
 
 using test::RedisCluster;
 using Clock = std::chrono::steady_clock;
@@ -346,5 +346,5 @@ TEST(KvBlockManagerClusterTest, FrozenPrimaryUnderTrafficFailsOverWithoutHangsOr
   expect_settled(cluster.url(), m, traffic, "primary frozen, failed over, thawed");
 }
 
-}  // namespace
+}  // namespace kv_block_manager_cluster_test
 }  // namespace kvbm

@@ -22,7 +22,7 @@
 #include "remote/remote_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace remote_store_acl_test {
 
 using test::RedisServer;
 using namespace test;  // NOLINT(google-build-using-namespace): the shared test helpers
@@ -244,5 +244,5 @@ TEST(RemoteStoreAclTest, PasswordFromAFileOrAnEnvironmentVariable) {
   ::unsetenv("KVBM_TEST_REDIS_PASSWORD");
 }
 
-}  // namespace
+}  // namespace remote_store_acl_test
 }  // namespace kvbm

@@ -26,7 +26,7 @@
 #include "remote/remote_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace remote_store_cluster_test {
 
 using test::RedisCluster;
 using namespace test;  // NOLINT(google-build-using-namespace): the shared test helpers
@@ -490,5 +490,5 @@ TEST(RemoteStoreClusterTest, ReplicaReadsAreServedByReplicasAndOutliveAPrimary) 
                UsageError);
 }
 
-}  // namespace
+}  // namespace remote_store_cluster_test
 }  // namespace kvbm

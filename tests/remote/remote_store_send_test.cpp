@@ -18,7 +18,7 @@
 #include "remote/remote_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace remote_store_send_test {
 
 using test::RedisServer;
 using namespace test;  // NOLINT(google-build-using-namespace): the shared test helpers
@@ -108,5 +108,5 @@ TEST(RemoteStoreSendTest, LargeValueGoesOutOnceItsOwnHeaderIsFilled) {
   }
 }
 
-}  // namespace
+}  // namespace remote_store_send_test
 }  // namespace kvbm

@@ -24,7 +24,7 @@
 #include "remote/remote_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace remote_store_test {
 
 using test::RedisServer;
 using namespace test;  // NOLINT(google-build-using-namespace): the shared test helpers
@@ -493,5 +493,5 @@ TEST(RemoteStoreTest, AnotherProcessReadsWhatOneProcessWrote) {
   }
 }
 
-}  // namespace
+}  // namespace remote_store_test
 }  // namespace kvbm

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm {
-namespace {
+namespace remote_value_test {
 
 constexpr std::uint64_t kFp = 0x1122334455667788ULL;
 constexpr std::uint64_t kHash = 0xA1B2C3D4E5F60718ULL;
@@ -106,5 +106,5 @@ TEST(RemoteValueTest, FingerprintSeparatesEveryField) {
   EXPECT_EQ(remote_fingerprint(base), remote_fingerprint(make_ns("ab", "c", "")));  // stable
 }
 
-}  // namespace
+}  // namespace remote_value_test
 }  // namespace kvbm

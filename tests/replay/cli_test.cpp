@@ -23,7 +23,7 @@
 extern char** environ;
 
 namespace kvbm::replay {
-namespace {
+namespace cli_test {
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -222,11 +222,11 @@ TEST(ReplayCli, SigintDuringARealtimeWaitStopsPromptly) {
   EXPECT_EQ(j["result"]["requests"], 1);
 }
 
-}  // namespace
+}  // namespace cli_test
 }  // namespace kvbm::replay
 
 namespace kvbm::replay {
-namespace {
+namespace cli_test {
 
 TEST(ReplayCli, PersistTwiceStartsTheSecondRunWarmFromG3) {
   const test::ScratchDir dir("kvbm-cli-persist");
@@ -387,5 +387,5 @@ TEST(ReplayCli, HybridBadInputIsRefusedWithWhatToChange) {
   EXPECT_NE(bad.err.find("groups[0].bytes_per_block"), std::string::npos) << bad.err;
 }
 
-}  // namespace
+}  // namespace cli_test
 }  // namespace kvbm::replay

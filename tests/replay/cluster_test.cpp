@@ -17,7 +17,7 @@
 #include "zmq_tsan.h"  // the ZeroMQ transport: libzmq is not instrumented for TSan
 
 namespace kvbm::replay {
-namespace {
+namespace cluster_test {
 
 using test::first_requests;
 
@@ -186,5 +186,5 @@ TEST(ReplayCluster, ZeroMqEventsGiveTheSameFiguresAsInProcess) {
 }
 #endif
 
-}  // namespace
+}  // namespace cluster_test
 }  // namespace kvbm::replay

@@ -22,7 +22,7 @@
 #include "textbook_lru.h"
 
 namespace kvbm::replay {
-namespace {
+namespace figures_test {
 
 constexpr std::uint64_t kRequests = 12'031;
 constexpr std::uint64_t kBlocks = 288'500;
@@ -151,5 +151,5 @@ INSTANTIATE_TEST_SUITE_P(ReadmeTable, ReplayFiguresLru,
                            return "capacity_" + std::to_string(p.param.blocks);
                          });
 
-}  // namespace
+}  // namespace figures_test
 }  // namespace kvbm::replay

@@ -12,7 +12,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace hybrid_preset_test {
 
 // The message of the UsageError parse_model_groups throws for `text` ("" when none).
 std::string error_of(const std::string& text) {
@@ -168,5 +168,5 @@ TEST(HybridPreset, AMalformedFileNamesTheField) {
   EXPECT_EQ(error_of(kGood), "");
 }
 
-}  // namespace
+}  // namespace hybrid_preset_test
 }  // namespace kvbm::replay

@@ -15,7 +15,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace hybrid_replay_test {
 
 // The G1 of the dense replay's default: 1,000 trace blocks of the baseline's layout.
 HybridReplayConfig config_for(const std::string& preset, std::uint32_t trace_block_tokens) {
@@ -348,5 +348,5 @@ TEST(HybridReplay, SplitsG1ByWeightAndRefusesAnEmptyPool) {
   EXPECT_EQ(base.groups[0].layers.size(), 24u);
 }
 
-}  // namespace
+}  // namespace hybrid_replay_test
 }  // namespace kvbm::replay

@@ -19,7 +19,7 @@
 #endif
 
 namespace kvbm::replay {
-namespace {
+namespace metrics_endpoint_test {
 
 #if KVBM_HAVE_CURL
 
@@ -169,5 +169,5 @@ TEST(ReplayMetricsEndpoint, BusyPortIsReported) {
   EXPECT_THROW(MetricsServer("127.0.0.1", first.port(), registry), std::runtime_error);
 }
 
-}  // namespace
+}  // namespace metrics_endpoint_test
 }  // namespace kvbm::replay

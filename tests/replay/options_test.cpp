@@ -11,7 +11,7 @@
 #include "replay/model_preset.h"
 
 namespace kvbm::replay {
-namespace {
+namespace options_test {
 
 Options parse(std::vector<const char*> args, std::string& error) {
   args.insert(args.begin(), "kvbm-replay");
@@ -321,5 +321,5 @@ TEST(ReplayOptions, RouterOptions) {
   }
 }
 
-}  // namespace
+}  // namespace options_test
 }  // namespace kvbm::replay

@@ -13,7 +13,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace remote_cluster_test {
 
 using test::first_requests;
 
@@ -62,5 +62,5 @@ TEST(ReplayRemoteCluster, TheIndexKnowsWhatG4HoldsAndKvFetchesLess) {
   EXPECT_EQ(again.cluster->requests, kv.cluster->requests);
 }
 
-}  // namespace
+}  // namespace remote_cluster_test
 }  // namespace kvbm::replay

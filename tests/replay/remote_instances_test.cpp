@@ -13,7 +13,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace remote_instances_test {
 
 using test::first_requests;
 
@@ -112,5 +112,5 @@ TEST(ReplayInstances, SharedG4ServesOtherInstancesBlocksVerifiedAndRepeatable) {
   EXPECT_EQ(again.verify_failures, 0u);
 }
 
-}  // namespace
+}  // namespace remote_instances_test
 }  // namespace kvbm::replay

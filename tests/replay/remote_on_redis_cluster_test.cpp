@@ -23,7 +23,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace remote_on_redis_cluster_test {
 
 using kvbm::test::RedisCluster;
 using kvbm::test::RedisServer;
@@ -102,5 +102,5 @@ TEST(ReplayOnRedisCluster, EightInstancesShowTheSameFiguresOnAClusterAsOnOneServ
   EXPECT_EQ(primaries_with_keys, 3u);
 }
 
-}  // namespace
+}  // namespace remote_on_redis_cluster_test
 }  // namespace kvbm::replay

@@ -20,7 +20,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace remote_refused_test {
 
 using kvbm::test::RedisServer;
 using test::ScratchDir;
@@ -148,5 +148,5 @@ TEST(ReplayRemoteRefused, AUserWithoutSetExitsNonZeroNamingTheCommand) {
   expect_served(replay_with(url));
 }
 
-}  // namespace
+}  // namespace remote_refused_test
 }  // namespace kvbm::replay

@@ -18,7 +18,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace replay_test {
 
 TEST(ReplayPattern, DetectsAnyChangedByteAndTheWrongHashOrRegion) {
   std::vector<unsigned char> buf(1000 + 5);
@@ -258,5 +258,5 @@ TEST(ReplaySmallG1, RequestLongerThanG1KeepsWhatFits) {
   EXPECT_EQ(r.audit, "");
 }
 
-}  // namespace
+}  // namespace replay_test
 }  // namespace kvbm::replay

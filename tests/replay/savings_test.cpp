@@ -8,7 +8,7 @@
 #include "replay/model_preset.h"
 
 namespace kvbm::replay {
-namespace {
+namespace savings_test {
 
 TEST(ReplaySavings, RecomputeAvoidedMinusLoadTime) {
   // 1,000 tokens/s; 1 GB/s from G2, 0.5 GB/s from G3; 1 MB blocks.
@@ -43,5 +43,5 @@ TEST(ReplaySavings, AssumedPrefillThroughputFollowsModelSize) {
   for (const auto& m : model_presets()) EXPECT_GT(m.bytes_per_token(), 0u) << m.name;
 }
 
-}  // namespace
+}  // namespace savings_test
 }  // namespace kvbm::replay

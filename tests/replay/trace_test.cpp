@@ -17,7 +17,7 @@
 #include "replay_test_util.h"
 
 namespace kvbm::replay {
-namespace {
+namespace trace_test {
 
 Trace read(const std::string& text, std::uint32_t block_tokens = 4) {
   std::istringstream in(text);
@@ -320,5 +320,5 @@ TEST(ReplayTrace, ShippedTraceHasTheDocumentedShape) {
   EXPECT_EQ(unique_blocks(t), 182'790u);
 }
 
-}  // namespace
+}  // namespace trace_test
 }  // namespace kvbm::replay

@@ -41,7 +41,7 @@
 #endif
 
 namespace kvbm::router {
-namespace {
+namespace kv_event_feed_test {
 
 using namespace std::chrono_literals;
 using test::batch;
@@ -494,5 +494,5 @@ TEST(KvEventFeed, NeedsZeroMq) {
 
 #endif
 
-}  // namespace
+}  // namespace kv_event_feed_test
 }  // namespace kvbm::router

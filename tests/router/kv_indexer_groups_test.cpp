@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 namespace kvbm::router {
-namespace {
+namespace kv_indexer_groups_test {
 
 using test::batch;
 
@@ -284,5 +284,5 @@ TEST(KvIndexerGroups, TokenKeyedIndexOfVllmsEventsAndTheRouterOnIt) {
   kvbm::test::expect_usage_error([&] { KvRouter r(index, ro); }, {"hash_block_size", "16"});
 }
 
-}  // namespace
+}  // namespace kv_indexer_groups_test
 }  // namespace kvbm::router

@@ -18,7 +18,7 @@
 #include "router/router_test_util.h"
 
 namespace kvbm::router {
-namespace {
+namespace kv_indexer_test {
 
 using namespace std::chrono_literals;
 using test::batch;
@@ -691,5 +691,5 @@ TEST(KvIndexerModel, RandomEventSequencesMatchASetModel) {
   }
 }
 
-}  // namespace
+}  // namespace kv_indexer_test
 }  // namespace kvbm::router

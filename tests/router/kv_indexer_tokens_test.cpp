@@ -17,7 +17,7 @@
 #include "router/router_test_util.h"
 
 namespace kvbm::router {
-namespace {
+namespace kv_indexer_tokens_test {
 
 using test::batch;
 using test::cleared;
@@ -203,5 +203,5 @@ TEST(KvIndexerTokens, RouteTokensGoesToTheInstanceHoldingThePrefix) {
   EXPECT_THROW((void)wrong.route_tokens(tokens), UsageError);
 }
 
-}  // namespace
+}  // namespace kv_indexer_tokens_test
 }  // namespace kvbm::router

@@ -15,7 +15,7 @@
 #include "router/router_test_util.h"
 
 namespace kvbm::router {
-namespace {
+namespace kv_router_approximate_test {
 
 using namespace std::chrono_literals;
 using test::batch;
@@ -111,5 +111,5 @@ TEST(KvRouterApproximate, BadOptionsAreRefused) {
   EXPECT_THROW(KvRouter(index, o), UsageError);
 }
 
-}  // namespace
+}  // namespace kv_router_approximate_test
 }  // namespace kvbm::router

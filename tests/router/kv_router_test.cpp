@@ -20,7 +20,7 @@
 #include "router/router_test_util.h"
 
 namespace kvbm::router {
-namespace {
+namespace kv_router_test {
 
 using test::batch;
 using test::stored;
@@ -360,5 +360,5 @@ TEST(KvRouter, DocsSnippetIsTheTestAbove) {
                             "tests/router/kv_router_test.cpp; copy them over";
 }
 
-}  // namespace
+}  // namespace kv_router_test
 }  // namespace kvbm::router

@@ -16,7 +16,7 @@
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::router_process {
-namespace {
+namespace cli_test {
 
 using nlohmann::json;
 using test::Child;
@@ -87,5 +87,5 @@ TEST(RouterProcessCli, AnInstanceTheFeedRefusesEndsTheProgram) {
 
 #endif
 
-}  // namespace
+}  // namespace cli_test
 }  // namespace kvbm::router_process

@@ -27,7 +27,7 @@
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::router_process {
-namespace {
+namespace hostile_requests_test {
 
 using nlohmann::json;
 using test::Child;
@@ -293,5 +293,5 @@ TEST(RouterProcessHostile, DeepNestingInAnyCheckedFieldIs400AndTheProcessLives) 
 
 #endif
 
-}  // namespace
+}  // namespace hostile_requests_test
 }  // namespace kvbm::router_process

@@ -25,7 +25,7 @@
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::router_process {
-namespace {
+namespace http_api_test {
 
 using nlohmann::json;
 using test::HttpClient;
@@ -415,5 +415,5 @@ TEST(RouterProcessHttp, RoutesToTheInstanceHoldingThePrefixAndFinishes) {
 
 #endif
 
-}  // namespace
+}  // namespace http_api_test
 }  // namespace kvbm::router_process

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm::router_process {
-namespace {
+namespace http_request_test {
 
 HttpRequest with(std::vector<std::pair<std::string, std::string>> headers, std::string body,
                  BodyRead read = BodyRead::kWhole) {
@@ -73,5 +73,5 @@ TEST(HttpRequest, QuoteIsPrintableAsciiOfAtMost64Bytes) {
   EXPECT_LE(q.size(), 4u * 64 + 32);
 }
 
-}  // namespace
+}  // namespace http_request_test
 }  // namespace kvbm::router_process

@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 namespace kvbm::router_process {
-namespace {
+namespace json_body_test {
 
 using nlohmann::json;
 
@@ -96,7 +96,7 @@ void expect_same_verdict(const std::string& bytes) {
 // all).
 TEST(JsonBody, TheUtf8CheckAgreesWithTheParserOnEverySequenceUpToThreeBytes) {
   const auto ok = [](int b) { return b != '"' && b != '\\' && b >= 0x20; };
-  const int every = std::max(1, static_cast<int>(1.0 / test::stress_scale() + 0.5));
+  const int every = std::max(1, static_cast<int>(1.0 / kvbm::test::stress_scale() + 0.5));
   for (int a = 0; a < 256; ++a) {
     if (!ok(a)) continue;
     expect_same_verdict(std::string(1, char(a)));
@@ -110,7 +110,7 @@ TEST(JsonBody, TheUtf8CheckAgreesWithTheParserOnEverySequenceUpToThreeBytes) {
     }
   }
   std::mt19937_64 rng(7);
-  const auto fours = static_cast<int>(test::scaled(200000, 1000));
+  const auto fours = static_cast<int>(kvbm::test::scaled(200000, 1000));
   for (int i = 0; i < fours; ++i) {  // 4-byte sequences, leads 0xF0..0xF7, around the edges
     std::string s{char(0xF0 + rng() % 8), char(0x70 + rng() % 0x60), char(0x70 + rng() % 0x60),
                   char(0x70 + rng() % 0x60)};
@@ -133,5 +133,5 @@ TEST(JsonBody, DescribeQuotesTheTypeAndAtMost64Bytes) {
   EXPECT_EQ(describe(json("\xff")), "\"\\ufffd\" (string)");  // never throws on bad bytes
 }
 
-}  // namespace
+}  // namespace json_body_test
 }  // namespace kvbm::router_process

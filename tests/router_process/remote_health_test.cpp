@@ -23,7 +23,7 @@
 #include "zmq_tsan.h"  // libzmq is not instrumented for TSan
 
 namespace kvbm::router_process {
-namespace {
+namespace remote_health_test {
 
 using kvbm::test::RedisServer;
 using nlohmann::json;
@@ -220,5 +220,5 @@ TEST(RouterRemoteHealth, RefusedG4DegradesHealth) {
 }
 #endif
 
-}  // namespace
+}  // namespace remote_health_test
 }  // namespace kvbm::router_process

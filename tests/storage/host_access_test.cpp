@@ -23,7 +23,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace host_access_test {
 
 std::vector<std::byte> random_bytes(std::size_t n, std::mt19937_64& rng) {
   std::vector<std::byte> out(n);
@@ -101,5 +101,5 @@ TEST(HostAccess, AWriteIsCompleteForTheNextEngineCopy) {
   }
 }
 
-}  // namespace
+}  // namespace host_access_test
 }  // namespace kvbm

@@ -18,7 +18,7 @@
 #include "kvbm/error.h"
 
 namespace kvbm {
-namespace {
+namespace layout_test {
 
 using ::testing::HasSubstr;
 
@@ -414,5 +414,5 @@ TEST(PlanCopies, ErrorsLeaveOutUnchanged) {
   EXPECT_EQ(out, before);
 }
 
-}  // namespace
+}  // namespace layout_test
 }  // namespace kvbm

@@ -40,7 +40,7 @@ extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
 namespace kvbm {
-namespace {
+namespace storage_test {
 
 using ::testing::HasSubstr;
 
@@ -260,5 +260,5 @@ TEST_F(StorageLogTest, RepeatedAllocationsKeepMemoryFlat) {
 }
 #endif
 
-}  // namespace
+}  // namespace storage_test
 }  // namespace kvbm

@@ -21,7 +21,7 @@
 #include "offload/offload_test_util.h"
 
 namespace kvbm {
-namespace {
+namespace offload_stress_test {
 
 using test::scaled;
 using test::stress_scale;
@@ -228,5 +228,5 @@ TEST(OffloadStress, EnqueueCancelEvictConcurrently) {
   test::expect_clean(t);
 }
 
-}  // namespace
+}  // namespace offload_stress_test
 }  // namespace kvbm

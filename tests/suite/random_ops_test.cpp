@@ -43,7 +43,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace random_ops_test {
 
 using test::stress_scale;
 
@@ -999,5 +999,5 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{EvictionPolicy::kLineage, DuplicatePolicy::kReject, 5}),
     [](const ::testing::TestParamInfo<Config>& p) { return config_name(p.param); });
 
-}  // namespace
+}  // namespace random_ops_test
 }  // namespace kvbm

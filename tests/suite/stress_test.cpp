@@ -48,7 +48,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace stress_test {
 
 using test::scaled;
 using test::stress_scale;
@@ -752,5 +752,5 @@ TEST(Stress, ManagerDestroyedWhileOtherThreadsHoldBlocks) {
   }
 }
 
-}  // namespace
+}  // namespace stress_test
 }  // namespace kvbm

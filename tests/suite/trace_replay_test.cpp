@@ -59,7 +59,7 @@
 #include "textbook_lru.h"
 
 namespace kvbm {
-namespace {
+namespace trace_replay_test {
 
 using test::stress_scale;
 
@@ -343,5 +343,5 @@ INSTANTIATE_TEST_SUITE_P(ReadmeTable, TraceReplayLru,
                            return "capacity_" + std::to_string(p.param.blocks);
                          });
 
-}  // namespace
+}  // namespace trace_replay_test
 }  // namespace kvbm

@@ -24,7 +24,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace bounce_engine_test {
 
 // 3 layers x K,V x 5 tokens x 7 x 2 bytes: odd 70-byte regions.
 const LayoutConfig kConfig{3, 2, 5, 7, 2};
@@ -215,5 +215,5 @@ TEST(BounceEngine, ConcurrentSubmittersAllComplete) {
   }
 }
 
-}  // namespace
+}  // namespace bounce_engine_test
 }  // namespace kvbm

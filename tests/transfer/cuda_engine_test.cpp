@@ -42,7 +42,7 @@
 #endif
 
 namespace kvbm {
-namespace {
+namespace cuda_engine_test {
 
 /// Skips the current test unless a CUDA device is usable.
 #define KVBM_REQUIRE_CUDA_DEVICE()                                                        \
@@ -594,5 +594,5 @@ TEST(CudaEngineDevice, AllDeviceTests) {
 
 #endif  // KVBM_HAVE_CUDA
 
-}  // namespace
+}  // namespace cuda_engine_test
 }  // namespace kvbm

@@ -31,7 +31,7 @@
 #include "test_util.h"
 
 namespace kvbm {
-namespace {
+namespace host_engine_test {
 
 using ::testing::HasSubstr;
 using Bytes = std::vector<std::uint8_t>;
@@ -593,5 +593,5 @@ TEST(HostEngine, MetricsCountBlocksAndBytesPerPath) {
   EXPECT_EQ(path_metric(*registry, "kvbm_transfer_blocks_total", "g2_to_g1"), 0.0);
 }
 
-}  // namespace
+}  // namespace host_engine_test
 }  // namespace kvbm

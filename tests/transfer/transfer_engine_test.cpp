@@ -15,7 +15,7 @@
 #include "kvbm/error.h"
 
 namespace kvbm {
-namespace {
+namespace transfer_engine_test {
 
 using ::testing::HasSubstr;
 
@@ -111,5 +111,5 @@ TEST(TransferOutcome, AllFailedNamesEveryPairInOrder) {
   EXPECT_EQ(none.message(), "");
 }
 
-}  // namespace
+}  // namespace transfer_engine_test
 }  // namespace kvbm

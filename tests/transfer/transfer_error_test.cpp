@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 namespace kvbm {
-namespace {
+namespace transfer_error_test {
 
 TEST(TransferError, AnIoErrorKeepsItsCodeAndGainsItsKind) {
   const struct {
@@ -56,5 +56,5 @@ TEST(RuntimeError, IsARuntimeErrorWithKindAndCode) {
                 "never confused with UsageError");
 }
 
-}  // namespace
+}  // namespace transfer_error_test
 }  // namespace kvbm
