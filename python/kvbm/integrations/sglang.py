@@ -575,6 +575,10 @@ class KvbmStorage(HiCacheStorage):
     def _pool_manager(self, name) -> kvbm.KvBlockManager:
         """The manager of pool `name`'s pages ('kv': the KV manager of the v1 interface)."""
         key = self._pool_key(name)
+        with self._lock:  # the usual case: built already (no page made to learn its size)
+            built = self.kv if key == "kv" else self._pools.get(key, (None,))[0]
+        if built is not None:
+            return built
         pool = self._registered_pool(name)
         page_bytes = _nbytes(pool.get_dummy_flat_data_page())
         if key == "kv":
