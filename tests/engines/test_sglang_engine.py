@@ -643,6 +643,54 @@ def test_hybrid_mamba_state_backup_restart_prefetch(tiny_llama, tmp_path):
             ctl.detach_storage_backend()
 
 
+def test_hybrid_swa_and_mamba_pools_serve_only_where_both_can(tiny_llama, tmp_path):
+    """Full + SWA + Mamba2 (build_hybrid_mamba_swa_stack's pools): a first node of pages 0-1
+    with its whole window and a state, a second of pages 2-3 whose window lost page 2 and with
+    a state. The Mamba pool alone could serve 4 pages, the SWA window 1 or 2: the prefix
+    served is 2 pages, with the first node's window and state, byte for byte."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    tokens = list(range(600, 600 + 4 * PAGE))
+    keys = keys_for(tokens)
+    with PublishedScheduler(tiny_llama, "page_first") as sched_group:
+        kv_dev, group, layers = make_swa_pools("page_first", mamba=True)
+        kv_host, swa_host, mamba_host = (group.entry_map[p].host_pool
+                                         for p in (PoolName.KV, PoolName.SWA, PoolName.MAMBA))
+        ctl = hybrid_controller(group, kv_dev, layers, sched_group, tmp_path)
+        try:
+            idx, kv_pages = fill_pool(kv_host, 4, seed=100)
+            sidx, swa_pages = fill_pool(swa_host, 3, seed=101)  # pages 0, 1 and 3
+            midx, states = fill_pool(mamba_host, 2, seed=102)
+            for first, end, windows, state in ((0, 2, slice(0, 2), 0), (2, 4, slice(2, 3), 1)):
+                swa_keys = keys[end - (windows.stop - windows.start):end]
+                op = backup(ctl, idx[first * PAGE:end * PAGE], tokens[first * PAGE:end * PAGE],
+                            keys[first:end],
+                            [transfer(PoolName.SWA, swa_keys,
+                                      sidx[windows.start * PAGE:windows.stop * PAGE]),
+                             transfer(PoolName.MAMBA, [keys[end - 1]], midx[state:state + 1])])
+                assert op.completed_tokens == 2 * PAGE
+
+            b = reattach(ctl, tmp_path)
+            both = [transfer(PoolName.SWA, ["__placeholder__"] * 2),
+                    transfer(PoolName.MAMBA, ["__placeholder__"])]
+            r = b.batch_exists_v2(keys, both)
+            assert (r.kv_hit_pages, r.restorable_prefix_pages) == (2, [2])
+            assert r.extra_pool_hit_pages == {PoolName.KV: 4, PoolName.SWA: 2, PoolName.MAMBA: 4}
+            hit, pool_hits = prefetch(ctl, tokens, both)
+            assert hit.storage_hit_count == 2 * PAGE
+            assert (pool_hits["swa"], pool_hits["mamba"]) == (2, 1)
+            swa, mamba = hit.pool_transfers
+            assert swa.keys == keys[:2] and mamba.keys == [keys[1]]
+            for j in range(2):
+                assert same_bytes(kv_host.get_data_page(int(hit.host_indices[j * PAGE])),
+                                  kv_pages[j])
+                assert same_bytes(swa_host.get_data_page(int(swa.host_indices[j * PAGE])),
+                                  swa_pages[j])
+            assert same_bytes(mamba_host.get_data_page(int(mamba.host_indices[0])), states[0])
+        finally:
+            ctl.detach_storage_backend()
+
+
 def test_mamba_state_keeps_the_tp_rank_of_an_mla_model(tmp_path):
     """MLA KV is the same on every TP rank (one namespace), Mamba state is each rank's shard."""
     _, group, _ = make_mamba_pools()
