@@ -692,18 +692,21 @@ def test_hybrid_swa_and_mamba_pools_serve_only_where_both_can(tiny_llama, tmp_pa
 
 
 def test_mamba_state_keeps_the_tp_rank_of_an_mla_model(tmp_path):
-    """MLA KV is the same on every TP rank (one namespace), Mamba state is each rank's shard."""
+    """MLA KV is the same on every TP rank (one namespace), Mamba state is each rank's shard:
+    its namespace names the rank, with the default namespace and with one set in the config."""
     _, group, _ = make_mamba_pools()
-    names = []
-    for rank in range(2):
-        cfg = storage_config(tp_rank=rank, tp_size=2, is_mla_model=True,
-                             extra_config=extra_config(tmp_path, remote_urls=[]))
-        b = KvbmStorage(cfg, {})
-        for e in group.entries:
-            b.register_mem_host_pool_v2(e.host_pool, e.name)
-        names.append(b._pool_namespace("mamba", group.entry_map["mamba"].host_pool))
-        assert b._default_namespace(cfg) == "tiny-llama"
-    assert names[0].startswith("tiny-llama|tp0/2|") and names[1].startswith("tiny-llama|tp1/2|")
+    for named, model in (({}, "tiny-llama"), ({"namespace": "kimi"}, "kimi")):
+        names = []
+        for rank in range(2):
+            cfg = storage_config(tp_rank=rank, tp_size=2, is_mla_model=True,
+                                 extra_config=extra_config(tmp_path, **named))
+            b = KvbmStorage(cfg, {})
+            for e in group.entries:
+                b.register_mem_host_pool_v2(e.host_pool, e.name)
+            names.append(b._pool_namespace("mamba", group.entry_map["mamba"].host_pool))
+            assert b._default_namespace(cfg) == "tiny-llama"
+        assert names[0].startswith(f"{model}|tp0/2|pool=mamba|")
+        assert names[1].startswith(f"{model}|tp1/2|pool=mamba|")
 
 
 def test_pure_swa_model_never_asks_the_storage_backend(tiny_llama, tmp_path):

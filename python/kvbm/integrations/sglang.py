@@ -563,8 +563,10 @@ class KvbmStorage(HiCacheStorage):
     def _pool_namespace(self, name: str, pool) -> str:
         """The model part (the TP shard included for Mamba state, which every rank holds its
         own shard of even where the KV is MLA), the pool's name, its layout and dtypes."""
-        base = self._user_namespace or self._default_namespace(
-            self.storage_config, tp_sharded=name == "mamba")
+        cfg = self.storage_config
+        base = self._user_namespace or self._default_namespace(cfg, tp_sharded=name == "mamba")
+        if name == "mamba" and self._user_namespace and getattr(cfg, "tp_size", 1) > 1:
+            base += f"|tp{cfg.tp_rank}/{cfg.tp_size}"  # a `namespace` for MLA KV has no shard
         dtypes = [self._dtype_name(getattr(pool, a, None))
                   for a in ("dtype", "temporal_dtype")]
         dtype = "+".join(dict.fromkeys(d for d in dtypes if d))  # conv+temporal for Mamba
