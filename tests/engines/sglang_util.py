@@ -52,6 +52,76 @@ def make_host_pool(dev, layout):
                                 override_kv_cache_dim=dev.kv_cache_dim, **common)
 
 
+def make_swa_pools(layout, mamba=False):
+    """A hybrid SWA model's pools (full attention on layers 1 and 3, a sliding window on 0 and
+    2): SGLang's SWAKVPool, and the host pool group hybrid_pool_assembler.build_hybrid_swa_group
+    builds from it ("kv" anchor, "swa"), on the CPU; with `mamba`, also Mamba2 state on layers 4
+    and 5 ("mamba"), as build_hybrid_mamba_swa_stack adds it. Returns (device KV pool, group,
+    layer count)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import (
+        _swa_layer_mappings,
+        build_pool_entry,
+    )
+    from sglang.srt.mem_cache.pool_host import HostPoolGroup
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    dev = SWAKVPool(size=DEVICE_TOKENS, size_swa=DEVICE_TOKENS // 2, page_size=PAGE,
+                    dtype=torch.bfloat16, head_num=NUM_KV_HEADS, head_dim=HEAD_SIZE,
+                    swa_attention_layer_ids=[0, 2], full_attention_layer_ids=[1, 3], device="cpu")
+    full, swa = _swa_layer_mappings(dev)
+    layers = 6 if mamba else max(full.keys() | swa.keys()) + 1
+    group = HostPoolGroup([
+        build_pool_entry(name=PoolName.KV, host_pool=make_host_pool(dev.full_kv_pool, layout),
+                         device_pool=dev.full_kv_pool, layer_mapping=full,
+                         transfer_layer_id_max=layers, is_anchor=True),
+        build_pool_entry(name=PoolName.SWA, host_pool=make_host_pool(dev.swa_kv_pool, layout),
+                         device_pool=dev.swa_kv_pool, layer_mapping=swa,
+                         transfer_layer_id_max=layers),
+    ])
+    if mamba:
+        group.add_entry(_mamba_entry(layout, [4, 5], layers))
+    return dev.full_kv_pool, group, layers
+
+
+def _mamba_entry(layout, layer_ids, layers):
+    """The "mamba" pool entry: SGLang's MambaPool (Mamba2 state of `layer_ids`) and the
+    MambaPoolHost build_mamba_host_pool makes of it (one state per slot), on the CPU."""
+    from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+    from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
+
+    shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=32, n_groups=1,
+                                    num_heads=2, head_dim=16, state_size=8, conv_kernel=4)
+    mamba = MambaPool(size=8, spec_state_size=8, device="cpu", mamba_layer_ids=layer_ids,
+                      cache_params=Mamba2CacheParams(shape=shape, layers=layer_ids))
+    (info,) = mamba.get_device_pool_infos()
+    host = MambaPoolHost(info.buffer_info, 2.0, 0, device_capacity=mamba.size, device="cpu",
+                         pin_memory=False, layout=layout)
+    return build_pool_entry(name=PoolName.MAMBA, host_pool=host, device_pool=mamba,
+                            layer_mapping={lid: i for i, lid in enumerate(layer_ids)},
+                            transfer_layer_id_max=layers)
+
+
+def make_mamba_pools(layout="page_first"):
+    """A hybrid Mamba2 model's pools (attention on layers 0 and 1, Mamba2 on 2 and 3): the KV
+    pool and the host pool group build_hybrid_mamba_stack builds ("kv" anchor, "mamba"), on the
+    CPU. Returns (device KV pool, group, layer count)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
+    from sglang.srt.mem_cache.pool_host import HostPoolGroup
+
+    kv = make_device_pool("MHA")
+    group = HostPoolGroup([
+        build_pool_entry(name=PoolName.KV, host_pool=make_host_pool(kv, layout), device_pool=kv,
+                         layer_mapping={0: 0, 1: 1}, transfer_layer_id_max=4, is_anchor=True),
+        _mamba_entry(layout, [2, 3], 4),
+    ])
+    return kv, group, 4
+
+
 def storage_config(**overrides):
     """HiCacheStorageConfig as HiCacheController._generate_storage_config fills it (TP 1)."""
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
@@ -67,8 +137,9 @@ class PublishedScheduler:
     """The process-wide config a SGLang scheduler publishes, and a gloo TP group of size 1
     (what HiCacheController needs); a context manager."""
 
-    def __init__(self, model_dir, layout="page_first", kv_cache_dtype="auto"):
+    def __init__(self, model_dir, layout="page_first", kv_cache_dtype="auto", **server_args):
         self.model_dir, self.layout, self.kv_cache_dtype = model_dir, layout, kv_cache_dtype
+        self.server_args = server_args  # more ServerArgs fields (hicache_storage_backend, ...)
 
     def __enter__(self):
         import torch.distributed as dist
@@ -77,7 +148,8 @@ class PublishedScheduler:
 
         args = ServerArgs(model_path=self.model_dir, device="cpu", skip_tokenizer_init=True,
                           page_size=PAGE, enable_hierarchical_cache=True,
-                          hicache_mem_layout=self.layout, kv_cache_dtype=self.kv_cache_dtype)
+                          hicache_mem_layout=self.layout, kv_cache_dtype=self.kv_cache_dtype,
+                          **self.server_args)
         publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=None))
         fd, self.store = tempfile.mkstemp()
         os.close(fd)

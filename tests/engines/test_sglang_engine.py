@@ -9,7 +9,8 @@ Every SGLang object is SGLang's own, built as SGLang builds it (tests/engines/sg
 device pools (MHATokenToKVPool / MLATokenToKVPool) and host pools (MHATokenToKVPoolHost /
 MLATokenToKVPoolHost, pin_memory=False) in CPU memory, HiCacheStorageConfig, the backend created
 by StorageBackendFactory.create_backend("dynamic", ...) from the JSON of docs/python.md, and
-HiCacheController's backup (write_storage) and prefetch threads, generic and "interface_v1".
+HiCacheController's backup (write_storage) and prefetch threads, generic and "interface_v1";
+for hybrid models, HybridCacheController over SGLang's SWAKVPool and MambaPool host pools.
 Nothing is monkeypatched. Outside the engines venv the module skips itself.
 """
 
@@ -36,6 +37,8 @@ from sglang_util import (  # noqa: E402
     PublishedScheduler,
     make_device_pool,
     make_host_pool,
+    make_mamba_pools,
+    make_swa_pools,
     storage_config,
     write_tiny_llama,
 )
@@ -456,3 +459,346 @@ def test_v1_moves_page_first_pages_in_place(tmp_path, kind, layout, direct):
         assert copies == 0 if direct else copies >= 2 * n
     finally:
         b.close()
+
+
+# --------------------------------------------------------------------------- hybrid host pools
+#
+# SGLang 0.5.23's HybridCacheController (UnifiedRadixCache with HiCache, for hybrid SWA and
+# Mamba/linear-attention models) registers every host pool of its HostPoolGroup with the backend
+# (register_mem_host_pool_v2), backs the KV pages up through batch_set and every other pool's
+# pages through batch_set_v2, asks batch_exists_v2 for the prefix every pool can serve, and
+# reads the other pools with batch_get_v2 (docs/hybrid.md, "SGLang").
+
+
+def fill_pool(host, n, seed):
+    """n pages (page_size slots each) of random bytes in any host pool: indices, flat pages."""
+    g = torch.Generator().manual_seed(seed)
+    step = host.page_size
+    idx = host.alloc(n * step)
+    pages = []
+    for j in range(n):
+        like = host.get_dummy_flat_data_page()
+        page = torch.randint(0, 256, (like.numel() * like.element_size(),), dtype=torch.uint8,
+                             generator=g).view(like.dtype)
+        host.set_from_flat_data_page(int(idx[j * step]), page)
+        pages.append(page.clone())
+    return idx, pages
+
+
+def hybrid_controller(group, kv_dev, layers, sched_group, tmp_path):
+    """HybridCacheController as build_hybrid_swa_stack / build_hybrid_mamba_stack make it, with
+    KvbmStorage attached at construction."""
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+
+    allocator = PagedTokenToKVPoolAllocator(64, PAGE, torch.bfloat16, "cpu", kv_dev,
+                                            need_sort=False)
+    ctl = HybridCacheController(allocator, group, PAGE, sched_group, threading.Event(),
+                                io_backend="direct", storage_backend="dynamic",
+                                model_name="tiny-hybrid", transfer_layer_id_max=layers,
+                                storage_backend_extra_config=extra_config(tmp_path))
+    assert isinstance(ctl.storage_backend, KvbmStorage)
+    return ctl
+
+
+def reattach(ctl, tmp_path):
+    """A restarted server: the backend detached (closed) and a new one attached."""
+    ctl.detach_storage_backend()
+    ctl.attach_storage_backend("dynamic", model_name="tiny-hybrid",
+                               host_pools=ctl.mem_pool_host.entries,
+                               storage_backend_extra_config=extra_config(tmp_path))
+    return ctl.storage_backend
+
+
+def backup(ctl, idx, tokens, keys, extra_pools):
+    ctl.write_storage(idx, tokens, hash_value=keys, extra_pools=extra_pools)
+    return ctl.ack_backup_queue.get(timeout=30)
+
+
+def prefetch(ctl, tokens, extra_pools):
+    """The controller's prefetch as UnifiedRadixCache runs it: the hit query, the KV staging
+    (allocate_storage_hit) and each other pool's staging (_alloc_prefetch_aux_staging), the
+    transfer; returns the hit operation and the other pools' hits (their ack, rank-reduced)."""
+    from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+
+    ctl.prefetch(CacheRequestHandle(rid="req-1", attempt_id=0), tokens, extra_pools=extra_pools)
+    hit = ctl.prefetch_hit_queue.get(timeout=30)
+    if hit.storage_hit_count == 0:
+        return hit, None
+    hit.host_indices, _ = ctl.allocate_storage_hit(hit, hit.storage_hit_count, allow_partial=False,
+                                                   min_tokens=0, evict_host=lambda n: 0)
+    for t in hit.pool_transfers:
+        pool = ctl.mem_pool_host.entry_map[t.name].host_pool
+        t.host_indices = pool.alloc(min(len(t.keys), len(hit.hash_value)) * pool.page_size)
+    ctl.prefetch_buffer.put(hit)
+    acks = []
+    while not acks or not acks[-1].completed_req:
+        acks.append(ctl.ack_prefetch_queue.get(timeout=30))
+    (pool_hits,) = [a.pool_hits for a in acks if a.pool_hits is not None]
+    return hit, pool_hits
+
+
+def transfer(name, keys, host_indices=None):
+    """A trailing-pages PoolTransfer as SWAComponent / MambaComponent.build_hicache_transfers
+    make it (BACKUP_STORAGE: the node's last pages; PREFETCH: placeholders)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolTransfer
+
+    return PoolTransfer(name=name, host_indices=host_indices, keys=list(keys),
+                        hit_policy=PoolHitPolicy.TRAILING_PAGES)
+
+
+@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+def test_hybrid_swa_pools_backup_restart_prefetch(tiny_llama, tmp_path, layout):
+    """Full + SWA: the KV pages and the SWA window's pages of the same page hashes are stored
+    apart (each pool its own namespace and G3 file), found again after a restart, and the
+    controller's prefetch puts both back byte for byte; a prefix whose window is not stored
+    is not served."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    n, window = 3, 2
+    tokens = list(range(200, 200 + n * PAGE))
+    keys = keys_for(tokens)
+    with PublishedScheduler(tiny_llama, layout) as sched_group:
+        kv_dev, group, layers = make_swa_pools(layout)
+        kv_host, swa_host = (group.entry_map[p].host_pool for p in (PoolName.KV, PoolName.SWA))
+        ctl = hybrid_controller(group, kv_dev, layers, sched_group, tmp_path)
+        try:
+            b = ctl.storage_backend
+            idx, kv_pages = fill_pool(kv_host, n, seed=60)
+            sidx, swa_pages = fill_pool(swa_host, window, seed=61)
+            op = backup(ctl, idx, tokens, keys, [transfer(PoolName.SWA, keys[-window:], sidx)])
+            assert op.completed_tokens == n * PAGE
+            assert op.pool_storage_result.extra_pool_hit_pages == {PoolName.SWA: window}
+            swa_ns = b._pools["swa"][1]
+            assert swa_ns != b.namespace and f"|pool=swa|layout={layout}|" in swa_ns
+            assert os.path.exists(os.path.join(b.disk_directory, "pool-swa", "kvbm.slots"))
+            # The KV pages alone under other keys: no SWA window, so no prefix is restorable.
+            other = keys_for(list(range(300, 300 + n * PAGE)))
+            oidx, _ = fill_pool(kv_host, n, seed=62)
+            assert backup(ctl, oidx, list(range(300, 300 + n * PAGE)), other, None).completed_tokens
+            r = b.batch_exists_v2(other, [transfer(PoolName.SWA, ["__placeholder__"] * window)])
+            assert (r.kv_hit_pages, r.restorable_prefix_pages) == (0, [])
+            assert r.extra_pool_hit_pages == {PoolName.KV: n}
+            kv_host.free(idx)
+            kv_host.free(oidx)
+            swa_host.free(sidx)
+
+            b = reattach(ctl, tmp_path)  # only the G3 files hold the pages now
+            assert b.kvbm_stats("swa")["tiers"]["G2"]["registrations"] == 0
+            r = b.batch_exists_v2(keys, [transfer(PoolName.SWA, ["__placeholder__"] * window)])
+            assert (r.kv_hit_pages, r.restorable_prefix_pages) == (n, [n])  # [1, 2] lack a window
+            placeholders = [transfer(PoolName.SWA, ["__placeholder__"] * window)]
+            hit, pool_hits = prefetch(ctl, tokens, placeholders)
+            assert hit.storage_hit_count == n * PAGE
+            assert pool_hits[PoolName.SWA.value] == window
+            for j in range(n):
+                assert same_bytes(kv_host.get_data_page(int(hit.host_indices[j * PAGE])),
+                                  kv_pages[j])
+            (swa,) = hit.pool_transfers
+            assert swa.keys == keys[-window:]
+            for j in range(window):
+                got = swa_host.get_data_page(int(swa.host_indices[j * PAGE]))
+                assert same_bytes(got, swa_pages[j]) and not same_bytes(got, kv_pages[j + 1])
+        finally:
+            ctl.detach_storage_backend()
+
+
+def test_hybrid_mamba_state_backup_restart_prefetch(tiny_llama, tmp_path):
+    """Full attention + Mamba2: a state per radix node end (pages 0-1, then page 2), stored in
+    the Mamba pool's own manager; after a restart the restorable prefixes are the node ends,
+    and the prefetch puts back the KV pages and the state at the cut, not an earlier one."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    tokens = list(range(400, 400 + 3 * PAGE))
+    keys = keys_for(tokens)
+    with PublishedScheduler(tiny_llama, "page_first") as sched_group:
+        kv_dev, group, layers = make_mamba_pools()
+        kv_host, mamba_host = (group.entry_map[p].host_pool for p in (PoolName.KV, PoolName.MAMBA))
+        ctl = hybrid_controller(group, kv_dev, layers, sched_group, tmp_path)
+        try:
+            b = ctl.storage_backend
+            idx, kv_pages = fill_pool(kv_host, 3, seed=70)
+            midx, states = fill_pool(mamba_host, 2, seed=71)
+            for first, end, state in ((0, 2, 0), (2, 3, 1)):  # two nodes, as the tree backs them up
+                op = backup(ctl, idx[first * PAGE:end * PAGE], tokens[first * PAGE:end * PAGE],
+                            keys[first:end],
+                            [transfer(PoolName.MAMBA, [keys[end - 1]], midx[state:state + 1])])
+                assert op.completed_tokens == (end - first) * PAGE
+                assert op.pool_storage_result.extra_pool_hit_pages == {PoolName.MAMBA: 1}
+            assert "|pool=mamba|layout=page_first|dtype=bfloat16" in b._pools["mamba"][1]
+
+            b = reattach(ctl, tmp_path)
+            r = b.batch_exists_v2(keys, [transfer(PoolName.MAMBA, ["__placeholder__"])])
+            assert (r.kv_hit_pages, r.restorable_prefix_pages) == (3, [2, 3])
+            hit, pool_hits = prefetch(ctl, tokens, [transfer(PoolName.MAMBA, ["__placeholder__"])])
+            assert hit.storage_hit_count == 3 * PAGE
+            assert pool_hits[PoolName.MAMBA.value] == 1
+            for j in range(3):
+                assert same_bytes(kv_host.get_data_page(int(hit.host_indices[j * PAGE])),
+                                  kv_pages[j])
+            (mamba,) = hit.pool_transfers
+            got = mamba_host.get_data_page(int(mamba.host_indices[0]))
+            assert mamba.keys == [keys[2]] and same_bytes(got, states[1])
+        finally:
+            ctl.detach_storage_backend()
+
+
+def test_hybrid_swa_and_mamba_pools_serve_only_where_both_can(tiny_llama, tmp_path):
+    """Full + SWA + Mamba2 (build_hybrid_mamba_swa_stack's pools): a first node of pages 0-1
+    with its whole window and a state, a second of pages 2-3 whose window lost page 2 and with
+    a state. The Mamba pool alone could serve 4 pages, the SWA window 1 or 2: the prefix
+    served is 2 pages, with the first node's window and state, byte for byte."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    tokens = list(range(600, 600 + 4 * PAGE))
+    keys = keys_for(tokens)
+    with PublishedScheduler(tiny_llama, "page_first") as sched_group:
+        kv_dev, group, layers = make_swa_pools("page_first", mamba=True)
+        kv_host, swa_host, mamba_host = (group.entry_map[p].host_pool
+                                         for p in (PoolName.KV, PoolName.SWA, PoolName.MAMBA))
+        ctl = hybrid_controller(group, kv_dev, layers, sched_group, tmp_path)
+        try:
+            idx, kv_pages = fill_pool(kv_host, 4, seed=100)
+            sidx, swa_pages = fill_pool(swa_host, 3, seed=101)  # pages 0, 1 and 3
+            midx, states = fill_pool(mamba_host, 2, seed=102)
+            for first, end, windows, state in ((0, 2, slice(0, 2), 0), (2, 4, slice(2, 3), 1)):
+                swa_keys = keys[end - (windows.stop - windows.start):end]
+                op = backup(ctl, idx[first * PAGE:end * PAGE], tokens[first * PAGE:end * PAGE],
+                            keys[first:end],
+                            [transfer(PoolName.SWA, swa_keys,
+                                      sidx[windows.start * PAGE:windows.stop * PAGE]),
+                             transfer(PoolName.MAMBA, [keys[end - 1]], midx[state:state + 1])])
+                assert op.completed_tokens == 2 * PAGE
+
+            b = reattach(ctl, tmp_path)
+            both = [transfer(PoolName.SWA, ["__placeholder__"] * 2),
+                    transfer(PoolName.MAMBA, ["__placeholder__"])]
+            r = b.batch_exists_v2(keys, both)
+            assert (r.kv_hit_pages, r.restorable_prefix_pages) == (2, [2])
+            assert r.extra_pool_hit_pages == {PoolName.KV: 4, PoolName.SWA: 2, PoolName.MAMBA: 4}
+            hit, pool_hits = prefetch(ctl, tokens, both)
+            assert hit.storage_hit_count == 2 * PAGE
+            assert (pool_hits["swa"], pool_hits["mamba"]) == (2, 1)
+            swa, mamba = hit.pool_transfers
+            assert swa.keys == keys[:2] and mamba.keys == [keys[1]]
+            for j in range(2):
+                assert same_bytes(kv_host.get_data_page(int(hit.host_indices[j * PAGE])),
+                                  kv_pages[j])
+                assert same_bytes(swa_host.get_data_page(int(swa.host_indices[j * PAGE])),
+                                  swa_pages[j])
+            assert same_bytes(mamba_host.get_data_page(int(mamba.host_indices[0])), states[0])
+        finally:
+            ctl.detach_storage_backend()
+
+
+def test_mamba_state_keeps_the_tp_rank_of_an_mla_model(tmp_path):
+    """MLA KV is the same on every TP rank (one namespace), Mamba state is each rank's shard:
+    its namespace names the rank, with the default namespace and with one set in the config."""
+    _, group, _ = make_mamba_pools()
+    for named, model in (({}, "tiny-llama"), ({"namespace": "kimi"}, "kimi")):
+        names = []
+        for rank in range(2):
+            cfg = storage_config(tp_rank=rank, tp_size=2, is_mla_model=True,
+                                 extra_config=extra_config(tmp_path, **named))
+            b = KvbmStorage(cfg, {})
+            for e in group.entries:
+                b.register_mem_host_pool_v2(e.host_pool, e.name)
+            names.append(b._pool_namespace("mamba", group.entry_map["mamba"].host_pool))
+            assert b._default_namespace(cfg) == "tiny-llama"
+        assert names[0].startswith(f"{model}|tp0/2|pool=mamba|")
+        assert names[1].startswith(f"{model}|tp1/2|pool=mamba|")
+
+
+def test_pure_swa_model_never_asks_the_storage_backend(tiny_llama, tmp_path):
+    """Every layer a sliding window: SGLang 0.5.23 picks PureSWARadixCache
+    (registry.default_radix_cache_factory), which has no HiCache, even with
+    --enable-hierarchical-cache and kvbm as --hicache-storage-backend: no backend is made."""
+    import json
+
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache
+    from sglang.srt.runtime_context import get_server_args
+
+    with PublishedScheduler(tiny_llama, hicache_storage_backend="dynamic",
+                            hicache_storage_backend_extra_config=json.dumps(
+                                extra_config(tmp_path))) as sched_group:
+        dev = make_device_pool("MHA")
+        allocator = PagedTokenToKVPoolAllocator(64, PAGE, torch.bfloat16, "cpu", dev,
+                                                need_sort=False)
+        params = CacheInitParams(disable=False, req_to_token_pool=None, page_size=PAGE,
+                                 token_to_kv_pool_allocator=allocator, sliding_window_size=8,
+                                 tp_cache_group=sched_group)
+        ctx = TreeCacheBuildContext(
+            server_args=get_server_args(), params=params, is_hybrid_swa=True, is_hybrid_ssm=False,
+            enable_hierarchical_cache=True, disable_radix_cache=False, tp_worker=None,
+            model_config=None, tp_size=1, tp_rank=0, tp_group=sched_group,
+            full_tokens_per_layer=0)
+        cache = create_tree_cache(ctx)
+    assert type(cache).__name__ == "PureSWARadixCache" and cache.cache_controller is None
+    assert not os.listdir(tmp_path)  # no KvbmStorage opened its G3 file there
+
+
+def test_unsupported_hit_policy_is_refused(tmp_path):
+    """A pool hit policy kvbm does not implement (block_groups, declared by SGLang 0.5.23 but
+    used by none of its pools) is refused, as SGLang's HiCacheFile refuses it."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    _, group, _ = make_swa_pools("page_first")
+    b = create_backend(storage_config(extra_config=extra_config(tmp_path)),
+                       group.entry_map[PoolName.KV].host_pool)
+    try:
+        for e in group.entries:
+            b.register_mem_host_pool_v2(e.host_pool, e.name)
+        b.on_host_pools_registered()
+        keys = keys_for(list(range(PAGE)))
+        idx, _ = fill_pool(group.entry_map[PoolName.KV].host_pool, 1, seed=80)
+        assert b.batch_set_v1(keys, idx) == [True]
+        with pytest.raises(kvbm.UsageError, match="block_groups"):
+            b.batch_exists_v2(keys, [PoolTransfer(name=PoolName.SWA, keys=keys,
+                                                  hit_policy=PoolHitPolicy.BLOCK_GROUPS)])
+    finally:
+        b.close()
+
+
+def test_hybrid_swa_pools_shared_through_g4(tmp_path, redis_url):
+    """Two servers with their own G3 and one G4: the second finds the first's KV pages and SWA
+    window through G4 (per-page presence: one probe per run of locally missing pages) and reads
+    each pool's bytes, the KV and SWA pages of one page hash never mixed up."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    n, window = 3, 2
+    keys = keys_for(list(range(500, 500 + n * PAGE)))
+    servers = []
+    for name in ("a", "b"):
+        os.makedirs(tmp_path / name)
+        _, group, _ = make_swa_pools("page_first")
+        b = create_backend(storage_config(extra_config=extra_config(tmp_path / name,
+                                                                    remote_urls=[redis_url])),
+                           group.entry_map[PoolName.KV].host_pool)
+        for e in group.entries:
+            b.register_mem_host_pool_v2(e.host_pool, e.name)
+        b.on_host_pools_registered()
+        servers.append((b, group.entry_map[PoolName.KV].host_pool,
+                        group.entry_map[PoolName.SWA].host_pool))
+    try:
+        (a, a_kv, a_swa), (b, b_kv, b_swa) = servers
+        idx, kv_pages = fill_pool(a_kv, n, seed=90)
+        sidx, swa_pages = fill_pool(a_swa, window, seed=91)
+        assert a.batch_set_v1(keys, idx) == [True] * n
+        assert a.batch_set_v2([transfer(PoolName.SWA, keys[-window:], sidx)]) == {
+            PoolName.SWA: [True] * window}
+        a.close()
+        r = b.batch_exists_v2(keys, [transfer(PoolName.SWA, ["__placeholder__"] * window)])
+        assert (r.kv_hit_pages, r.restorable_prefix_pages) == (n, [n])
+        assert b._pool_presence(PoolName.SWA, keys) == [False, True, True]
+        dst = b_swa.alloc(window * PAGE)
+        assert b.batch_get_v2([transfer(PoolName.SWA, keys[-window:], dst)]) == {
+            PoolName.SWA: [True] * window}
+        for j in range(window):
+            assert same_bytes(b_swa.get_data_page(int(dst[j * PAGE])), swa_pages[j])
+        got = b.batch_get(keys)
+        assert all(same_bytes(g, p) for g, p in zip(got, kv_pages))
+    finally:
+        for backend, _, _ in servers:
+            backend.close()

@@ -34,6 +34,11 @@ model and its shard (``namespace``, default the model and TP/PP/CP rank) plus th
 page format: the host pool's layout (``layer_first``, ``page_first``, ...: the
 order of the bytes in a flat page) and its KV dtype. A server started with another
 layout or dtype on the same directory finds none of the old pages.
+
+A hybrid model's other host pools (SWA, Mamba state, ...: SGLang's HybridCacheController and
+the batch v2 calls) each get a manager of their own: a G3 file in ``pool-<name>/`` of the
+directory and ``|pool=<name>`` in the namespace, so a pool's page never answers for another
+pool's page of the same hash (docs/hybrid.md, "SGLang's hybrid host pools").
 """
 
 from __future__ import annotations
@@ -129,6 +134,9 @@ class KvbmStorage(HiCacheStorage):
       mla_refresh_s    an MLA model under TP > 1 without G4: the ranks SGLang does not let
                        write read the writer rank's G3 file; on a miss they re-read its
                        index at most this often (default 1.0 s)
+      pool_bytes       a hybrid model's other host pools: {"swa": {"disk_bytes": ...,
+                       "host_bytes": ...}, ...}; a pool not named takes disk_bytes and
+                       host_bytes
     """
 
     def __init__(self, storage_config: Any = None, kwargs: Optional[dict] = None, **options: Any):
@@ -158,6 +166,7 @@ class KvbmStorage(HiCacheStorage):
         self.remote_dtype = extra.pop("remote_dtype", "")
         self.remote_user_namespace = extra.pop("remote_user_namespace", "")
         self.mla_refresh_s = float(extra.pop("mla_refresh_s", 1.0))
+        self.pool_bytes = dict(extra.pop("pool_bytes", None) or {})
         if extra:
             raise kvbm.UsageError(f"KvbmStorage: unknown option(s) {sorted(extra)}")
         self._lock = threading.Lock()
@@ -176,6 +185,11 @@ class KvbmStorage(HiCacheStorage):
             self._writer_directory = os.path.join(base, writer)
         self.kv: Optional[kvbm.KvBlockManager] = None
         self.mem_pool_host = None
+        # A hybrid model's other host pools (SWA, Mamba state, ...), registered by SGLang's
+        # HybridCacheController (register_mem_host_pool_v2): one manager each, built once the
+        # pool set is known (on_host_pools_registered) or at its first page.
+        self.registered_pools: dict = {}
+        self._pools: dict = {}
         # The manager is built once the page format is known: at register_mem_pool_host (what
         # SGLang calls right after creating the backend), else at the first page.
 
@@ -194,13 +208,15 @@ class KvbmStorage(HiCacheStorage):
                 f"-dp{getattr(cfg, 'dp_rank', 0)}")
 
     @staticmethod
-    def _default_namespace(cfg) -> str:
+    def _default_namespace(cfg, tp_sharded: bool = False) -> str:
+        """The model and its shard; the TP rank is left out for MLA pages (the same on every
+        rank) unless `tp_sharded` (a pool every rank holds its own shard of: Mamba state)."""
         if cfg is None:
             return "default"
         model = getattr(cfg, "model_name", None) or "unknown-model"
         mla = bool(getattr(cfg, "is_mla_model", False))
         parts = [model.replace("/", "-")]
-        if not mla:  # MLA pages are the same on every TP rank
+        if not mla or tp_sharded:
             parts.append(f"tp{cfg.tp_rank}/{cfg.tp_size}")
         if getattr(cfg, "pp_size", 1) > 1:
             parts.append(f"pp{cfg.pp_rank}/{cfg.pp_size}")
@@ -262,31 +278,42 @@ class KvbmStorage(HiCacheStorage):
 
     # -- the manager, built once the page size and format are known ------------------------
 
+    def _open_manager(self, page_bytes: int, directory: str, namespace: str,
+                      remote_model: str, disk_bytes: int,
+                      host_bytes: int) -> kvbm.KvBlockManager:
+        """A manager of pages of page_bytes: G2, the persistent G3 file in `directory` under
+        `namespace`, and G4 (keyed by remote_model) when remote_urls are set."""
+        layout = kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
+                                   inner_dim=page_bytes, dtype_bytes=1)
+        cfg = kvbm.KvBlockManagerConfig(
+            layout=layout,
+            device_layout=kvbm.LayoutKind.FULLY_CONTIGUOUS,
+            device=kvbm.TierConfig(blocks=self.device_blocks),
+            host=kvbm.TierConfig(bytes=host_bytes),
+            disk=kvbm.TierConfig(bytes=disk_bytes),
+            disk_directory=directory,
+            disk_persistent=True,
+            disk_namespace=namespace,
+            device_to_host=kvbm.OffloadMode.NONE,
+        )
+        if self.remote_urls:
+            cfg.remote.urls = self.remote_urls
+            cfg.remote.model = remote_model
+            cfg.remote.dtype = self.remote_dtype
+            cfg.remote.user_namespace = self.remote_user_namespace
+            cfg.host_to_remote = kvbm.OffloadMode.WRITE_THROUGH
+        return kvbm.KvBlockManager(cfg)
+
     def _manager(self, page_bytes: int) -> kvbm.KvBlockManager:
         with self._lock:
             if self.kv is None:
                 namespace = self._page_namespace()
-                layout = kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
-                                           inner_dim=page_bytes, dtype_bytes=1)
-                cfg = kvbm.KvBlockManagerConfig(
-                    layout=layout,
-                    device_layout=kvbm.LayoutKind.FULLY_CONTIGUOUS,
-                    device=kvbm.TierConfig(blocks=self.device_blocks),
-                    host=kvbm.TierConfig(bytes=self.host_bytes),
-                    disk=kvbm.TierConfig(bytes=self.disk_bytes),
-                    disk_directory=self.disk_directory,
-                    disk_persistent=True,
-                    disk_namespace=namespace,
-                    device_to_host=kvbm.OffloadMode.NONE,
-                )
-                if self.remote_urls:
-                    cfg.remote.urls = self.remote_urls
-                    cfg.remote.model = self.remote_model or namespace
-                    cfg.remote.dtype = self.remote_dtype
-                    cfg.remote.user_namespace = self.remote_user_namespace
-                    cfg.host_to_remote = kvbm.OffloadMode.WRITE_THROUGH
-                self.kv = kvbm.KvBlockManager(cfg)
+                self.kv = self._open_manager(page_bytes, self.disk_directory, namespace,
+                                             self.remote_model or namespace, self.disk_bytes,
+                                             self.host_bytes)
                 if self._writer_directory is not None:
+                    layout = kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=1,
+                                               inner_dim=page_bytes, dtype_bytes=1)
                     self._reader = kvbm.DiskPoolReader(self._writer_directory, layout, namespace)
                 self.namespace = namespace
                 self.page_bytes = page_bytes
@@ -491,32 +518,232 @@ class KvbmStorage(HiCacheStorage):
             raise kvbm.UsageError("KvbmStorage: batch_*_v1 needs register_mem_pool_host() first")
         return self.mem_pool_host
 
+    # -- a hybrid model's other host pools (SGLang's batch v2 interface) -------------------
+    #
+    # SGLang's HybridCacheController (hybrid SWA, Mamba/linear attention, ...) registers each
+    # host pool of its HostPoolGroup by name (register_mem_host_pool_v2: "kv", "swa",
+    # "mamba", ...), backs the KV pages up through batch_set/batch_set_v1 and every other
+    # pool's pages through batch_set_v2, and asks batch_exists_v2 for the prefix every pool
+    # can serve. A page of pool P under page hash H is another block than the KV page under
+    # H: each pool has its own manager, whose G3 file lies in its own subdirectory
+    # (pool-<name>) and whose namespace (G3 and G4) names the pool.
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name) -> None:
+        name = self._pool_key(host_pool_name)
+        with self._lock:
+            built = self._pools.get(name)
+        if built is not None and self._pool_namespace(name, host_pool) != built[1]:
+            raise kvbm.UsageError(
+                f"KvbmStorage: pool {name!r} already keeps pages under namespace "
+                f"{built[1]!r}; a host pool of another layout or dtype cannot replace it")
+        self.registered_pools[host_pool_name] = host_pool
+
+    def on_host_pools_registered(self) -> None:
+        """Opens every registered pool's manager now, so that a restarted server's
+        batch_exists_v2 finds what the last one stored (its G3 files are read at open)."""
+        for name in list(self.registered_pools):
+            if self._pool_key(name) != "kv":
+                self._pool_manager(name)
+
+    @staticmethod
+    def _pool_key(name) -> str:
+        """'swa' for PoolName.SWA and 'swa' alike."""
+        return str(getattr(name, "value", name))
+
+    def _registered_pool(self, name):
+        for key, pool in self.registered_pools.items():
+            if self._pool_key(key) == self._pool_key(name):
+                return pool
+        if self._pool_key(name) == "kv" and self.mem_pool_host is not None:
+            return self.mem_pool_host
+        raise kvbm.UsageError(
+            f"KvbmStorage: no host pool {self._pool_key(name)!r} registered "
+            "(register_mem_host_pool_v2 first)")
+
+    def _pool_namespace(self, name: str, pool) -> str:
+        """The model part (the TP shard included for Mamba state, which every rank holds its
+        own shard of even where the KV is MLA), the pool's name, its layout and dtypes."""
+        cfg = self.storage_config
+        base = self._user_namespace or self._default_namespace(cfg, tp_sharded=name == "mamba")
+        if name == "mamba" and self._user_namespace and getattr(cfg, "tp_size", 1) > 1:
+            base += f"|tp{cfg.tp_rank}/{cfg.tp_size}"  # a `namespace` for MLA KV has no shard
+        dtypes = [self._dtype_name(getattr(pool, a, None))
+                  for a in ("dtype", "temporal_dtype")]
+        dtype = "+".join(dict.fromkeys(d for d in dtypes if d))  # conv+temporal for Mamba
+        return "|".join(p for p in (base, f"pool={name}",
+                                    f"layout={getattr(pool, 'layout', None)}",
+                                    f"dtype={dtype or None}"))
+
+    def _pool_manager(self, name) -> kvbm.KvBlockManager:
+        """The manager of pool `name`'s pages ('kv': the KV manager of the v1 interface)."""
+        key = self._pool_key(name)
+        with self._lock:  # the usual case: built already (no page made to learn its size)
+            built = self.kv if key == "kv" else self._pools.get(key, (None,))[0]
+        if built is not None:
+            return built
+        pool = self._registered_pool(name)
+        page_bytes = _nbytes(pool.get_dummy_flat_data_page())
+        if key == "kv":
+            return self._manager(page_bytes)
+        with self._lock:
+            if key not in self._pools:
+                namespace = self._pool_namespace(key, pool)
+                directory = os.path.join(self.disk_directory, f"pool-{key}")
+                os.makedirs(directory, exist_ok=True)
+                sizes = dict(self.pool_bytes.get(key) or {})
+                remote = f"{self.remote_model}|pool={key}" if self.remote_model else namespace
+                kv = self._open_manager(page_bytes, directory, namespace, remote,
+                                        int(sizes.get("disk_bytes", self.disk_bytes)),
+                                        int(sizes.get("host_bytes", self.host_bytes)))
+                self._pools[key] = (kv, namespace)
+            return self._pools[key][0]
+
+    def _pool_presence(self, name, keys: List[str]) -> List[bool]:
+        """Whether pool `name` holds each key's page: the local tiers, then G4 (one probe per
+        run of pages the local tiers lack)."""
+        if not keys:
+            return []
+        kv = self._pool_manager(name)
+        hashes = kvbm.hash_keys(keys)
+        out = [bool(x) for x in kv.present(hashes, chained=False)]
+        i = 0
+        while self.remote_urls and i < len(out):
+            if out[i]:
+                i += 1
+                continue
+            held = int(kv.probe(hashes[i:], chained=False).total)
+            out[i:i + held] = [True] * held
+            i += held + 1
+        return out
+
+    @staticmethod
+    def _restorable(policy: str, present: List[bool], trailing: int):
+        """The prefix lengths (in pages) a pool with `present` pages can serve, by SGLang's
+        hit policies: every page of the prefix, or its last `trailing` pages."""
+        if policy == "all_pages":
+            boundary = present.index(False) if False in present else len(present)
+            return set(range(1, boundary + 1))
+        if policy == "trailing_pages":
+            return {p for p in range(1, len(present) + 1)
+                    if all(present[max(0, p - trailing):p])}
+        raise kvbm.UsageError(
+            f"KvbmStorage: hit policy {policy!r} is not supported (all_pages, trailing_pages)")
+
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[Any]] = None,
+                        extra_info: Optional[HiCacheStorageExtraInfo] = None):
+        """The longest prefix of `keys` whose KV pages are stored and which every pool of
+        pool_transfers can serve by its hit policy; per pool, the longest it can serve; and
+        every restorable prefix length (a Mamba state exists only at some boundaries)."""
+        from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransferResult
+
+        kv_pages = self.batch_exists(keys, extra_info)
+        hits = {PoolName.KV: kv_pages} if kv_pages else {}
+        restorable = list(range(1, kv_pages + 1))
+        for transfer in pool_transfers or []:
+            if not restorable:
+                break
+            present = self._pool_presence(transfer.name, keys[:kv_pages])
+            policy = str(getattr(transfer.hit_policy, "value", transfer.hit_policy))
+            served = self._restorable(policy, present, max(1, len(transfer.keys or ())))
+            if served:
+                hits[transfer.name] = max(served)
+            restorable = [p for p in restorable if p in served]
+        return PoolTransferResult(restorable[-1] if restorable else 0, hits, restorable)
+
+    def _pool_pages(self, transfer):
+        """(pool, keys, host index of each page) of a transfer, or None when its host indices
+        are not one page per key (what SGLang's own backends refuse too)."""
+        pool = self._registered_pool(transfer.name)
+        keys = list(transfer.keys or [])
+        step = int(getattr(pool, "page_size", 1) or 1)
+        idx = transfer.host_indices
+        if idx is None or int(idx.numel()) != len(keys) * step:
+            _log.error("KvbmStorage: pool %s: %d keys but %s host indices (page size %d)",
+                       self._pool_key(transfer.name), len(keys),
+                       None if idx is None else int(idx.numel()), step)
+            return None
+        return pool, keys, [int(idx[i * step]) for i in range(len(keys))]
+
+    def batch_set_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> dict:
+        """Stores each transfer's pages of its host pool under its keys, in that pool's
+        manager; per pool, whether each page is held."""
+        results = {}
+        for transfer in transfers:
+            found = self._pool_pages(transfer)
+            if found is None or not found[1]:
+                results[transfer.name] = [False] * len(transfer.keys or [])
+                continue
+            pool, keys, index = found
+            pages = [_contiguous(pool.get_data_page(i, flat=True)) for i in index]
+            kv = self._pool_manager(transfer.name)
+            ok = kv.store(kvbm.hash_keys(keys), pages, chained=False) == len(keys)
+            results[transfer.name] = [ok] * len(keys)
+        return results
+
+    def batch_get_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> dict:
+        """Reads the longest stored prefix of each transfer's keys into its host pool's pages;
+        per pool, whether each page was read."""
+        results = {}
+        for transfer in transfers:
+            found = self._pool_pages(transfer)
+            if found is None or not found[1]:
+                results[transfer.name] = [False] * len(transfer.keys or [])
+                continue
+            pool, keys, index = found
+            pages = [pool.get_dummy_flat_data_page() for _ in keys]
+            staged = [p if _in_place(p) else np.empty(_nbytes(p), np.uint8) for p in pages]
+            n = self._pool_manager(transfer.name).load(
+                kvbm.hash_keys(keys), [_as_bytes_buffer(p) for p in staged], chained=False)
+            for i in range(n):
+                if staged[i] is not pages[i]:
+                    _copy_back(pages[i], staged[i])
+                pool.set_from_flat_data_page(index[i], pages[i])
+            results[transfer.name] = [i < n for i in range(len(keys))]
+        return results
+
     # -- housekeeping -------------------------------------------------------------------
 
-    def clear(self) -> None:
-        """Forgets every page: the manager is closed and its G3 file removed."""
+    def _take_managers(self) -> list:
+        """Takes every manager out of the backend: (manager, its directory), KV first."""
         with self._lock:
-            kv, self.kv = self.kv, None
-        if kv is not None:
+            taken = [(self.kv, self.disk_directory)] if self.kv is not None else []
+            taken += [(kv, os.path.join(self.disk_directory, f"pool-{name}"))
+                      for name, (kv, _) in self._pools.items()]
+            self.kv, self._pools = None, {}
+        return taken
+
+    def clear(self) -> None:
+        """Forgets every page of every pool: the managers are closed and their G3 files
+        removed, then opened anew."""
+        for kv, directory in self._take_managers():
             kv.close()
-        try:
-            os.remove(os.path.join(self.disk_directory, _G3_FILE))
-        except FileNotFoundError:
-            pass
+        for directory in [self.disk_directory] + [
+                os.path.join(self.disk_directory, f"pool-{self._pool_key(n)}")
+                for n in self.registered_pools if self._pool_key(n) != "kv"]:
+            try:
+                os.remove(os.path.join(directory, _G3_FILE))
+            except FileNotFoundError:
+                pass
         if self.page_bytes is not None:
             self._manager(int(self.page_bytes))
+        self.on_host_pools_registered()
 
     def get_stats(self):
         return None
 
-    def kvbm_stats(self) -> Optional[dict]:
-        """kvbm's own counters (KvBlockManager.stats()), or None before the first page."""
-        return self.kv.stats() if self.kv is not None else None
+    def kvbm_stats(self, pool: Optional[str] = None) -> Optional[dict]:
+        """kvbm's own counters (KvBlockManager.stats()) of the KV pages, or of host pool
+        `pool` ('swa', 'mamba', ...); None before its first page."""
+        if pool is None or self._pool_key(pool) == "kv":
+            return self.kv.stats() if self.kv is not None else None
+        with self._lock:
+            entry = self._pools.get(self._pool_key(pool))
+        return entry[0].stats() if entry is not None else None
 
     def close(self) -> None:
-        """Waits for kvbm's writes to G3/G4 and closes the manager."""
-        with self._lock:
-            kv, self.kv = self.kv, None
-        if kv is not None:
+        """Waits for kvbm's writes to G3/G4 and closes every manager."""
+        for kv, _ in self._take_managers():
             kv.drain()
             kv.close()
