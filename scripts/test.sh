@@ -829,8 +829,12 @@ fi
 kvbm_log "$(cmake --version | head -n 1); $("${CXX:-c++}" --version 2>/dev/null | head -n 1)"
 if command -v ccache >/dev/null 2>&1; then
   read -r _ _ files kib <<<"$(ccache_counts)"
-  kvbm_log "ccache: ${files:-0} files, $((${kib:-0} / 1024)) MiB in $(ccache -k cache_dir) before" \
-    "the first stage (a cache kept from an earlier run serves this one's compiles)"
+  if ((${files:-0} > 0)); then
+    kvbm_log "ccache: ${files} files, $((${kib:-0} / 1024)) MiB in $(ccache -k cache_dir) before" \
+      "the first stage: kept from an earlier run, it serves this one's unchanged compiles"
+  else
+    kvbm_log "ccache: $(ccache -k cache_dir) is empty: every compile of this run is cold"
+  fi
   ccache_note
 fi
 
