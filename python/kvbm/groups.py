@@ -8,7 +8,8 @@ kvbm._kvbm.vllm_spec values and calls the C++ conversion (from_vllm() of
 kvbm/groups/vllm_kv_cache_spec.h)::
 
     groups = kvbm.groups.groups_from_vllm(kv_cache_config)
-    m = kvbm.groups.HybridBlockManagerG1(groups, block_counts=[...])
+    m = kvbm.groups.HybridBlockManagerG1(groups, block_counts=[...])       # G1 only
+    m = kvbm.groups.HybridKvBlockManager(base_config, groups)             # G1-G4 per group
 
 A spec class kvbm has no row for (CrossAttentionSpec, CircularBufferSpec, ...)
 raises kvbm.UsageError naming it.
@@ -17,6 +18,9 @@ raises kvbm.UsageError naming it.
 from ._kvbm import (  # noqa: F401  (the public API of this module)
     AttentionKind,
     HybridBlockManagerG1,
+    HybridKvBlockManager,
+    HybridOnboardHandle,
+    HybridProbe,
     HybridRequestG1,
     KvCacheGroupSpec,
     PrefixHitG1,

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -121,10 +122,27 @@ void bind_events(nb::module_& m);
 /// KvIndexer, KvRouter, KvEventFeed and their values (router.cpp).
 void bind_router(nb::module_& m);
 void bind_disk_pool_reader(nb::module_& m);
+/// HybridKvBlockManager, HybridOnboardHandle and HybridProbe (hybrid_kv_block_manager.cpp);
+/// after bind_groups(), whose PrefixHitG1 and HybridRequestG1 it hands out and takes.
+void bind_hybrid_kv_block_manager(nb::module_& m);
 /// KvBlockManager.stats() as a dict: every field of every struct of
 /// kv_block_manager_stats.h, by the field's C++ name (stats.cpp).
 [[nodiscard]] nb::dict stats_dict(const KvBlockManagerStats& s);
+/// KvBlockManager.disk_recovery() as a dict (scanned, recovered, discarded, reset_reason,
+/// bytes_read, elapsed_s), or None (stats.cpp).
+[[nodiscard]] nb::object recovery_dict(const std::optional<RecoverySummary>& r);
 void bind_event_methods(nb::class_<Manager>& cls);
+/// A KvEventPublisher whose batches `collector` keeps for take_events() and, given a
+/// ZeroMQ PUB endpoint, also publishes there (events.cpp).
+struct EventTap {
+  std::shared_ptr<events::KvEventPublisher> publisher;
+  std::shared_ptr<EventCollector> collector;
+};
+/// Returns a new tap; `endpoint` empty keeps the events for take_events() only.
+[[nodiscard]] EventTap make_event_tap(const std::string& endpoint);
+/// Flushes the tap's publisher and returns every event it kept since the last call
+/// (call with the GIL released).
+[[nodiscard]] std::vector<events::KvEvent> take_events(const EventTap& tap);
 /// Attaches an event publisher to `config` (listeners on G1, G2, G3) and
 /// stores it in `manager`: `endpoint` empty keeps events for take_events(),
 /// else they are published on that ZeroMQ PUB endpoint as well.

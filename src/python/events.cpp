@@ -50,7 +50,7 @@ class EventCollector final : public events::EventSink {
   std::vector<events::KvEvent> events_;
 };
 
-void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::string& endpoint) {
+EventTap make_event_tap(const std::string& endpoint) {
   std::shared_ptr<events::EventSink> zmq;
   if (!endpoint.empty()) {
 #if KVBM_HAVE_ZMQ
@@ -63,11 +63,24 @@ void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::st
                "use events=True and take_events()");
 #endif
   }
-  manager.collector = std::make_shared<EventCollector>(std::move(zmq));
+  EventTap tap;
+  tap.collector = std::make_shared<EventCollector>(std::move(zmq));
   events::KvEventPublisherOptions options;
   options.background_flush =
       !endpoint.empty();  // a socket's subscribers should not wait for take_events()
-  manager.publisher = std::make_shared<events::KvEventPublisher>(manager.collector, options);
+  tap.publisher = std::make_shared<events::KvEventPublisher>(tap.collector, options);
+  return tap;
+}
+
+std::vector<events::KvEvent> take_events(const EventTap& tap) {
+  tap.publisher->flush();
+  return tap.collector->take();
+}
+
+void attach_events(Manager& manager, KvBlockManagerConfig& config, const std::string& endpoint) {
+  EventTap tap = make_event_tap(endpoint);
+  manager.collector = tap.collector;
+  manager.publisher = tap.publisher;
   const std::uint32_t block_size = config.layout.page_size;
   config.device_listeners.push_back(manager.publisher->listener(events::kMediumGpu, block_size));
   config.host_listeners.push_back(manager.publisher->listener(events::kMediumCpu, block_size));
@@ -106,6 +119,11 @@ void bind_events(nb::module_& m) {
       .def_ro("block_size", &BlockStored::block_size)
       .def_ro("lora_id", &BlockStored::lora_id)
       .def_ro("medium", &BlockStored::medium)
+      .def_ro("group_idx", &BlockStored::group_idx, "the KV cache group; None for a dense model")
+      .def_ro("kv_cache_spec_kind", &BlockStored::kv_cache_spec_kind,
+              "the group's kind in vLLM's words ('full_attention', 'sliding_window', ...)")
+      .def_ro("kv_cache_spec_sliding_window", &BlockStored::kv_cache_spec_sliding_window,
+              "W of a sliding-window group; else None")
       .def("__repr__", [](const BlockStored& e) {
         return "BlockStored(medium=" + e.medium +
                ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
@@ -121,6 +139,7 @@ void bind_events(nb::module_& m) {
           "block_hashes"_a, "medium"_a = "GPU")
       .def_ro("block_hashes", &BlockRemoved::block_hashes)
       .def_ro("medium", &BlockRemoved::medium)
+      .def_ro("group_idx", &BlockRemoved::group_idx, "the KV cache group; None for a dense model")
       .def("__repr__", [](const BlockRemoved& e) {
         return "BlockRemoved(medium=" + e.medium +
                ", blocks=" + std::to_string(e.block_hashes.size()) + ")";
@@ -146,8 +165,7 @@ void bind_event_methods(nb::class_<Manager>& cls) {
         std::vector<events::KvEvent> out;
         {
           nb::gil_scoped_release release;
-          m.publisher->flush();
-          out = m.collector->take();
+          out = take_events(EventTap{m.publisher, m.collector});
         }
         return out;
       },

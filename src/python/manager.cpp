@@ -327,18 +327,7 @@ void bind_stats_methods(nb::class_<Manager>& cls) {
           "Per tier, boundary, onboarding and G4: the library's own counters, as a dict.")
       .def(
           "disk_recovery",
-          [](const Manager& m) -> nb::object {
-            const auto r = m.lease()->disk_recovery();
-            if (!r) return nb::none();
-            nb::dict d;
-            d["scanned"] = r->scanned;
-            d["recovered"] = r->recovered;
-            d["discarded"] = r->discarded_total();
-            d["reset_reason"] = r->reset_reason;
-            d["bytes_read"] = r->bytes_read;
-            d["elapsed_s"] = std::chrono::duration<double>(r->elapsed).count();
-            return d;
-          },
+          [](const Manager& m) { return recovery_dict(m.lease()->disk_recovery()); },
           "What build() recovered from a persistent G3 (dict), or None.")
       .def(
           "metrics_text",

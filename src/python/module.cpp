@@ -22,6 +22,7 @@ NB_MODULE(_kvbm, m) {
   kvbm::python::bind_manager(m);
   kvbm::python::bind_disk_pool_reader(m);
   kvbm::python::bind_groups(m);
+  kvbm::python::bind_hybrid_kv_block_manager(m);
   m.def(
       "set_log_level",
       [](const std::string& level) {

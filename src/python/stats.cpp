@@ -6,10 +6,12 @@
 // is listed, and reaches Python under its C++ name.
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <optional>
 #include <string>
 
 #include "kvbm/kv_block_manager.h"
@@ -170,6 +172,18 @@ nb::object remote_dict(const RemoteStoreStats* r) {
 }
 
 }  // namespace
+
+nb::object recovery_dict(const std::optional<RecoverySummary>& r) {
+  if (!r) return nb::none();
+  nb::dict d;
+  d["scanned"] = r->scanned;
+  d["recovered"] = r->recovered;
+  d["discarded"] = r->discarded_total();
+  d["reset_reason"] = r->reset_reason;
+  d["bytes_read"] = r->bytes_read;
+  d["elapsed_s"] = std::chrono::duration<double>(r->elapsed).count();
+  return d;
+}
 
 nb::dict stats_dict(const KvBlockManagerStats& s) {
   nb::dict transfers;

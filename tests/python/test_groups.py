@@ -201,3 +201,263 @@ def test_vllm_spec_values_convert_through_from_vllm():
     with pytest.raises(kvbm.UsageError, match="none"):
         v.from_vllm(v.KVCacheConfig(1, [v.KVCacheGroupSpec(
             ["layers.0"], v.MambaSpec(B, [v.MambaState([4], 2)], mamba_cache_mode="none"))]))
+
+
+# --------------------------------------------------------------------------- HybridKvBlockManager
+# A full + sliding-window (128 tokens) model through G2 and G3, with real files: every block's
+# bytes are a pattern of its group key, so a block served for the wrong group or position shows.
+
+import shutil  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+PROMPT = 40  # blocks of B tokens
+BLOCK_BYTES = 1024
+
+
+def full_swa_groups(window=128):
+    return [Spec.full(0, B, BLOCK_BYTES, [0]),
+            Spec.sliding_window(1, window, B, BLOCK_BYTES, [1])]
+
+
+def hybrid_kv(directory, g1=48, g2=256, g3=0, persistent=False, groups=None, **options):
+    """A HybridKvBlockManager with g1/g2/g3 blocks per group (0: no such tier)."""
+    base = kvbm.KvBlockManagerConfig(
+        layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=B, inner_dim=64,
+                                 dtype_bytes=1),
+        device=kvbm.TierConfig(blocks=1), host=kvbm.TierConfig(blocks=1 if g2 else 0),
+        disk=kvbm.TierConfig(blocks=1 if g3 else 0), disk_directory=str(directory),
+        disk_direct_io=kvbm.DirectIo.OFF, disk_persistent=persistent,
+        disk_namespace="model-a@1")
+    groups = groups or full_swa_groups()
+    return kvbm.HybridKvBlockManager(base, groups, group_blocks=[[g1, g2, g3]] * len(groups),
+                                     **options)
+
+
+def pattern(key, n=BLOCK_BYTES):
+    return np.random.default_rng(key).integers(0, 256, size=n, dtype=np.uint8)
+
+
+def serve_kv(m, toks, step=64):
+    """One request over `toks` from its hit (onboarded from any tier) to its end, every block
+    written with pattern(its group key); returns the hit's tokens."""
+    h = hashes_of(m, toks)
+    keys = [m.group_hashes(g, h) for g in range(m.group_count)]
+    r = m.start_request(m.onboard(h, len(toks) - 1).take_hit())
+    cut = r.computed_tokens
+    while r.computed_tokens < len(toks):
+        start = r.computed_tokens
+        end = min(len(toks), start + step)
+        assert m.allocate(r, end)
+        for g in range(m.group_count):
+            for i in range(start // B, -(-end // B)):
+                if r.holds_block(g, i):
+                    m.write(r, g, i, pattern(keys[g][i]))
+        m.commit(r, h, end)
+        m.release_out_of_reach(r, end)
+    m.finish(r, h)
+    m.drain()
+    return cut
+
+
+def expect_served(m, h, hit):
+    """Every block of `hit` holds its own group's bytes at its own position."""
+    for g in range(m.group_count):
+        first, last = hit.ranges[g]
+        dst = np.zeros((last - first, m.block_bytes(g)), dtype=np.uint8)
+        assert m.read(hit, g, dst) == last - first
+        keys = m.group_hashes(g, h, first, last)
+        for row, key in zip(dst, keys):
+            assert np.array_equal(row, pattern(key)), f"group {g}: another block's bytes"
+
+
+def expect_balanced(m, tiers):
+    """audit() is empty and every pool of every group balances with nothing in use."""
+    m.drain()
+    assert m.audit() == ""
+    for g in range(m.group_count):
+        assert m.audit(g) == ""
+        for t in tiers:
+            c = m.pool_counts(g, t)
+            assert c["balanced"] and c["reset"] + c["inactive"] + c["in_use"] == c["total"]
+            assert c["in_use"] == 0, (g, t, c)
+
+
+def serve_a_then_evict(m):
+    """Serves prompt A, then B and C (as long), so that A leaves G1 (48 blocks a group)."""
+    a = tokens(PROMPT * B)
+    assert serve_kv(m, a) == 0
+    assert serve_kv(m, tokens(PROMPT * B, start=10_000)) == 0
+    assert serve_kv(m, tokens(PROMPT * B, start=20_000)) == 0
+    return a
+
+
+@pytest.mark.parametrize("tier", ["G2", "G3"])
+def test_hybrid_kv_window_hit_onboards_only_the_windows_tail(tmp_path, tier):
+    sizes = dict(g2=256) if tier == "G2" else dict(g2=48, g3=256)
+    with hybrid_kv(tmp_path, **sizes) as m:
+        assert (m.group_count, m.hash_block_size, m.block_bytes(1)) == (2, B, BLOCK_BYTES)
+        a = serve_a_then_evict(m)
+        h = hashes_of(m, a)
+        limit = len(a) - 1
+        p = m.probe(h, limit)
+        # The cut at 624 tokens (39 blocks); the window reads the 8 blocks before it.
+        assert p.tokens == 624 and p.ranges == [(0, 39), (31, 39)]
+        source = "host" if tier == "G2" else "disk"
+        assert getattr(p.found[0], source) == 39 and getattr(p.found[1], source) == 8
+        oh = m.onboard(h, limit)
+        assert oh.planned_tokens == 624 and oh.planned_range(1) == (31, 39)
+        full, win = oh.counts(0), oh.counts(1)
+        assert full.total == 39 and getattr(full, source) == 39  # A left G1
+        assert win.total == 8 and getattr(win, source) == 8  # only the window's tail
+        hit = oh.take_hit()
+        assert hit.tokens == 624 and hit.held_blocks == [39, 8]
+        expect_served(m, h, hit)
+        r = m.start_request(hit)
+        assert r.computed_tokens == 624 and r.held_range(1) == (31, 39)
+        m.finish(r)
+        onboarded = m.stats()[1]["onboarding"]["onboarded"]
+        assert sum(onboarded.values()) == 8
+        expect_balanced(m, [kvbm.TierId.G1, kvbm.TierId.G2] + (
+            [kvbm.TierId.G3] if tier == "G3" else []))
+
+
+def test_hybrid_kv_restart_warm_g3_serves_each_groups_blocks(tmp_path):
+    a = tokens(PROMPT * B)
+    with hybrid_kv(tmp_path, g1=64, g2=64, g3=256, persistent=True) as m:
+        serve_kv(m, a)
+        expect_balanced(m, list(kvbm.TierId)[:3])
+    assert (tmp_path / "group-0-full").is_dir() and (tmp_path / "group-1-swa128").is_dir()
+    with hybrid_kv(tmp_path, g1=64, g2=64, g3=256, persistent=True) as m:
+        assert [m.disk_recovery(g)["recovered"] for g in range(2)] == [PROMPT, PROMPT]
+        h = hashes_of(m, a)
+        oh = m.onboard(h, len(a) - 1)
+        assert (oh.counts(0).disk, oh.counts(1).disk) == (39, 8)
+        assert (oh.counts(0).total, oh.counts(1).total) == (39, 8)
+        hit = oh.take_hit()
+        assert hit.tokens == 624
+        expect_served(m, h, hit)
+        del hit
+        expect_balanced(m, list(kvbm.TierId)[:3])
+
+
+def test_hybrid_kv_a_groups_file_never_serves_another_group(tmp_path):
+    """Group 0's G3 file put in group 1's place is reset, not recovered: its namespace names
+    group 0. Two groups of one geometry see the same hashes, so only the group tells them
+    apart."""
+    groups = [Spec.full(0, B, BLOCK_BYTES, [0]), Spec.full(1, B, BLOCK_BYTES, [1])]
+    a = tokens(PROMPT * B)
+    with hybrid_kv(tmp_path, g1=64, g2=64, g3=256, persistent=True, groups=groups) as m:
+        serve_kv(m, a)
+        h = hashes_of(m, a)
+        assert not set(m.group_hashes(0, h)) & set(m.group_hashes(1, h))
+    shutil.copyfile(tmp_path / "group-0-full" / "kvbm.slots",
+                    tmp_path / "group-1-full" / "kvbm.slots")
+    with hybrid_kv(tmp_path, g1=64, g2=64, g3=256, persistent=True, groups=groups) as m:
+        assert m.disk_recovery(0)["recovered"] == PROMPT
+        assert m.disk_recovery(1)["recovered"] == 0
+        assert "fingerprint" in m.disk_recovery(1)["reset_reason"]
+        p = m.probe(hashes_of(m, a), len(a) - 1)
+        assert p.tokens == 0 and p.found[1].total == 0
+        assert m.onboard(hashes_of(m, a), len(a) - 1).take_hit().tokens == 0
+        expect_balanced(m, list(kvbm.TierId)[:3])
+
+
+def test_hybrid_kv_refuses_hits_and_requests_of_another_manager(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = tokens(PROMPT * B)
+    with hybrid_kv(tmp_path / "a") as m, hybrid_kv(tmp_path / "b") as other:
+        serve_kv(m, a)
+        serve_kv(other, a)
+        h = hashes_of(m, a)
+        hit = m.onboard(h, len(a) - 1).take_hit()
+        assert hit.tokens == 624
+        with pytest.raises(kvbm.UsageError, match="another manager"):
+            other.start_request(hit)
+        with pytest.raises(kvbm.UsageError, match="another manager"):
+            other.read(hit, 0, np.zeros((39, BLOCK_BYTES), dtype=np.uint8))
+        g1_only = full_swa(blocks=64, window=128)  # the same groups, G1 alone
+        run(g1_only, a)
+        with pytest.raises(kvbm.UsageError, match="another manager"):
+            m.start_request(g1_only.find_prefix(hashes_of(g1_only, a), len(a) - 1))
+        r = m.start_request(hit)  # its own manager takes it
+        assert r.computed_tokens == 624
+        m.finish(r)
+        foreign = g1_only.start_request()
+        assert g1_only.allocate(foreign, 2 * B)  # holds g1_only's blocks in both groups
+        for call in (lambda: m.allocate(foreign, 3 * B), lambda: m.commit(foreign, h, B),
+                     lambda: m.write(foreign, 0, 0, pattern(1)), lambda: m.finish(foreign)):
+            with pytest.raises(kvbm.UsageError, match="another manager"):
+                call()
+        assert foreign.held_blocks(0) == 2 and m.pool_counts(0)["in_use"] == 0
+        g1_only.finish(foreign)
+        one_group = kg.HybridBlockManagerG1([Spec.full(0, B, BLOCK_BYTES, [0])], 8)
+        with pytest.raises(kvbm.UsageError, match="1 groups, the manager 2"):
+            m.allocate(one_group.start_request(), B)
+        expect_balanced(m, [kvbm.TierId.G1, kvbm.TierId.G2])
+        expect_balanced(other, [kvbm.TierId.G1, kvbm.TierId.G2])
+
+
+def test_hybrid_kv_bad_input_raises_usage_error(tmp_path):
+    with pytest.raises(kvbm.UsageError, match="group_blocks has 1 rows for 2 groups"):
+        kvbm.HybridKvBlockManager(kvbm.KvBlockManagerConfig(device=kvbm.TierConfig(blocks=1)),
+                                  full_swa_groups(), group_blocks=[[8]])
+    with pytest.raises(kvbm.UsageError, match="G4"):
+        kvbm.HybridKvBlockManager(kvbm.KvBlockManagerConfig(device=kvbm.TierConfig(blocks=1)),
+                                  full_swa_groups(), group_blocks=[[8, 0, 0, 8]] * 2)
+    with pytest.raises(kvbm.UsageError, match="holds no block"):  # G1 of 2 KiB, two groups
+        kvbm.HybridKvBlockManager(kvbm.KvBlockManagerConfig(device=kvbm.TierConfig(bytes=1024)),
+                                  full_swa_groups())
+    with pytest.raises(kvbm.UsageError):  # invalid groups: a layer twice
+        kvbm.HybridKvBlockManager(kvbm.KvBlockManagerConfig(device=kvbm.TierConfig(blocks=8)),
+                                  [Spec.full(0, B, 1024, [0]), Spec.full(1, B, 1024, [0])])
+    m = hybrid_kv(tmp_path)
+    toks = tokens(4 * B)
+    h = hashes_of(m, toks)
+    r = m.start_request()
+    assert m.allocate(r, 2 * B)
+    with pytest.raises(kvbm.UsageError, match="group 2 of 2"):
+        m.write(r, 2, 0, pattern(1))
+    with pytest.raises(kvbm.UsageError, match="whole number of blocks"):
+        m.write(r, 0, 0, np.zeros(BLOCK_BYTES + 1, dtype=np.uint8))
+    with pytest.raises(kvbm.UsageError, match="holds no block 2"):
+        m.write(r, 0, 2, pattern(1))
+    m.write(r, 0, 0, np.stack([pattern(1), pattern(2)]))
+    m.commit(r, h, 2 * B)
+    with pytest.raises(kvbm.UsageError, match="is computed"):
+        m.write(r, 0, 1, pattern(3))  # registered: shared, read-only
+    read_only = np.zeros((2, BLOCK_BYTES), dtype=np.uint8)
+    read_only.setflags(write=False)
+    with pytest.raises(kvbm.UsageError, match="writable"):
+        m.read(r, 0, read_only)
+    dst = np.zeros((2, BLOCK_BYTES), dtype=np.uint8)
+    assert m.read(r, 0, dst) == 2 and np.array_equal(dst[1], pattern(2))
+    with pytest.raises(kvbm.UsageError, match="no G3 pool"):
+        m.pool_counts(0, kvbm.TierId.G3)
+    m.finish(r, h)
+    with pytest.raises(kvbm.UsageError, match="finished"):
+        m.commit(r, h, 3 * B)
+    with pytest.raises(kvbm.UsageError, match="without events"):
+        m.take_events()
+    expect_balanced(m, [kvbm.TierId.G1, kvbm.TierId.G2])
+    m.close()
+    m.close()  # idempotent
+    with pytest.raises(kvbm.UsageError, match="closed"):
+        m.probe(h)
+
+
+def test_hybrid_kv_events_name_each_group(tmp_path):
+    with hybrid_kv(tmp_path, events=True) as m:
+        serve_kv(m, tokens(4 * B))
+        stored = [e for e in m.take_events() if isinstance(e, kvbm.BlockStored)]
+        by = {(e.medium, e.group_idx): e for e in stored}
+        assert set(by) == {("GPU", 0), ("GPU", 1), ("CPU", 0), ("CPU", 1)}
+        assert by[("GPU", 0)].kv_cache_spec_kind == "full_attention"
+        assert by[("CPU", 1)].kv_cache_spec_kind == "sliding_window"
+        assert by[("CPU", 1)].kv_cache_spec_sliding_window == 128
+        assert by[("GPU", 0)].kv_cache_spec_sliding_window is None
+        h = hashes_of(m, tokens(4 * B))
+        assert [k for e in stored if e.medium == "GPU" and e.group_idx == 1
+                for k in e.block_hashes] == m.group_hashes(1, h)
+        expect_balanced(m, [kvbm.TierId.G1, kvbm.TierId.G2])

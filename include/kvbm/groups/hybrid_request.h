@@ -74,6 +74,18 @@ class HybridRequest {
     return index >= s.first && index < s.first + s.slots.size() &&
            s.slots[index - s.first].index() != kHole;
   }
+  /// Returns true when every block group `g` holds belongs to `pool` (its owns():
+  /// the same pool core), so that a caller can refuse a request of another manager
+  /// before a call would mix two managers' blocks. A request holding no block of the
+  /// group belongs to any pool.
+  template <class Pool>
+  [[nodiscard]] bool held_in(std::size_t g, const Pool& pool) const {
+    for (const Slot& slot : group(g, "held_in").slots) {
+      if (slot.index() == 0 && !pool.owns(std::get<0>(slot))) return false;
+      if (slot.index() == 1 && !pool.owns(std::get<1>(slot))) return false;
+    }
+    return true;
+  }
   /// Returns the id, in group `g`'s pool, of its block `index` (for the engine's
   /// block table). Throws UsageError when the request does not hold that block.
   [[nodiscard]] BlockId block_id(std::size_t g, std::size_t index) const {
