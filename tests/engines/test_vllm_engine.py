@@ -34,7 +34,13 @@ if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("kvbm") 
 
 import numpy as np  # noqa: E402
 from silent_peers import accepts_never_answers, never_accepts  # noqa: E402
-from vllm_util import make_vllm_config, offloading_config, step, write_model  # noqa: E402
+from vllm_util import (  # noqa: E402
+    make_kv_cache_config,
+    make_vllm_config,
+    offloading_config,
+    step,
+    write_model,
+)
 
 import kvbm  # noqa: E402
 
@@ -49,12 +55,14 @@ def tier_config(disk_directory, **options):
             "host_bytes": 2 << 20, "device_blocks": 8, **options}
 
 
-def build_config(model_dir, tier, *, kv_events=False, layout="LBNHC", **engine_args):
-    """vLLM's OffloadingConfig for a TieringOffloadingSpec whose one secondary tier is `tier`."""
+def build_config(model_dir, tier, *, kv_events=False, layout="LBNHC", sliding_window=None,
+                 **engine_args):
+    """vLLM's OffloadingConfig for a TieringOffloadingSpec whose one secondary tier is `tier`
+    (with sliding_window = W: a hybrid model, its odd layers a sliding window of W tokens)."""
     extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 20,
              "secondary_tiers": [tier]}
     vc = make_vllm_config(model_dir, extra, kv_events=kv_events, **engine_args)
-    return vc, offloading_config(vc, layout=layout)
+    return vc, offloading_config(vc, layout=layout, sliding_window=sliding_window)
 
 
 @contextlib.contextmanager
@@ -81,10 +89,11 @@ def primary(manager):
     return np.asarray(manager.primary_tier.get_kv_memoryview())
 
 
-def keys_of(n, tag):
+def keys_of(n, tag, group=0):
+    """n chunk keys of KV cache group `group` (vLLM's make_offload_key of a 32-byte hash)."""
     from vllm.v1.kv_offload.base import make_offload_key
 
-    return [make_offload_key((f"{tag}:{i}:".encode() * 32)[:32], 0) for i in range(n)]
+    return [make_offload_key((f"{tag}:{i}:".encode() * 32)[:32], group) for i in range(n)]
 
 
 def chunk_data(n, chunk_bytes, seed):
@@ -238,7 +247,6 @@ def test_loads_in_the_offloading_connectors_scheduler(models, tmp_path):
     )
 
     from kvbm.integrations.vllm import KvbmTier
-    from vllm_util import make_kv_cache_config
 
     extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 20,
              "secondary_tiers": [tier_config(tmp_path)]}
@@ -501,3 +509,62 @@ def test_shutdown_lets_vllm_unmap_the_primary_tier(models, tmp_path):
         assert all_hit(fetch(manager, keys)[0])
         region = manager.primary_tier._mmap_region
     assert region.mmap_obj is None  # unmapped (vLLM keeps it when an export is left)
+
+
+# --------------------------------------------------------------------------- 8: a hybrid model
+
+
+def test_hybrid_model_keeps_each_groups_chunks_apart(models, tmp_path):
+    """A full + sliding-window (64 tokens) model: vLLM's own KVCacheConfig (two groups, from
+    the specs the workers would report) and OffloadingConfig. Both groups name their chunks by
+    the same block hashes; group 0 stores chunks 0..5, group 1 only the window's 2..5, each
+    with bytes of its own. After the primary tier forgets them, each group's keys load its own
+    bytes, group 1's keys of chunks 0..1 miss although group 0 holds those hashes, and the
+    tier's per-group counts (group_stats() and vLLM's offloading metrics) say so."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_offload.base import LookupResult
+
+    from kvbm.integrations.vllm import GROUP_CHUNKS_METRIC
+
+    _, dense = build_config(models[0], tier_config(tmp_path / "dense"))
+    os.makedirs(tmp_path / "hybrid")
+    vc, oc = build_config(models[0], tier_config(tmp_path / "hybrid"), sliding_window=64)
+    assert [type(g.kv_cache_spec) for g in make_kv_cache_config(vc, sliding_window=64)
+            .kv_cache_groups] == [FullAttentionSpec, SlidingWindowSpec]
+    assert [(g.group_id, g.sliding_window_size_in_chunks) for g in oc.groups] == [(0, None),
+                                                                                  (1, 4)]
+    with engine(dense) as (_, dense_tier):
+        dense_ns = dense_tier.namespace
+    with engine(oc) as (manager, tier):
+        assert tier.namespace != dense_ns and ":w4" in tier.namespace
+        full, window = keys_of(6, "hybrid", group=0), keys_of(6, "hybrid", group=1)[2:]
+        assert not set(full) & set(window)
+        chunk_bytes = primary(manager).shape[1]  # a group's block, padded to vLLM's page size
+        assert chunk_bytes >= oc.worker_kv_bytes_per_block
+        data = {0: chunk_data(6, chunk_bytes, seed=10), 1: chunk_data(4, chunk_bytes, seed=11)}
+        store(manager, full, data[0])
+        store(manager, window, data[1])
+        evict(manager)
+        primary(manager)[:] = 0
+        results, loaded = fetch(manager, full + window)
+        assert all_hit(results)
+        for k, row in zip(full, data[0]):
+            assert np.array_equal(loaded[k], row)
+        for k, row in zip(window, data[1]):
+            assert np.array_equal(loaded[k], row)
+        outside = keys_of(2, "hybrid", group=1)  # group 0 holds these hashes; group 1 not
+        assert not tier.kv.present(kvbm.hash_keys(outside), chained=False).any()
+        results, loaded = fetch(manager, outside)
+        assert results == [LookupResult.MISS] * 2 and not loaded
+        counts = tier.group_stats()
+        assert {g: (c["stored"], c["loaded"]) for g, c in counts.items()} == {0: (6, 6),
+                                                                              1: (4, 4)}
+        assert counts[1]["miss"] >= 2 and counts[0]["miss"] == 0
+        assert counts[0]["hit"] >= 6 and counts[1]["hit"] >= 4
+        with manager.lock:
+            stats = manager.get_stats()
+        _, values = stats.metric_sections()
+        reported = values[GROUP_CHUNKS_METRIC]
+        assert reported[("0", "stored")] == 6 and reported[("1", "stored")] == 4
+        assert reported[("0", "loaded")] == 6 and reported[("1", "loaded")] == 4
+        assert reported[("1", "miss")] == counts[1]["miss"]

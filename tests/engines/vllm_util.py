@@ -49,27 +49,29 @@ def make_vllm_config(model_dir, extra_config, *, kv_events=False, **engine_args)
     return args.create_engine_config()
 
 
-def make_kv_cache_config(vllm_config, num_blocks=64, layout="LBNHC"):
+def make_kv_cache_config(vllm_config, num_blocks=64, layout="LBNHC", sliding_window=None):
     """The scheduler's KVCacheConfig, built by the engine core's own functions from the specs
     the workers would report for the model (one full-attention spec per layer, in the model's
-    dtype, the KV heads of one TP rank); `layout` is what the workers' backends support."""
+    dtype, the KV heads of one TP rank); `layout` is what the workers' backends support.
+    With `sliding_window` = W, the odd layers report a SlidingWindowSpec of W tokens instead
+    (a hybrid model: vLLM makes a full-attention group and a sliding-window group)."""
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
     from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
     mc, pc = vllm_config.model_config, vllm_config.parallel_config
-    spec = FullAttentionSpec(
-        block_size=BLOCK_SIZE,
-        num_kv_heads=mc.get_num_kv_heads(pc),
-        head_size=mc.get_head_size(),
-        dtype=mc.dtype,
-    )
+    shape = dict(block_size=BLOCK_SIZE, num_kv_heads=mc.get_num_kv_heads(pc),
+                 head_size=mc.get_head_size(), dtype=mc.dtype)
+    full = FullAttentionSpec(**shape)
+    window = full if sliding_window is None else SlidingWindowSpec(
+        **shape, sliding_window=sliding_window)
     layers = mc.get_num_layers(pc)
-    specs = [{f"model.layers.{i}.self_attn.attn": spec for i in range(layers)}]
+    specs = [{f"model.layers.{i}.self_attn.attn": window if i % 2 else full
+              for i in range(layers)}]
     resolve_kv_cache_layout(vllm_config, [[layout]], list(specs[0].values()))
     groups = get_global_kv_cache_groups(vllm_config, specs)
-    memory = num_blocks * spec.page_size_bytes * layers
+    memory = num_blocks * full.page_size_bytes * layers
     configs = get_kv_cache_configs(vllm_config, specs, [memory], groups)
     return generate_scheduler_kv_cache_config(configs)
 

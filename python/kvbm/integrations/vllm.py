@@ -33,6 +33,16 @@ not block):
 - ``drain_jobs`` waits for every submitted job, ``shutdown`` also for kvbm's
   own writes, so that G3 holds everything stored.
 
+A hybrid model (vLLM's KV cache groups: full attention beside a sliding window,
+...) needs nothing more of the tier: vLLM names a chunk of group g by its block
+hash and g (``make_offload_key(hash, g)``), so the groups' chunks never share a
+key, and vLLM decides which chunks of each group it stores and asks for (a
+window's last chunks). The namespace names the groups (their layers and
+windows), so a hybrid model's chunks are never served to its dense twin. The
+tier counts, per group, the chunks stored and loaded and the lookups that hit
+or missed: ``group_stats()``, and in vLLM's offloading metrics the counter
+``vllm:kv_offload_kvbm_group_chunks`` labelled by ``group`` and ``op``.
+
 vLLM itself is not needed to import this module: when ``vllm`` (and its torch)
 import, ``KvbmTier`` subclasses the real ``SecondaryTierManager`` and returns
 vLLM's own ``LookupResult`` / ``JobResult``; otherwise it stands alone with
@@ -138,6 +148,49 @@ except Exception:  # ImportError, or vLLM present without a working torch
 
 
 __all__ = ["KvbmTier", "HAVE_VLLM", "LookupResult", "JobResult", "TransferJob"]
+
+# The tier's per-group counter in vLLM's offloading metrics (KvbmTier.get_stats()).
+GROUP_CHUNKS_METRIC = "vllm:kv_offload_kvbm_group_chunks"
+GROUP_OPS = ("stored", "loaded", "hit", "miss")
+
+
+def _group_of(key) -> int:
+    """The KV cache group of an offload key: make_offload_key() appends it to the block hash
+    as 4 big-endian bytes (vllm.v1.kv_offload.base.get_offload_group_idx)."""
+    return int.from_bytes(bytes(key[-4:]), "big")
+
+
+class _GroupCounts:
+    """Per KV cache group of the engine's OffloadingConfig, chunks stored and loaded and
+    lookups that hit or missed: totals, and what changed since the last take()."""
+
+    def __init__(self, offloading_spec) -> None:
+        groups = getattr(_spec_config(offloading_spec), "groups", None) or ()
+        self._ids = {int(g.group_id) for g in groups}
+        self._lock = threading.Lock()
+        self._totals = {g: dict.fromkeys(GROUP_OPS, 0) for g in sorted(self._ids)}
+        self._since: dict[tuple[str, str], int] = {}
+
+    def count(self, keys, op: str) -> None:
+        if not self._ids:
+            return
+        with self._lock:
+            for k in keys:
+                g = _group_of(k)
+                if g not in self._ids:
+                    continue  # not a key of this engine's groups: nothing to count it under
+                self._totals[g][op] += 1
+                label = (str(g), op)
+                self._since[label] = self._since.get(label, 0) + 1
+
+    def totals(self) -> dict[int, dict[str, int]]:
+        with self._lock:
+            return {g: dict(c) for g, c in self._totals.items()}
+
+    def take(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            since, self._since = self._since, {}
+        return since
 
 
 def _spec_config(offloading_spec):
@@ -328,11 +381,20 @@ class KvbmTier(SecondaryTierManager):
         self._storing: dict[bytes, int] = {}  # keys of stores in flight
         self._remote_pending: set[bytes] = set()
         self._remote_verdict: dict[bytes, bool] = {}
+        self._groups = _GroupCounts(offloading_spec)
 
     # -- lookups --------------------------------------------------------------------------
 
     def lookup(self, key, req_context) -> LookupResult:
         """HIT when a local tier holds the chunk; with G4, RETRY while Redis is asked."""
+        result = self._lookup(key)
+        if result is LookupResult.HIT:
+            self._groups.count((key,), "hit")
+        elif result is LookupResult.MISS:
+            self._groups.count((key,), "miss")
+        return result
+
+    def _lookup(self, key) -> LookupResult:
         with self._lock:
             if key in self._misses or key in self._storing:
                 return LookupResult.MISS
@@ -384,6 +446,8 @@ class KvbmTier(SecondaryTierManager):
         except Exception:  # reported as a failed job: vLLM keeps the chunks in the primary tier
             ok = False
         elapsed = time.monotonic() - start
+        if ok:
+            self._groups.count(keys, "stored")
         with self._lock:
             for k in keys:
                 n = self._storing.get(k, 0) - 1
@@ -422,6 +486,7 @@ class KvbmTier(SecondaryTierManager):
             pass  # what arrived before the failure is kept; the rest is a miss
         elapsed = time.monotonic() - start
         ok = loaded == len(keys)
+        self._groups.count(keys[:loaded], "loaded")
         with self._lock:
             if not ok:  # the chunk that ended the prefix; those after it may well be intact
                 self._misses.add(keys[loaded])
@@ -466,6 +531,38 @@ class KvbmTier(SecondaryTierManager):
         with self._lock:
             events, self._events = self._events, []
         return events
+
+    # -- per-group accounting -------------------------------------------------------------
+
+    def group_stats(self) -> dict[int, dict[str, int]]:
+        """Per KV cache group of the engine (vLLM's group index), since the tier was built:
+        chunks "stored" and "loaded", and lookups answered HIT ("hit") or MISS ("miss")."""
+        return self._groups.totals()
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config) -> dict:
+        """The tier's counter in vLLM's offloading metrics: chunks per group and operation."""
+        from vllm.v1.kv_offload.base import OffloadingCounterMetadata
+
+        return {GROUP_CHUNKS_METRIC: OffloadingCounterMetadata(
+            documentation="KvbmTier: chunks stored and loaded, and lookups that hit or missed, "
+                          "per KV cache group (vLLM's group index).",
+            labelnames=("group", "op"))}
+
+    def get_stats(self):
+        """What group_stats() gained since the last call, as vLLM's OffloadingConnectorStats
+        (None when nothing changed)."""
+        since = self._groups.take()
+        if not since or not HAVE_VLLM:
+            return None
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+            OffloadingConnectorStats,
+        )
+
+        stats = OffloadingConnectorStats()
+        for label, n in sorted(since.items()):
+            stats.increase_counter(GROUP_CHUNKS_METRIC, n, label)
+        return stats
 
     # -- request lifecycle ----------------------------------------------------------------
 
