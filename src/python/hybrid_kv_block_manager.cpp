@@ -13,11 +13,11 @@
 //     m.finish(r, hashes); m.drain()            # every group's blocks in G2/G3/G4
 //     assert m.audit() == ""
 //
-// Bytes cross per group as in buffers.cpp (block_rows.h): write() copies rows
-// into the blocks a request is computing, read() copies a hit's or a
-// request's blocks of one group out. Every hit and request handed in is
-// checked against this manager's pools where its blocks can be seen (a hit's
-// blocks; a request's group count). Calls that may wait (building with a
+// Bytes cross per group as in buffers.cpp (hybrid_kv_block_bytes.cpp): write()
+// copies rows into the blocks a request is computing, read() copies a hit's or
+// a request's blocks of one group out. Every hit and request handed in is
+// checked against this manager's pools (a hit's blocks, a request's blocks,
+// HybridRequest::held_in). Calls that may wait (building with a
 // persistent G3, onboarding, probing G4, allocating past an on-eviction
 // boundary, drain, close) release the GIL. After close() every call raises
 // kvbm.UsageError; hits, requests and onboardings outliving it stay safe.
@@ -26,8 +26,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -40,51 +38,13 @@
 #include <vector>
 
 #include "python/bindings.h"
-#include "python/block_rows.h"
+#include "python/hybrid_kv_block_manager.h"
 
 namespace kvbm::python {
 
-// A named namespace, not an anonymous one: the extension is built in unity batches,
-// and hybrid_block_manager.cpp has helpers of the same names.
 namespace hybrid_facade {
 
 using namespace nb::literals;
-using Request = HybridRequest<G1>;
-using Hit = PrefixHit<G1>;
-
-/// The Python HybridKvBlockManager: the manager, shared with every call in flight, so
-/// that close() on another thread never frees it under a call.
-class HybridManager {
- public:
-  /// Returns the manager for one call; throws UsageError after close().
-  [[nodiscard]] std::shared_ptr<HybridKvBlockManager> get() const {
-    std::lock_guard lock(mu_);
-    KVBM_CHECK(kv_ != nullptr, "HybridKvBlockManager: the manager was closed; build a new one");
-    return kv_;
-  }
-  void open(std::unique_ptr<HybridKvBlockManager> kv) {
-    std::lock_guard lock(mu_);
-    kv_ = std::move(kv);
-  }
-  /// Drains and shuts the manager down (GIL released); later calls raise. Idempotent.
-  void close() {
-    std::shared_ptr<HybridKvBlockManager> kv;
-    {
-      std::lock_guard lock(mu_);
-      kv = std::move(kv_);
-    }
-    if (!kv) return;
-    nb::gil_scoped_release release;
-    kv->drain();
-    kv->shutdown();
-  }
-
-  EventTap events;  // empty without events=
-
- private:
-  mutable std::mutex mu_;
-  std::shared_ptr<HybridKvBlockManager> kv_;  // guarded by mu_; null once closed
-};
 
 std::pair<std::size_t, std::size_t> pair_of(const BlockRange& r) { return {r.first, r.last}; }
 
@@ -350,99 +310,6 @@ void bind_requests(nb::class_<HybridManager>& cls) {
           "request"_a, "hashes"_a = nb::none(),
           "Ends the request (with hashes: registers the request_end() snapshot) and releases "
           "every block, the last first.");
-}
-
-/// Copies rows of `buffer` into (or out of) group g's blocks `ids` in G1.
-void copy_group_blocks(HybridKvBlockManager& kv, std::size_t g, const std::vector<BlockId>& ids,
-                       nb::handle buffer, bool into_block, const char* call) {
-  KvBlockManager& group = kv.group(g);
-  KVBM_CHECK(group.config().move_bytes, "HybridKvBlockManager.", call,
-             ": the manager was built with move_bytes = False (metadata only); it holds no bytes");
-  const Rows rows = rows_of(buffer, nb::none(), group.block_bytes(), ids.size(),
-                            into_block ? Access::kRead : Access::kWrite, call);
-  const Layout& layout = group.device_layout();
-  const bool device = !group.device_emulated();
-  nb::gil_scoped_release release;
-  std::vector<Region> scratch;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    copy_block(layout, ids[i], rows.row(i), into_block, device, scratch);
-  }
-}
-
-/// How many rows of `group`'s blocks `buffer` holds (a list: its length).
-std::size_t rows_in(nb::handle buffer, std::size_t block_bytes, const char* call) {
-  if (nb::isinstance<nb::list>(buffer) || nb::isinstance<nb::tuple>(buffer)) {
-    return nb::len(buffer);
-  }
-  const std::string what = std::string(call) + ": src";
-  const std::size_t n = host_bytes(buffer, Access::kRead, what.c_str()).bytes.size();
-  KVBM_CHECK(n % block_bytes == 0, what, ": the buffer holds ", n,
-             " bytes, not a whole number of blocks of ", block_bytes, " bytes");
-  return n / block_bytes;
-}
-
-/// The G1 ids of group g's blocks [first, first + n) that `r` is computing.
-std::vector<BlockId> writable_ids(const HybridKvBlockManager& kv, const Request& r, std::size_t g,
-                                  std::size_t first, std::size_t n) {
-  const std::size_t done = r.computed_tokens() / kv.spec(g).tokens_per_block;
-  std::vector<BlockId> ids;
-  for (std::size_t i = first; i < first + n; ++i) {
-    KVBM_CHECK(i >= done, "HybridKvBlockManager.write: block ", i, " of group ", g,
-               " is computed (the request's first ", r.computed_tokens(),
-               " tokens), possibly registered and shared; write only blocks from ", done, " on");
-    KVBM_CHECK(r.holds_block(g, i), "HybridKvBlockManager.write: the request holds no block ", i,
-               " of group ", g, " (it holds [", r.held_range(g).first, ", ", r.held_range(g).last,
-               ")); allocate() first");
-    ids.push_back(r.block_id(g, i));
-  }
-  return ids;
-}
-
-void bind_bytes(nb::class_<HybridManager>& cls) {
-  cls.def(
-         "write",
-         [](HybridManager& m, const Request& r, std::size_t g, std::size_t first, nb::handle src) {
-           const auto kv = m.get();
-           check_group(*kv, g, "write");
-           check_request(*kv, r, "write");
-           const std::size_t n = rows_in(src, kv->group(g).block_bytes(), "write");
-           copy_group_blocks(*kv, g, writable_ids(*kv, r, g, first, n), src, true, "write");
-         },
-         "request"_a, "group"_a, "first"_a, "src"_a,
-         "Copies row i of `src` (a C-contiguous host array of whole blocks of block_bytes(group), "
-         "or a list of one-block buffers) into group `group`'s block first + i of the request, "
-         "which must be held and not yet computed; GIL released.")
-      .def(
-          "read",
-          [](HybridManager& m, const Hit& hit, std::size_t g, nb::handle dst) {
-            const auto kv = m.get();
-            check_group(*kv, g, "read");
-            check_hit(*kv, hit, "read");
-            std::vector<BlockId> ids;
-            for (const auto& b : hit.blocks[g]) ids.push_back(b.block_id());
-            copy_group_blocks(*kv, g, ids, dst, false, "read");
-            return ids.size();
-          },
-          "hit"_a, "group"_a, "dst"_a,
-          "Copies group `group`'s blocks of a hit (hit.ranges[group], in order) into rows 0.. of "
-          "`dst` (writable, C-contiguous host memory); returns how many.")
-      .def(
-          "read",
-          [](HybridManager& m, const Request& r, std::size_t g, nb::handle dst) {
-            const auto kv = m.get();
-            check_group(*kv, g, "read");
-            check_request(*kv, r, "read");
-            std::vector<BlockId> ids;
-            const BlockRange held = r.held_range(g);
-            for (std::size_t i = held.first; i < held.last; ++i) {
-              if (r.holds_block(g, i)) ids.push_back(r.block_id(g, i));
-            }
-            copy_group_blocks(*kv, g, ids, dst, false, "read");
-            return ids.size();
-          },
-          "request"_a, "group"_a, "dst"_a,
-          "Copies the blocks group `group` of the request holds (held_range, holes skipped) into "
-          "rows 0.. of `dst`; returns how many.");
 }
 
 /// Pool counts of group g's tier as a dict (PoolCounts' fields).
