@@ -220,8 +220,10 @@ def full_swa_groups(window=128):
             Spec.sliding_window(1, window, B, BLOCK_BYTES, [1])]
 
 
-def hybrid_kv(directory, g1=48, g2=256, g3=0, persistent=False, groups=None, **options):
-    """A HybridKvBlockManager with g1/g2/g3 blocks per group (0: no such tier)."""
+def hybrid_kv(directory, g1=48, g2=256, g3=0, persistent=False, groups=None, remote=None,
+              **options):
+    """A HybridKvBlockManager with g1/g2/g3 blocks per group (0: no such tier); G4 on the
+    Redis at `remote` when given."""
     base = kvbm.KvBlockManagerConfig(
         layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=B, inner_dim=64,
                                  dtype_bytes=1),
@@ -229,6 +231,9 @@ def hybrid_kv(directory, g1=48, g2=256, g3=0, persistent=False, groups=None, **o
         disk=kvbm.TierConfig(blocks=1 if g3 else 0), disk_directory=str(directory),
         disk_direct_io=kvbm.DirectIo.OFF, disk_persistent=persistent,
         disk_namespace="model-a@1")
+    if remote:
+        base.remote.urls = [remote]
+        base.remote.model = "model-a@1"
     groups = groups or full_swa_groups()
     return kvbm.HybridKvBlockManager(base, groups, group_blocks=[[g1, g2, g3]] * len(groups),
                                      **options)
@@ -361,6 +366,29 @@ def test_hybrid_kv_a_groups_file_never_serves_another_group(tmp_path):
         assert p.tokens == 0 and p.found[1].total == 0
         assert m.onboard(hashes_of(m, a), len(a) - 1).take_hit().tokens == 0
         expect_balanced(m, list(kvbm.TierId)[:3])
+
+
+def test_hybrid_kv_two_managers_share_each_groups_blocks_through_g4(tmp_path, redis_url):
+    """Two managers of the model on one Redis: the second finds the first's blocks per group
+    in G4 (each group under its own namespace and keys), only the window's tail for the
+    window group, with their bytes."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = tokens(PROMPT * B)
+    with hybrid_kv(tmp_path / "a", remote=redis_url) as first:
+        serve_kv(first, a)
+        assert first.stats()[0]["remote"]["puts"] >= PROMPT
+    with hybrid_kv(tmp_path / "b", remote=redis_url) as second:
+        h = hashes_of(second, a)
+        p = second.probe(h, len(a) - 1)
+        assert p.tokens == 624 and (p.found[0].remote, p.found[1].remote) == (39, 8)
+        oh = second.onboard(h, len(a) - 1)
+        assert (oh.counts(0).remote, oh.counts(1).remote) == (39, 8)
+        hit = oh.take_hit()
+        assert hit.tokens == 624
+        expect_served(second, h, hit)
+        del hit
+        expect_balanced(second, [kvbm.TierId.G1, kvbm.TierId.G2])
 
 
 def test_hybrid_kv_refuses_hits_and_requests_of_another_manager(tmp_path):
