@@ -1,9 +1,13 @@
-"""kvbm.groups: KV cache group specs, vLLM's shapes and HybridBlockManagerG1 from Python.
+"""kvbm.groups: KV cache group specs, vLLM's shapes, HybridBlockManagerG1 and
+HybridKvBlockManager (the groups over G1-G4) from Python.
 
 The real extension, no engine needed: vLLM's shapes enter as kvbm.groups.vllm_spec values;
 tests/engines/test_hybrid_vs_vllm.py converts real vLLM KVCacheConfig objects.
 """
 
+import shutil
+
+import numpy as np
 import pytest
 
 import kvbm
@@ -206,10 +210,6 @@ def test_vllm_spec_values_convert_through_from_vllm():
 # --------------------------------------------------------------------------- HybridKvBlockManager
 # A full + sliding-window (128 tokens) model through G2 and G3, with real files: every block's
 # bytes are a pattern of its group key, so a block served for the wrong group or position shows.
-
-import shutil  # noqa: E402
-
-import numpy as np  # noqa: E402
 
 PROMPT = 40  # blocks of B tokens
 BLOCK_BYTES = 1024
