@@ -6,6 +6,7 @@ tests/engines/test_hybrid_vs_vllm.py converts real vLLM KVCacheConfig objects.
 """
 
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -244,11 +245,13 @@ def pattern(key, n=BLOCK_BYTES):
 
 
 def serve_kv(m, toks, step=64):
-    """One request over `toks` from its hit (onboarded from any tier) to its end, every block
-    written with pattern(its group key); returns the hit's tokens."""
+    """One request over `toks` from its hit (onboarded from any tier; its bytes checked) to its
+    end, every block written with pattern(its group key); returns the hit's tokens."""
     h = hashes_of(m, toks)
     keys = [m.group_hashes(g, h) for g in range(m.group_count)]
-    r = m.start_request(m.onboard(h, len(toks) - 1).take_hit())
+    hit = m.onboard(h, len(toks) - 1).take_hit()
+    expect_served(m, h, hit)
+    r = m.start_request(hit)
     cut = r.computed_tokens
     while r.computed_tokens < len(toks):
         start = r.computed_tokens
@@ -389,6 +392,34 @@ def test_hybrid_kv_two_managers_share_each_groups_blocks_through_g4(tmp_path, re
         expect_served(second, h, hit)
         del hit
         expect_balanced(second, [kvbm.TierId.G1, kvbm.TierId.G2])
+
+
+def test_hybrid_kv_threads_share_prompts_through_g1_and_g2(tmp_path):
+    """Three threads serve six prompts (each twice, in different orders) through G1 pools too
+    small to keep them all, while the other threads commit and evict; every hit carries its own
+    group's bytes (serve_kv checks), and every pool balances at the end. G2 holds every
+    prompt, so a thread's second round hits each prompt in full, from G1 or G2."""
+    prompts = [tokens(PROMPT * B, start=100_000 * p) for p in range(6)]
+    errors = []
+    cuts = {}
+
+    def worker(name, order):
+        try:
+            cuts[name] = [serve_kv(m, prompts[p]) for p in order + order]
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread's name)
+            errors.append((name, e))
+
+    with hybrid_kv(tmp_path, g1=160, g2=512) as m:
+        orders = {"a": [0, 1, 2, 3, 4, 5], "b": [5, 3, 1, 4, 2, 0], "c": [2, 4, 0, 5, 1, 3]}
+        threads = [threading.Thread(target=worker, args=item) for item in orders.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for name in orders:
+            assert cuts[name][6:] == [624] * 6, (name, cuts[name])
+        expect_balanced(m, [kvbm.TierId.G1, kvbm.TierId.G2])
 
 
 def test_hybrid_kv_refuses_hits_and_requests_of_another_manager(tmp_path):
