@@ -692,9 +692,9 @@ stage_threadsafety() {
   fi
   check_cuda_sources
   case $? in
-    0) detail="library and tests build with clang -Werror=thread-safety; CUDA sources checked" ;;
+    0) detail="library and tests compile with clang -Werror=thread-safety; CUDA sources checked" ;;
     77)
-      detail="library and tests build with clang -Werror=thread-safety"
+      detail="library and tests compile with clang -Werror=thread-safety"
       detail+=" (no CUDA toolkit: CUDA parts unchecked)"
       ;;
     *)
