@@ -53,6 +53,8 @@ class OnboardRecords {
   OnboardRecords& operator=(const OnboardRecords&) = delete;
 
   [[nodiscard]] std::size_t size() const noexcept { return records_.size(); }
+  /// Makes room for `n` records in all.
+  void reserve(std::size_t n) { records_.reserve(n); }
   [[nodiscard]] OnboardRecord& operator[](std::size_t i) { return records_[i]; }
   [[nodiscard]] const OnboardRecord& operator[](std::size_t i) const { return records_[i]; }
 

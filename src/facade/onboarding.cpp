@@ -92,6 +92,7 @@ void Onboarding::onboard_rest(const std::shared_ptr<State>& s, std::span<const S
 OnboardRecords Onboarding::take(std::span<const SequenceHash> hashes, const Plan& plan,
                                 std::optional<Error>* error) {
   OnboardRecords out;
+  out.reserve(covered(plan));
   for (const Run& run : plan) {
     const auto want = hashes.subspan(run.first, run.count);
     const std::size_t before = out.size();
