@@ -193,10 +193,10 @@ class KvBlockManager {
   /// copying it up and returns at once. When G1 cannot hold the whole part,
   /// the prefix is cut where it can. The G1 hits are held by the handle.
   /// With G4, the rest of the prefix is looked up there on a worker thread
-  /// (one round trip), fetched into G2, verified and copied up: the handle
-  /// completes when that is done; a block G4 cannot serve intact ends the
-  /// prefix (a miss, never served). cancel() does not wait for a G4 round
-  /// trip in flight.
+  /// (one round trip), fetched into G2, verified and copied up like G2's own
+  /// blocks: the handle completes when that is done; a block G4 cannot serve
+  /// intact ends the prefix (a miss, never served). cancel() does not wait
+  /// for a G4 round trip in flight (it waits for copies, as always).
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
   /// What onboard(hashes) would find right now, without taking or copying
   /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the

@@ -10,7 +10,8 @@
 //   boundary.h          one boundary into a pooled tier (pipeline or on-eviction copier)
 //   eviction_copier.h   the on-eviction copier
 //   build.cpp           building it all: memory, engines, then the rows bottom-up
-//   onboarding.cpp      onboarding and probing; onboard_state.cpp: one onboarding
+//   onboarding.cpp      onboarding and probing: onboard_plan.cpp its plan (runs per tier),
+//                       onboard_records.cpp a record per position, onboard_state.cpp one onboarding
 //   lifecycle.cpp       registration, explicit offload, drain, shutdown and audit
 //   kv_block_manager.cpp the public class, forwarding here
 //

@@ -15,31 +15,49 @@
 
 namespace kvbm::detail {
 
-void OnboardState::on_batch(const TransferOutcome& o,
-                            const std::vector<std::size_t>& positions) noexcept {
+void OnboardState::begin(facade::OnboardRecords&& records, std::size_t no_space,
+                         std::size_t batches, bool remote) {
+  LockGuard lock(mu_);
+  records_ = std::move(records);
+  no_space_ = no_space;
+  pending_ = batches + (remote ? 1 : 0);  // every step counted before any may end
+  remote_outstanding_ = remote;
+}
+
+bool OnboardState::adopt(facade::OnboardRecords& records, std::size_t no_space,
+                         std::optional<Error> error, std::size_t batches) {
+  LockGuard lock(mu_);
+  // Cancelled (cancel() may have ended it already): the stage keeps what it took.
+  if (cancel_requested_ || is_terminal(status_) || pending_ == 0) return false;
+  remote_outstanding_ = false;
+  records_.append(std::move(records));
+  no_space_ += no_space;
+  if (error && !error_) error_ = std::move(error);
+  pending_ += batches;  // before any of them is submitted; the stage itself still counts
+  return true;
+}
+
+void OnboardState::stage_done() noexcept {
   bool last = false;
   {
     LockGuard lock(mu_);
-    if (failed_.size() < below.size()) failed_.resize(below.size(), false);
-    for (const auto k : o.failed) {
-      if (k < positions.size()) failed_[positions[k]] = true;
-    }
-    if (!o.ok() && !error_)
-      error_ = o.error ? *o.error : Error{ErrorKind::kInternal, 0, "copy failed"};
+    remote_outstanding_ = false;
+    if (is_terminal(status_) || pending_ == 0) return;  // cancel() ended it
     last = --pending_ == 0;
   }
   if (last) finish();
 }
 
-void OnboardState::on_remote(facade::RemoteFetch&& fetch) noexcept {
+void OnboardState::on_batch(const TransferOutcome& o,
+                            const std::vector<std::size_t>& positions) noexcept {
   bool last = false;
   {
     LockGuard lock(mu_);
-    remote_outstanding_ = false;
-    // Cancelled while it asked G4 (cancel() ended it): `fetch` is released.
-    if (is_terminal(status_) || pending_ == 0) return;
-    remote_ = std::move(fetch);
-    if (remote_.error && !error_) error_ = remote_.error;
+    for (const auto k : o.failed) {
+      if (k < positions.size()) records_[positions[k]].failed = true;
+    }
+    if (!o.ok() && !error_)
+      error_ = o.error ? *o.error : Error{ErrorKind::kInternal, 0, "copy failed"};
     last = --pending_ == 0;
   }
   if (last) finish();
@@ -52,24 +70,24 @@ bool OnboardState::cancelling() const {
 
 void OnboardState::finish() noexcept {
   UniqueLock lock(mu_);
-  failed_.resize(below.size(), false);
   if (cancel_requested_) {
     lock.unlock();
-    release_all();
+    records_.release();
     lock.lock();
     end_cancelled();
     return;
   }
-  const bool any_failed =
-      std::find(failed_.begin(), failed_.end(), true) != failed_.end() || remote_.failed > 0;
+  const std::size_t no_space = no_space_;
   lock.unlock();
+  bool any_failed = false;
+  for (std::size_t i = 0; i < records_.size(); ++i) any_failed = any_failed || records_[i].failed;
   TierArray<std::size_t> per_tier{};
   std::size_t failed = 0;
   std::vector<TierId> origins;
   std::vector<ImmutableBlock<G1>> out = assemble(per_tier, failed, origins);
   OnboardCounts c{.found = per_tier};
   c.failed = failed;
-  c.no_space = no_space_ + remote_.no_space;
+  c.no_space = no_space;
   if (counters.failed != nullptr) {
     for (const TierId t : kTierIds) {
       if (auto* counter = counters.from_tier[t])
@@ -101,72 +119,57 @@ void OnboardState::finish() noexcept {
 
 // The copies that arrived, staged and registered in G1 in one batch, in
 // prefix order (one lock; the index's misses overlap): the pool ends as
-// registering each in turn leaves it. Per target: its block, or nullopt when
-// its copy failed or it could not be registered (it went back to the reset pool).
-std::vector<std::optional<ImmutableBlock<G1>>> OnboardState::register_arrived() noexcept {
-  std::vector<std::optional<ImmutableBlock<G1>>> arrived(targets.size());
+// registering each in turn leaves it. Each becomes its record's block; a
+// target whose copy failed, or that could not be registered, goes back to
+// the reset pool.
+void OnboardState::register_arrived() noexcept {
+  std::size_t copies = 0;
   try {
     const std::uint32_t block_size = g1->block_size();
     std::vector<CompleteBlock<G1>> staged;
     std::vector<std::size_t> at;
-    staged.reserve(targets.size());
-    at.reserve(targets.size());
-    for (std::size_t i = 0; i < targets.size(); ++i) {
-      if (!failed_.empty() && failed_[i]) continue;
-      auto s = std::move(targets[i]).stage(below[i].hash, block_size);
+    for (std::size_t i = 0; i < records_.size(); ++i) {
+      facade::OnboardRecord& r = records_[i];
+      if (!r.target) continue;
+      ++copies;
+      MutableBlock<G1> target = std::move(*r.target);
+      r.target.reset();
+      if (r.failed) continue;
+      auto s = std::move(target).stage(r.hash, block_size);
       if (!s.ok()) continue;
       staged.push_back(std::move(s).value());
       at.push_back(i);
     }
     auto registered = g1->register_copies(std::move(staged));
-    for (std::size_t k = 0; k < registered.size(); ++k) arrived[at[k]] = std::move(registered[k]);
+    for (std::size_t k = 0; k < registered.size(); ++k) {
+      records_[at[k]].block = std::move(registered[k]);
+    }
   } catch (const std::exception& e) {
-    detail::log_unregistered_copies(tier_name<G1>(), targets.size(), e.what());
+    detail::log_unregistered_copies(tier_name<G1>(), copies, e.what());
   }
-  return arrived;
 }
 
 // Every copy that arrived is registered (it is a valid G1 block); the prefix
-// handed back ends before the first copy that did not. The remote tier's
-// copies come after the walk's positions, when every one of those arrived.
+// handed back ends before the first position without its G1 block.
 std::vector<ImmutableBlock<G1>> OnboardState::assemble(TierArray<std::size_t>& per_tier,
                                                        std::size_t& failed,
                                                        std::vector<TierId>& origins) noexcept {
-  std::vector<std::optional<ImmutableBlock<G1>>> arrived = register_arrived();
-  for (const auto& a : arrived) failed += a ? 0 : 1;  // its target went back to the reset pool
-  failed += remote_.failed;
+  register_arrived();
   std::vector<ImmutableBlock<G1>> out;
-  out.reserve(walk.size() + remote_.blocks.size());
-  origins.reserve(walk.size() + remote_.blocks.size());
-  std::size_t next_hit = 0, next_below = 0;
+  out.reserve(records_.size());
+  origins.reserve(records_.size());
   bool whole = true;
-  for (const TierId tier : walk) {
-    if (tier == TierId::kG1) {
-      out.push_back(std::move(hits[next_hit++]));
-      origins.push_back(TierId::kG1);
-      ++per_tier[TierId::kG1];
-      continue;
-    }
-    auto& copy = arrived[next_below++];
-    if (!copy) {
-      whole = false;
-      break;
-    }
-    out.push_back(std::move(*copy));
-    origins.push_back(tier);
-    ++per_tier[tier];
+  for (std::size_t i = 0; i < records_.size(); ++i) {
+    facade::OnboardRecord& r = records_[i];
+    if (r.below() && !r.block) ++failed;  // its target went back to the reset pool
+    whole = whole && r.block.has_value();
+    if (!whole) continue;
+    out.push_back(std::move(*r.block));
+    r.block.reset();
+    origins.push_back(r.from);
+    ++per_tier[r.from];
   }
-  for (std::size_t i = 0; whole && i < remote_.blocks.size(); ++i) {
-    const TierId from = remote_.origins[i];
-    out.push_back(std::move(remote_.blocks[i]));
-    origins.push_back(from);
-    ++per_tier[from];
-  }
-  release_tail_first(hits);
-  release_tail_first(arrived);
-  targets.clear();
-  release_tail_first(remote_.blocks);
-  release_sources();
+  records_.release();  // the registered copies after a gap, and the sources
   return out;
 }
 
@@ -202,7 +205,7 @@ bool OnboardState::cancel() {
       // G4: end now (it releases what it brings when it reports).
       pending_ = 0;
       lock.unlock();
-      release_all();
+      records_.release();
       lock.lock();
       end_cancelled();
       return true;
@@ -247,18 +250,6 @@ std::optional<Error> OnboardState::error() const {
   wait();
   LockGuard lock(mu_);
   return error_;
-}
-
-// Last first: the prefix's later blocks are released before its earlier ones.
-void OnboardState::release_sources() noexcept {
-  while (!holds.empty()) holds.pop_back();
-}
-
-void OnboardState::release_all() noexcept {
-  release_tail_first(hits);
-  targets.clear();
-  release_tail_first(remote_.blocks);
-  release_sources();
 }
 
 }  // namespace kvbm::detail

@@ -1,19 +1,25 @@
 // src/facade/onboarding.h (internal): onboarding and probing.
 //
-// onboard(hashes) walks the prefix over the rows (facade/tier.h), each block
-// from the fastest local tier that holds it, up to the first block none
-// holds, recording one OnboardRecord per position below G1; allocates G1
-// targets for those (cutting the prefix where G1 has no more room); and
-// submits one batch per source tier with that tier's `up` engine. The rest
-// of the prefix goes to the remote stage, on this Onboarding's worker (never
-// the caller's thread): it walks the rest over the local tiers and the
-// remote ones (G4) for the runs no local tier holds, takes the remote runs
-// into their landing tier, and onboards the rest like any prefix. probe() is
-// the same walk without taking or copying anything; locate() answers every
-// position, past misses too (each local tier asked once, then each remote
-// tier once for what none holds). The counters
-// (kvbm_onboard_blocks_total by tier, kvbm_onboard_cancelled_total) are made
-// once here.
+// onboard(hashes) follows a plan (facade/onboard_plan.h): the prefix as runs
+// of positions from one tier. Each step takes its runs in order into one
+// OnboardRecord per position (a block that cannot be handed over ends the
+// prefix there), gives the records below G1 their G1 targets at once (the
+// prefix is cut where G1 has no more room) and submits their copies, one
+// batch per source tier with that tier's `up` engine; every step completes
+// into the onboarding's one OnboardState (facade/onboard_state.h). Two steps
+// at most:
+//
+//   the walk     on the caller's thread: the local tiers' plan, up to the
+//                first position no local tier holds;
+//   the rest     with a remote tier (G4), on this Onboarding's worker (never
+//                the caller's thread): every tier's plan of the positions
+//                after the walk's. A remote run is fetched into its landing
+//                tier (verified, registered there, held), and its records
+//                are copied up from there like that tier's own blocks.
+//
+// probe() counts the same plans without taking anything; locate() answers
+// every position, past misses too. The counters (kvbm_onboard_blocks_total
+// by tier, kvbm_onboard_cancelled_total) are made once here.
 //
 // Lifetime: the rows outlive the Onboarding; wait_all() then stop() before
 // they go (shutdown does).
@@ -21,13 +27,14 @@
 
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "facade/onboard_plan.h"
+#include "facade/onboard_records.h"
 #include "facade/onboard_state.h"
 #include "facade/pool_tier.h"
 #include "facade/tier.h"
@@ -71,26 +78,28 @@ class Onboarding {
 
  private:
   using State = detail::OnboardState;
-  // Per position, the fastest local tier holding it (nullopt: none does).
-  using Fastest = std::vector<std::optional<TierId>>;
+  // A step's copies: per source tier, its pairs and their positions in the prefix.
+  struct Copies {
+    TierArray<std::vector<TransferPair>> pairs;
+    TierArray<std::shared_ptr<std::vector<std::size_t>>> positions;
+    [[nodiscard]] std::size_t batches() const noexcept;
+  };
+  // The copies of `records`, whose first is at position `first`.
+  static Copies copies_of(const OnboardRecords& records, std::size_t first);
 
-  OnboardHandle start(std::shared_ptr<State> s, std::span<const SequenceHash> hashes,
-                      bool ask_remote);
-  RemoteFetch onboard_rest(const State& parent, std::span<const SequenceHash> rest);
-  std::size_t walk_rest(std::span<const SequenceHash> rest, std::vector<Taken>* fetched,
-                        std::vector<TierId>& from, std::optional<Error>* error = nullptr) const;
-  Fastest fastest_tiers(std::span<const SequenceHash> hashes, bool stop_at_miss) const;
-  void walk_prefix(std::span<const SequenceHash> hashes, State& s);
-  void cut(State& s, std::size_t got);
-  void submit(const std::shared_ptr<State>& s, bool remote_stage);
+  OnboardRecords take(std::span<const SequenceHash> hashes, const Plan& plan,
+                      std::optional<Error>* error);
+  std::size_t give_targets(OnboardRecords& records);
+  void onboard_rest(const std::shared_ptr<State>& s, std::span<const SequenceHash> rest,
+                    std::size_t first);
+  void submit(const std::shared_ptr<State>& s, const Copies& copies);
   void remember(const std::shared_ptr<State>& s);
 
   const Rows& rows_;
   PoolTier<G1>& g1_;
-  std::vector<Tier*> local_;   // the present local rows, fastest first (G1 first)
-  std::vector<Tier*> remote_;  // the present remote rows, fastest first
-  detail::SeriesSet series_;   // the onboarding series; removed with the Onboarding
-  State::Counters counters_;   // in series_
+  Planner planner_;
+  detail::SeriesSet series_;  // the onboarding series; removed with the Onboarding
+  State::Counters counters_;  // in series_
   detail::Mutex inflight_mu_;
   std::vector<std::weak_ptr<State>> inflight_ KVBM_GUARDED_BY(inflight_mu_);
   std::unique_ptr<detail::Worker> worker_;  // the remote stage (with remote rows); last

@@ -11,16 +11,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -29,10 +35,12 @@
 #include "facade/facade_test_util.h"
 #include "kvbm/events/kv_events.h"
 #include "kvbm/hashing.h"
+#include "kvbm/io/syscalls.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/remote/remote_value.h"
 #include "kvbm/storage/storage.h"
 #include "remote/redis_server.h"
+#include "test_util.h"
 
 namespace kvbm {
 namespace remote_tier_test {
@@ -487,6 +495,140 @@ TEST(RemoteTier, CancellingAnOnboardingThatWaitsOnAFrozenServer) {
   expect_balanced(*b);
   const Served s = onboard_and_check(*b, hashes);
   EXPECT_EQ(s.counts.total(), 8u);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+// B for the tests below: G1 and G2 of 16 blocks, G3 of 64 in `dir` (read by
+// the thread pool, whose preads a test can gate), G4 on `url`, everything
+// written through. Each of `in_g3` is computed, then 16 other blocks push them
+// out of G1 and G2: locally, G3 alone keeps them.
+std::unique_ptr<KvBlockManager> with_g3(const std::string& url, const std::filesystem::path& dir,
+                                        std::vector<std::span<const SequenceHash>> in_g3) {
+  auto c = remote_config(url);
+  c.disk.blocks = 64;
+  c.disk_directory = dir;
+  c.disk_io_engine = DiskIoEngine::kThreadPool;
+  auto kv = KvBlockManager::build(c);
+  for (const auto run : in_g3) compute(*kv, run);
+  kv->drain();
+  compute(*kv, prefix(999, 16));
+  kv->drain();
+  return kv;
+}
+
+TEST(RemoteTier, APrefixAcrossG3AndG4CompletesAsOneOnboarding) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  test::TempDir dir("remote-plan");
+  const auto hashes = prefix(11, 12);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  a->drain();
+  const std::span<const SequenceHash> all(hashes);
+  auto b = with_g3(server.url(), dir.path(), {all.first(4), all.subspan(8)});
+  std::vector<TierId> runs(12, TierId::kG3);
+  std::fill(runs.begin() + 4, runs.begin() + 8, TierId::kG4);
+  std::vector<std::optional<TierId>> where(runs.begin(), runs.end());
+  ASSERT_EQ(b->locate(hashes), where) << "G3 holds positions 0-3 and 8-11, G4 alone 4-7";
+
+  // The walk's G3 run is copied up from the caller's thread; the G4 run
+  // (fetched into G2) and the G3 run after it from the remote stage: one
+  // onboarding, one source per position, in order.
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.status, TransferStatus::kDone);
+  EXPECT_FALSE(s.error.has_value()) << s.error;
+  EXPECT_EQ(s.sources, runs);
+  EXPECT_EQ(s.counts.from(TierId::kG3), 8u);
+  EXPECT_EQ(s.counts.from(TierId::kG4), 4u);
+  EXPECT_EQ(s.counts.total(), 12u);
+  EXPECT_EQ(s.counts.failed, 0u);
+  EXPECT_EQ(s.counts.no_space, 0u);
+  EXPECT_EQ(s.blocks, 12u);
+  EXPECT_EQ(s.wrong_bytes, 0u);
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_onboard_blocks_total", {{"tier", "G3"}}), 8.0);
+  EXPECT_EQ(metric(*b->metrics_registry(), "kvbm_onboard_blocks_total", {{"tier", "G4"}}), 4.0);
+  // The G4 run reached G1 through G2, where it is registered.
+  const std::vector<bool> in_g2 = b->host()->registry()->presence<G2>(all.subspan(4, 4));
+  EXPECT_EQ(in_g2, std::vector<bool>(4, true));
+  b->drain();
+  EXPECT_EQ(b->device().pool_counts().in_use, 0u);
+  EXPECT_EQ(b->host()->pool_counts().in_use, 0u);
+  EXPECT_EQ(b->disk()->pool_counts().in_use, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+// A G3 read that waits until the test lets it go (then reads for real).
+std::mutex g_gate_mu;
+std::condition_variable g_gate_cv;
+bool g_gate_open = true;
+std::atomic<int> g_reads_waiting{0};
+
+std::int64_t gated_pread(int fd, void* buf, std::size_t count, std::int64_t offset) {
+  g_reads_waiting.fetch_add(1);
+  {
+    std::unique_lock lock(g_gate_mu);
+    g_gate_cv.wait(lock, [] { return g_gate_open; });
+  }
+  return io::real_syscalls().pread(fd, buf, count, offset);
+}
+
+void set_gate(bool open) {
+  {
+    std::lock_guard lock(g_gate_mu);
+    g_gate_open = open;
+  }
+  g_gate_cv.notify_all();
+}
+
+// The copies after a G4 run are the onboarding's own: cancel() waits for
+// them as for the walk's, and returns with every block of the onboarding
+// released (the G4 round trip alone is not waited for).
+TEST(RemoteTier, CancelWaitsForTheCopiesAfterAG4RunAndReleasesEverything) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  test::TempDir dir("remote-plan");
+  const auto hashes = prefix(12, 12);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  a->drain();
+  const std::span<const SequenceHash> all(hashes);
+  auto b = with_g3(server.url(), dir.path(), {all.subspan(4)});
+  ASSERT_EQ(b->probe(hashes).from(TierId::kG4), 4u);
+  io::SyscallTable table = io::real_syscalls();
+  table.pread = gated_pread;
+  {
+    const io::ScopedSyscallOverride gate(table);
+    set_gate(false);
+    g_reads_waiting = 0;
+    OnboardHandle h = b->onboard(hashes);
+    // The remote stage fetched the G4 run and its G3 copies wait at the gate.
+    ASSERT_TRUE(test::eventually([] { return g_reads_waiting.load() > 0; }));
+    auto cancelled = std::async(std::launch::async, [&] {
+      const bool ok = h.cancel();
+      return std::pair{ok, b->device().pool_counts().in_use};
+    });
+    EXPECT_EQ(cancelled.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
+        << "cancel() returned while copies of the onboarding were in flight";
+    set_gate(true);
+    const auto [ok, g1_in_use] = cancelled.get();
+    EXPECT_TRUE(ok);
+    EXPECT_EQ(g1_in_use, 0u) << "cancel() returned before the onboarding's G1 blocks were back";
+    EXPECT_EQ(h.status(), TransferStatus::kCancelled);
+    EXPECT_TRUE(h.take_blocks().empty());
+    b->drain();
+  }
+  EXPECT_EQ(b->stats().onboarding.cancelled, 1u);
+  EXPECT_EQ(b->device().pool_counts().in_use, 0u);
+  EXPECT_EQ(b->host()->pool_counts().in_use, 0u);
+  EXPECT_EQ(b->disk()->pool_counts().in_use, 0u);
+  expect_balanced(*b);
+  // What G4 brought stays registered in G2: the next onboarding finds it there.
+  const Served s = onboard_and_check(*b, hashes);
+  EXPECT_EQ(s.counts.from(TierId::kG2), 4u);
+  EXPECT_EQ(s.counts.from(TierId::kG3), 8u);
   EXPECT_EQ(s.wrong_bytes, 0u);
   expect_balanced(*a);
   expect_balanced(*b);
