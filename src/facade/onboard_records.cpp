@@ -96,8 +96,8 @@ void OnboardRecords::keep_first(std::size_t n) noexcept {
 void OnboardRecords::release() noexcept {
   {
     detail::ReleaseBatch batch;
-    for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
-      if (it->block) batch.add(*it->block);
+    for (std::size_t i = records_.size(); i > 0; --i) {
+      if (records_[i - 1].block) batch.add(*records_[i - 1].block);
     }
   }
   records_.clear();  // the targets go back to the reset pool
