@@ -346,7 +346,7 @@ TEST_F(DiskRecoveryTest, TornWritesLeaveTheSlotAbsentOrTheOldBlockWhole) {
     g_tear_bytes = c.bytes;
     g_tears = 0;
     {
-      io::ScopedSyscallOverride o(table);
+      io::ScopedSyscallOverride torn(table);
       const TransferOutcome out = write_blocks(*disk, {c.slot}, {0xB0 + c.slot});
       EXPECT_EQ(out.failed, std::vector<std::size_t>{0});
       EXPECT_NE(out.message().find("Input/output error"), std::string::npos) << out.message();

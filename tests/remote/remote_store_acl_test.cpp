@@ -71,11 +71,11 @@ TEST(RemoteStoreAclTest, UrlUserAndPasswordAreParsedAndNeverShown) {
   EXPECT_EQ(remote_url_error("redis+cluster://kvbm:pw@a:7000,b:7001"), "");
   EXPECT_EQ(remote_url_error("redis+cluster://a:7000"), "");
   // Errors mask the password whatever the scheme, and keep the user.
-  for (const std::string url : {std::string("redis://kvbm:") + kSecret + "@host:x/0",
-                                std::string("redis+cluster://kvbm:") + kSecret + "@a:7000,b:port",
-                                std::string("redis+cluster://kvbm:") + kSecret + "@a:7000/3",
-                                std::string("http://kvbm:") + kSecret + "@host",
-                                std::string("redis://kvbm:") + kSecret + "%zz@host:6379"}) {
+  for (const std::string& url : {std::string("redis://kvbm:") + kSecret + "@host:x/0",
+                                 std::string("redis+cluster://kvbm:") + kSecret + "@a:7000,b:port",
+                                 std::string("redis+cluster://kvbm:") + kSecret + "@a:7000/3",
+                                 std::string("http://kvbm:") + kSecret + "@host",
+                                 std::string("redis://kvbm:") + kSecret + "%zz@host:6379"}) {
     const std::string why = remote_url_error(url);
     EXPECT_NE(why, "") << "accepted";
     EXPECT_EQ(why.find(kSecret), std::string::npos) << why;
