@@ -62,7 +62,7 @@ TEST(HybridReplay, HashesKeepTheTracesPrefixSharing) {
 // Every preset on a prefix of the shipped trace: every group's pool balanced at the end
 // in both managers, and the baseline holding what it should.
 TEST(HybridReplay, EveryPresetEndsWithEveryPoolBalanced) {
-  const auto trace = test::first_requests(300);
+  const auto trace = test::first_requests(kvbm::test::scaled(300, 100));
   if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   for (const auto& p : hybrid_presets()) {
     const HybridReplayResult r = run_hybrid_replay(*trace, config_for(std::string(p.name), 512));
@@ -81,7 +81,7 @@ TEST(HybridReplay, EveryPresetEndsWithEveryPoolBalanced) {
 // A sliding window's (and a chunk's) group holds what its reach needs, however long
 // the prompt: the replay runs one request at a time, so one request's worth.
 TEST(HybridReplay, WindowAndChunkGroupsHoldOnlyTheirReach) {
-  const auto trace = test::first_requests(300);
+  const auto trace = test::first_requests(kvbm::test::scaled(300, 100));
   if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   for (const char* preset : {"gpt-oss-20b", "gemma3-27b", "llama4-scout"}) {
     const HybridReplayConfig c = config_for(preset, 512);
@@ -100,7 +100,7 @@ TEST(HybridReplay, WindowAndChunkGroupsHoldOnlyTheirReach) {
 // With room for every block, a cut needs nothing that was evicted: the hybrid hit rules
 // give the baseline's cuts exactly.
 TEST(HybridReplay, UnlimitedG1GivesTheBaselinesHits) {
-  const auto trace = test::first_requests(300);
+  const auto trace = test::first_requests(kvbm::test::scaled(300, 100));
   if (!trace) KVBM_SKIP_OR_FAIL(test::kTraceMissing);
   for (const auto& p : hybrid_presets()) {
     HybridReplayConfig c = config_for(std::string(p.name), 512);
