@@ -81,6 +81,8 @@ __all__ = [name for name in dir(_kvbm) if not name.startswith("_")] + [
     "LayoutConfig",
     "TierConfig",
     "OffloadPolicyConfig",
+    "BatchConfig",
+    "PipelineConfig",
     "RemoteTierConfig",
 ]
 
@@ -112,6 +114,8 @@ def _keyword_init(base):
 LayoutConfig = _keyword_init(_kvbm.LayoutConfig)
 TierConfig = _keyword_init(_kvbm.TierConfig)
 OffloadPolicyConfig = _keyword_init(_kvbm.OffloadPolicyConfig)
+BatchConfig = _keyword_init(_kvbm.BatchConfig)
+PipelineConfig = _keyword_init(_kvbm.PipelineConfig)
 RemoteTierConfig = _keyword_init(_kvbm.RemoteTierConfig)
 KvBlockManagerConfig = _keyword_init(_kvbm.KvBlockManagerConfig)
 

@@ -3,14 +3,15 @@
 // Every field of the C++ structs is an attribute of the same name (nested
 // structs are edited in place: config.layout.num_layers = 4). Durations are
 // whole milliseconds or seconds in attributes named for their unit
-// (remote.connect_timeout_ms). Not bound: the pipeline tuning
-// (PipelineConfig, defaults apply), metrics_registry (each manager has its
-// own; KvBlockManager.metrics_text() reads it) and the listener lists (KV
-// events are switched on by KvBlockManager(config, events=...)).
+// (remote.connect_timeout_ms). host_to_disk_pipeline is optional: assign a
+// whole PipelineConfig, or None for `pipeline`'s. Not bound: metrics_registry
+// (each manager has its own; KvBlockManager.metrics_text() reads it) and the
+// listener lists (KV events are switched on by KvBlockManager(config, events=...)).
 // python/kvbm/__init__.py adds keyword constructors that reject unknown names.
 
 #include <chrono>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <type_traits>
@@ -24,15 +25,20 @@ namespace {
 
 using namespace nb::literals;
 
-// `field` may be a member of a base of Struct (RemoteTierConfig's store options).
-template <class Struct, class Owner, class Rep, class Period>
+// A whole number of `Unit`s (default: the field's own unit). `field` may be a
+// member of a base of Struct (RemoteTierConfig's store options).
+template <class Unit = void, class Struct, class Owner, class Rep, class Period>
 void def_duration(nb::class_<Struct>& cls, const char* name,
                   std::chrono::duration<Rep, Period> Owner::*field, const char* doc) {
   static_assert(std::is_base_of_v<Owner, Struct>);
   using D = std::chrono::duration<Rep, Period>;
+  using U = std::conditional_t<std::is_void_v<Unit>, D, Unit>;
   cls.def_prop_rw(
-      name, [field](const Struct& s) { return static_cast<std::int64_t>(s.*field / D(1)); },
-      [field](Struct& s, std::int64_t v) { s.*field = D(v); }, doc);
+      name,
+      [field](const Struct& s) {
+        return static_cast<std::int64_t>(std::chrono::duration_cast<U>(s.*field).count());
+      },
+      [field](Struct& s, std::int64_t v) { s.*field = std::chrono::duration_cast<D>(U(v)); }, doc);
 }
 
 /// The enums of the config: offload mode, eviction, layout kind, O_DIRECT, disk I/O engine,
@@ -87,6 +93,37 @@ void bind_part_configs(nb::module_& m) {
       .def_rw("min_frequency", &OffloadPolicyConfig::min_frequency);
 }
 
+/// BatchConfig and PipelineConfig (kvbm/offload/config.h; durations in milliseconds).
+void bind_pipeline_config(nb::module_& m) {
+  auto batch = nb::class_<BatchConfig>(m, "BatchConfig", "How an offload pipeline batches blocks.")
+                   .def(nb::init<>())
+                   .def_rw("max_batch_size", &BatchConfig::max_batch_size, "most blocks per batch")
+                   .def_rw("min_batch_size", &BatchConfig::min_batch_size,
+                           "a batch this large is flushed at once");
+  def_duration<std::chrono::milliseconds>(
+      batch, "flush_interval_ms", &BatchConfig::flush_interval,
+      "a smaller batch is flushed this long after its first block arrived");
+  auto pipeline =
+      nb::class_<PipelineConfig>(m, "PipelineConfig",
+                                 "The options of a write-through offload pipeline.")
+          .def(nb::init<>())
+          .def_rw("batch_config", &PipelineConfig::batch_config)
+          .def_rw("max_concurrent_transfers", &PipelineConfig::max_concurrent_transfers)
+          .def_rw("hold_queued_blocks", &PipelineConfig::hold_queued_blocks,
+                  "True: a queued block cannot be evicted before its copy (nothing is "
+                  "dropped; the upper tier's allocations fail while it is full of them). "
+                  "False (default): one evicted first is dropped");
+  def_duration<std::chrono::milliseconds>(
+      pipeline, "policy_timeout_ms", &PipelineConfig::policy_timeout,
+      "a policy call taking longer filters every block it was asked about");
+  def_duration<std::chrono::milliseconds>(pipeline, "sweep_interval_ms",
+                                          &PipelineConfig::sweep_interval,
+                                          "how often cancelled containers leave the queues");
+  def_duration<std::chrono::milliseconds>(
+      pipeline, "space_wait_ms", &PipelineConfig::space_wait,
+      "longest the copy waits for room below (0: it does not wait)");
+}
+
 /// RemoteTierConfig (durations in their unit: connect_timeout_ms, ttl_s).
 void bind_remote_config(nb::module_& m) {
   auto remote =
@@ -136,6 +173,9 @@ void bind_manager_config(nb::module_& m) {
       .def_rw("remote", &C::remote, "G4 (needs G2, move_bytes and remote.model)")
       .def_rw("host_to_remote", &C::host_to_remote)
       .def_rw("host_to_remote_policy", &C::host_to_remote_policy)
+      .def_rw("pipeline", &C::pipeline, "the write-through pipelines")
+      .def_rw("host_to_disk_pipeline", &C::host_to_disk_pipeline,
+              "G2 -> G3's own PipelineConfig (assign a whole one); None: `pipeline`")
       .def_rw("duplicate_policy", &C::duplicate_policy)
       .def_rw("move_bytes", &C::move_bytes, "False: metadata only")
       .def_rw("bounce_blocks", &C::bounce_blocks)
@@ -150,6 +190,7 @@ void bind_manager_config(nb::module_& m) {
 void bind_config(nb::module_& m) {
   bind_policy_enums(m);
   bind_part_configs(m);
+  bind_pipeline_config(m);
   bind_remote_config(m);
   bind_manager_config(m);
 }

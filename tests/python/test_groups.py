@@ -222,9 +222,9 @@ def full_swa_groups(window=128):
 
 
 def hybrid_kv(directory, g1=48, g2=256, g3=0, persistent=False, groups=None, remote=None,
-              **options):
+              pipeline=None, **options):
     """A HybridKvBlockManager with g1/g2/g3 blocks per group (0: no such tier); G4 on the
-    Redis at `remote` when given."""
+    Redis at `remote` when given; `pipeline` the write-through pipelines' PipelineConfig."""
     base = kvbm.KvBlockManagerConfig(
         layout=kvbm.LayoutConfig(num_layers=1, outer_dim=1, page_size=B, inner_dim=64,
                                  dtype_bytes=1),
@@ -232,6 +232,8 @@ def hybrid_kv(directory, g1=48, g2=256, g3=0, persistent=False, groups=None, rem
         disk=kvbm.TierConfig(blocks=1 if g3 else 0), disk_directory=str(directory),
         disk_direct_io=kvbm.DirectIo.OFF, disk_persistent=persistent,
         disk_namespace="model-a@1")
+    if pipeline is not None:
+        base.pipeline = pipeline
     if remote:
         base.remote.urls = [remote]
         base.remote.model = "model-a@1"
@@ -397,8 +399,11 @@ def test_hybrid_kv_two_managers_share_each_groups_blocks_through_g4(tmp_path, re
 def test_hybrid_kv_threads_share_prompts_through_g1_and_g2(tmp_path):
     """Three threads serve six prompts (each twice, in different orders) through G1 pools too
     small to keep them all, while the other threads commit and evict; every hit carries its own
-    group's bytes (serve_kv checks), and every pool balances at the end. G2 holds every
-    prompt, so a thread's second round hits each prompt in full, from G1 or G2."""
+    group's bytes (serve_kv checks), and every pool balances at the end. The write-through
+    pipeline holds its queued blocks (hold_queued_blocks), so none leaves G1 before its copy:
+    G2 holds every prompt, and a thread's second round hits each prompt in full, from G1 or G2.
+    (With the default, a block evicted while its copy waits is dropped: a slow copy, as under
+    TSan, then cuts a hit.) G1 has room for every thread's request and queued blocks at once."""
     prompts = [tokens(PROMPT * B, start=100_000 * p) for p in range(6)]
     errors = []
     cuts = {}
@@ -409,7 +414,8 @@ def test_hybrid_kv_threads_share_prompts_through_g1_and_g2(tmp_path):
         except Exception as e:  # noqa: BLE001  (reported below, with the thread's name)
             errors.append((name, e))
 
-    with hybrid_kv(tmp_path, g1=160, g2=512) as m:
+    with hybrid_kv(tmp_path, g1=160, g2=512,
+                   pipeline=kvbm.PipelineConfig(hold_queued_blocks=True)) as m:
         orders = {"a": [0, 1, 2, 3, 4, 5], "b": [5, 3, 1, 4, 2, 0], "c": [2, 4, 0, 5, 1, 3]}
         threads = [threading.Thread(target=worker, args=item) for item in orders.items()]
         for t in threads:

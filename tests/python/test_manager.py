@@ -505,3 +505,27 @@ def test_remote_config_takes_the_store_options():
                               connect_timeout_ms=300, ttl_s=60)
     assert (r.username, r.password_env, r.password_file) == ("kvbm", "KVBM_REDIS_PASSWORD", "")
     assert r.replica_reads and r.connect_timeout_ms == 300 and r.ttl_s == 60
+
+
+def test_pipeline_config_is_the_cpp_one():
+    """PipelineConfig's fields reach the manager: an invalid one is refused by name, and
+    host_to_disk_pipeline takes a whole PipelineConfig or None."""
+    p = kvbm.PipelineConfig(hold_queued_blocks=True, space_wait_ms=50, max_concurrent_transfers=2,
+                            batch_config=kvbm.BatchConfig(max_batch_size=16, min_batch_size=4,
+                                                          flush_interval_ms=3))
+    assert p.hold_queued_blocks and p.space_wait_ms == 50 and p.max_concurrent_transfers == 2
+    assert (p.batch_config.max_batch_size, p.batch_config.flush_interval_ms) == (16, 3)
+    assert (p.policy_timeout_ms, p.sweep_interval_ms) == (100, 10)  # the C++ defaults
+    cfg = small_config(disk=0)
+    cfg.pipeline = p
+    cfg.pipeline.batch_config.min_batch_size = 8  # nested structs are edited in place
+    assert cfg.pipeline.batch_config.min_batch_size == 8 and cfg.host_to_disk_pipeline is None
+    cfg.host_to_disk_pipeline = kvbm.PipelineConfig(max_concurrent_transfers=4)
+    assert cfg.host_to_disk_pipeline.max_concurrent_transfers == 4
+    with kvbm.KvBlockManager(cfg):
+        pass
+    cfg.pipeline.batch_config.min_batch_size = 17  # above max_batch_size
+    with pytest.raises(kvbm.UsageError, match="min_batch_size"):
+        kvbm.KvBlockManager(cfg)
+    with pytest.raises(TypeError, match="no option named 'hold_queued'"):
+        kvbm.PipelineConfig(hold_queued=True)
