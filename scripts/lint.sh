@@ -23,7 +23,9 @@
 # Python, CMake and shell line is at most 100 columns. --fix reformats those files in place.
 #
 # clang-tidy (.clang-tidy) runs on every library source, src/**/*.cpp, in parallel
-# ($KVBM_JOBS); the public headers are checked through them (HeaderFilterRegex). It reads
+# ($KVBM_JOBS); the public headers are checked through them (HeaderFilterRegex). A source whose
+# tool, .clang-tidy, compile command and preprocessed text are those of an earlier clean run is
+# not checked again (scripts/clang_tidy_cached.py; the cache is ~/.cache/kvbm-clang-tidy). It reads
 # compile_commands.json from the clang tree of the preset `threadsafety` (configured here if
 # needed, not built). Exit: 0 clean, 1 findings, 77 a tool is missing (the stage reports SKIP,
 # and FAIL when CI is set: CI installs the tools, so a missing one is a broken setup).
@@ -123,9 +125,9 @@ mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- 'src
   ':!src/python/*')
 kvbm_log "$clang_tidy on ${#sources[@]} library sources (-j$KVBM_JOBS)"
 log="$dir/clang-tidy.log"
-printf '%s\0' "${sources[@]}" |
-  xargs -0 -r -n 1 -P "$KVBM_JOBS" "$clang_tidy" -p "$dir" --quiet >"$log" 2>&1
+python3 scripts/clang_tidy_cached.py "$clang_tidy" "$dir" "$KVBM_JOBS" "${sources[@]}" >"$log" 2>&1
 tidy_rc=$?
+kvbm_log "$(tail -n 1 "$log")"
 if ((tidy_rc != 0)) || grep -qE '(warning|error): ' "$log"; then
   grep -vE -e '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$' \
     -e '^Suppressed [0-9]+ warnings' -e '^Use -header-filter' -e '^Use -system-headers' "$log"

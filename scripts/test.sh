@@ -105,9 +105,12 @@ record() {  # <stage> <PASS|FAIL|SKIP> <seconds> <detail>
 
 # Prints the slowest test cases of a JUnit file ($1), so that the log shows what a stage's
 # time was spent on.
-slowest_tests() {
+# The summary's tail repeats the 4 slowest of each stage (a CI log keeps only its tail).
+time_notes=()
+slowest_tests() {  # <JUnit file> <stage>
   [[ -f "$1" ]] || return 0
-  python3 - "$1" <<'PY' || true
+  local out
+  out="$(python3 - "$1" <<'PY' || true
 import sys, xml.etree.ElementTree as ET
 cases = [(float(c.get("time") or 0), c.get("name")) for c in ET.parse(sys.argv[1]).iter("testcase")]
 cases.sort(reverse=True)
@@ -115,7 +118,12 @@ total = sum(t for t, _ in cases)
 print(f"[test] slowest of {len(cases)} tests ({total:.0f} s in all, before parallelism):")
 for t, name in cases[:12]:
     print(f"[test]   {t:8.1f} s  {name}")
+print(f"{total:.0f} s of tests; slowest " + ", ".join(f"{n} {t:.0f} s" for t, n in cases[:4]))
 PY
+)"
+  [[ -n "$out" ]] || return 0
+  sed '$d' <<<"$out"
+  time_notes+=("$(printf '%-12s %s' "$2" "$(tail -n 1 <<<"$out")")")
 }
 
 # What failed, in a few lines under the summary (a CI log keeps only its tail): the names of the
@@ -179,6 +187,10 @@ print_summary() {
   echo "==================================== kvbm test summary ===================================="
   for line in "${summary[@]}"; do echo "$line"; done
   echo "==========================================================================================="
+  if ((${#time_notes[@]})); then
+    echo "where the ctest time went:"
+    for line in "${time_notes[@]}"; do echo "$line"; done
+  fi
   if ((${#failure_notes[@]})); then
     echo "what failed:"
     for line in "${failure_notes[@]}"; do echo "$line"; done
@@ -199,10 +211,12 @@ build_and_test() {
   ci_check_tree "$dir"
   ci_report "$preset" || return 1
   kvbm_log "$preset: build (-j$KVBM_JOBS)"
+  local started="$SECONDS"
   if ! kvbm_build_preset "$preset"; then
     detail="build failed"
     return 1
   fi
+  local built="$SECONDS"
   kvbm_log "$preset: ctest"
   local log="$dir/ctest.log" junit="$dir/ctest-junit.xml"
   rm -f "$junit"
@@ -212,8 +226,9 @@ build_and_test() {
   local rc="${PIPESTATUS[0]}"
   detail="$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)"
   [[ -n "$detail" ]] || detail="ctest exited with $rc"
+  detail+=" (build $((built - started)) s, ctest $((SECONDS - built)) s)"
   ((rc == 0)) || note_failures "$preset" "$log"
-  slowest_tests "$junit"
+  slowest_tests "$junit" "$preset"
   skip_summary "$preset" ctest "$junit" || rc=1
   return "$rc"
 }
