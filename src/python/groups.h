@@ -9,9 +9,28 @@
 
 #pragma once
 
+#include <cstddef>
 #include <nanobind/nanobind.h>
+#include <utility>
+#include <vector>
+
+#include "kvbm/groups/hit_rules.h"
 
 namespace kvbm::python {
+
+/// A block range as Python sees it: (first, last).
+inline std::pair<std::size_t, std::size_t> pair_of(const BlockRange& r) {
+  return {r.first, r.last};
+}
+
+/// Every group's range as (first, last) pairs.
+inline std::vector<std::pair<std::size_t, std::size_t>> ranges_of(
+    const std::vector<BlockRange>& ranges) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  out.reserve(ranges.size());
+  for (const BlockRange& r : ranges) out.push_back(pair_of(r));
+  return out;
+}
 
 /// Group specs, snapshot policy, vLLM shapes and from_vllm; then the manager.
 void bind_groups(nanobind::module_& m);

@@ -51,8 +51,6 @@ using Hybrid = HybridBlockManager<G1>;
 using Request = HybridRequest<G1>;
 using Hit = PrefixHit<G1>;
 
-std::pair<std::size_t, std::size_t> pair_of(const BlockRange& r) { return {r.first, r.last}; }
-
 nb::dict counts_dict(const PoolCounts& c) {
   nb::dict d;
   d["total"] = c.total;
@@ -71,12 +69,7 @@ void bind_hit(nb::module_& m) {
                   "blocks it reads (held until start_request() or the object is dropped).")
       .def_ro("tokens", &Hit::tokens, "the cut: tokens the engine need not compute")
       .def_ro("rounds", &Hit::rounds, "fixed-point rounds of the last try")
-      .def_prop_ro("ranges",
-                   [](const Hit& h) {
-                     std::vector<std::pair<std::size_t, std::size_t>> out;
-                     for (const auto& r : h.ranges) out.push_back(pair_of(r));
-                     return out;
-                   })
+      .def_prop_ro("ranges", [](const Hit& h) { return ranges_of(h.ranges); })
       .def_prop_ro("held_blocks",
                    [](const Hit& h) {
                      std::vector<std::size_t> out;

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "python/bindings.h"
+#include "python/groups.h"
 #include "python/hybrid_kv_block_manager.h"
 
 namespace kvbm::python {
@@ -45,8 +46,6 @@ namespace kvbm::python {
 namespace hybrid_facade {
 
 using namespace nb::literals;
-
-std::pair<std::size_t, std::size_t> pair_of(const BlockRange& r) { return {r.first, r.last}; }
 
 void check_group(const HybridKvBlockManager& kv, std::size_t g, const char* call) {
   KVBM_CHECK(g < kv.group_count(), "HybridKvBlockManager.", call, ": group ", g, " of ",
@@ -113,12 +112,7 @@ void bind_probe_and_handle(nb::module_& m) {
                           "What HybridKvBlockManager.probe() found: the cut and, per group, the "
                           "blocks it reads and the tiers they are in (nothing taken).")
       .def_ro("tokens", &HybridProbe::tokens, "the cut every group can serve")
-      .def_prop_ro("ranges",
-                   [](const HybridProbe& p) {
-                     std::vector<std::pair<std::size_t, std::size_t>> out;
-                     for (const auto& r : p.ranges) out.push_back(pair_of(r));
-                     return out;
-                   })
+      .def_prop_ro("ranges", [](const HybridProbe& p) { return ranges_of(p.ranges); })
       .def_prop_ro(
           "found",
           [](const HybridProbe& p) {

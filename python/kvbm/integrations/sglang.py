@@ -664,17 +664,23 @@ class KvbmStorage(HiCacheStorage):
             return None
         return pool, keys, [int(idx[i * step]) for i in range(len(keys))]
 
-    def batch_set_v2(self, transfers: List[Any],
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> dict:
-        """Stores each transfer's pages of its host pool under its keys, in that pool's
-        manager; per pool, whether each page is held."""
-        results = {}
+    def _pages_of(self, transfers, results):
+        """(transfer, pool, keys, host index of each page) of each transfer with pages; a
+        transfer without (no keys, or host indices not one page per key) is answered False for
+        every key in `results` and skipped."""
         for transfer in transfers:
             found = self._pool_pages(transfer)
             if found is None or not found[1]:
                 results[transfer.name] = [False] * len(transfer.keys or [])
                 continue
-            pool, keys, index = found
+            yield (transfer, *found)
+
+    def batch_set_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> dict:
+        """Stores each transfer's pages of its host pool under its keys, in that pool's
+        manager; per pool, whether each page is held."""
+        results = {}
+        for transfer, pool, keys, index in self._pages_of(transfers, results):
             pages = [_contiguous(pool.get_data_page(i, flat=True)) for i in index]
             kv = self._pool_manager(transfer.name)
             ok = kv.store(kvbm.hash_keys(keys), pages, chained=False) == len(keys)
@@ -686,12 +692,7 @@ class KvbmStorage(HiCacheStorage):
         """Reads the longest stored prefix of each transfer's keys into its host pool's pages;
         per pool, whether each page was read."""
         results = {}
-        for transfer in transfers:
-            found = self._pool_pages(transfer)
-            if found is None or not found[1]:
-                results[transfer.name] = [False] * len(transfer.keys or [])
-                continue
-            pool, keys, index = found
+        for transfer, pool, keys, index in self._pages_of(transfers, results):
             pages = [pool.get_dummy_flat_data_page() for _ in keys]
             staged = [p if _in_place(p) else np.empty(_nbytes(p), np.uint8) for p in pages]
             n = self._pool_manager(transfer.name).load(
