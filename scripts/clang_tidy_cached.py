@@ -75,8 +75,8 @@ def check(tidy, build_dir, entry, prefix, cache):
     key = key_of(entry, prefix) if "directory" in entry else None
     if key and (cache / key).exists():
         return False, True, ""
-    run = subprocess.run([tidy, "-p", build_dir, "--quiet", entry["file"]], capture_output=True, text=True,
-                         check=False)
+    run = subprocess.run([tidy, "-p", build_dir, "--quiet", entry["file"]], capture_output=True,
+                         text=True, check=False)
     output = run.stdout + run.stderr
     clean = run.returncode == 0 and not FINDING.search(output)
     if clean and key:
