@@ -59,6 +59,9 @@ struct OnboardCounts {
   TierArray<std::size_t> found{};  ///< prefix blocks per tier they came from
   std::size_t failed = 0;          ///< copies that failed (the prefix ends before the first)
   std::size_t no_space = 0;        ///< blocks found below G1 that did not fit in G1
+  /// Blocks found below G1 whose copies had not arrived when the onboarding
+  /// was cut (OnboardHandle::take_arrived(), or its deadline): never served.
+  std::size_t abandoned = 0;
   /// Returns the prefix blocks that came from tier `t`.
   [[nodiscard]] std::size_t from(TierId t) const noexcept { return found[t]; }
   /// Returns the prefix's length: its blocks from every tier.
@@ -75,6 +78,14 @@ class OnboardState;
 /// arrived), kFailed (a copy failed: the prefix ends before it) or
 /// kCancelled. cancel() returns only once every block of the onboarding has
 /// been released (copies already started are waited for, then discarded).
+///
+/// take_arrived() cuts an onboarding short without waiting: the leading
+/// blocks whose copies are back are the prefix (kDone), the rest is
+/// abandoned (counts().abandoned) for the caller to compute. A copy still
+/// running keeps its G1 block until the copy ends, so nothing is reused or
+/// served while an engine may still write into it; the blocks are released
+/// then. An onboarding with a deadline is cut the same way when a wait
+/// reaches the deadline or status() is asked after it (error() kTimeout).
 ///
 /// The handle is move-only and owns the result: dropping it without
 /// take_blocks() releases the prefix's blocks (an onboarding still copying
@@ -107,6 +118,12 @@ class OnboardHandle {
   /// Waits, then returns the G1 blocks of the prefix, in order (once; later
   /// calls return nothing). Empty after cancel().
   [[nodiscard]] std::vector<ImmutableBlock<G1>> take_blocks();
+  /// Returns at once (see the class comment): the prefix that has arrived,
+  /// the rest abandoned; take_blocks() if the onboarding is already over.
+  [[nodiscard]] std::vector<ImmutableBlock<G1>> take_arrived();
+  /// Returns at once: how many leading blocks are G1 hits or have arrived
+  /// (what take_arrived() would hand back now; the prefix once over).
+  [[nodiscard]] std::size_t arrived() const;
   /// Waits, then returns where the prefix came from.
   [[nodiscard]] OnboardCounts counts() const;
   /// Waits, then returns the tier each block of the prefix came from, in

@@ -37,6 +37,7 @@ struct OnboardRecord {
   std::optional<MutableBlock<G1>> target;   ///< below G1: the G1 block it is copied into
   std::optional<ImmutableBlock<G1>> block;  ///< its G1 block: a hit, or its copy once registered
   bool failed = false;                      ///< its copy failed
+  bool arrived = false;                     ///< its copy came back intact
 
   [[nodiscard]] bool below() const noexcept { return at != TierId::kG1; }
 };

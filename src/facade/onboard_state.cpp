@@ -2,6 +2,8 @@
 
 #include "facade/onboard_state.h"
 
+#include "facade/cut_prefix.h"
+
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -28,7 +30,7 @@ bool OnboardState::adopt(facade::OnboardRecords& records, std::size_t no_space,
                          std::optional<Error> error, std::size_t batches) {
   LockGuard lock(mu_);
   // Cancelled (cancel() may have ended it already): the stage keeps what it took.
-  if (cancel_requested_ || is_terminal(status_) || pending_ == 0) return false;
+  if (cancel_requested_ || cut_ || is_terminal(status_) || pending_ == 0) return false;
   remote_outstanding_ = false;
   records_.append(std::move(records));
   no_space_ += no_space;
@@ -39,33 +41,62 @@ bool OnboardState::adopt(facade::OnboardRecords& records, std::size_t no_space,
 
 void OnboardState::stage_done() noexcept {
   bool last = false;
+  bool after_cut = false;
   {
     LockGuard lock(mu_);
     remote_outstanding_ = false;
-    if (is_terminal(status_) || pending_ == 0) return;  // cancel() ended it
-    last = --pending_ == 0;
+    if (cut_) {
+      after_cut = last_step_after_cut();
+    } else {
+      if (is_terminal(status_) || pending_ == 0) return;  // cancel() ended it
+      last = --pending_ == 0;
+    }
   }
+  if (after_cut) release_after_cut();
   if (last) finish();
 }
 
 void OnboardState::on_batch(const TransferOutcome& o,
                             const std::vector<std::size_t>& positions) noexcept {
   bool last = false;
+  bool after_cut = false;
   {
     LockGuard lock(mu_);
     for (const auto k : o.failed) {
       if (k < positions.size()) records_[positions[k]].failed = true;
     }
+    for (const auto p : positions) records_[p].arrived = !records_[p].failed;
     if (!o.ok() && !error_)
       error_ = o.error ? *o.error : Error{ErrorKind::kInternal, 0, "copy failed"};
-    last = --pending_ == 0;
+    if (cut_) {
+      after_cut = last_step_after_cut();
+    } else {
+      last = --pending_ == 0;
+    }
   }
+  if (after_cut) release_after_cut();
   if (last) finish();
 }
 
 bool OnboardState::cancelling() const {
   LockGuard lock(mu_);
-  return cancel_requested_;
+  return cancel_requested_ || cut_;
+}
+
+void OnboardState::set_deadline(std::shared_ptr<Clock> clock, Clock::time_point at) {
+  clock_ = std::move(clock);
+  deadline_ = at;
+  subscription_ = clock_->subscribe(mu_.native(), cv_);
+}
+
+bool OnboardState::past_deadline() const noexcept {
+  return deadline_ && clock_->now() >= *deadline_;
+}
+
+Error OnboardState::deadline_error() const {
+  return Error{ErrorKind::kTimeout, 0,
+               "the onboarding's deadline passed: the prefix ends at the first block whose "
+               "copy had not arrived; compute the rest (or give a later deadline)"};
 }
 
 void OnboardState::finish() noexcept {
@@ -179,22 +210,126 @@ void OnboardState::end_cancelled() noexcept {
   cv_.notify_all();
 }
 
-TransferStatus OnboardState::status() const {
+TransferStatus OnboardState::status() {
+  if (past_deadline()) cut(deadline_error());
   LockGuard lock(mu_);
   return status_;
 }
 
-TransferStatus OnboardState::wait() const {
+// With a deadline, waits on the clock until it, then cuts and waits for the
+// (prompt) end: a cut is over at once unless finish() is already running.
+TransferStatus OnboardState::wait() {
   UniqueLock lock(mu_);
+  while (deadline_ && !is_terminal(status_) && clock_->now() < *deadline_) {
+    clock_->wait_until(lock.native(), cv_, *deadline_);
+  }
+  if (!is_terminal(status_) && deadline_) {
+    lock.unlock();
+    cut(deadline_error());
+    lock.lock();
+  }
   cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return is_terminal(status_); });
   return status_;
 }
 
-bool OnboardState::wait_for(std::chrono::nanoseconds t) const {
+bool OnboardState::wait_for(std::chrono::nanoseconds t) {
+  if (past_deadline()) cut(deadline_error());
   UniqueLock lock(mu_);
   return cv_.wait_for(lock.native(), t, [&]() KVBM_REQUIRES(mu_) { return is_terminal(status_); });
 }
 
+std::size_t OnboardState::arrived_prefix() const noexcept {
+  std::size_t k = 0;
+  while (k < records_.size()) {
+    const facade::OnboardRecord& r = records_[k];
+    if (r.below() ? !(r.target && r.arrived) : !r.block) break;
+    ++k;
+  }
+  return k;
+}
+
+void OnboardState::cut(std::optional<Error> why) noexcept {
+  facade::CutPrefix p;
+  bool release_now = false;
+  std::size_t abandoned = 0;
+  {
+    LockGuard lock(mu_);
+    // Over, being cancelled, or finishing (every step is back): nothing to cut.
+    if (is_terminal(status_) || cancel_requested_ || cut_ || pending_ == 0) return;
+    cut_ = true;
+    const std::size_t k = arrived_prefix();
+    p.take(records_, k);
+    for (std::size_t i = k; i < records_.size(); ++i) {
+      const facade::OnboardRecord& r = records_[i];
+      if (r.below() && r.target && !r.failed) ++abandoned;
+    }
+    if (pending_ == 1 && remote_outstanding_) pending_ = 0;  // the stage adopts nothing now
+    release_now = pending_ == 0;
+    quarantine_ = !release_now;
+  }
+  TierArray<std::size_t> per_tier{};
+  std::vector<TierId> origins;
+  std::vector<ImmutableBlock<G1>> out = p.register_in(*g1, per_tier, origins);
+  if (release_now) records_.release();  // no copy is out: nothing else touches them
+  end_cut(std::move(out), per_tier, std::move(origins), abandoned, std::move(why));
+}
+
+void OnboardState::end_cut(std::vector<ImmutableBlock<G1>>&& out, TierArray<std::size_t> per_tier,
+                           std::vector<TierId>&& origins, std::size_t abandoned,
+                           std::optional<Error> why) noexcept {
+  if (counters.abandoned != nullptr) {
+    for (const TierId t : kTierIds) {
+      if (auto* counter = counters.from_tier[t])
+        counter->Increment(static_cast<double>(per_tier[t]));
+    }
+    counters.abandoned->Increment(static_cast<double>(abandoned));
+  }
+  LockGuard lock(mu_);
+  counts_ = OnboardCounts{.found = per_tier};
+  counts_.no_space = no_space_;
+  counts_.abandoned = abandoned;
+  if (why && !error_) error_ = std::move(why);
+  origins_ = std::move(origins);
+  blocks_ = std::move(out);
+  status_ = TransferStatus::kDone;
+  cv_.notify_all();
+}
+
+// Called under the mutex by each step that reports after a cut; the last one
+// lets every record go (outside the mutex: releasing takes the pools' locks).
+bool OnboardState::last_step_after_cut() noexcept {
+  return pending_ > 0 && --pending_ == 0;
+}
+
+void OnboardState::release_after_cut() noexcept {
+  records_.release();  // the quarantined targets go back to the reset pool
+  LockGuard lock(mu_);
+  quarantine_ = false;
+  cv_.notify_all();
+}
+
+bool OnboardState::settled() const {
+  LockGuard lock(mu_);
+  return is_terminal(status_) && !quarantine_;
+}
+
+void OnboardState::wait_settled() {
+  wait();
+  UniqueLock lock(mu_);
+  cv_.wait(lock.native(), [&]() KVBM_REQUIRES(mu_) { return !quarantine_; });
+}
+
+// While steps are out the records say; otherwise it is over or finishing
+// (the records are finish()'s or a cut's), and the counts will say.
+std::size_t OnboardState::arrived() {
+  {
+    LockGuard lock(mu_);
+    if (!is_terminal(status_) && pending_ > 0 && !cut_) return arrived_prefix();
+  }
+  wait();
+  LockGuard lock(mu_);
+  return counts_.total();
+}
 bool OnboardState::cancel() {
   {
     UniqueLock lock(mu_);
@@ -228,25 +363,30 @@ void OnboardState::abandon() noexcept {
   release_tail_first(drop);
 }
 
+std::vector<ImmutableBlock<G1>> OnboardState::take_arrived() {
+  cut(std::nullopt);
+  return take_blocks();
+}
+
 std::vector<ImmutableBlock<G1>> OnboardState::take_blocks() {
   wait();
   LockGuard lock(mu_);
   return std::move(blocks_);
 }
 
-OnboardCounts OnboardState::counts() const {
+OnboardCounts OnboardState::counts() {
   wait();
   LockGuard lock(mu_);
   return counts_;
 }
 
-std::vector<TierId> OnboardState::origins() const {
+std::vector<TierId> OnboardState::origins() {
   wait();
   LockGuard lock(mu_);
   return origins_;
 }
 
-std::optional<Error> OnboardState::error() const {
+std::optional<Error> OnboardState::error() {
   wait();
   LockGuard lock(mu_);
   return error_;
@@ -278,6 +418,14 @@ bool OnboardHandle::cancel() {
 std::vector<ImmutableBlock<G1>> OnboardHandle::take_blocks() {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::take_blocks on an empty handle");
   return s_->take_blocks();
+}
+std::size_t OnboardHandle::arrived() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::arrived on an empty handle");
+  return s_->arrived();
+}
+std::vector<ImmutableBlock<G1>> OnboardHandle::take_arrived() {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::take_arrived on an empty handle");
+  return s_->take_arrived();
 }
 OnboardCounts OnboardHandle::counts() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::counts on an empty handle");

@@ -13,10 +13,20 @@
 // blocks are not written back down) and hands back the prefix up to the
 // first position without its G1 block.
 //
+// A cut (take_arrived(), or the deadline passing while the caller waits or
+// asks for the status) ends the onboarding early: the leading positions whose
+// copies are back become the prefix (registered as finish() would), and the
+// rest is abandoned. A copy still running keeps its G1 target (quarantined:
+// neither registered nor reused, since the engine may still be writing into
+// it) and its source until its batch reports; the last step to end then lets
+// every record go. The remote stage adopts nothing after a cut.
+//
 // Thread-safety: the records are written under the mutex (begin(), adopt(),
 // on_batch()) and read by finish() once nothing is pending, or by a cancel
 // that ended the onboarding with only the remote stage out (which then adopts
-// nothing); the status, result and cancellation are guarded by the mutex.
+// nothing); a cut registers the leading records, whose batches have all
+// reported, and leaves the others to their batches. The status, result,
+// cancellation and cut are guarded by the mutex.
 
 #pragma once
 
@@ -27,6 +37,7 @@
 #include <vector>
 
 #include "facade/onboard_records.h"
+#include "kvbm/clock.h"
 #include "facade/tiers.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/detail/mutex.h"
@@ -46,6 +57,7 @@ class OnboardState {
     TierArray<prometheus::Counter*> from_tier{};  ///< G1: hits; null: tier absent
     prometheus::Counter* failed = nullptr;
     prometheus::Counter* cancelled = nullptr;
+    prometheus::Counter* abandoned = nullptr;  ///< found below G1, not back by a cut
   };
 
   BlockManager<G1>* g1 = nullptr;
@@ -67,22 +79,51 @@ class OnboardState {
   void on_batch(const TransferOutcome& o, const std::vector<std::size_t>& positions) noexcept;
   /// Ends the onboarding (when every copy is back, or at once when none ran).
   void finish() noexcept;
-  /// True once cancel() was asked for (or the last handle went away).
+  /// True once cancel() was asked for (or the last handle went away), or a cut.
   [[nodiscard]] bool cancelling() const;
+  /// Ends the onboarding by `at` on `clock`: a wait that reaches it, or a
+  /// status() asked after it, cuts (kTimeout). Before the handle is returned.
+  void set_deadline(std::shared_ptr<Clock> clock, Clock::time_point at);
 
-  TransferStatus status() const;
-  TransferStatus wait() const;
-  bool wait_for(std::chrono::nanoseconds t) const;
+  TransferStatus status();
+  TransferStatus wait();
+  bool wait_for(std::chrono::nanoseconds t);
   bool cancel();
+  /// Cuts (see the file comment) unless already over, then takes the blocks.
+  std::vector<ImmutableBlock<G1>> take_arrived();
+  /// The leading positions that are G1 hits or whose copies are back (the
+  /// prefix's length once over).
+  [[nodiscard]] std::size_t arrived();
+  /// Over, and no copy of a cut is still out.
+  [[nodiscard]] bool settled() const;
+  /// Waits until settled() (at shutdown: a cut's copies are still I/O in flight).
+  void wait_settled();
   /// The last handle is gone: releases the result now, or when the copies end.
   void abandon() noexcept;
   std::vector<ImmutableBlock<G1>> take_blocks();
-  OnboardCounts counts() const;
-  std::vector<TierId> origins() const;
-  std::optional<Error> error() const;
+  OnboardCounts counts();
+  std::vector<TierId> origins();
+  std::optional<Error> error();
 
  private:
   void end_cancelled() noexcept KVBM_REQUIRES(mu_);
+  // Ends the onboarding with what has arrived (see the file comment); `why`
+  // becomes its error unless it has one. A no-op once over or finishing.
+  void cut(std::optional<Error> why) noexcept;
+  // The prefix a cut hands back: the leading records that are G1 hits or
+  // whose copies arrived. Returns how many.
+  std::size_t arrived_prefix() const noexcept KVBM_REQUIRES(mu_);
+  // Counts and publishes a cut's result (the registered prefix, `abandoned`).
+  void end_cut(std::vector<ImmutableBlock<G1>>&& out, TierArray<std::size_t> per_tier,
+               std::vector<TierId>&& origins, std::size_t abandoned,
+               std::optional<Error> why) noexcept;
+  // One step after a cut reported; true for the last (which lets every record go).
+  bool last_step_after_cut() noexcept KVBM_REQUIRES(mu_);
+  // The last step after a cut: lets every record go, ends the quarantine.
+  void release_after_cut() noexcept;
+  // True when the deadline has passed (and there is one).
+  [[nodiscard]] bool past_deadline() const noexcept;
+  [[nodiscard]] Error deadline_error() const;
   void register_arrived() noexcept;
   // Registers the copies that arrived; returns the prefix handed back and
   // counts where it came from and the copies that failed.
@@ -101,6 +142,11 @@ class OnboardState {
   OnboardCounts counts_ KVBM_GUARDED_BY(mu_);
   std::vector<TierId> origins_ KVBM_GUARDED_BY(mu_);  // the tier of each returned block
   std::vector<ImmutableBlock<G1>> blocks_ KVBM_GUARDED_BY(mu_);
+  bool cut_ KVBM_GUARDED_BY(mu_) = false;         // ended early; steps may still be out
+  bool quarantine_ KVBM_GUARDED_BY(mu_) = false;  // cut with copies still out
+  std::shared_ptr<Clock> clock_;           // set once, before any other thread sees this
+  std::optional<Clock::time_point> deadline_;
+  Clock::Subscription subscription_;  // (mu_, cv_) on clock_, for a ManualClock
 };
 
 }  // namespace kvbm::detail

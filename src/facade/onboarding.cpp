@@ -30,6 +30,10 @@ Onboarding::Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> m
   counters_.failed = series_.counter(blocks, help, {{"tier", "below_G1"}, {"outcome", "failed"}});
   counters_.cancelled =
       series_.counter("kvbm_onboard_cancelled_total", "Onboardings cancelled by their caller");
+  counters_.abandoned = series_.counter(
+      "kvbm_onboard_abandoned_total",
+      "Blocks found below G1 whose copies had not arrived when their onboarding was cut "
+      "(take_arrived or a deadline): computed by the caller, never served");
   if (planner_.remote()) worker_ = std::make_unique<detail::Worker>("remote onboarding stage");
 }
 
@@ -155,7 +159,7 @@ void Onboarding::remember(const std::shared_ptr<State>& s) {
   inflight_.push_back(s);
   std::erase_if(inflight_, [](const std::weak_ptr<State>& w) {
     auto p = w.lock();
-    return !p || is_terminal(p->status());
+    return !p || p->settled();
   });
 }
 
@@ -181,7 +185,7 @@ void Onboarding::wait_all() {
     states = inflight_;
   }
   for (auto& w : states) {
-    if (auto p = w.lock()) p->wait();
+    if (auto p = w.lock()) p->wait_settled();
   }
   if (worker_) worker_->wait_idle();  // also a cancelled onboarding's stage
 }

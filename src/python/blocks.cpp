@@ -113,6 +113,8 @@ void bind_onboard_counts(nb::module_& m) {
   cls.def("from_tier", &OnboardCounts::from, "tier"_a, "The prefix blocks that came from a tier.")
       .def_rw("failed", &OnboardCounts::failed, "copies that failed (the prefix ends before)")
       .def_rw("no_space", &OnboardCounts::no_space, "found below G1 but no room in G1")
+      .def_rw("abandoned", &OnboardCounts::abandoned,
+              "found below G1, not arrived when the onboarding was cut (never served)")
       .def_prop_ro("total", &OnboardCounts::total, "device + host + disk + remote")
       .def("__repr__", [](const OnboardCounts& c) {
         std::string s = "OnboardCounts(";
@@ -120,7 +122,8 @@ void bind_onboard_counts(nb::module_& m) {
           s += std::string(n.name) + "=" + std::to_string(c.found[n.tier]) + ", ";
         }
         return s + "failed=" + std::to_string(c.failed) +
-               ", no_space=" + std::to_string(c.no_space) + ")";
+               ", no_space=" + std::to_string(c.no_space) +
+               ", abandoned=" + std::to_string(c.abandoned) + ")";
       });
 }
 
@@ -149,6 +152,13 @@ void bind_onboard_handle(nb::module_& m) {
            "Discards the onboarding; returns False when it had already finished.")
       .def("take_blocks", &OnboardHandle::take_blocks, nb::call_guard<nb::gil_scoped_release>(),
            "Waits, then returns the prefix's G1 blocks in order (once).")
+      .def("take_arrived", &OnboardHandle::take_arrived,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Returns at once the leading blocks that have arrived (the prefix) and abandons the "
+           "rest (counts().abandoned: compute them); copies still running keep their G1 blocks "
+           "until they end, and are never served.")
+      .def("arrived", &OnboardHandle::arrived, nb::call_guard<nb::gil_scoped_release>(),
+           "How many leading blocks have arrived now (what take_arrived() would return).")
       .def("counts", &OnboardHandle::counts, nb::call_guard<nb::gil_scoped_release>())
       .def("sources", &OnboardHandle::sources, nb::call_guard<nb::gil_scoped_release>(),
            "Waits, then returns the tier each block came from.")

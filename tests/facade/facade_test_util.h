@@ -13,10 +13,13 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
@@ -27,6 +30,7 @@
 #include <gtest/gtest.h>
 
 #include "kvbm/hashing.h"
+#include "kvbm/io/syscalls.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/storage/host_access.h"
 #include "kvbm/storage/layout.h"
@@ -132,5 +136,57 @@ inline std::vector<SequenceHash> prefix(std::uint64_t seed, std::size_t n) {
   }
   return out;
 }
+
+/// Disk reads (pread) that wait, while the gate lives and is closed, until
+/// open() (then read for real). Starts closed. For a manager on the thread
+/// pool engine (DiskIoEngine::kThreadPool), whose reads go through pread.
+class ReadGate {
+ public:
+  ReadGate() : override_(table()) {}
+  ~ReadGate() { open(); }
+  ReadGate(const ReadGate&) = delete;
+  ReadGate& operator=(const ReadGate&) = delete;
+
+  /// Lets every waiting and later read go.
+  static void open() {
+    {
+      std::lock_guard lock(state().mu);
+      state().open = true;
+    }
+    state().cv.notify_all();
+  }
+  /// Reads that have reached the gate so far.
+  [[nodiscard]] static int reads() { return state().reads.load(); }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    std::atomic<int> reads{0};
+  };
+  static State& state() {
+    static State s;
+    return s;
+  }
+  static io::SyscallTable table() {
+    {
+      std::lock_guard lock(state().mu);
+      state().open = false;
+    }
+    state().reads = 0;
+    io::SyscallTable t = io::real_syscalls();
+    t.pread = [](int fd, void* buf, std::size_t count, std::int64_t offset) -> std::int64_t {
+      state().reads.fetch_add(1);
+      {
+        std::unique_lock lock(state().mu);
+        state().cv.wait(lock, [] { return state().open; });
+      }
+      return io::real_syscalls().pread(fd, buf, count, offset);
+    };
+    return t;
+  }
+  io::ScopedSyscallOverride override_;
+};
 
 }  // namespace kvbm::test

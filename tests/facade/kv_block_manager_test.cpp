@@ -364,6 +364,94 @@ TEST(KvBlockManagerTest, CancelledOnboardReleasesEverything) {
   kv->shutdown();
 }
 
+// Blocks 0..3 of `hashes` in G2 (and G3), blocks 4..7 in G3 only, nothing in G1.
+std::unique_ptr<KvBlockManager> g2_then_g3(const std::filesystem::path& dir,
+                                           const std::vector<SequenceHash>& hashes) {
+  auto c = config(16, 16, 16, dir);
+  c.disk_io_engine = DiskIoEngine::kThreadPool;  // test::ReadGate holds its preads
+  auto kv = KvBlockManager::build(c);
+  compute(*kv, hashes);
+  kv->drain();
+  kv->device().reset_inactive_pool();
+  kv->host()->reset_inactive_pool();
+  compute(*kv, {hashes.begin(), hashes.begin() + 4});
+  kv->drain();
+  kv->device().reset_inactive_pool();
+  const auto probed = kv->probe(hashes);
+  EXPECT_EQ(probed.from(TierId::kG2), 4u);
+  EXPECT_EQ(probed.from(TierId::kG3), 4u);
+  return kv;
+}
+
+// take_arrived() while the G3 reads are held: the G2 part is the prefix, with
+// its bytes; the G3 part is abandoned, its G1 targets stay out of use until
+// the reads end, and then go back to the reset pool, never registered.
+TEST(KvBlockManagerTest, TakeArrivedHandsBackWhatArrivedAndQuarantinesTheRest) {
+  TempDir dir;
+  const auto hashes = chain(8, 31);
+  auto kv = g2_then_g3(dir.path(), hashes);
+  std::vector<ImmutableBlock<G1>> blocks;
+  {
+    test::ReadGate gate;
+    auto h = kv->onboard(hashes);
+    ASSERT_TRUE(test::eventually([&] { return test::ReadGate::reads() > 0 && h.arrived() == 4; }));
+    blocks = h.take_arrived();
+    EXPECT_EQ(h.status(), TransferStatus::kDone);
+    ASSERT_EQ(blocks.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(blocks[i].sequence_hash(), hashes[i]);
+      EXPECT_EQ(read_block(kv->device_layout(), blocks[i].block_id()),
+                pattern(hashes[i], kv->block_bytes()));
+    }
+    const OnboardCounts c = h.counts();
+    EXPECT_EQ(c.from(TierId::kG2), 4u);
+    EXPECT_EQ(c.abandoned, 4u);
+    EXPECT_FALSE(h.error().has_value()) << "an explicit cut is no error";
+    EXPECT_TRUE(h.take_blocks().empty()) << "the prefix is handed over once";
+    const PoolCounts g1 = kv->device().pool_counts();
+    EXPECT_TRUE(g1.balanced());
+    EXPECT_EQ(g1.in_use, 8u) << "4 handed back, 4 targets quarantined while their reads run";
+    test::ReadGate::open();
+    ASSERT_TRUE(test::eventually([&] { return kv->device().pool_counts().in_use == 4u; }));
+  }
+  kv->drain();
+  for (std::size_t i = 4; i < 8; ++i) {
+    EXPECT_FALSE(test::present(kv->device(), {hashes[i]})[0]) << "abandoned block " << i;
+  }
+  EXPECT_EQ(kv->probe(hashes).from(TierId::kG3), 4u) << "G3 still holds the abandoned part";
+  blocks.clear();
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// Cut before anything arrived, dropped at once, and a drain() while the reads
+// are held: the drain waits for the quarantined copies, then every pool balances.
+TEST(KvBlockManagerTest, DrainWaitsForTheCopiesOfACutOnboarding) {
+  TempDir dir;
+  const auto hashes = chain(8, 32);
+  auto kv = g2_then_g3(dir.path(), hashes);
+  kv->host()->reset_inactive_pool();  // all 8 in G3 only
+  test::ReadGate gate;
+  {
+    auto h = kv->onboard(hashes);
+    ASSERT_TRUE(test::eventually([] { return test::ReadGate::reads() > 0; }));
+    EXPECT_TRUE(h.take_arrived().empty());
+    EXPECT_EQ(h.counts().abandoned, 8u);
+  }
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    kv->drain();
+    drained = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(drained.load()) << "drain() returned while a cut onboarding's reads were out";
+  test::ReadGate::open();
+  drainer.join();
+  EXPECT_EQ(kv->device().pool_counts().in_use, 0u);
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
 // A G3 slot corrupted behind the library's back: its block fails the
 // checksum, is not registered in G1, and the prefix ends before it.
 TEST(KvBlockManagerTest, CorruptDiskBlockIsNeverServed) {

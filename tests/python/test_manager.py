@@ -529,3 +529,37 @@ def test_pipeline_config_is_the_cpp_one():
         kvbm.KvBlockManager(cfg)
     with pytest.raises(TypeError, match="no option named 'hold_queued'"):
         kvbm.PipelineConfig(hold_queued=True)
+
+
+def test_take_arrived_hands_back_the_local_part_while_g4_is_silent(tmp_path):
+    """G4 on a server that accepts and never answers: an onboarding's G2 part arrives while its
+    remote stage waits on G4; take_arrived() hands that part back at once (not after the 5 s
+    command timeout), with its bytes, and every pool balances at the end."""
+    from silent_peers import accepts_never_answers
+
+    with accepts_never_answers() as port:
+        cfg = small_config(tmp_path, disk=0)
+        cfg.remote.urls = [f"redis://127.0.0.1:{port}"]
+        cfg.remote.model = "tests-model"
+        cfg.remote.command_timeout_ms = 5000
+        cfg.host_to_remote = kvbm.OffloadMode.NONE
+        with kvbm.KvBlockManager(cfg) as kv:
+            h = chain(8, seed=21)
+            src = pages(4, kv.block_bytes, 21)
+            assert kv.store(h[:4], src, chained=True) == 4
+            handle = kv.onboard(h)
+            deadline = time.monotonic() + 5
+            while handle.arrived() < 4 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            start = time.monotonic()
+            blocks = handle.take_arrived()
+            took = time.monotonic() - start
+            assert len(blocks) == 4 and took < 2.5, (len(blocks), took)
+            assert handle.status() == kvbm.TransferStatus.DONE
+            assert handle.counts().host == 4 and handle.arrived() == 4
+            out = np.zeros_like(src)
+            kv.read(blocks, out)
+            assert np.array_equal(out, src)
+            kvbm.release(blocks)
+            kv.drain()
+            assert kv.audit() == ""
