@@ -2,8 +2,6 @@
 
 #include "facade/onboard_state.h"
 
-#include "facade/cut_prefix.h"
-
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -11,6 +9,7 @@
 
 #include <prometheus/counter.h>
 
+#include "facade/cut_prefix.h"
 #include "kvbm/blocks/release_order.h"
 #include "kvbm/error.h"
 #include "kvbm/transfer/stage_and_register.h"
@@ -297,9 +296,7 @@ void OnboardState::end_cut(std::vector<ImmutableBlock<G1>>&& out, TierArray<std:
 
 // Called under the mutex by each step that reports after a cut; the last one
 // lets every record go (outside the mutex: releasing takes the pools' locks).
-bool OnboardState::last_step_after_cut() noexcept {
-  return pending_ > 0 && --pending_ == 0;
-}
+bool OnboardState::last_step_after_cut() noexcept { return pending_ > 0 && --pending_ == 0; }
 
 void OnboardState::release_after_cut() noexcept {
   records_.release();  // the quarantined targets go back to the reset pool

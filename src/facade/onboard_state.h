@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "facade/onboard_records.h"
-#include "kvbm/clock.h"
 #include "facade/tiers.h"
 #include "kvbm/block_manager.h"
+#include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/transfer/transfer_engine.h"
@@ -144,7 +144,7 @@ class OnboardState {
   std::vector<ImmutableBlock<G1>> blocks_ KVBM_GUARDED_BY(mu_);
   bool cut_ KVBM_GUARDED_BY(mu_) = false;         // ended early; steps may still be out
   bool quarantine_ KVBM_GUARDED_BY(mu_) = false;  // cut with copies still out
-  std::shared_ptr<Clock> clock_;           // set once, before any other thread sees this
+  std::shared_ptr<Clock> clock_;                  // set once, before any other thread sees this
   std::optional<Clock::time_point> deadline_;
   Clock::Subscription subscription_;  // (mu_, cv_) on clock_, for a ManualClock
 };

@@ -152,8 +152,7 @@ void bind_onboard_handle(nb::module_& m) {
            "Discards the onboarding; returns False when it had already finished.")
       .def("take_blocks", &OnboardHandle::take_blocks, nb::call_guard<nb::gil_scoped_release>(),
            "Waits, then returns the prefix's G1 blocks in order (once).")
-      .def("take_arrived", &OnboardHandle::take_arrived,
-           nb::call_guard<nb::gil_scoped_release>(),
+      .def("take_arrived", &OnboardHandle::take_arrived, nb::call_guard<nb::gil_scoped_release>(),
            "Returns at once the leading blocks that have arrived (the prefix) and abandons the "
            "rest (counts().abandoned: compute them); copies still running keep their G1 blocks "
            "until they end, and are never served.")
