@@ -18,9 +18,12 @@
 // duration: with a ManualClock a frozen server still ends a call after its
 // real command_timeout, as kTimeout.
 //
-// Env::standard() is the steady clock and the syscall table in force
-// (io::syscalls(): the real one unless a test overrides it). A null
-// shared_ptr<Env> in an options struct means Env::standard().
+// Syscalls: an Env given a table sends the remote store's requests (sendmsg)
+// through it, for that store alone; the disk tier still calls through the
+// process-wide table in force (io::syscalls(), ScopedSyscallOverride).
+// Env::standard() is the steady clock and the syscall table in force (the
+// real one unless a test overrides it). A null shared_ptr<Env> in an options
+// struct means Env::standard().
 //
 // Lifetime: shared; an Env outlives every worker made from it only through
 // the shared_ptr its users keep. Thread-safety: immutable after construction;

@@ -112,7 +112,7 @@ struct RemoteStore::Impl {
   /// A connection of a server's pool, borrowed by whoever runs a task (a worker's job or a
   /// calling thread).
   struct CallerConnection {
-    explicit CallerConnection(remote::RedisEndpoint e) : conn(std::move(e)) {}
+    CallerConnection(remote::RedisEndpoint e, const Env& env) : conn(std::move(e), &env) {}
     remote::RedisConnection conn;
     remote::RedisRequest req;
   };

@@ -375,7 +375,7 @@ void RemoteStore::Impl::run_next(Server& s) noexcept {
     }
   }
   try {
-    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint);
+    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint, *env);
   } catch (const std::exception& e) {  // allocation failure: the task fails, the job ends
     for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
     logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
@@ -416,7 +416,7 @@ void RemoteStore::Impl::run_own_tasks(Server& s, const RemoteBatch& b) {
         s.spare.pop_back();
       }
     }
-    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint);
+    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint, *env);
     run_task(s, cc->conn, cc->req, *t);
   }
   if (cc) {

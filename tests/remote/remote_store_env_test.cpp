@@ -66,22 +66,22 @@ TEST(RemoteStoreEnv, BackoffDoublesOnTheEnvClockUpToItsMaximum) {
   RedisServer server;
   auto clock = std::make_shared<ManualClock>();
   auto o = options_for({server.url()});
-  o.backoff_initial = 10ms;
-  o.backoff_max = 25ms;
+  o.backoff_initial = 10s;  // far longer than the test runs: only the Env's clock ends them
+  o.backoff_max = 25s;
   o.connections_per_server = 1;  // one task per call: one attempt, one failure, one doubling
   o.env = std::make_shared<Env>(clock);
   auto store = RemoteStore::create(o);
   Blocks blocks(1, 4, store->block_bytes());
   server.kill();
-  // Each failed attempt waits longer: 10 ms, 20 ms, then 25 ms (the maximum) for good.
-  for (const auto wait : {10ms, 20ms, 25ms, 25ms}) {
+  // Each failed attempt waits longer: 10 s, 20 s, then 25 s (the maximum) for good.
+  for (const std::chrono::milliseconds wait : {10s, 20s, 25s, 25s}) {
     EXPECT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), 0u);  // an attempt, failed
     clock->advance(wait - 1ms);
     const auto waiting = store->put(blocks.puts);  // still in backoff: refused at once
     EXPECT_EQ(count(waiting, RemoteStatus::kUnavailable), 4u) << "backoff " << wait.count();
     clock->advance(1ms);
   }
-  server.start();
+  server.start();  // the last backoff is over on the Env's clock: the next call is served
   EXPECT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), 4u);
   EXPECT_TRUE(store->server_available(0));
 }
