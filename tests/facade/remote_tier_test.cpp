@@ -435,6 +435,31 @@ TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
   expect_balanced(*b);
 }
 
+// KvBlockManagerConfig::env reaches the store of G4 (remote.env unset): its backoff after a
+// frozen server ends when that clock is advanced, not before.
+TEST(RemoteTier, TheManagersEnvDecidesTheStoresBackoff) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(9, 8);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  a->drain();
+  auto clock = std::make_shared<ManualClock>();
+  auto cb = remote_config(server.url());              // B computes nothing: its pipelines stay idle
+  cb.remote.backoff_initial = std::chrono::hours(1);  // only the clock below can end it
+  cb.remote.backoff_max = std::chrono::hours(1);
+  cb.env = std::make_shared<Env>(clock);
+  auto b = KvBlockManager::build(cb);
+  server.pause();  // the probe's call times out (real time): the server goes into backoff
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 0u);
+  server.resume();
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 0u) << "asked the server inside its backoff";
+  clock->advance(cb.remote.backoff_initial);
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 8u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
 TEST(RemoteTier, FullServerFailsOnlyTheWritesThatDoNotFit) {
   KVBM_NEED_REDIS();
   RedisServer server({.extra_args = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction"}});
