@@ -25,7 +25,7 @@ LAYERS = [
               "duplicate_policy.h", "sequence_hash.h", "hashing.h", "token_block.h",
               "detail/series_set.h", "clock.h",
               "token_block_sequence.h", "partial_block.h", "logging.h", "metrics.h", "io/"]),
-    ("blocks", ["blocks/", "detail/", "pool_core/", "eviction/", "frequency_tracker.h",
+    ("blocks", ["env.h", "blocks/", "detail/", "pool_core/", "eviction/", "frequency_tracker.h",
                 "pool_listener.h"]),
     ("pools", ["block_manager.h", "block_registry.h"]),
     ("groups", ["groups/"]),

@@ -1,12 +1,13 @@
 // kvbm/clock.h: the injectable time source of kvbm.
 //
-// Its users: the offload pipelines (batcher, policy evaluator, transfer
-// executor, cancel sweeper; KvBlockManagerConfig::clock), the KV event
-// publisher's flusher, every detail::PeriodicWorker loop, and the router side:
-// the indexer's silence, the KvRouter's approximate TTL, the event feed and
-// the ZMQ subscriber. kvbm-replay's cluster model drives a ManualClock in
-// trace time. (The remote store's deadlines are I/O timeouts on
-// std::chrono::steady_clock, remote::Clock: no test needs to move them.)
+// A component takes its clock from its kvbm::Env (kvbm/env.h). Its users: the
+// offload pipelines (batcher, policy evaluator, transfer executor and its
+// space wait, cancel sweeper), the remote store's decisions (a call's
+// deadline, a server's backoff, a cluster map's refresh; its socket waits keep
+// a real bound of the same length), the KV event publisher's flusher, every
+// detail::PeriodicWorker loop, and the router side: the indexer's silence,
+// the KvRouter's approximate TTL, the event feed and the ZMQ subscriber.
+// kvbm-replay's cluster model drives a ManualClock in trace time.
 //
 // Every timed decision of the pipeline (a batch flushed after flush_interval,
 // a sweep every sweep_interval, a policy over policy_timeout) reads a Clock,

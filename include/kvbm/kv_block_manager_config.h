@@ -24,6 +24,7 @@
 #include "kvbm/clock.h"
 #include "kvbm/disk/disk_options.h"
 #include "kvbm/duplicate_policy.h"
+#include "kvbm/env.h"
 #include "kvbm/eviction/backend.h"
 #include "kvbm/offload/config.h"
 #include "kvbm/pool_listener.h"
@@ -199,9 +200,14 @@ struct KvBlockManagerConfig {
   int cuda_device = 0;
   /// Where every series goes (default: a new registry).
   std::shared_ptr<prometheus::Registry> metrics_registry;
-  /// The clock the offload pipelines' intervals and timeouts (flush_interval,
-  /// sweep_interval, policy_timeout) are measured on (kvbm/clock.h); null: the
-  /// steady clock. Tests drive time with a ManualClock.
+  /// The runtime every component runs on (kvbm/env.h): the clock of the offload
+  /// pipelines' intervals and timeouts and of the remote store's deadlines,
+  /// backoff and refresh (remote.env, when unset, takes this one), the
+  /// workers, the syscalls. Null: Env::standard(), or an Env on `clock`.
+  /// Tests drive time with an Env on a ManualClock.
+  std::shared_ptr<Env> env;
+  /// Shorthand for an Env on this clock (kvbm/clock.h); null: env's clock. When
+  /// both are set they must name the same clock. After build() it is env's clock.
   std::shared_ptr<Clock> clock;
   /// The tiers, one entry each, in any order (G1 required). When given, the
   /// named tier fields (device, host, disk, disk_*, the modes, policies and

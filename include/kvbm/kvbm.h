@@ -9,6 +9,7 @@
 #include "kvbm/blocks/mutable_block.h"
 #include "kvbm/blocks/release_order.h"
 #include "kvbm/blocks/weak_block.h"
+#include "kvbm/env.h"
 #include "kvbm/error.h"
 #include "kvbm/events/kv_event_decoder.h"
 #include "kvbm/events/kv_events.h"

@@ -2,6 +2,8 @@
 
 #include "kvbm/detail/worker.h"
 
+#include <pthread.h>
+
 #include <exception>
 #include <utility>
 
@@ -29,6 +31,12 @@ void run_logged(const std::string& name, const char* what,
     } catch (...) {  // NOLINT(bugprone-empty-catch): logging never ends the worker
     }
   }
+}
+
+// Names the calling thread after its worker (the first 15 bytes: what Linux keeps), so that
+// top, gdb and /proc/<pid>/task/<tid>/comm tell kvbm's threads apart.
+void name_this_thread(const std::string& name) noexcept {
+  (void)pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 }  // namespace
@@ -74,6 +82,7 @@ void Worker::stop() {
 }
 
 void Worker::run() noexcept {
+  name_this_thread(name_);
   bool ran = false;  // this thread has ended a job since it last looked
   for (;;) {
     std::function<void()> job;
@@ -132,6 +141,7 @@ std::uint64_t PeriodicWorker::ticks() const {
 }
 
 void PeriodicWorker::run(Clock::time_point next) noexcept {
+  name_this_thread(name_);
   UniqueLock lock(mu_);
   while (!stop_) {
     if (!woken_ && clock_->now() < next) {

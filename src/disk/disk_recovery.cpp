@@ -25,6 +25,7 @@
 
 #include "disk/disk_format.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/disk/disk_storage.h"
 #include "kvbm/logging.h"
 
@@ -160,21 +161,21 @@ class SlotScan {
     }
   }
 
-  /// Reads every chunk: the calling thread and up to plan.threads - 1 others.
+  /// Reads every chunk: the calling thread and up to plan.threads - 1 others (a detail::Worker).
   void run() {
-    std::vector<std::thread> pool;
-    pool.reserve(plan_.threads);
-    for (std::size_t t = 1; t < plan_.threads; ++t) {
+    std::unique_ptr<detail::Worker> pool;
+    if (plan_.threads > 1) {
       try {
-        pool.emplace_back(&SlotScan::read, this, t);
+        pool = std::make_unique<detail::Worker>("disk recovery", plan_.threads - 1);
+        for (std::size_t t = 1; t < plan_.threads; ++t) (void)pool->post([this, t] { read(t); });
       } catch (const std::exception& e) {  // system_error or bad_alloc: no more threads
-        logger()->info("disk pool recovery reads with {} threads, not {}: {}", t, plan_.threads,
-                       e.what());
-        break;  // fewer readers; the chunks are shared, none is lost
+        logger()->info("disk pool recovery reads with {} threads, not {}: {}",
+                       pool ? pool->threads() + 1 : 1, plan_.threads, e.what());
+        // fewer readers; the chunks are shared, none is lost
       }
     }
     read(0);
-    for (auto& t : pool) t.join();
+    if (pool) pool->stop();
   }
 
   /// A slot's status: kOk, or the SlotDiscard that keeps it from being recovered.

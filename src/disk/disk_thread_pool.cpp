@@ -1,23 +1,24 @@
 // src/disk/disk_thread_pool.cpp: the thread-pool disk engine (DiskIoEngine::kThreadPool).
 //
-// workers threads, each with a staging buffer of slot_bytes(), take a batch's
-// pairs in order and make blocking pread/pwrite(v) calls through
-// kvbm/io/syscalls.h; a semaphore keeps at most queue_depth of them in flight.
+// workers threads (a detail::Worker running one loop per thread), each with a
+// staging buffer of slot_bytes(), take a batch's pairs in order and make blocking pread/pwrite(v)
+// calls through kvbm/io/syscalls.h; a semaphore keeps at most queue_depth of them in flight.
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "disk/disk_engine_impl.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/error.h"
 
 namespace kvbm::detail {
@@ -42,13 +43,10 @@ class DiskThreadPool final : public DiskEngineImpl {
       std::memset(p, 0, disk_.slot_bytes());  // fault the pages in now, not on the first transfer
       staging_.emplace_back(static_cast<std::byte*>(p));
     }
-    threads_.reserve(workers);
-    try {
-      for (std::size_t i = 0; i < workers; ++i)
-        threads_.emplace_back([this, i] { worker_main(i); });
-    } catch (const std::exception&) {  // system_error or bad_alloc: stop the ones started, rethrow
-      stop_and_join();
-      throw;
+    // Throws what starting a thread throws, having stopped the ones started.
+    pool_ = std::make_unique<detail::Worker>(std::string(name()) + " disk pool", workers);
+    for (std::size_t i = 0; i < workers; ++i) {
+      (void)pool_->post([this, i] { worker_main(i); });  // one loop per thread, each its own
     }
   }
 
@@ -56,7 +54,7 @@ class DiskThreadPool final : public DiskEngineImpl {
   DiskThreadPool(const DiskThreadPool&) = delete;
   DiskThreadPool& operator=(const DiskThreadPool&) = delete;
 
-  [[nodiscard]] std::size_t workers() const noexcept override { return threads_.size(); }
+  [[nodiscard]] std::size_t workers() const noexcept override { return pool_->threads(); }
   [[nodiscard]] DiskIoEngine io_engine() const noexcept override {
     return DiskIoEngine::kThreadPool;
   }
@@ -105,9 +103,7 @@ class DiskThreadPool final : public DiskEngineImpl {
 
   void stop_and_join() noexcept {
     intake_.stop();
-    for (auto& t : threads_) {
-      if (t.joinable()) t.join();
-    }
+    pool_->stop();  // each loop returns once every batch has been taken
   }
 
   void worker_main(std::size_t index) noexcept {
@@ -242,7 +238,7 @@ class DiskThreadPool final : public DiskEngineImpl {
   Semaphore io_slots_;  // queue_depth_ I/Os in flight at most
   std::vector<std::unique_ptr<std::byte, FreeAligned>> staging_;  // one per worker
 
-  std::vector<std::thread> threads_;
+  std::unique_ptr<detail::Worker> pool_;  // last: started once everything above exists
 };
 
 }  // namespace

@@ -1,5 +1,11 @@
 // src/events/zmq_event_sink.cpp: the ZeroMQ PUB sink of KV events (kvbm/events/event_sink.h).
 //
+// The replay ROUTER is served by one detail::Worker job that blocks in
+// zmq::poll with no timeout on two sockets: the ROUTER and the receiving end
+// of an inproc PAIR. The destructor sends one message on the PAIR's other end
+// to wake it, so the thread sleeps until a request or the stop comes; nothing
+// polls on a timer.
+//
 // Without KVBM_HAVE_ZMQ only the stubs at the end are compiled: the
 // constructor throws UsageError naming the build option.
 
@@ -12,8 +18,9 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
@@ -23,6 +30,7 @@
 #include "events/sequence_frame.h"
 #include "events/zmq_context.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/logging.h"
 
 namespace kvbm::events {
@@ -66,13 +74,34 @@ struct ZmqEventSink::Impl {
                    "': ", e.what());
       }
       bound_replay_endpoint = replay->get(zmq::sockopt::last_endpoint);
-      replay_thread = std::thread([this] { serve_replay(); });
+      open_wake_pair();
+      replay_worker = std::make_unique<detail::Worker>("kvbm-zmq-replay");
+      (void)replay_worker->post([this] { serve_replay(); });
     }
   }
 
   ~Impl() {
+    if (!replay_worker) return;
     stop.store(true, std::memory_order_relaxed);
-    if (replay_thread.joinable()) replay_thread.join();
+    try {
+      wake_send->send(zmq::message_t(), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {  // cannot happen on a connected inproc PAIR; logged
+      logger()->error("KV events: cannot wake the replay thread: {}", e.what());
+    }
+    replay_worker->stop();
+  }
+
+  // The PAIR that wakes serve_replay(): bound (receiving end) before it is connected, as inproc
+  // needs with libzmq before 4.2; named after this sink, so two sinks never share one.
+  void open_wake_pair() {
+    const std::string name =
+        "inproc://kvbm-zmq-sink-wake-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    wake_recv.emplace(context, zmq::socket_type::pair);
+    wake_recv->set(zmq::sockopt::linger, 0);
+    wake_recv->bind(name);
+    wake_send.emplace(context, zmq::socket_type::pair);
+    wake_send->set(zmq::sockopt::linger, 0);
+    wake_send->connect(name);
   }
 
   void publish(std::uint64_t sequence, std::span<const std::uint8_t> payload) {
@@ -90,13 +119,16 @@ struct ZmqEventSink::Impl {
   // A request is [identity, "", start sequence as 8 bytes big endian]; the
   // answer is one [identity, "", topic, sequence, payload] per kept batch from
   // there (the frames of the PUB socket behind the envelope), then
-  // [identity, "", "", -1 as 8 bytes, ""], as vLLM answers since 0.26. Runs on
-  // its own thread, which alone touches the ROUTER socket.
+  // [identity, "", "", -1 as 8 bytes, ""], as vLLM answers since 0.26. Runs as
+  // the one job of its worker, whose thread alone touches the ROUTER socket and
+  // the PAIR's receiving end; it sleeps in poll until a request or the wake.
   void serve_replay() noexcept {
     while (!stop.load(std::memory_order_relaxed)) {
       try {
-        std::array<zmq::pollitem_t, 1> items{{{replay->handle(), 0, ZMQ_POLLIN, 0}}};
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
+        std::array<zmq::pollitem_t, 2> items{
+            {{replay->handle(), 0, ZMQ_POLLIN, 0}, {wake_recv->handle(), 0, ZMQ_POLLIN, 0}}};
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+        if ((items[1].revents & ZMQ_POLLIN) != 0) return;  // the destructor's wake
         if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
         std::vector<zmq::message_t> frames;
         do {
@@ -141,14 +173,16 @@ struct ZmqEventSink::Impl {
   zmq::context_t context = make_zmq_context();
   zmq::socket_t pub;
   std::optional<zmq::socket_t> replay;
+  std::optional<zmq::socket_t> wake_recv;  // the replay thread's
+  std::optional<zmq::socket_t> wake_send;  // the destructor's
   // Read once at construction: a socket must not be queried while another
   // thread sends on it.
   std::string bound_endpoint;
   std::string bound_replay_endpoint;
-  std::thread replay_thread;
   std::atomic<bool> stop{false};
   detail::Mutex buffer_mu;
   std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> buffer KVBM_GUARDED_BY(buffer_mu);
+  std::unique_ptr<detail::Worker> replay_worker;  // last: started once everything above exists
 };
 
 ZmqEventSink::ZmqEventSink(ZmqEventSinkOptions options)

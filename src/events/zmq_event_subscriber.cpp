@@ -1,11 +1,10 @@
 // src/events/zmq_event_subscriber.cpp: kvbm/events/zmq_event_subscriber.h.
 //
-// One thread owns every source's sockets and polls them together with the
-// read end of a pipe; the API's calls queue a command and write a byte to
-// the pipe to wake it. add_source() creates and connects the sockets on the
-// caller's thread (so that a bad endpoint throws there) and hands them over
-// through the command queue, whose mutex is the full memory barrier ZeroMQ
-// asks for when a socket changes threads.
+// One thread (the one job of a detail::Worker) owns every source's sockets and polls them together
+// with the read end of a pipe; the API's calls queue a command and write a byte to the pipe to wake
+// it. add_source() creates and connects the sockets on the caller's thread (so that a bad endpoint
+// throws there) and hands them over through the command queue, whose mutex is the full memory
+// barrier ZeroMQ asks for when a socket changes threads.
 //
 // Without KVBM_HAVE_ZMQ only the stubs at the end are compiled.
 
@@ -27,8 +26,8 @@
 #include <deque>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
@@ -38,6 +37,7 @@
 #include "events/sequence_frame.h"
 #include "events/zmq_context.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/events/kv_event_decoder.h"
 #include "kvbm/logging.h"
 
@@ -116,7 +116,8 @@ struct ZmqEventSubscriber::Impl {
     wake_write = fds[1];
     ::fcntl(wake_read, F_SETFL, ::fcntl(wake_read, F_GETFL) | O_NONBLOCK);
     ::fcntl(wake_write, F_SETFL, ::fcntl(wake_write, F_GETFL) | O_NONBLOCK);
-    thread = std::thread([this] { run(); });
+    worker = std::make_unique<detail::Worker>("kvbm-zmq-subscriber");
+    (void)worker->post([this] { run(); });
   }
 
   ~Impl() {
@@ -125,7 +126,7 @@ struct ZmqEventSubscriber::Impl {
       stop = true;
     }
     wake();
-    thread.join();
+    worker->stop();
     sources.clear();  // sockets close before the context
     ::close(wake_read);
     ::close(wake_write);
@@ -182,7 +183,7 @@ struct ZmqEventSubscriber::Impl {
   }
 
   void remove(std::size_t id) {
-    if (std::this_thread::get_id() == thread.get_id()) {  // from a callback: at once
+    if (running_here == this) {  // from a callback, on run()'s thread: at once
       if (Source* s = find(id)) s->removed = true;
       forget(id);
       return;
@@ -217,6 +218,7 @@ struct ZmqEventSubscriber::Impl {
   // --- The thread ---------------------------------------------------------
 
   void run() noexcept {
+    running_here = this;
     std::vector<zmq::pollitem_t> items;
     std::vector<std::pair<Source*, bool>> owners;  // per item after the pipe: source, is_dealer
     for (;;) {
@@ -502,8 +504,12 @@ struct ZmqEventSubscriber::Impl {
   std::atomic<std::uint64_t> replays_answered{0};
   std::atomic<std::uint64_t> replays_incomplete{0};
 
-  std::thread thread;  // last: started once everything above exists
+  // The subscriber whose run() this thread is running (null on every other thread).
+  static thread_local const Impl* running_here;
+  std::unique_ptr<detail::Worker> worker;  // last: started once everything above exists
 };
+
+thread_local const ZmqEventSubscriber::Impl* ZmqEventSubscriber::Impl::running_here = nullptr;
 
 ZmqEventSubscriber::ZmqEventSubscriber(Callbacks callbacks, ZmqEventSubscriberOptions options)
     : impl_(std::make_unique<Impl>(std::move(callbacks), std::move(options))) {}

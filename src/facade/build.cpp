@@ -83,8 +83,7 @@ void KvBlockManagerImpl::build() {
 void KvBlockManagerImpl::build_rows() {
   const facade::RowContext ctx{
       config_, memory_, engines_,
-      facade::BoundaryContext{registry_, tracker_, config_.metrics_registry,
-                              config_.clock ? config_.clock : Clock::steady()}};
+      facade::BoundaryContext{registry_, tracker_, config_.metrics_registry, config_.env->clock()}};
   for (auto it = kTierIds.rbegin(); it != kTierIds.rend(); ++it) {
     const facade::TierSpec& spec = specs_[*it];
     if (!spec.present) continue;

@@ -521,7 +521,19 @@ std::vector<TierEntry> tier_entries_from_fields(const KvBlockManagerConfig& c) {
   return out;
 }
 
+// One runtime: `env`, or an Env on `clock`; afterwards both are set and agree.
+void normalise_env(KvBlockManagerConfig& c) {
+  if (c.env && c.clock && c.clock != c.env->clock()) {
+    config_error("clock",
+                 "names another clock than env->clock(); set only env (an Env holds its "
+                 "clock: std::make_shared<Env>(clock))");
+  }
+  if (!c.env) c.env = c.clock ? std::make_shared<Env>(c.clock) : Env::standard();
+  c.clock = c.env->clock();
+}
+
 CheckedTiers check_config(KvBlockManagerConfig& c) {
+  normalise_env(c);
   check_layout(c);
   const std::size_t bb = c.layout.block_bytes();
   CheckedTiers out = take_entries(c);

@@ -54,8 +54,9 @@ struct CheckedTiers {
 
 /// Checks every option of `c` and returns the tiers' sizes. Normalises `c`:
 /// `tiers` holds one entry per tier present, fastest first (translated from
-/// the named fields when none were given), and a missing metrics registry
-/// becomes a new one. Throws UsageError naming the first invalid option.
+/// the named fields when none were given), a missing metrics registry
+/// becomes a new one, and `env` and `clock` are both set (the same clock). Throws UsageError naming
+/// the first invalid option.
 CheckedTiers check_config(KvBlockManagerConfig& c);
 
 /// Returns the option a tier's size was given by: "<tier>.bytes" or "<tier>.blocks".

@@ -34,6 +34,7 @@ RemoteStoreOptions store_options(const KvBlockManagerConfig& c, const RemoteTier
   o.name_space = {r.model, r.dtype, c.layout, r.user_namespace};
   o.metrics_registry = c.metrics_registry;
   o.pool_name = "G4";
+  if (!o.env) o.env = c.env;  // the facade's runtime, unless the tier names its own
   return o;
 }
 

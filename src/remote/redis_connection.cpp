@@ -309,12 +309,12 @@ namespace {
 /// Sends what it can of iov[next, limit) without waiting; moves `next` (and the partly sent
 /// iovec) past what went out and adds it to `sent`. Returns false on a failure of the socket
 /// (errno set).
-bool send_some(int fd, std::vector<iovec>& iov, std::size_t& next, std::size_t limit,
-               std::size_t& sent) {
+bool send_some(const io::SyscallTable& sys, int fd, std::vector<iovec>& iov, std::size_t& next,
+               std::size_t limit, std::size_t& sent) {
   msghdr m{};
   m.msg_iov = &iov[next];
   m.msg_iovlen = std::min<std::size_t>(limit - next, IOV_MAX);
-  const std::int64_t n = io::syscalls().sendmsg(fd, &m, MSG_NOSIGNAL);
+  const std::int64_t n = sys.sendmsg(fd, &m, MSG_NOSIGNAL);
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
   auto left = static_cast<std::size_t>(n);
   sent += left;
@@ -391,7 +391,8 @@ RemoteStatus RedisConnection::exchange(RedisRequest& request, ReplySink& sink,
       continue;
     }
     if ((p.revents & POLLOUT) != 0 && next < ready() &&
-        !send_some(ctx_->fd, iov, next, ready(), sent))
+        !send_some(env_ != nullptr ? env_->syscalls() : io::syscalls(), ctx_->fd, iov, next,
+                   ready(), sent))
       return fail(RemoteStatus::kConnectionLost, std::strerror(errno));
     if ((p.revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
       if (auto st = read_available(sink, expected); st != RemoteStatus::kOk) return st;

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvbm/env.h"
 #include "kvbm/remote/remote_store.h"
 #include "redis_url.h"
 
@@ -111,7 +112,10 @@ class RedisRequest {
 /// A connection to one server.
 class RedisConnection {
  public:
-  explicit RedisConnection(RedisEndpoint endpoint) : endpoint_(std::move(endpoint)) {}
+  /// A connection to `endpoint` whose sendmsg goes through env->syscalls() (null: io::syscalls(),
+  /// the table in force), looked up at each call. `env` must outlive the connection.
+  explicit RedisConnection(RedisEndpoint endpoint, const Env* env = nullptr)
+      : endpoint_(std::move(endpoint)), env_(env) {}
   ~RedisConnection() { close(); }
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
@@ -143,6 +147,7 @@ class RedisConnection {
   RemoteStatus read_available(ReplySink& sink, std::size_t expected);
 
   RedisEndpoint endpoint_;
+  const Env* env_;
   redisContext* ctx_ = nullptr;
   std::string last_error_{};
   // State of the reply being parsed (used by the reply functions).

@@ -35,22 +35,18 @@ std::size_t total_bytes(auto regions) {
 }  // namespace
 
 RemoteStore::Impl::~Impl() {
+  {
+    detail::LockGuard lock(refresh_mu);
+    refresh_stop = true;  // a refresh waiting out its rate limit gives up
+  }
+  refresh_cv.notify_all();
   if (refresher) refresher->stop();  // no server is added after this
   std::vector<Server*> all;
   {
     detail::ReaderLock lock(topo_mu);
     for (auto& s : servers) all.push_back(s.get());
   }
-  for (Server* s : all) {
-    {
-      std::lock_guard lock(s->mu);
-      s->stop = true;
-    }
-    s->cv.notify_all();
-  }
-  for (Server* s : all) {
-    for (auto& t : s->workers) t.join();
-  }
+  for (Server* s : all) s->worker->stop();  // no call runs: the queues are empty
 }
 
 std::string RemoteStore::Impl::key_of(std::uint64_t hash) const { return key_head + hex16(hash); }
@@ -79,9 +75,8 @@ std::size_t RemoteStore::Impl::add_server(remote::RedisEndpoint endpoint, const 
   servers.push_back(std::move(s));
   server_by_node.emplace(node, servers.size() - 1);
   metrics.set_servers_available(++servers_available);
-  for (std::size_t i = 0; i < options.connections_per_server; ++i) {
-    raw->workers.emplace_back([this, raw] { worker(*raw); });
-  }
+  raw->worker =
+      env->make_worker("kvbm-remote " + raw->endpoint.display, options.connections_per_server);
   return servers.size() - 1;
 }
 
@@ -141,12 +136,7 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
   std::latch done(static_cast<std::ptrdiff_t>(tasks.size()));
   for (std::size_t k = 0; k < tasks.size(); ++k) {
     tasks[k].done = &done;
-    Server& s = *task_server[k];
-    {
-      std::lock_guard lock(s.mu);
-      s.queue.push_back(&tasks[k]);
-    }
-    s.cv.notify_one();
+    impl.enqueue(*task_server[k], tasks[k]);
   }
   // The caller works too: what no worker has taken yet, server by server.
   for (std::size_t k = 0; k < tasks.size(); ++k) {
@@ -163,12 +153,14 @@ void run_round(Impl& impl, RemoteBatch& b, const std::vector<std::size_t>& pendi
 }  // namespace
 
 std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t n, auto fill) {
-  const auto start = remote::Clock::now();
-  auto b = std::make_unique<RemoteBatch>(op, n, start + options.command_timeout, is_cluster);
+  const auto start = remote::Clock::now();  // real time: the latency metric, the socket bound
+  const auto now = env->now();              // the Env's: decisions
+  auto b = std::make_unique<RemoteBatch>(op, n, now + options.command_timeout,
+                                         start + options.command_timeout, is_cluster);
   fill(*b);
   if (is_cluster) {
-    wait_discovered(b->deadline);
-    if (start.time_since_epoch().count() > map_expires) request_refresh();  // every backoff_max
+    wait_discovered(b->io_deadline);
+    if (now.time_since_epoch().count() > map_expires) request_refresh();  // every backoff_max
   }
   std::vector<std::size_t> pending(n);
   std::iota(pending.begin(), pending.end(), std::size_t{0});
@@ -183,7 +175,7 @@ std::unique_ptr<RemoteBatch> RemoteStore::Impl::execute(RemoteOp op, std::size_t
       RemoteRedirect& r = b->redirects[i];
       if (r.kind == RemoteRedirect::Kind::kNone) continue;
       const std::size_t s =
-          round < kMaxRounds && remote::Clock::now() < b->deadline ? follow_redirect(r) : kNoIndex;
+          round < kMaxRounds && env->now() < b->deadline ? follow_redirect(r) : kNoIndex;
       if (s != kNoIndex) {
         target[i] = s;
         asking[i] = r.kind == RemoteRedirect::Kind::kAsk ? 1 : 0;

@@ -3,7 +3,6 @@
 // after a MOVED, a node that fails or a cluster in flux (remote_store_impl.h).
 
 #include <algorithm>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -19,7 +18,8 @@ void RemoteStore::Impl::start_cluster() {
     slot_owner.assign(kRedisClusterSlots, kNoServer);
     if (options.replica_reads) slot_replica.assign(kRedisClusterSlots, kNoServer);
   }
-  refresher = std::make_unique<detail::Worker>("kvbm-remote-cluster");
+  refresh_subscription = env->clock()->subscribe(refresh_mu.native(), refresh_cv);
+  refresher = env->make_worker("kvbm-remote-cluster");
   request_refresh();
 }
 
@@ -81,11 +81,17 @@ std::vector<remote::RedisEndpoint> candidates(Impl& impl) {
 
 }  // namespace
 
+bool RemoteStore::Impl::wait_refresh_until(Clock::time_point t) {
+  detail::UniqueLock lock(refresh_mu);
+  while (!refresh_stop && env->now() < t) env->clock()->wait_until(lock.native(), refresh_cv, t);
+  return !refresh_stop;
+}
+
 void RemoteStore::Impl::refresh() {
-  // At most one map every backoff_initial: a burst of MOVED or failures asks once.
-  const auto next = last_refresh + options.backoff_initial;
-  if (remote::Clock::now() < next) std::this_thread::sleep_until(next);
-  last_refresh = remote::Clock::now();
+  // At most one map every backoff_initial of the Env's clock: a burst of MOVED or failures asks
+  // once.
+  if (!wait_refresh_until(last_refresh + options.backoff_initial)) return;  // stopping
+  last_refresh = env->now();
 
   std::vector<remote::ClusterSlotRange> ranges;
   std::string error, from;
@@ -106,7 +112,7 @@ void RemoteStore::Impl::refresh() {
   }
   const bool denied = st == RemoteStatus::kAccessDenied;
   if (discovery_denied.exchange(denied) != denied) publish_state();
-  map_expires = (remote::Clock::now() + options.backoff_max).time_since_epoch().count();
+  map_expires = (env->now() + options.backoff_max).time_since_epoch().count();
   if (st == RemoteStatus::kOk) {
     install(ranges, from);
   } else if (!discovery_failing) {

@@ -14,6 +14,19 @@
 // until the store is destroyed; one that died stays in backoff), so a
 // Server* stays valid for the store's life.
 //
+// Time (kvbm/env.h): every decision reads the Env's clock (options.env):
+// a batch's `deadline` (has the call's command_timeout passed?), a server's
+// `retry_at` (is its backoff over?), `map_expires` and the refresher's rate
+// limit (is a new slot map due?). Every wait on a socket is bounded by
+// `io_deadline`, the same command_timeout on std::chrono::steady_clock
+// (remote::Clock), since a poll needs a real bound; with a ManualClock a
+// frozen server still ends a call after command_timeout of real time.
+//
+// Each server's queue is run by a detail::Worker of connections_per_server
+// threads from the Env: one job is posted per task queued, and whoever takes
+// the task first (a worker's job, or the calling thread in run_own_tasks)
+// runs it on a connection borrowed from the server's pool (`spare`).
+//
 // Locks: topo_mu (servers, slot map) is taken before a Server's mu or
 // state_mu, never after; nothing logs or does I/O under topo_mu.
 
@@ -30,12 +43,12 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "kvbm/detail/mutex.h"
 #include "kvbm/detail/worker.h"
+#include "kvbm/env.h"
 #include "kvbm/remote/remote_store.h"
 #include "redis_cluster.h"
 #include "redis_connection.h"
@@ -61,9 +74,11 @@ struct RemoteBatch {
   std::vector<RemoteRedirect> redirects;  ///< cluster only: one per item
   /// Items refused (kAccessDenied), by RemoteRefusal; filled by the caller after each round.
   std::array<std::uint64_t, kRemoteRefusalCount> refused{};
-  remote::Clock::time_point deadline;
-  RemoteBatch(remote::RemoteOp o, std::size_t n, remote::Clock::time_point dl, bool cluster)
-      : op(o), status(n, RemoteStatus::kOk), present(n, 0), deadline(dl) {
+  Clock::time_point deadline;             ///< on the Env's clock: past it, items are kTimeout
+  remote::Clock::time_point io_deadline;  ///< real time: the bound of every socket wait
+  RemoteBatch(remote::RemoteOp o, std::size_t n, Clock::time_point dl, remote::Clock::time_point io,
+              bool cluster)
+      : op(o), status(n, RemoteStatus::kOk), present(n, 0), deadline(dl), io_deadline(io) {
     if (cluster) redirects.resize(n);
   }
   /// The sequence hash of item `i`, from the span of its operation.
@@ -94,34 +109,34 @@ struct RemoteTask {
 struct RemoteStore::Impl {
   static constexpr std::uint16_t kNoServer = 0xFFFF;
 
-  /// A connection a calling thread borrows to run its own call's tasks beside the workers.
+  /// A connection of a server's pool, borrowed by whoever runs a task (a worker's job or a
+  /// calling thread).
   struct CallerConnection {
-    explicit CallerConnection(remote::RedisEndpoint e) : conn(std::move(e)) {}
+    CallerConnection(remote::RedisEndpoint e, const Env& env) : conn(std::move(e), &env) {}
     remote::RedisConnection conn;
     remote::RedisRequest req;
   };
 
   struct Server {
     remote::RedisEndpoint endpoint;
-    std::mutex mu;  // queue and stop
-    std::condition_variable cv;
+    std::mutex mu;  // queue and spare
     std::deque<RemoteTask*> queue;
-    bool stop = false;
-    std::vector<std::unique_ptr<CallerConnection>> spare;  ///< callers' idle connections (mu)
+    std::vector<std::unique_ptr<CallerConnection>> spare;  ///< idle connections (mu)
     std::mutex state_mu;                                   // the fields below
     bool available = true;
     bool full = false;
     RemoteStatus failure = RemoteStatus::kUnavailable;  ///< why the last attempt failed
     std::string refusal{};  ///< the last AUTH refusal's text (failure kAccessDenied)
     std::chrono::milliseconds backoff{0};
-    remote::Clock::time_point retry_at{};
+    Clock::time_point retry_at{};  ///< on the Env's clock
     std::atomic<bool> available_flag{true};
     /// Bit (1 << RemoteOp) set while the command's last attempt on this server was refused.
     std::atomic<std::uint8_t> refused_ops{0};
-    std::vector<std::thread> workers;
+    std::unique_ptr<detail::Worker> worker;  ///< runs the queue; stopped by ~Impl
   };
 
   RemoteStoreOptions options;
+  std::shared_ptr<Env> env;  ///< options.env, or Env::standard()
   std::uint64_t fingerprint = 0;
   std::size_t block_bytes = 0;
   std::string key_head;  // "<prefix>:<fingerprint hex>:"
@@ -160,16 +175,22 @@ struct RemoteStore::Impl {
   std::atomic<bool> refresh_queued{false};
   std::atomic<bool> discovery_denied{false};  ///< the last CLUSTER SLOTS was refused (AUTH, ACL)
   std::atomic<RemoteRefusal> discovery_refusal{RemoteRefusal::kOther};  ///< its kind, when denied
-  /// When the map is old enough to be asked for again unprompted (steady clock ticks): a map
+  /// When the map is old enough to be asked for again unprompted (Env clock ticks): a map
   /// misses replicas that were still syncing, and nodes that joined without a redirect yet.
-  std::atomic<remote::Clock::rep> map_expires{0};
-  remote::Clock::time_point last_refresh{};   // the refresher's own
+  std::atomic<Clock::duration::rep> map_expires{0};
+  Clock::time_point last_refresh{};    // the refresher's own (Env clock)
+  detail::Mutex refresh_mu;            // the refresher's rate-limit wait
+  std::condition_variable refresh_cv;  // stopping, or the Env's clock moved
+  bool refresh_stop KVBM_GUARDED_BY(refresh_mu) = false;
+  Clock::Subscription refresh_subscription;
   std::string last_layout{};                  // the refresher's own: primaries, for the log
   bool discovery_failing = false;             // the refresher's own
   std::unique_ptr<detail::Worker> refresher;  // last: stopped first
 
   explicit Impl(RemoteStoreOptions o)
-      : options(std::move(o)), metrics(options.metrics_registry, options.pool_name) {}
+      : options(std::move(o)),
+        env(Env::or_standard(options.env)),
+        metrics(options.metrics_registry, options.pool_name) {}
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -199,7 +220,7 @@ struct RemoteStore::Impl {
   /// Sets kvbm_remote_state to tier_state(); called after a server's state changed.
   void publish_state();
   RemoteStatus ensure_connected(Server& s, remote::RedisConnection& conn,
-                                remote::Clock::time_point deadline);
+                                remote::Clock::time_point io_deadline);
 
   // the workers (remote_store_worker.cpp)
   struct TaskSink;
@@ -210,10 +231,14 @@ struct RemoteStore::Impl {
   /// run(), then counts the task done; never throws.
   void run_task(Server& s, remote::RedisConnection& conn, remote::RedisRequest& req,
                 RemoteTask& t) noexcept;
-  void worker(Server& s);
-  /// The calling thread runs the tasks of batch `b` still queued on `s`, on a connection of
-  /// its own (a spare one, or a new one).
+  /// A worker's job: takes the task at the head of `s`'s queue (none: a caller took it) and
+  /// runs it on a pooled connection.
+  void run_next(Server& s) noexcept;
+  /// The calling thread runs the tasks of batch `b` still queued on `s`, on a pooled
+  /// connection (a spare one, or a new one).
   void run_own_tasks(Server& s, const RemoteBatch& b);
+  /// Queues task `t` on `s` and posts a job for it to the server's worker.
+  void enqueue(Server& s, RemoteTask& t);
 
   // calls (remote_store.cpp)
   std::unique_ptr<RemoteBatch> execute(remote::RemoteOp op, std::size_t n, auto fill);
@@ -224,6 +249,8 @@ struct RemoteStore::Impl {
   /// Asks the refresher for a new slot map (at most one queued; rate-limited).
   void request_refresh();
   void refresh();
+  /// The refresher waits on the Env's clock until `t`; false when the store stops first.
+  bool wait_refresh_until(Clock::time_point t) KVBM_EXCLUDES(refresh_mu);
   /// Makes `ranges` the slot map (adding the servers it names); logs a change.
   void install(const std::vector<remote::ClusterSlotRange>& ranges, const std::string& from);
   /// Waits (up to `deadline`) for the first discovery to finish.

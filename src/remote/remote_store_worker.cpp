@@ -46,7 +46,7 @@ void RemoteStore::Impl::server_failed(Server& s, RemoteStatus kind, const std::s
     s.backoff = s.backoff.count() == 0 ? options.backoff_initial
                                        : std::min(s.backoff * 2, options.backoff_max);
     wait = s.backoff;
-    s.retry_at = remote::Clock::now() + s.backoff;
+    s.retry_at = env->now() + s.backoff;
   }
   if (is_cluster) request_refresh();  // a failover may be on its way
   if (!changed) return;
@@ -141,14 +141,14 @@ void RemoteStore::Impl::note_access(Server& s, RemoteTask& t) {
 }
 
 RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& conn,
-                                                 remote::Clock::time_point deadline) {
+                                                 remote::Clock::time_point io_deadline) {
   // A server in backoff fails at once, on every connection: one still open (a caller's spare,
   // idle while another connection timed out) would otherwise wait out the deadline again.
   bool waiting = false;
   RemoteStatus failure = RemoteStatus::kUnavailable;
   if (!s.available_flag.load()) {
     std::lock_guard lock(s.state_mu);
-    waiting = !s.available && remote::Clock::now() < s.retry_at;
+    waiting = !s.available && env->now() < s.retry_at;  // the backoff, on the Env's clock
     failure = s.failure;
   }
   if (!waiting && conn.connected()) return RemoteStatus::kOk;
@@ -158,7 +158,7 @@ RemoteStatus RemoteStore::Impl::ensure_connected(Server& s, RedisConnection& con
   }
   // A connection alone proves little (a frozen server's kernel still accepts one): the server
   // counts as answering again after its first exchange (run()).
-  const RemoteStatus st = conn.connect(deadline, options.connect_timeout);
+  const RemoteStatus st = conn.connect(io_deadline, options.connect_timeout);
   if (st == RemoteStatus::kOk) return st;
   server_failed(s, st, conn.last_error());
   return st == RemoteStatus::kAccessDenied ? st : RemoteStatus::kUnavailable;
@@ -293,9 +293,10 @@ void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req,
   auto fail_all = [&](const std::vector<std::size_t>& items, RemoteStatus st) {
     for (std::size_t i : items) b.status[i] = st;
   };
-  if (remote::Clock::now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
+  // The deadline is a decision (Env clock); the socket waits below are bounded in real time.
+  if (env->now() >= b.deadline) return fail_all(t.items, RemoteStatus::kTimeout);
   bool was_connected = conn.connected();
-  if (auto st = ensure_connected(s, conn, b.deadline); st != RemoteStatus::kOk)
+  if (auto st = ensure_connected(s, conn, b.io_deadline); st != RemoteStatus::kOk)
     return fail_all(t.items, st);
   RemoteTask left = t;
   std::vector<std::size_t> reply_items;
@@ -311,7 +312,7 @@ void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req,
   filler.items = &left.items;
   for (int attempt = 0;; ++attempt) {
     build(left, req, reply_items);
-    const RemoteStatus st = conn.exchange(req, sink, b.deadline, &filler);
+    const RemoteStatus st = conn.exchange(req, sink, b.io_deadline, &filler);
     if (st == RemoteStatus::kOk) {
       server_succeeded(s);
       break;
@@ -323,9 +324,9 @@ void RemoteStore::Impl::run(Server& s, RedisConnection& conn, RedisRequest& req,
       if (reply_items[k] != kNoItem) left.items.push_back(reply_items[k]);
     }
     if (st == RemoteStatus::kConnectionLost && attempt == 0 && was_connected &&
-        remote::Clock::now() < b.deadline) {
+        env->now() < b.deadline && remote::Clock::now() < b.io_deadline) {
       was_connected = false;
-      const RemoteStatus c = conn.connect(b.deadline, options.connect_timeout);
+      const RemoteStatus c = conn.connect(b.io_deadline, options.connect_timeout);
       if (c == RemoteStatus::kOk) continue;
       server_failed(s, c, conn.last_error());
       return fail_all(left.items,
@@ -360,27 +361,45 @@ void RemoteStore::Impl::run_task(Server& s, RedisConnection& conn, RedisRequest&
   t.done->count_down();
 }
 
-void RemoteStore::Impl::worker(Server& s) {
-  RedisConnection conn(s.endpoint);
-  RedisRequest req;
-  for (;;) {
-    RemoteTask* t = nullptr;
-    {
-      std::unique_lock lock(s.mu);
-      s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
-      if (s.queue.empty()) return;  // stopping and drained
-      t = s.queue.front();
-      s.queue.pop_front();
+void RemoteStore::Impl::run_next(Server& s) noexcept {
+  RemoteTask* t = nullptr;
+  std::unique_ptr<CallerConnection> cc;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.queue.empty()) return;  // a caller ran it (run_own_tasks)
+    t = s.queue.front();
+    s.queue.pop_front();
+    if (!s.spare.empty()) {
+      cc = std::move(s.spare.back());
+      s.spare.pop_back();
     }
-    run_task(s, conn, req, *t);
   }
+  try {
+    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint, *env);
+  } catch (const std::exception& e) {  // allocation failure: the task fails, the job ends
+    for (std::size_t i : t->items) t->batch->status[i] = RemoteStatus::kServerError;
+    logger()->error("remote store {}: worker error: {}", options.pool_name, e.what());
+    t->done->count_down();
+    return;
+  }
+  run_task(s, cc->conn, cc->req, *t);
+  std::lock_guard lock(s.mu);
+  s.spare.push_back(std::move(cc));
+}
+
+void RemoteStore::Impl::enqueue(Server& s, RemoteTask& t) {
+  {
+    std::lock_guard lock(s.mu);
+    s.queue.push_back(&t);
+  }
+  // A refused post (the store being destroyed: no call runs then) leaves the task to the caller.
+  (void)s.worker->post([this, &s] { run_next(s); });
 }
 
 // The caller takes its own tasks that no worker has taken yet. On a busy machine a woken worker
 // may wait milliseconds for a core, and the caller, already running, does the work instead; on
 // an idle one the workers take their share at once and the work splits between them and the
-// caller. The caller's connections are kept (spare) for the next call, one per calling thread
-// at most at a time.
+// caller. Every connection goes back to the server's pool (spare) for the next task.
 void RemoteStore::Impl::run_own_tasks(Server& s, const RemoteBatch& b) {
   std::unique_ptr<CallerConnection> cc;
   for (;;) {
@@ -397,7 +416,7 @@ void RemoteStore::Impl::run_own_tasks(Server& s, const RemoteBatch& b) {
         s.spare.pop_back();
       }
     }
-    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint);
+    if (!cc) cc = std::make_unique<CallerConnection>(s.endpoint, *env);
     run_task(s, cc->conn, cc->req, *t);
   }
   if (cc) {

@@ -13,9 +13,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <msgpack.hpp>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -1058,6 +1061,72 @@ TEST(ZmqEventSink, ReplayResendsKeptBatches) {
   EXPECT_TRUE(ended);
   EXPECT_EQ(sequences, (std::vector<std::uint64_t>{3, 4}));
   EXPECT_EQ(hashes, (std::vector<std::uint64_t>{4, 5}));
+}
+
+/// The threads of this process named `name` (/proc/self/task/<tid>/comm), by tid.
+std::set<std::string> threads_named(const std::string& name) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    if (got == name) out.insert(e.path().filename().string());
+  }
+  return out;
+}
+
+/// How many times thread `tid` of this process has gone to sleep and woken (voluntarily).
+std::uint64_t wakeups(const std::string& tid) {
+  std::ifstream status("/proc/self/task/" + tid + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("voluntary_ctxt_switches:")) return std::stoull(line.substr(24));
+  }
+  ADD_FAILURE() << "no voluntary_ctxt_switches for thread " << tid;
+  return 0;
+}
+
+// The replay thread sleeps until a request (or the stop) comes: it does not wake on a timer
+// while idle, and a request wakes it to answer at once.
+TEST(ZmqEventSink, ReplayThreadSleepsUntilARequestWakesIt) {
+  const auto before = threads_named("kvbm-zmq-replay");
+  ZmqEventSinkOptions so;
+  so.endpoint = "tcp://127.0.0.1:*";
+  so.replay_endpoint = "tcp://127.0.0.1:*";
+  so.topic = "kv";
+  auto sink = std::make_shared<ZmqEventSink>(so);
+  std::string tid;
+  for (int i = 0; i < 1000 && tid.empty(); ++i) {  // the worker names itself when it starts
+    for (const auto& t : threads_named("kvbm-zmq-replay")) {
+      if (!before.contains(t)) tid = t;
+    }
+    if (tid.empty()) std::this_thread::yield();
+  }
+  ASSERT_FALSE(tid.empty()) << "no thread named kvbm-zmq-replay";
+  const std::uint64_t start = wakeups(tid);
+  // An observation window, not a wait for work: a thread that polled on a timer (50 ms before)
+  // would wake several times in it; one asleep in poll without a timeout does not wake.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LE(wakeups(tid) - start, 1U) << "the idle replay thread woke up on its own";
+
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(sink->replay_endpoint());
+  const std::array<std::uint8_t, 8> from{};
+  dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(from), zmq::send_flags::none);
+  std::array<zmq::pollitem_t, 1> items{{{dealer.handle(), 0, ZMQ_POLLIN, 0}}};
+  ASSERT_EQ(zmq::poll(items.data(), items.size(), std::chrono::seconds(10)), 1);
+  std::vector<zmq::message_t> frames;
+  do {  // nothing kept: the answer is the end marker alone
+    frames.emplace_back();
+    ASSERT_TRUE(dealer.recv(frames.back(), zmq::recv_flags::none));
+  } while (frames.back().more());
+  ASSERT_EQ(frames.size(), 4U);
+  EXPECT_EQ(big_endian_u64(frames[2]), ~std::uint64_t{0});
+  EXPECT_GT(wakeups(tid), start) << "the request was answered without waking the thread?";
+  sink.reset();  // the destructor wakes the thread to stop: returns, the thread is gone
+  EXPECT_FALSE(threads_named("kvbm-zmq-replay").contains(tid));
 }
 
 #else

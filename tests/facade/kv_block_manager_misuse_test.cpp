@@ -274,6 +274,16 @@ TEST(KvBlockManagerMisuse, EngineOptions) {
   expect_option_error(c, "cuda_device", "-2");
 }
 
+// One runtime: `clock` is shorthand for an Env on it, and may not name another clock than `env`.
+TEST(KvBlockManagerMisuse, ClockAndEnvNamingTwoClocks) {
+  auto c = metadata(4, 4, 0);
+  c.env = std::make_shared<Env>(std::make_shared<ManualClock>());
+  c.clock = std::make_shared<ManualClock>();
+  expect_option_error(c, "clock", "env->clock()");
+  c.clock = c.env->clock();  // the same clock twice: accepted
+  EXPECT_NO_THROW((void)KvBlockManager::build(c));
+}
+
 TEST(KvBlockManagerMisuse, Listeners) {
   for (const char* which : {"device_listeners", "host_listeners", "disk_listeners"}) {
     auto c = metadata(4, 4, 4);

@@ -388,7 +388,11 @@ TEST(RemoteTier, BlocksOfAnotherModelDtypeOrNamespaceAreNeverServed) {
 TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
   KVBM_NEED_REDIS();
   RedisServer server;
+  // Both stores' backoff runs on this clock (RemoteTierConfig::env): the test ends it by hand.
+  auto clock = std::make_shared<ManualClock>();
+  auto env = std::make_shared<Env>(clock);
   auto ca = remote_config(server.url());
+  ca.remote.env = env;
   auto a = KvBlockManager::build(ca);
   server.kill();
   const auto lost = prefix(5, 8);
@@ -402,7 +406,9 @@ TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
   EXPECT_EQ(own.counts.total(), 8u);
   EXPECT_EQ(own.wrong_bytes, 0u);
 
-  auto b = KvBlockManager::build(remote_config(server.url()));
+  auto cb = remote_config(server.url());
+  cb.remote.env = env;
+  auto b = KvBlockManager::build(cb);
   const auto t0 = Clock::now();
   OnboardHandle h = b->onboard(lost);
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200)) << "onboard() waited for G4";
@@ -412,20 +418,44 @@ TEST(RemoteTier, ServerDownDegradesToMissesWithoutStallingAndRecovers) {
   h = OnboardHandle();
 
   server.start();  // back, empty: A's writes succeed again once its backoff ends
-  Served s;
-  const auto until = Clock::now() + std::chrono::seconds(15);
-  for (std::uint64_t seed = 100; Clock::now() < until; ++seed) {
-    const auto fresh = prefix(seed, 8);
-    compute(*a, fresh);
-    a->drain();
-    s = onboard_and_check(*b, fresh);
-    if (s.counts.from(TierId::kG4) == 8) break;
-    // A pace, not a wait for work: A's store waits out its reconnect backoff
-    // in real time, and nothing tells when it is over; each try is a fresh prefix.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(s.counts.from(TierId::kG4), 8u) << "G4 did not come back within 15 s of the restart";
+  // Not before: however long the restart took, no time passed on the stores' clock.
+  const auto waiting = prefix(99, 8);
+  compute(*a, waiting);
+  a->drain();
+  EXPECT_EQ(server.command({"DBSIZE"}), "0") << "A wrote to G4 inside its backoff";
+  // Past the longest backoff: the next call of each store tries the server again, and succeeds.
+  clock->advance(ca.remote.backoff_max);
+  const auto fresh = prefix(100, 8);
+  compute(*a, fresh);
+  a->drain();
+  const Served s = onboard_and_check(*b, fresh);
+  EXPECT_EQ(s.counts.from(TierId::kG4), 8u) << "G4 did not come back after the backoff";
   EXPECT_EQ(s.wrong_bytes, 0u);
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
+// KvBlockManagerConfig::env reaches the store of G4 (remote.env unset): its backoff after a
+// frozen server ends when that clock is advanced, not before.
+TEST(RemoteTier, TheManagersEnvDecidesTheStoresBackoff) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(9, 8);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  a->drain();
+  auto clock = std::make_shared<ManualClock>();
+  auto cb = remote_config(server.url());              // B computes nothing: its pipelines stay idle
+  cb.remote.backoff_initial = std::chrono::hours(1);  // only the clock below can end it
+  cb.remote.backoff_max = std::chrono::hours(1);
+  cb.env = std::make_shared<Env>(clock);
+  auto b = KvBlockManager::build(cb);
+  server.pause();  // the probe's call times out (real time): the server goes into backoff
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 0u);
+  server.resume();
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 0u) << "asked the server inside its backoff";
+  clock->advance(cb.remote.backoff_initial);
+  EXPECT_EQ(b->probe(hashes).from(TierId::kG4), 8u);
   expect_balanced(*a);
   expect_balanced(*b);
 }

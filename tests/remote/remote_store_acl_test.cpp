@@ -15,6 +15,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "kvbm/env.h"
 #include "kvbm/error.h"
 #include "kvbm/logging.h"
 #include "kvbm/remote/remote_store.h"
@@ -130,12 +131,14 @@ TEST(RemoteStoreAclTest, RequirepassAcceptsThePasswordAndRefusesOthersWithOneErr
   auto bad_o = options_for({"redis://:wrong-one@" + host + "/0"});
   bad_o.pool_name = "bad";
   bad_o.metrics_registry = registry;
+  auto clock = std::make_shared<ManualClock>();
+  bad_o.env = std::make_shared<Env>(clock);
   auto bad = RemoteStore::create(bad_o);
   for (int i = 0; i < 5; ++i) {
     Destinations d(blocks.hashes, bad->block_bytes());
     EXPECT_EQ(count(bad->get(d.gets), RemoteStatus::kAccessDenied), 20u);
     EXPECT_EQ(d.data[0], std::vector<std::byte>(bad->block_bytes(), std::byte{0xEE}));
-    std::this_thread::sleep_for(30ms);  // past the backoff: a new attempt, no new line
+    clock->advance(bad_o.backoff_max);  // past the backoff: a new attempt, no new line
   }
   EXPECT_FALSE(bad->server_available(0));
   // No password at all: the server answers NOAUTH to each command.

@@ -1,5 +1,6 @@
 // How RemoteStore::put's requests reach the socket, against a real redis-server: every
-// sendmsg(2) goes through kvbm::io::syscalls() and is recorded here on its way to the real call.
+// sendmsg(2) goes through the syscall table of the store's Env (kvbm/env.h) and is recorded here
+// on its way to the real call.
 // Small values (64 KiB) go out several to a call, as a pipelining client sends them (one call per
 // value made the server spend 1.6-2x the CPU per byte: docs/benchmarks.md); a large value
 // (1 MiB) still goes out as soon as its own header is filled, while the next header is computed.
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kvbm/env.h"
 #include "kvbm/io/syscalls.h"
 #include "kvbm/remote/remote_store.h"
 #include "remote/redis_server.h"
@@ -59,8 +61,7 @@ RemoteNamespace namespace_of(std::size_t kib) {
 std::vector<std::size_t> first_offers_of_put(std::size_t kib, std::size_t n) {
   RedisServer server;
   io::SyscallTable table = io::real_syscalls();
-  table.sendmsg = recording_sendmsg;
-  const io::ScopedSyscallOverride recording(table);  // outlives the store
+  table.sendmsg = recording_sendmsg;  // outlives the store; only this store's Env uses it
   {
     std::lock_guard lock(send_log().mu);
     send_log().offers.clear();
@@ -68,6 +69,7 @@ std::vector<std::size_t> first_offers_of_put(std::size_t kib, std::size_t n) {
   auto o = options_for({server.url()}, namespace_of(kib));
   o.connections_per_server = 1;
   o.command_timeout = std::chrono::seconds(10);
+  o.env = std::make_shared<Env>(nullptr, &table);
   auto store = RemoteStore::create(o);
   Blocks blocks(1, n, store->block_bytes());
   EXPECT_EQ(count(store->put(blocks.puts), RemoteStatus::kOk), n);

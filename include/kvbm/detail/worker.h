@@ -12,7 +12,14 @@
 // before a tick starts are one tick. A ManualClock drives it by advance().
 //
 // For both, a job or tick that throws is logged and dropped, and the thread
-// goes on; the destructor stops.
+// goes on; the destructor stops. Each thread is named after its worker (the
+// first 15 bytes of `name`, as Linux keeps them: /proc/self/task/*/comm).
+//
+// These two are the only places kvbm starts a thread (besides the io_uring
+// ring's own): every background loop is a Worker job or a PeriodicWorker tick,
+// made through kvbm::Env (kvbm/env.h) where a component takes one. A loop that
+// runs for the component's life is posted once as the one job of its own
+// Worker and ends when its stop condition holds; stop() then joins.
 // Thread-safety: every member may be called from any thread but the worker's
 // own (a job that waits for its own worker deadlocks); wake() takes only the
 // worker's own mutex, so it may be called under a caller's lock.

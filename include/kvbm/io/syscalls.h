@@ -1,5 +1,6 @@
 // kvbm/io/syscalls.h: the one indirection every disk syscall goes through
-// (and the remote tier's sendmsg, so a test can see how its values are sent).
+// (and the remote tier's sendmsg, so a test can see how its values are sent:
+// through its kvbm::Env's table when one is given, kvbm/env.h).
 //
 // The disk tier never calls open, pread, pwrite, fallocate, ... directly: it
 // calls through the SyscallTable in force, which holds plain function

@@ -12,9 +12,9 @@
 // container (P3) the pipeline holds only WeakBlocks, so queued blocks never
 // prevent eviction and a block evicted while queued is dropped, not copied;
 // PipelineConfig::hold_queued_blocks keeps them strong until the seal instead.
-// Threads: a policy thread (none when every policy is cheap()), one dispatcher,
-// the sweeper's, plus the engine's completion callbacks, which register the
-// copies in Dst.
+// Threads: a policy thread (none when every policy is cheap()), one dispatcher
+// (each the one loop of a detail::Worker), the sweeper's, plus the engine's
+// completion callbacks, which register the copies in Dst.
 //
 // Shutdown: shutdown() (also run by the destructor) stops accepting work,
 // cancels every container that has not passed the commitment point, waits
@@ -35,13 +35,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "kvbm/block_manager.h"
 #include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
+#include "kvbm/detail/worker.h"
 #include "kvbm/error.h"
 #include "kvbm/offload/batcher.h"
 #include "kvbm/offload/cancel_sweeper.h"
@@ -199,12 +199,12 @@ class OffloadPipeline {
     cv_.notify_all();
     policy_queue_.close();
     for (auto& c : policy_queue_.drain()) c.cancel();
-    if (policy_thread_.joinable()) policy_thread_.join();  // after a policy call in progress
+    if (policy_worker_) policy_worker_->stop();  // after a policy call in progress
     awaiter_.close();  // cancels the waiting containers; no sink runs after this
     batch_queue_.close();
     transfer_queue_.close();
     sweeper_.stop();
-    if (dispatch_thread_.joinable()) dispatch_thread_.join();
+    dispatch_worker_->stop();
     subscription_.reset();
     for (auto& c : policy_queue_.drain()) c.cancel();
     for (auto& c : batch_queue_.drain()) c.cancel();
@@ -274,8 +274,12 @@ class OffloadPipeline {
     // Cheap policies (or none) run on the enqueuing thread: no policy thread.
     const auto& ps = evaluator_.policies();
     inline_policies_ = std::all_of(ps.begin(), ps.end(), [](const auto& p) { return p->cheap(); });
-    if (!inline_policies_) policy_thread_ = std::thread([this] { run_policy(); });
-    dispatch_thread_ = std::thread([this] { run_dispatch(); });
+    if (!inline_policies_) {
+      policy_worker_ = std::make_unique<detail::Worker>("kvbm offload policies");
+      (void)policy_worker_->post([this] { run_policy(); });
+    }
+    dispatch_worker_ = std::make_unique<detail::Worker>("kvbm offload dispatch");
+    (void)dispatch_worker_->post([this] { run_dispatch(); });
     sweeper_.start();
   }
 
@@ -397,8 +401,8 @@ class OffloadPipeline {
   TransferExecutor<Src, Dst> executor_;
   CancelSweeper sweeper_;
   Clock::Subscription subscription_;
-  std::thread policy_thread_;
-  std::thread dispatch_thread_;
+  std::unique_ptr<detail::Worker> policy_worker_;    // runs run_policy(); null: inline policies
+  std::unique_ptr<detail::Worker> dispatch_worker_;  // runs run_dispatch()
 };
 
 }  // namespace kvbm

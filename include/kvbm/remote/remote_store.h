@@ -53,6 +53,8 @@ class Registry;
 
 namespace kvbm {
 
+class Env;  // kvbm/env.h
+
 /// The outcome of one block in a remote call.
 enum class RemoteStatus : std::uint8_t {
   kOk,              ///< done: stored, or found and verified
@@ -136,6 +138,11 @@ struct RemoteStoreOptions {
   std::chrono::seconds ttl{0};  ///< 0: keys never expire (SET ... EX ttl otherwise)
   std::shared_ptr<prometheus::Registry> metrics_registry{};  ///< null: no metrics
   std::string pool_name = "G4";                              ///< the `pool` label
+  /// The runtime (kvbm/env.h); null: Env::standard(). Its clock decides when a
+  /// call's deadline (command_timeout) has passed, when a backoff is over and
+  /// when a cluster's map is due again; socket waits stay bounded by the same
+  /// durations in real time. Its workers run each server's queue.
+  std::shared_ptr<Env> env{};
 };
 
 /// Returns "" when `url` is a valid server URL (RemoteStoreOptions::urls);
