@@ -45,6 +45,7 @@
 #include "kvbm/storage/layout.h"
 #include "kvbm/tier.h"
 #include "kvbm/tier_array.h"
+#include "kvbm/transfer_costs.h"
 
 namespace prometheus {
 class Registry;
@@ -245,6 +246,14 @@ class KvBlockManager {
   /// path and onboarding (kvbm/kv_block_manager_stats.h); its own counters,
   /// read. Waits for an on-eviction copy in progress.
   [[nodiscard]] KvBlockManagerStats stats() const;
+  /// What each copy path costs, as measured so far, and the prefill
+  /// estimate (kvbm/transfer_costs.h); refreshes their gauges.
+  [[nodiscard]] TransferCosts transfer_costs() const;
+  /// The engine reports one prefill batch: `tokens` computed in `duration`
+  /// (on the engine's own measure). Feeds the recompute estimate per token
+  /// that onboarding plans weigh loads against (it replaces
+  /// KvBlockManagerConfig::prefill_tokens_per_second once reported).
+  void report_prefill(std::size_t tokens, std::chrono::nanoseconds duration) noexcept;
   /// What build() recovered from a persistent G3 (disk_persistent); nullopt
   /// otherwise.
   [[nodiscard]] std::optional<RecoverySummary> disk_recovery() const;

@@ -28,3 +28,4 @@
 #include "kvbm/tier.h"
 #include "kvbm/token_block.h"
 #include "kvbm/token_block_sequence.h"
+#include "kvbm/transfer_costs.h"

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "facade/costs.h"
 #include "facade/onboarding.h"
 #include "facade/pool_tier.h"
 #include "facade/tier.h"
@@ -78,6 +79,7 @@ class KvBlockManagerImpl {
   facade::TierSpecs specs_{};
   std::shared_ptr<FrequencyTracker> tracker_;
   std::shared_ptr<BlockRegistry> registry_;
+  std::shared_ptr<facade::Costs> costs_;  // shared with the engines' wrappers and G4
   TierArray<facade::TierMemory> memory_;  // first: destroyed last
   TierArray<facade::TierEngines> engines_;
   facade::Rows rows_;

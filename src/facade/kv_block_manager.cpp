@@ -75,6 +75,11 @@ void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }
 std::string KvBlockManager::audit() const { return impl_->audit(); }
 KvBlockManagerStats KvBlockManager::stats() const { return facade::collect_stats(*impl_); }
+TransferCosts KvBlockManager::transfer_costs() const { return impl_->costs_->snapshot(); }
+void KvBlockManager::report_prefill(std::size_t tokens,
+                                    std::chrono::nanoseconds duration) noexcept {
+  impl_->costs_->report_prefill(tokens, duration);
+}
 std::optional<RecoverySummary> KvBlockManager::disk_recovery() const {
   return impl_->disk_recovery();
 }
