@@ -22,6 +22,7 @@
 #include "kvbm/kv_block_manager.h"
 #include "kvbm/logging.h"
 #include "kvbm/metrics.h"
+#include "kvbm/onboard_plan.h"
 #include "kvbm/partial_block.h"
 #include "kvbm/sequence_hash.h"
 #include "kvbm/storage/host_access.h"

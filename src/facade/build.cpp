@@ -69,7 +69,8 @@ void KvBlockManagerImpl::build() {
   }
   build_rows();
   recover_disk();
-  onboarding_ = std::make_unique<facade::Onboarding>(rows_, c.metrics_registry);
+  onboarding_ =
+      std::make_unique<facade::Onboarding>(rows_, c.metrics_registry, costs_, c.layout.page_size);
   const facade::TierSpec& g4 = specs_[TierId::kG4];
   logger()->info(
       "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "

@@ -11,7 +11,9 @@
 //   eviction_copier.h   the on-eviction copier
 //   build.cpp           building it all: memory, engines, then the rows bottom-up
 //   onboarding.cpp      onboarding and probing: onboard_plan.cpp its plan (runs per tier),
-//                       onboard_records.cpp a record per position, onboard_state.cpp one onboarding
+//                       onboard_records.cpp a record per position, onboard_state.cpp one
+//                       onboarding, onboard_cut.cpp where it stops loading (load or recompute)
+//   costs.cpp           every copy path's measured cost (timed_engine.h feeds it) and the prefill
 //   lifecycle.cpp       registration, explicit offload, drain, shutdown and audit
 //   kv_block_manager.cpp the public class, forwarding here
 //

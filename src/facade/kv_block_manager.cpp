@@ -64,6 +64,14 @@ TransferHandle KvBlockManager::offload(const std::vector<ImmutableBlock<G1>>& bl
 OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
   return impl_->onboarding_->onboard(hashes);
 }
+OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes,
+                                      const OnboardOptions& options) {
+  return impl_->onboarding_->onboard(hashes, impl_->onboarding_->plan(hashes, options));
+}
+OnboardPlan KvBlockManager::plan_onboard(std::span<const SequenceHash> hashes,
+                                         const OnboardOptions& options) const {
+  return impl_->onboarding_->plan(hashes, options);
+}
 OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const {
   return impl_->onboarding_->probe(hashes);
 }
