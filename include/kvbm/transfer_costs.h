@@ -17,7 +17,10 @@
 //   G2 -> G4             a G4 write batch
 //
 // (G3 -> G2 has no copy today: G3 is read straight into G1 through the
-// bounce buffer, which G3 -> G1 measures.) A path with no batch yet is
+// bounce buffer, which G3 -> G1 measures.) A manager that moves no bytes
+// (move_bytes = false) completes every copy at once and measures none: its
+// paths stay unknown (no cost on the copy path of a metadata replay). A
+// path with no batch yet is
 // unknown: its model says known = false, and the onboarding plan then loads
 // what it holds (kvbm/onboard_plan.h).
 //

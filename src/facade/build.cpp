@@ -63,6 +63,7 @@ void KvBlockManagerImpl::build() {
     const auto& s = specs_[t];
     if (s.present && t != TierId::kG1 && s.storage != StorageKind::kRemote) {
       facade::build_engines(ctx, t, engines_[t]);
+      if (!c.move_bytes) continue;  // nothing to measure: every batch completes at once
       engines_[t].down = facade::timed(engines_[t].down, costs_, s.above, t);
       engines_[t].up = facade::timed(engines_[t].up, costs_, t, TierId::kG1);
     }
