@@ -33,7 +33,7 @@ LAYERS = [
     ("offload", ["offload/"]),
     ("router", ["router/"]),
     ("facade", ["kv_block_manager.h", "kv_block_manager_config.h", "kv_block_manager_stats.h",
-                "admission.h", "facade/"]),
+                "admission.h", "transfer_costs.h", "onboard_plan.h", "facade/"]),
     ("hybrid", ["hybrid/"]),
     ("umbrella", ["kvbm.h"]),
     ("bindings", ["python/"]),

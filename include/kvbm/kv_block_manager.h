@@ -6,7 +6,10 @@
 // on Redis (both need G2; G4 has no pool), the copy engines between them, the
 // offload at each boundary (kWriteThrough, kOnEviction or kNone) and
 // onboarding: onboard(hashes) brings the longest prefix present in any tier
-// into fresh G1 blocks, registered there. docs/offload.md has the tiers, modes,
+// into fresh G1 blocks, registered there; plan_onboard() and onboard(hashes,
+// options) weigh each copy path's measured cost (transfer_costs()) against
+// recomputing, and load only what arrives sooner (kvbm/onboard_plan.h,
+// docs/onboarding.md). docs/offload.md has the tiers, modes,
 // onboarding and options, docs/remote.md G4, docs/scheduler_guide.md the calls
 // in a scheduler (kvbm::admit, kvbm/admission.h, admits a request in one call).
 //
@@ -42,9 +45,11 @@
 #include "kvbm/kv_block_manager_stats.h"
 #include "kvbm/offload/precondition.h"
 #include "kvbm/offload/transfer_handle.h"
+#include "kvbm/onboard_plan.h"
 #include "kvbm/storage/layout.h"
 #include "kvbm/tier.h"
 #include "kvbm/tier_array.h"
+#include "kvbm/transfer_costs.h"
 
 namespace prometheus {
 class Registry;
@@ -134,6 +139,9 @@ class OnboardHandle {
   /// (kUnavailable, kTimeout, kCorrupt, ...), or kNoSpace when blocks found
   /// below G1 had no room in G1 (the prefix ends before them; kDone).
   [[nodiscard]] std::optional<Error> error() const;
+  /// The plan the onboarding followed (onboard(hashes, options)), decided
+  /// before any copy started; nullopt for onboard(hashes). Does not wait.
+  [[nodiscard]] std::optional<OnboardPlan> plan() const;
 
  private:
   void abandon() noexcept;
@@ -215,6 +223,18 @@ class KvBlockManager {
   /// intact ends the prefix (a miss, never served). cancel() does not wait
   /// for a G4 round trip in flight (it waits for copies, as always).
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
+  /// Plans as plan_onboard(hashes, options) does, then onboards the plan's
+  /// cut: its loaded() leading blocks of `hashes` (the G1 hits among them
+  /// held, the rest copied up as above). The handle's plan() is that plan.
+  /// With G4, the plan's round trip is made on the caller's thread.
+  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes,
+                                      const OnboardOptions& options);
+  /// Decides, without taking or copying anything, how much of the prefix
+  /// onboard(hashes, options) would load and how much the caller would
+  /// compute, from what each tier holds now (as probe(): with G4, one round
+  /// trip) and the measured costs (transfer_costs()): kvbm/onboard_plan.h.
+  [[nodiscard]] OnboardPlan plan_onboard(std::span<const SequenceHash> hashes,
+                                         const OnboardOptions& options = {}) const;
   /// What onboard(hashes) would find right now, without taking or copying
   /// anything: the G1 hits, then the blocks below G1 (host / disk) up to the
   /// first block no tier holds, then (with G4) the blocks G4 holds after
@@ -245,6 +265,14 @@ class KvBlockManager {
   /// path and onboarding (kvbm/kv_block_manager_stats.h); its own counters,
   /// read. Waits for an on-eviction copy in progress.
   [[nodiscard]] KvBlockManagerStats stats() const;
+  /// What each copy path costs, as measured so far, and the prefill
+  /// estimate (kvbm/transfer_costs.h); refreshes their gauges.
+  [[nodiscard]] TransferCosts transfer_costs() const;
+  /// The engine reports one prefill batch: `tokens` computed in `duration`
+  /// (on the engine's own measure). Feeds the recompute estimate per token
+  /// that onboarding plans weigh loads against (it replaces
+  /// KvBlockManagerConfig::prefill_tokens_per_second once reported).
+  void report_prefill(std::size_t tokens, std::chrono::nanoseconds duration) noexcept;
   /// What build() recovered from a persistent G3 (disk_persistent); nullopt
   /// otherwise.
   [[nodiscard]] std::optional<RecoverySummary> disk_recovery() const;

@@ -209,6 +209,11 @@ struct KvBlockManagerConfig {
   /// Shorthand for an Env on this clock (kvbm/clock.h); null: env's clock. When
   /// both are set they must name the same clock. After build() it is env's clock.
   std::shared_ptr<Clock> clock;
+  /// The engine's prefill speed, tokens per second (0: unknown until the
+  /// engine calls KvBlockManager::report_prefill()): what recomputing a
+  /// prefix costs, against which onboarding plans weigh loading it
+  /// (kvbm/onboard_plan.h). Reports, once there are any, replace it.
+  double prefill_tokens_per_second = 0;
   /// The tiers, one entry each, in any order (G1 required). When given, the
   /// named tier fields (device, host, disk, disk_*, the modes, policies and
   /// host_to_disk_pipeline, remote, the *_listeners) must stay unset.

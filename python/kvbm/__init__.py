@@ -47,6 +47,7 @@ from ._kvbm import (  # noqa: F401  (the public API)
     MutableBlockG2,
     OffloadMode,
     OnboardCounts,
+    OnboardPlan,
     OnboardHandle,
     RouteDecision,
     TierId,

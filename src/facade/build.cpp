@@ -13,6 +13,7 @@
 
 #include "facade/config.h"
 #include "facade/impl.h"
+#include "facade/timed_engine.h"
 #include "kvbm/logging.h"
 
 namespace kvbm {
@@ -52,6 +53,7 @@ void KvBlockManagerImpl::build() {
     tracker_ = std::make_shared<FrequencyTracker>(std::max<std::size_t>(1024, all_blocks));
   }
   registry_ = BlockRegistry::builder().frequency_tracker(tracker_).build();
+  costs_ = std::make_shared<facade::Costs>(specs_, c);
 
   for (const TierId t : kTierIds) {
     if (specs_[t].present) facade::build_memory(c, specs_[t], memory_[t]);
@@ -61,11 +63,15 @@ void KvBlockManagerImpl::build() {
     const auto& s = specs_[t];
     if (s.present && t != TierId::kG1 && s.storage != StorageKind::kRemote) {
       facade::build_engines(ctx, t, engines_[t]);
+      if (!c.move_bytes) continue;  // nothing to measure: every batch completes at once
+      engines_[t].down = facade::timed(engines_[t].down, costs_, s.above, t);
+      engines_[t].up = facade::timed(engines_[t].up, costs_, t, TierId::kG1);
     }
   }
   build_rows();
   recover_disk();
-  onboarding_ = std::make_unique<facade::Onboarding>(rows_, c.metrics_registry);
+  onboarding_ =
+      std::make_unique<facade::Onboarding>(rows_, c.metrics_registry, costs_, c.layout.page_size);
   const facade::TierSpec& g4 = specs_[TierId::kG4];
   logger()->info(
       "kvbm: G1 {} blocks{}, G2 {} blocks, G3 {} blocks of {} tokens ({} bytes each); "
@@ -89,7 +95,7 @@ void KvBlockManagerImpl::build_rows() {
     if (!spec.present) continue;
     if (spec.storage == StorageKind::kRemote) {
       rows_[*it] = std::make_unique<facade::RemoteTier>(spec, config_, *memory_[spec.above].layout,
-                                                        tracker_);
+                                                        tracker_, costs_);
       continue;
     }
     std::vector<facade::Tier*> below;

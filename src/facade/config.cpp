@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -50,8 +51,8 @@ std::vector<std::string> series_names() {
   return out;
 }
 /// The families only a KvBlockManager adds (unlabelled by pool: one manager per registry).
-constexpr std::array<std::string_view, 2> kManagerFamilies = {"kvbm_onboard_blocks_total",
-                                                              "kvbm_onboard_cancelled_total"};
+constexpr std::array<std::string_view, 3> kManagerFamilies = {
+    "kvbm_onboard_blocks_total", "kvbm_onboard_cancelled_total", "kvbm_prefill_seconds_per_token"};
 
 std::string blocks_of(std::size_t n, std::size_t block_bytes) {
   return std::to_string(n) + (n == 1 ? " block" : " blocks") + " of " +
@@ -394,6 +395,12 @@ void check_engines(const KvBlockManagerConfig& c, std::size_t bb) {
   }
   if (c.cuda_device < 0) {
     config_error("cuda_device", std::to_string(c.cuda_device) + " is not a device; use 0 or more");
+  }
+  if (!std::isfinite(c.prefill_tokens_per_second) || c.prefill_tokens_per_second < 0) {
+    config_error("prefill_tokens_per_second",
+                 std::to_string(c.prefill_tokens_per_second) +
+                     " is not a speed; give the engine's prefill tokens per second, or 0 "
+                     "(unknown until report_prefill())");
   }
 }
 

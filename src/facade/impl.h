@@ -11,7 +11,9 @@
 //   eviction_copier.h   the on-eviction copier
 //   build.cpp           building it all: memory, engines, then the rows bottom-up
 //   onboarding.cpp      onboarding and probing: onboard_plan.cpp its plan (runs per tier),
-//                       onboard_records.cpp a record per position, onboard_state.cpp one onboarding
+//                       onboard_records.cpp a record per position, onboard_state.cpp one
+//                       onboarding, onboard_cut.cpp where it stops loading (load or recompute)
+//   costs.cpp           every copy path's measured cost (timed_engine.h feeds it) and the prefill
 //   lifecycle.cpp       registration, explicit offload, drain, shutdown and audit
 //   kv_block_manager.cpp the public class, forwarding here
 //
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "facade/costs.h"
 #include "facade/onboarding.h"
 #include "facade/pool_tier.h"
 #include "facade/tier.h"
@@ -78,6 +81,7 @@ class KvBlockManagerImpl {
   facade::TierSpecs specs_{};
   std::shared_ptr<FrequencyTracker> tracker_;
   std::shared_ptr<BlockRegistry> registry_;
+  std::shared_ptr<facade::Costs> costs_;  // shared with the engines' wrappers and G4
   TierArray<facade::TierMemory> memory_;  // first: destroyed last
   TierArray<facade::TierEngines> engines_;
   facade::Rows rows_;

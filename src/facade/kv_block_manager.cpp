@@ -64,6 +64,14 @@ TransferHandle KvBlockManager::offload(const std::vector<ImmutableBlock<G1>>& bl
 OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
   return impl_->onboarding_->onboard(hashes);
 }
+OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes,
+                                      const OnboardOptions& options) {
+  return impl_->onboarding_->onboard(hashes, impl_->onboarding_->plan(hashes, options));
+}
+OnboardPlan KvBlockManager::plan_onboard(std::span<const SequenceHash> hashes,
+                                         const OnboardOptions& options) const {
+  return impl_->onboarding_->plan(hashes, options);
+}
 OnboardCounts KvBlockManager::probe(std::span<const SequenceHash> hashes) const {
   return impl_->onboarding_->probe(hashes);
 }
@@ -75,6 +83,11 @@ void KvBlockManager::drain() { impl_->drain(); }
 void KvBlockManager::shutdown() { impl_->shutdown(); }
 std::string KvBlockManager::audit() const { return impl_->audit(); }
 KvBlockManagerStats KvBlockManager::stats() const { return facade::collect_stats(*impl_); }
+TransferCosts KvBlockManager::transfer_costs() const { return impl_->costs_->snapshot(); }
+void KvBlockManager::report_prefill(std::size_t tokens,
+                                    std::chrono::nanoseconds duration) noexcept {
+  impl_->costs_->report_prefill(tokens, duration);
+}
 std::optional<RecoverySummary> KvBlockManager::disk_recovery() const {
   return impl_->disk_recovery();
 }

@@ -432,6 +432,10 @@ std::vector<TierId> OnboardHandle::sources() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::sources on an empty handle");
   return s_->origins();
 }
+std::optional<OnboardPlan> OnboardHandle::plan() const {
+  KVBM_CHECK(s_ != nullptr, "OnboardHandle::plan on an empty handle");
+  return s_->plan;
+}
 std::optional<Error> OnboardHandle::error() const {
   KVBM_CHECK(s_ != nullptr, "OnboardHandle::error on an empty handle");
   return s_->error();

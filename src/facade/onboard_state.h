@@ -42,6 +42,7 @@
 #include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/kv_block_manager.h"
+#include "kvbm/onboard_plan.h"
 #include "kvbm/transfer/transfer_engine.h"
 
 namespace prometheus {
@@ -62,6 +63,9 @@ class OnboardState {
 
   BlockManager<G1>* g1 = nullptr;
   Counters counters;
+  /// The plan that cut the prefix (onboard with options), set before the
+  /// handle is returned; read-only afterwards.
+  std::optional<OnboardPlan> plan;
 
   /// The walk's step, before any of its copies is submitted: its records
   /// (positions from 0), `no_space` of them left out for want of G1 blocks,

@@ -2,6 +2,7 @@
 
 #include "facade/onboarding.h"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <utility>
@@ -11,10 +12,13 @@
 
 namespace kvbm::facade {
 
-Onboarding::Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> metrics)
+Onboarding::Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> metrics,
+                       std::shared_ptr<const Costs> costs, std::uint32_t block_size)
     : rows_(rows),
       g1_(static_cast<PoolTier<G1>&>(*rows[TierId::kG1])),
       planner_(rows),
+      costs_(std::move(costs)),
+      block_size_(block_size),
       series_(std::move(metrics), {}, "KvBlockManager onboarding",
               "give each manager its own registry, or destroy the other manager first") {
   const std::string blocks = "kvbm_onboard_blocks_total";
@@ -37,12 +41,19 @@ Onboarding::Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> m
   if (planner_.remote()) worker_ = std::make_unique<detail::Worker>("remote onboarding stage");
 }
 
-// The walk's step, then (with a remote tier, unless G1 ran out of room) the
-// rest of the prefix goes to the remote stage on the worker.
 OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes) {
+  return start(hashes, std::nullopt);
+}
+
+// The walk's step, then (with a remote tier, unless G1 ran out of room) the
+// rest of the prefix goes to the remote stage on the worker. `plan`: the
+// plan that cut `hashes`, for the handle.
+OnboardHandle Onboarding::start(std::span<const SequenceHash> hashes,
+                                std::optional<OnboardPlan> plan) {
   auto s = std::make_shared<State>();
   s->counters = counters_;
   s->g1 = &g1_.pool();
+  s->plan = std::move(plan);
   OnboardRecords walk = take(hashes, planner_.local(hashes), nullptr);
   const std::size_t no_space = give_targets(walk);
   const std::size_t first = walk.size();
@@ -163,15 +174,42 @@ void Onboarding::remember(const std::shared_ptr<State>& s) {
   });
 }
 
+Plan Onboarding::found(std::span<const SequenceHash> hashes) const {
+  Plan plan = planner_.local(hashes);
+  const std::size_t first = covered(plan);
+  if (planner_.remote() && first < hashes.size()) {
+    for (Run r : planner_.rest(hashes.subspan(first))) {
+      r.first += first;
+      plan.push_back(r);
+    }
+  }
+  return plan;
+}
+
 OnboardCounts Onboarding::probe(std::span<const SequenceHash> hashes) const {
   TierArray<std::size_t> per_tier{};
-  const Plan walk = planner_.local(hashes);
-  for (const Run& r : walk) per_tier[r.tier] += r.count;
-  const std::size_t first = covered(walk);
-  if (planner_.remote() && first < hashes.size()) {
-    for (const Run& r : planner_.rest(hashes.subspan(first))) per_tier[r.tier] += r.count;
-  }
+  for (const Run& r : found(hashes)) per_tier[r.tier] += r.count;
   return OnboardCounts{.found = per_tier};
+}
+
+// The runs found, weighed against the paths up to G1 (G4: its fetch into
+// its landing tier) and the prefill.
+OnboardPlan Onboarding::plan(std::span<const SequenceHash> hashes,
+                             const OnboardOptions& options) const {
+  CutCosts costs;
+  for (const TierId t : kTierIds) {
+    const Tier* row = rows_[t].get();
+    if (row == nullptr || t == TierId::kG1) continue;
+    costs.up[t] = costs_->model(t, row->remote() ? row->spec().above : TierId::kG1);
+  }
+  costs.prefill = costs_->prefill();
+  costs.block_size = block_size_;
+  return choose_cut(found(hashes), hashes.size(), costs, options);
+}
+
+OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes, OnboardPlan plan) {
+  const std::size_t cut = std::min(plan.loaded(), hashes.size());
+  return start(hashes.first(cut), std::move(plan));
 }
 
 std::vector<std::optional<TierId>> Onboarding::locate(std::span<const SequenceHash> hashes) const {

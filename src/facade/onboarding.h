@@ -18,8 +18,10 @@
 //                are copied up from there like that tier's own blocks.
 //
 // probe() counts the same plans without taking anything; locate() answers
-// every position, past misses too. The counters (kvbm_onboard_blocks_total
-// by tier, kvbm_onboard_cancelled_total) are made once here.
+// every position, past misses too. plan() weighs the plan against the
+// measured costs (facade/costs.h) and chooses where to stop loading
+// (facade/onboard_cut.h); onboard() with a plan onboards up to its cut. The counters
+// (kvbm_onboard_blocks_total by tier, kvbm_onboard_cancelled_total) are made once here.
 //
 // Lifetime: the rows outlive the Onboarding; wait_all() then stop() before
 // they go (shutdown does).
@@ -33,6 +35,8 @@
 #include <span>
 #include <vector>
 
+#include "facade/costs.h"
+#include "facade/onboard_cut.h"
 #include "facade/onboard_plan.h"
 #include "facade/onboard_records.h"
 #include "facade/onboard_state.h"
@@ -53,7 +57,9 @@ namespace kvbm::facade {
 class Onboarding {
  public:
   /// `rows`: every present tier (G1 among them), fastest first.
-  Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> metrics);
+  /// `costs`: what plan() weighs; `block_size`: tokens per block.
+  Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> metrics,
+             std::shared_ptr<const Costs> costs, std::uint32_t block_size);
   /// Takes the onboarding series out of the (possibly shared) registry; call
   /// wait_all() and stop() first (no onboarding touches a counter afterwards).
   ~Onboarding() = default;
@@ -62,6 +68,12 @@ class Onboarding {
 
   /// See KvBlockManager::onboard.
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
+  /// Onboards up to `plan`'s cut (its loaded() blocks of `hashes`); the
+  /// handle's plan() returns it.
+  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes, OnboardPlan plan);
+  /// See KvBlockManager::plan_onboard.
+  [[nodiscard]] OnboardPlan plan(std::span<const SequenceHash> hashes,
+                                 const OnboardOptions& options) const;
   /// See KvBlockManager::probe.
   [[nodiscard]] OnboardCounts probe(std::span<const SequenceHash> hashes) const;
   /// See KvBlockManager::locate.
@@ -87,6 +99,9 @@ class Onboarding {
   // The copies of `records`, whose first is at position `first`.
   static Copies copies_of(const OnboardRecords& records, std::size_t first);
 
+  OnboardHandle start(std::span<const SequenceHash> hashes, std::optional<OnboardPlan> plan);
+  // The prefix found: the walk, then (with a remote tier) the rest's plan after it.
+  Plan found(std::span<const SequenceHash> hashes) const;
   OnboardRecords take(std::span<const SequenceHash> hashes, const Plan& plan,
                       std::optional<Error>* error);
   std::size_t give_targets(OnboardRecords& records);
@@ -98,6 +113,8 @@ class Onboarding {
   const Rows& rows_;
   PoolTier<G1>& g1_;
   Planner planner_;
+  std::shared_ptr<const Costs> costs_;
+  std::uint32_t block_size_;
   detail::SeriesSet series_;  // the onboarding series; removed with the Onboarding
   State::Counters counters_;  // in series_
   detail::Mutex inflight_mu_;

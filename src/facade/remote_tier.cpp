@@ -41,8 +41,10 @@ RemoteStoreOptions store_options(const KvBlockManagerConfig& c, const RemoteTier
 }  // namespace
 
 RemoteTier::RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, const Layout& above,
-                       std::shared_ptr<FrequencyTracker> tracker)
-    : Tier(spec), store_(RemoteStore::create(store_options(c, *spec.remote))) {
+                       std::shared_ptr<FrequencyTracker> tracker, std::shared_ptr<Costs> costs)
+    : Tier(spec),
+      store_(RemoteStore::create(store_options(c, *spec.remote))),
+      costs_(std::move(costs)) {
   std::vector<std::shared_ptr<OffloadPolicy>> policies;
   if (spec.policy->min_frequency > 0) {
     policies.push_back(
@@ -57,7 +59,11 @@ RemoteTier::RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, cons
       RemoteWriter::Options{
           spec.remote->staging_blocks, spec.remote->max_batch_blocks,
           copy_path_name(spec.above, spec.id) + (on_eviction ? "_on_eviction" : ""),
-          *spec.listeners},
+          *spec.listeners,
+          [costs = costs_, from = spec.above, to = spec.id](std::size_t n, Clock::duration took) {
+            costs->record(from, to, n, took);
+          },
+          c.clock},
       std::move(policies), c.metrics_registry);
   if (on_eviction) listener_ = std::make_shared<RemoteEvictionListener>(writer_);
 }
@@ -87,7 +93,9 @@ Taken RemoteTier::take(std::span<const SequenceHash> run, Tier* landing,
   // One GET per block, pipelined; each lands in its block only if verified.
   std::vector<RemoteGet> gets(n);
   for (std::size_t i = 0; i < n; ++i) gets[i] = {run[i].value(), 0, room.bytes[i]};
+  const Clock::time_point start = costs_->clock().now();
   const std::vector<RemoteStatus> status = store_->get(gets);
+  costs_->record(id(), landing->id(), n, costs_->clock().now() - start);
   std::size_t verified = 0;
   while (verified < n && status[verified] == RemoteStatus::kOk) ++verified;
   if (verified < n && error != nullptr) {

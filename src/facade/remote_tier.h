@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "facade/boundary.h"
+#include "facade/costs.h"
 #include "facade/tier.h"
 #include "kvbm/block_manager.h"
 #include "kvbm/frequency_tracker.h"
@@ -87,8 +88,9 @@ class RemoteTier final : public Tier {
  public:
   /// Connects nothing yet (the store's workers connect on first use); throws
   /// UsageError on a bad URL. `above` lays out the tier above (allocated).
+  /// `costs` learns what G4 fetches and writes cost (facade/costs.h).
   RemoteTier(const TierSpec& spec, const KvBlockManagerConfig& c, const Layout& above,
-             std::shared_ptr<FrequencyTracker> tracker);
+             std::shared_ptr<FrequencyTracker> tracker, std::shared_ptr<Costs> costs);
   ~RemoteTier() override;
 
   /// What the row above is built with: the on-eviction listener and the boundary.
@@ -112,6 +114,7 @@ class RemoteTier final : public Tier {
   std::shared_ptr<RemoteStore> store_;
   std::shared_ptr<RemoteWriter> writer_;
   std::shared_ptr<PoolListener> listener_;
+  std::shared_ptr<Costs> costs_;
 };
 
 }  // namespace kvbm::facade

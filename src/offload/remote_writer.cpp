@@ -14,6 +14,15 @@
 #include "kvbm/offload/remote_presence_policy.h"
 
 namespace kvbm {
+namespace {
+
+// The clock write batches are timed on.
+const Clock* clock_of(const RemoteWriter::Options& o) {
+  static const std::shared_ptr<Clock> steady = Clock::steady();
+  return o.clock ? o.clock.get() : steady.get();
+}
+
+}  // namespace
 
 RemoteWriter::RemoteWriter(std::shared_ptr<RemoteStore> store, const Layout& source,
                            Options options, std::vector<std::shared_ptr<OffloadPolicy>> policies,
@@ -175,7 +184,10 @@ void RemoteWriter::write(std::vector<Item>& batch) {
   for (std::size_t k = 0; k < puts.size(); ++k) puts[k].regions = {&regions[k], 1};
   if (!puts.empty()) {
     metrics_->add_batch();
+    const Clock* clock = options_.on_put ? clock_of(options_) : nullptr;
+    const Clock::time_point start = clock != nullptr ? clock->now() : Clock::time_point{};
     const std::vector<RemoteStatus> status = store_->put(puts);
+    if (clock != nullptr) options_.on_put(puts.size(), clock->now() - start);
     std::size_t ok = 0;
     for (std::size_t k = 0; k < status.size(); ++k) {
       if (status[k] != RemoteStatus::kOk) continue;

@@ -132,6 +132,13 @@ void bind_hybrid_kv_block_manager(nb::module_& m);
 /// bytes_read, elapsed_s), or None (stats.cpp).
 [[nodiscard]] nb::object recovery_dict(const std::optional<RecoverySummary>& r);
 void bind_event_methods(nb::class_<Manager>& cls);
+/// OnboardPlan (onboard_plan.cpp).
+void bind_onboard_plan(nb::module_& m);
+/// KvBlockManager.transfer_costs() as a dict (onboard_plan.cpp).
+[[nodiscard]] nb::dict transfer_costs_dict(const TransferCosts& c);
+/// The options of onboard / plan_onboard: mode by name, deadline in seconds.
+[[nodiscard]] OnboardOptions onboard_options(const std::string& mode,
+                                             std::optional<double> deadline_s);
 /// A KvEventPublisher whose batches `collector` keeps for take_events() and, given a
 /// ZeroMQ PUB endpoint, also publishes there (events.cpp).
 struct EventTap {

@@ -161,6 +161,9 @@ void bind_onboard_handle(nb::module_& m) {
       .def("counts", &OnboardHandle::counts, nb::call_guard<nb::gil_scoped_release>())
       .def("sources", &OnboardHandle::sources, nb::call_guard<nb::gil_scoped_release>(),
            "Waits, then returns the tier each block came from.")
+      .def_prop_ro("plan", &OnboardHandle::plan,
+                   "The OnboardPlan it followed (onboard with mode=), decided before any copy; "
+                   "None for a plain onboard.")
       .def(
           "error",
           [](const OnboardHandle& h) {

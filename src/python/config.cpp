@@ -183,7 +183,9 @@ void bind_manager_config(nb::module_& m) {
       .def_rw("disk_workers", &C::disk_workers)
       .def_rw("disk_queue_depth", &C::disk_queue_depth)
       .def_rw("disk_io_engine", &C::disk_io_engine, "AUTO: the measured faster (the thread pool)")
-      .def_rw("cuda_device", &C::cuda_device);
+      .def_rw("cuda_device", &C::cuda_device)
+      .def_rw("prefill_tokens_per_second", &C::prefill_tokens_per_second,
+              "the engine's prefill speed (0: unknown until report_prefill)");
 }
 }  // namespace
 

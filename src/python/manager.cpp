@@ -206,15 +206,61 @@ void bind_block_methods(nb::class_<Manager>& cls) {
 void bind_onboard_methods(nb::class_<Manager>& cls) {
   cls.def(
          "onboard",
-         [](Manager& m, nb::handle h, bool chained) {
+         [](Manager& m, nb::handle h, bool chained, std::optional<std::string> mode,
+            std::optional<double> deadline_s) {
            const auto lease = m.lease();
            KvBlockManager& kv = *lease;
            const auto hashes = hashes_of(h, chained, "onboard: hashes");
+           if (!mode && !deadline_s) {
+             nb::gil_scoped_release release;
+             return kv.onboard(hashes);
+           }
+           const OnboardOptions o = onboard_options(mode.value_or("auto"), deadline_s);
            nb::gil_scoped_release release;
-           return kv.onboard(hashes);
+           return kv.onboard(hashes, o);
          },
-         "hashes"_a, "chained"_a = true,
-         "Starts bringing the longest prefix held in any tier into G1; returns an OnboardHandle.")
+         "hashes"_a, "chained"_a = true, "mode"_a = nb::none(), "deadline"_a = nb::none(),
+         "Starts bringing the longest prefix held in any tier into G1; returns an OnboardHandle. "
+         "With mode ('auto', 'load_all', 'recompute_all') or deadline (seconds; mode then "
+         "defaults to 'auto'), only the plan's cut is loaded and handle.plan says what it was.")
+      .def(
+          "plan_onboard",
+          [](const Manager& m, nb::handle h, bool chained, const std::string& mode,
+             std::optional<double> deadline_s) {
+            const auto lease = m.lease();
+            KvBlockManager& kv = *lease;
+            const auto hashes = hashes_of(h, chained, "plan_onboard: hashes");
+            const OnboardOptions o = onboard_options(mode, deadline_s);
+            nb::gil_scoped_release release;  // G4: one round trip
+            return kv.plan_onboard(hashes, o);
+          },
+          "hashes"_a, "chained"_a = true, "mode"_a = "auto", "deadline"_a = nb::none(),
+          "The OnboardPlan onboard(hashes, mode=, deadline=) would follow now; takes and "
+          "copies nothing.")
+      .def(
+          "transfer_costs",
+          [](const Manager& m) {
+            const auto lease = m.lease();
+            const KvBlockManager& kv = *lease;
+            TransferCosts c;
+            {
+              nb::gil_scoped_release release;
+              c = kv.transfer_costs();
+            }
+            return transfer_costs_dict(c);
+          },
+          "What each copy path costs as measured, and the prefill estimate, as a dict.")
+      .def(
+          "report_prefill",
+          [](Manager& m, std::size_t tokens, double seconds) {
+            const auto lease = m.lease();
+            KVBM_CHECK(seconds >= 0, "report_prefill: ", seconds, " s is negative");
+            lease->report_prefill(tokens, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::duration<double>(seconds)));
+          },
+          "tokens"_a, "seconds"_a,
+          "The engine computed `tokens` tokens of prefill in `seconds`: feeds the recompute "
+          "estimate onboarding plans weigh loads against.")
       .def(
           "probe",
           [](const Manager& m, nb::handle h, bool chained) {

@@ -17,6 +17,7 @@ NB_MODULE(_kvbm, m) {
   kvbm::python::bind_hashing(m);
   kvbm::python::bind_config(m);
   kvbm::python::bind_blocks(m);
+  kvbm::python::bind_onboard_plan(m);
   kvbm::python::bind_events(m);
   kvbm::python::bind_router(m);
   kvbm::python::bind_manager(m);

@@ -186,6 +186,59 @@ TEST_P(RemoteTierLayouts, AnotherInstanceOnboardsTheOffloadedPrefixEveryByte) {
   expect_balanced(*b);
 }
 
+// G2 -> G4 writes and G4 -> G2 fetches are measured (kvbm/transfer_costs.h);
+// a plan with G4 asks it in one round trip and takes nothing; recompute_all
+// fetches nothing from G4.
+TEST(RemoteTier, G4WritesAndFetchesAreMeasuredAndPlanned) {
+  KVBM_NEED_REDIS();
+  RedisServer server;
+  const auto hashes = prefix(41, 8);
+  const auto other = prefix(42, 4);
+  auto a = KvBlockManager::build(remote_config(server.url()));
+  compute(*a, hashes);
+  compute(*a, other);
+  a->drain();
+  const TransferCosts ca = a->transfer_costs();
+  ASSERT_NE(ca.path(TierId::kG2, TierId::kG4), nullptr);
+  EXPECT_TRUE(ca.path(TierId::kG2, TierId::kG4)->model.known);
+  ASSERT_EQ(ca.path(TierId::kG2, TierId::kG4)->sizes.size(), 1u);
+  EXPECT_GE(ca.path(TierId::kG2, TierId::kG4)->sizes[0].recorded, 1u);
+  ASSERT_NE(ca.path(TierId::kG4, TierId::kG2), nullptr);
+  EXPECT_FALSE(ca.path(TierId::kG4, TierId::kG2)->model.known);
+
+  auto b = KvBlockManager::build(remote_config(server.url()));
+  const PoolCounts before = b->host()->pool_counts();
+  const OnboardPlan plan = b->plan_onboard(hashes);
+  EXPECT_EQ(b->host()->pool_counts().in_use, before.in_use);
+  EXPECT_EQ(b->host()->pool_counts().inactive, before.inactive);
+  EXPECT_EQ(b->stats().store(TierId::kG4)->hits, 0u);  // asked, not fetched
+  EXPECT_EQ(plan.found[TierId::kG4], 8u);
+  EXPECT_EQ(plan.load[TierId::kG4], 8u);  // G4 -> G2 not measured yet: auto loads
+  EXPECT_FALSE(plan.estimates_known);
+  {
+    OnboardHandle h = b->onboard(hashes, OnboardOptions{});
+    ASSERT_EQ(h.wait(), TransferStatus::kDone) << h.error();
+    EXPECT_EQ(h.counts().from(TierId::kG4), 8u);
+    EXPECT_EQ(h.plan()->load[TierId::kG4], 8u);
+  }
+  const TransferCosts cb = b->transfer_costs();
+  EXPECT_TRUE(cb.path(TierId::kG4, TierId::kG2)->model.known);
+  EXPECT_EQ(cb.path(TierId::kG4, TierId::kG2)->sizes[0].recorded, 1u);
+  EXPECT_TRUE(cb.path(TierId::kG2, TierId::kG1)->model.known);
+  {
+    OnboardOptions o;
+    o.mode = OnboardMode::kRecomputeAll;
+    OnboardHandle h = b->onboard(other, o);
+    ASSERT_EQ(h.wait(), TransferStatus::kDone);
+    EXPECT_EQ(h.counts().total(), 0u);
+    EXPECT_EQ(h.plan()->found[TierId::kG4], 4u);
+  }
+  EXPECT_EQ(b->stats().store(TierId::kG4)->hits, 8u);
+  b->drain();
+  expect_balanced(*a);
+  expect_balanced(*b);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothLayouts, RemoteTierLayouts,
                          ::testing::Values(LayoutKind::kLayerSeparated,
                                            LayoutKind::kFullyContiguous),

@@ -39,12 +39,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "kvbm/clock.h"
 #include "kvbm/detail/mutex.h"
 #include "kvbm/detail/worker.h"
 #include "kvbm/offload/offload_metrics.h"
@@ -70,6 +72,11 @@ class RemoteWriter {
     std::string name = copy_path_name(TierId::kG2, TierId::kG4);  ///< the pipeline label
     /// Told what reached the store (step 3 of the file comment).
     std::vector<std::shared_ptr<PoolListener>> listeners;
+    /// Told, on the worker, how long each write batch (step 2) took and how
+    /// many blocks it wrote, timed on `clock` (null: the steady clock); the
+    /// facade's G2 -> G4 cost (kvbm/transfer_costs.h). Must not throw.
+    std::function<void(std::size_t blocks, Clock::duration took)> on_put;
+    std::shared_ptr<Clock> clock;
   };
   /// One block to take: where it is in the source layout, and its hash.
   struct Source {
