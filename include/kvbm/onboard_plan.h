@@ -27,8 +27,10 @@
 // Modes: kAuto (the above), kLoadAll (every block found, whatever it costs:
 // onboard(hashes) without options), kRecomputeAll (no copy: only the G1 hits
 // at the head of the prefix, which cost nothing, are handed back). The
-// deadline is a budget for loads, from the call; enforcing it while copies
-// run (abandoning late blocks) comes later (docs/onboarding.md).
+// deadline is a budget for loads, from the call: the plan takes only cuts
+// whose loads fit it, and onboard(hashes, options) holds it while copies run
+// (the handle is cut at the call's time + deadline: what arrived is the
+// prefix, the rest is abandoned; kvbm/kv_block_manager.h, OnboardHandle).
 //
 // Thread-safety: plain values.
 

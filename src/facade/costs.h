@@ -43,6 +43,8 @@ class Costs {
   Costs& operator=(const Costs&) = delete;
 
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+  /// The same clock, for what may outlive the manager (an onboarding's deadline).
+  [[nodiscard]] const std::shared_ptr<Clock>& shared_clock() const noexcept { return clock_; }
   /// True when the tiers make copies from `from` to `to`.
   [[nodiscard]] bool has(TierId from, TierId to) const noexcept { return at(from, to) != nullptr; }
   /// Records one batch of `blocks` on path `from` -> `to` (ignored when absent).

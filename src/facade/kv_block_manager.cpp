@@ -66,7 +66,8 @@ OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes) {
 }
 OnboardHandle KvBlockManager::onboard(std::span<const SequenceHash> hashes,
                                       const OnboardOptions& options) {
-  return impl_->onboarding_->onboard(hashes, impl_->onboarding_->plan(hashes, options));
+  const Clock::time_point asked = impl_->config_.clock->now();  // the deadline counts from here
+  return impl_->onboarding_->onboard(hashes, impl_->onboarding_->plan(hashes, options), asked);
 }
 OnboardPlan KvBlockManager::plan_onboard(std::span<const SequenceHash> hashes,
                                          const OnboardOptions& options) const {

@@ -42,18 +42,20 @@ Onboarding::Onboarding(const Rows& rows, std::shared_ptr<prometheus::Registry> m
 }
 
 OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes) {
-  return start(hashes, std::nullopt);
+  return start(hashes, std::nullopt, std::nullopt);
 }
 
 // The walk's step, then (with a remote tier, unless G1 ran out of room) the
 // rest of the prefix goes to the remote stage on the worker. `plan`: the
 // plan that cut `hashes`, for the handle.
 OnboardHandle Onboarding::start(std::span<const SequenceHash> hashes,
-                                std::optional<OnboardPlan> plan) {
+                                std::optional<OnboardPlan> plan,
+                                std::optional<Clock::time_point> deadline) {
   auto s = std::make_shared<State>();
   s->counters = counters_;
   s->g1 = &g1_.pool();
   s->plan = std::move(plan);
+  if (deadline) s->set_deadline(costs_->shared_clock(), *deadline);
   OnboardRecords walk = take(hashes, planner_.local(hashes), nullptr);
   const std::size_t no_space = give_targets(walk);
   const std::size_t first = walk.size();
@@ -207,9 +209,12 @@ OnboardPlan Onboarding::plan(std::span<const SequenceHash> hashes,
   return choose_cut(found(hashes), hashes.size(), costs, options);
 }
 
-OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes, OnboardPlan plan) {
+OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes, OnboardPlan plan,
+                                  Clock::time_point asked) {
   const std::size_t cut = std::min(plan.loaded(), hashes.size());
-  return start(hashes.first(cut), std::move(plan));
+  std::optional<Clock::time_point> deadline;
+  if (plan.deadline) deadline = asked + *plan.deadline;
+  return start(hashes.first(cut), std::move(plan), deadline);
 }
 
 std::vector<std::optional<TierId>> Onboarding::locate(std::span<const SequenceHash> hashes) const {

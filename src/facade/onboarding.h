@@ -69,8 +69,10 @@ class Onboarding {
   /// See KvBlockManager::onboard.
   [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes);
   /// Onboards up to `plan`'s cut (its loaded() blocks of `hashes`); the
-  /// handle's plan() returns it.
-  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes, OnboardPlan plan);
+  /// handle's plan() returns it. With plan.deadline, the onboarding is cut
+  /// (facade/onboard_state.h) at `asked` + that deadline on the costs' clock.
+  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes, OnboardPlan plan,
+                                      Clock::time_point asked);
   /// See KvBlockManager::plan_onboard.
   [[nodiscard]] OnboardPlan plan(std::span<const SequenceHash> hashes,
                                  const OnboardOptions& options) const;
@@ -99,7 +101,8 @@ class Onboarding {
   // The copies of `records`, whose first is at position `first`.
   static Copies copies_of(const OnboardRecords& records, std::size_t first);
 
-  OnboardHandle start(std::span<const SequenceHash> hashes, std::optional<OnboardPlan> plan);
+  OnboardHandle start(std::span<const SequenceHash> hashes, std::optional<OnboardPlan> plan,
+                      std::optional<Clock::time_point> deadline);
   // The prefix found: the walk, then (with a remote tier) the rest's plan after it.
   Plan found(std::span<const SequenceHash> hashes) const;
   OnboardRecords take(std::span<const SequenceHash> hashes, const Plan& plan,

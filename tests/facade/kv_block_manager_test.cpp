@@ -366,8 +366,10 @@ TEST(KvBlockManagerTest, CancelledOnboardReleasesEverything) {
 
 // Blocks 0..3 of `hashes` in G2 (and G3), blocks 4..7 in G3 only, nothing in G1.
 std::unique_ptr<KvBlockManager> g2_then_g3(const std::filesystem::path& dir,
-                                           const std::vector<SequenceHash>& hashes) {
+                                           const std::vector<SequenceHash>& hashes,
+                                           std::shared_ptr<Clock> clock = nullptr) {
   auto c = config(16, 16, 16, dir);
+  c.clock = std::move(clock);
   c.disk_io_engine = DiskIoEngine::kThreadPool;  // test::ReadGate holds its preads
   auto kv = KvBlockManager::build(c);
   compute(*kv, hashes);
@@ -419,6 +421,54 @@ TEST(KvBlockManagerTest, TakeArrivedHandsBackWhatArrivedAndQuarantinesTheRest) {
     EXPECT_FALSE(test::present(kv->device(), {hashes[i]})[0]) << "abandoned block " << i;
   }
   EXPECT_EQ(kv->probe(hashes).from(TierId::kG3), 4u) << "G3 still holds the abandoned part";
+  blocks.clear();
+  kv->shutdown();
+  expect_clean(*kv);
+}
+
+// A deadline on the manager's (manual) clock: a wait blocks until the clock
+// reaches it, then the onboarding ends with what arrived (the G2 part), the G3
+// part abandoned, error kTimeout; status() asked after the deadline cuts too.
+TEST(KvBlockManagerTest, ADeadlineHandsBackWhatArrivedByThen) {
+  TempDir dir;
+  const auto hashes = chain(8, 33);
+  auto clock = std::make_shared<ManualClock>();
+  auto kv = g2_then_g3(dir.path(), hashes, clock);
+  test::ReadGate gate;
+  const OnboardOptions load_all{.mode = OnboardMode::kLoadAll,
+                                .deadline = std::chrono::milliseconds(30)};
+  auto h = kv->onboard(hashes, load_all);
+  ASSERT_TRUE(test::eventually([&] { return test::ReadGate::reads() > 0 && h.arrived() == 4; }));
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    EXPECT_EQ(h.wait(), TransferStatus::kDone);
+    returned = true;
+  });
+  ASSERT_TRUE(test::eventually([&] { return clock->waiters() > 0; }));
+  clock->advance(std::chrono::milliseconds(29));
+  EXPECT_EQ(h.status(), TransferStatus::kTransferring) << "cut before its deadline";
+  EXPECT_FALSE(returned.load());
+  clock->advance(std::chrono::milliseconds(1));
+  waiter.join();
+  ASSERT_TRUE(h.error().has_value());
+  EXPECT_EQ(h.error()->kind, ErrorKind::kTimeout) << h.error();
+  EXPECT_EQ(h.counts().abandoned, 4u);
+  auto blocks = h.take_blocks();
+  ASSERT_EQ(blocks.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(read_block(kv->device_layout(), blocks[i].block_id()),
+              pattern(hashes[i], kv->block_bytes()));
+  }
+  // A second onboarding, never waited on: status() after its deadline cuts it.
+  auto late = kv->onboard(hashes, load_all);
+  clock->advance(std::chrono::milliseconds(31));
+  EXPECT_EQ(late.status(), TransferStatus::kDone);
+  EXPECT_EQ(late.take_blocks().size(), 4u) << "the G2 part, from G1 now";
+  test::ReadGate::open();
+  kv->drain();
+  for (std::size_t i = 4; i < 8; ++i) {
+    EXPECT_FALSE(test::present(kv->device(), {hashes[i]})[0]) << "abandoned block " << i;
+  }
   blocks.clear();
   kv->shutdown();
   expect_clean(*kv);
