@@ -1,7 +1,9 @@
 // kvbm/onboard_plan.h: load or recompute, decided per onboarding before any copy starts.
 //
 // KvBlockManager::plan_onboard(hashes, options) looks where each block of the
-// prefix is (the walk onboard() makes; with G4, its round trip) and, from
+// prefix is (the walk onboard() makes; with G4, its round trip, which with a
+// deadline is asked off the caller's thread and waited for only until the
+// deadline: a G4 that has not answered by then counts as holding nothing) and, from
 // the measured costs (kvbm/transfer_costs.h), decides the cut: the leading
 // part of the prefix to load, the rest to compute. It takes and copies
 // nothing. onboard(hashes, options) makes the same plan and onboards up to

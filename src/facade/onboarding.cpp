@@ -3,7 +3,9 @@
 #include "facade/onboarding.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -206,7 +208,47 @@ OnboardPlan Onboarding::plan(std::span<const SequenceHash> hashes,
   }
   costs.prefill = costs_->prefill();
   costs.block_size = block_size_;
-  return choose_cut(found(hashes), hashes.size(), costs, options);
+  if (!options.deadline || !planner_.remote()) {
+    return choose_cut(found(hashes), hashes.size(), costs, options);
+  }
+  return choose_cut(found_by(hashes, costs_->clock().now() + *options.deadline), hashes.size(),
+                    costs, options);
+}
+
+// found(), but the remote tier is asked on the worker and waited for only
+// until `until` (on the costs' clock): a G4 that has not answered by then
+// counts as holding nothing, so a stalled server cannot hold the caller past
+// its deadline. Its late answer is dropped.
+Plan Onboarding::found_by(std::span<const SequenceHash> hashes, Clock::time_point until) const {
+  Plan plan = planner_.local(hashes);
+  const std::size_t first = covered(plan);
+  if (first == hashes.size()) return plan;
+  struct Answer {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Plan> runs;
+  };
+  auto answer = std::make_shared<Answer>();
+  Clock& clock = costs_->clock();
+  const Clock::Subscription woken = clock.subscribe(answer->mu, answer->cv);
+  std::vector<SequenceHash> rest(hashes.begin() + static_cast<std::ptrdiff_t>(first), hashes.end());
+  const bool posted = worker_->post([this, answer, rest = std::move(rest)] {
+    Plan runs = planner_.rest(rest);
+    {
+      const std::lock_guard lock(answer->mu);
+      answer->runs = std::move(runs);
+    }
+    answer->cv.notify_all();
+  });
+  if (!posted) return plan;
+  std::unique_lock lock(answer->mu);
+  while (!answer->runs && clock.now() < until) clock.wait_until(lock, answer->cv, until);
+  if (!answer->runs) return plan;
+  for (Run r : *answer->runs) {
+    r.first += first;
+    plan.push_back(r);
+  }
+  return plan;
 }
 
 OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes, OnboardPlan plan,

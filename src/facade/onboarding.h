@@ -101,6 +101,8 @@ class Onboarding {
   // The copies of `records`, whose first is at position `first`.
   static Copies copies_of(const OnboardRecords& records, std::size_t first);
 
+  // found() with the remote tier's answer waited for only until `until`.
+  [[nodiscard]] Plan found_by(std::span<const SequenceHash> hashes, Clock::time_point until) const;
   OnboardHandle start(std::span<const SequenceHash> hashes, std::optional<OnboardPlan> plan,
                       std::optional<Clock::time_point> deadline);
   // The prefix found: the walk, then (with a remote tier) the rest's plan after it.

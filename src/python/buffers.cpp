@@ -22,9 +22,11 @@
 #include <algorithm>
 #include <cstring>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvbm/config.h"
@@ -232,11 +234,14 @@ std::size_t copy_out_held(KvBlockManager& kv, BlockManager<T>& pool,
   return held.size();
 }
 
-std::size_t load(Manager& m, nb::handle values, nb::handle dst, nb::handle rows_arg, bool chained) {
+std::size_t load(Manager& m, nb::handle values, nb::handle dst, nb::handle rows_arg, bool chained,
+                 std::optional<std::string> mode, std::optional<double> deadline_s) {
   const auto lease = m.lease();
   KvBlockManager& kv = *lease;
   const auto hashes = hashes_of(values, chained, "load: hashes");
   const Rows rows = rows_of(dst, rows_arg, kv.block_bytes(), hashes.size(), Access::kWrite, "load");
+  std::optional<OnboardOptions> options;
+  if (mode || deadline_s) options = onboard_options(mode.value_or("auto"), deadline_s);
   (void)layout_of<G1>(kv);  // checks that the manager holds bytes
   nb::gil_scoped_release release;
   std::vector<Region> scratch;
@@ -251,7 +256,8 @@ std::size_t load(Manager& m, nb::handle values, nb::handle dst, nb::handle rows_
   if (n == hashes.size()) return n;
   const std::vector<SequenceHash> rest(hashes.begin() + static_cast<std::ptrdiff_t>(n),
                                        hashes.end());
-  OnboardHandle h = kv.onboard(rest);
+  // With a deadline, take_blocks() returns by it: what arrived, the rest abandoned.
+  OnboardHandle h = options ? kv.onboard(rest, *options) : kv.onboard(rest);
   std::vector<ImmutableBlock<G1>> blocks = h.take_blocks();
   const Layout& layout = layout_of<G1>(kv);
   const bool device = !host_accessible<G1>(kv);
@@ -289,10 +295,14 @@ void bind_buffers(nb::class_<Manager>& cls) {
           "as fit), copied and registered, and go down to G3/G4 as the config says. Returns how "
           "many of the hashes the tier now holds. Hashes are flat by default (engine keys).");
   cls.def("load", &load, "hashes"_a, "dst"_a, "rows"_a = nb::none(), "chained"_a = false,
+          "mode"_a = nb::none(), "deadline"_a = nb::none(),
           "Onboards the longest prefix of `hashes` held in any tier (every block read from G3 or "
           "G4 verified), copies block i into row i of dst (or rows[i]; or the i-th buffer of a "
           "list) and returns the prefix's length: a block that fails its check ends the prefix, "
-          "and is never copied. `dst` is written in place: C-contiguous, writable, host memory.");
+          "and is never copied. `dst` is written in place: C-contiguous, writable, host memory. "
+          "What G1 and G2 hold is copied out directly; for the rest, mode ('auto', 'load_all', "
+          "'recompute_all') and deadline (seconds) act as in onboard(): by the deadline, load "
+          "returns with what arrived, and the caller computes the rest.");
   cls.def(
       "block_address",
       [](Manager& m, const ImmutableBlock<G1>& b) {

@@ -563,3 +563,30 @@ def test_take_arrived_hands_back_the_local_part_while_g4_is_silent(tmp_path):
             kvbm.release(blocks)
             kv.drain()
             assert kv.audit() == ""
+
+
+def test_load_with_a_deadline_returns_by_it_while_g4_is_silent(tmp_path):
+    """load(deadline=) copies out what G2 holds and gives the silent G4 until the deadline, not
+    its 5 s command timeout: the plan's question to G4 and the onboarding both end by it."""
+    from silent_peers import accepts_never_answers
+
+    with accepts_never_answers() as port:
+        cfg = small_config(tmp_path, disk=0)
+        cfg.remote.urls = [f"redis://127.0.0.1:{port}"]
+        cfg.remote.model = "tests-model"
+        cfg.remote.command_timeout_ms = 5000
+        cfg.host_to_remote = kvbm.OffloadMode.NONE
+        with kvbm.KvBlockManager(cfg) as kv:
+            h = chain(8, seed=22)
+            src = pages(4, kv.block_bytes, 22)
+            assert kv.store(h[:4], src, chained=True) == 4
+            out = np.zeros((8, kv.block_bytes), np.uint8)
+            start = time.monotonic()
+            n = kv.load(h, out, chained=True, deadline=0.2)
+            took = time.monotonic() - start
+            assert n == 4 and took < 2.5, (n, took)
+            assert np.array_equal(out[:4], src)
+            with pytest.raises(kvbm.UsageError, match="negative"):
+                kv.load(h, out, chained=True, deadline=-1)
+            kv.drain()
+            assert kv.audit() == ""
