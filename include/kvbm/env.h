@@ -54,12 +54,13 @@ class Env {
 
   /// Returns the process-wide standard Env: the steady clock, the syscalls in force.
   [[nodiscard]] static const std::shared_ptr<Env>& standard() {
-    static const std::shared_ptr<Env> env = std::make_shared<Env>();
-    return env;
+    static const std::shared_ptr<Env> kStandard = std::make_shared<Env>();
+    return kStandard;
   }
   /// Returns `env`, or standard() when it is null.
   [[nodiscard]] static std::shared_ptr<Env> or_standard(std::shared_ptr<Env> env) {
-    return env ? std::move(env) : standard();
+    if (env) return env;
+    return standard();
   }
 
   /// Returns the clock every timed decision reads.

@@ -56,7 +56,7 @@ OnboardHandle Onboarding::start(std::span<const SequenceHash> hashes,
   auto s = std::make_shared<State>();
   s->counters = counters_;
   s->g1 = &g1_.pool();
-  s->plan = std::move(plan);
+  s->plan = plan;
   if (deadline) s->set_deadline(costs_->shared_clock(), *deadline);
   OnboardRecords walk = take(hashes, planner_.local(hashes), nullptr);
   const std::size_t no_space = give_targets(walk);
@@ -251,12 +251,12 @@ Plan Onboarding::found_by(std::span<const SequenceHash> hashes, Clock::time_poin
   return plan;
 }
 
-OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes, OnboardPlan plan,
+OnboardHandle Onboarding::onboard(std::span<const SequenceHash> hashes, const OnboardPlan& plan,
                                   Clock::time_point asked) {
   const std::size_t cut = std::min(plan.loaded(), hashes.size());
   std::optional<Clock::time_point> deadline;
   if (plan.deadline) deadline = asked + *plan.deadline;
-  return start(hashes.first(cut), std::move(plan), deadline);
+  return start(hashes.first(cut), plan, deadline);
 }
 
 std::vector<std::optional<TierId>> Onboarding::locate(std::span<const SequenceHash> hashes) const {

@@ -71,7 +71,7 @@ class Onboarding {
   /// Onboards up to `plan`'s cut (its loaded() blocks of `hashes`); the
   /// handle's plan() returns it. With plan.deadline, the onboarding is cut
   /// (facade/onboard_state.h) at `asked` + that deadline on the costs' clock.
-  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes, OnboardPlan plan,
+  [[nodiscard]] OnboardHandle onboard(std::span<const SequenceHash> hashes, const OnboardPlan& plan,
                                       Clock::time_point asked);
   /// See KvBlockManager::plan_onboard.
   [[nodiscard]] OnboardPlan plan(std::span<const SequenceHash> hashes,

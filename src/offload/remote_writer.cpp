@@ -18,8 +18,8 @@ namespace {
 
 // The clock write batches are timed on.
 const Clock* clock_of(const RemoteWriter::Options& o) {
-  static const std::shared_ptr<Clock> steady = Clock::steady();
-  return o.clock ? o.clock.get() : steady.get();
+  static const std::shared_ptr<Clock> kSteady = Clock::steady();
+  return o.clock ? o.clock.get() : kSteady.get();
 }
 
 }  // namespace
