@@ -531,6 +531,22 @@ def test_pipeline_config_is_the_cpp_one():
         kvbm.PipelineConfig(hold_queued=True)
 
 
+def silent_g4_with_a_g2_part(tmp_path, port, seed):
+    """A manager whose G4 is the loopback server at `port` that never answers (5 s command
+    timeout), with the first 4 of 8 chained blocks stored in G2; returns (manager, the 8
+    hashes, the 4 blocks' bytes)."""
+    cfg = small_config(tmp_path, disk=0)
+    cfg.remote.urls = [f"redis://127.0.0.1:{port}"]
+    cfg.remote.model = "tests-model"
+    cfg.remote.command_timeout_ms = 5000
+    cfg.host_to_remote = kvbm.OffloadMode.NONE
+    kv = kvbm.KvBlockManager(cfg)
+    h = chain(8, seed=seed)
+    src = pages(4, kv.block_bytes, seed)
+    assert kv.store(h[:4], src, chained=True) == 4
+    return kv, h, src
+
+
 def test_take_arrived_hands_back_the_local_part_while_g4_is_silent(tmp_path):
     """G4 on a server that accepts and never answers: an onboarding's G2 part arrives while its
     remote stage waits on G4; take_arrived() hands that part back at once (not after the 5 s
@@ -538,15 +554,8 @@ def test_take_arrived_hands_back_the_local_part_while_g4_is_silent(tmp_path):
     from silent_peers import accepts_never_answers
 
     with accepts_never_answers() as port:
-        cfg = small_config(tmp_path, disk=0)
-        cfg.remote.urls = [f"redis://127.0.0.1:{port}"]
-        cfg.remote.model = "tests-model"
-        cfg.remote.command_timeout_ms = 5000
-        cfg.host_to_remote = kvbm.OffloadMode.NONE
-        with kvbm.KvBlockManager(cfg) as kv:
-            h = chain(8, seed=21)
-            src = pages(4, kv.block_bytes, 21)
-            assert kv.store(h[:4], src, chained=True) == 4
+        kv, h, src = silent_g4_with_a_g2_part(tmp_path, port, 21)
+        with kv:
             handle = kv.onboard(h)
             deadline = time.monotonic() + 5
             while handle.arrived() < 4 and time.monotonic() < deadline:
@@ -571,15 +580,8 @@ def test_load_with_a_deadline_returns_by_it_while_g4_is_silent(tmp_path):
     from silent_peers import accepts_never_answers
 
     with accepts_never_answers() as port:
-        cfg = small_config(tmp_path, disk=0)
-        cfg.remote.urls = [f"redis://127.0.0.1:{port}"]
-        cfg.remote.model = "tests-model"
-        cfg.remote.command_timeout_ms = 5000
-        cfg.host_to_remote = kvbm.OffloadMode.NONE
-        with kvbm.KvBlockManager(cfg) as kv:
-            h = chain(8, seed=22)
-            src = pages(4, kv.block_bytes, 22)
-            assert kv.store(h[:4], src, chained=True) == 4
+        kv, h, src = silent_g4_with_a_g2_part(tmp_path, port, 22)
+        with kv:
             out = np.zeros((8, kv.block_bytes), np.uint8)
             start = time.monotonic()
             n = kv.load(h, out, chained=True, deadline=0.2)
